@@ -1,0 +1,116 @@
+"""Paged attention, plugged into transformers' attention interface so stock modeling code runs unchanged.
+
+The model is called on a flattened batch (shape [1, T]) holding prefill chunks and decode tokens of many
+requests. For every layer our function receives Q with all query heads and the new K/V with the KV heads
+only. It writes the new K/V into their slots in the pool, then for each request reads that request's history
+through its block table and attends: causal inside the chunk, the cached prefix fully visible, and for window
+layers only the last W positions (the current token counts). KV heads are never repeated: SDPA's GQA support
+(or grouped matmuls when the model soft-caps scores) lets each group of query heads read its shared KV head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+from engine.paged_kv import PagedKV
+
+ATTENTION_NAME = "kvtui_paged"
+BATCH_KWARG = "kvtui_batch"
+
+
+@dataclass
+class PrefillSegment:
+    """Queries [q_start, q_end) of the flat batch are positions [start, start + n) of one sequence."""
+
+    q_start: int
+    q_end: int
+    start: int
+    context_slots: torch.Tensor  # slots of positions [0, start + n)
+
+
+@dataclass
+class DecodeGroup:
+    """One query token per sequence, padded to the longest context so all run in one SDPA call."""
+
+    q_index: torch.Tensor  # [N] rows of the flat batch
+    positions: torch.Tensor  # [N] position of each query token
+    context_slots: torch.Tensor  # [N, L_max] slots of positions 0..position (padding repeats slot 0)
+    context_len: torch.Tensor  # [N] valid context length = position + 1
+
+
+@dataclass
+class PagedBatch:
+    """What one forward needs besides the tokens: where to write K/V and what each query may read."""
+
+    kv: PagedKV
+    windows: tuple[int | None, ...]
+    write_slots: torch.Tensor  # [T] slot of each token of the flat batch
+    prefills: list[PrefillSegment] = field(default_factory=list)
+    decode: DecodeGroup | None = None
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scaling: float | None,
+            softcap: float | None) -> torch.Tensor:
+    """q [N, Hq, n, D], k/v [N, Hkv, L, D], allowed [N, 1, n, L] -> [N, Hq, n, D]."""
+    if softcap is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scaling,
+                                              enable_gqa=q.shape[1] != k.shape[1])
+    n_batch, hq, n, dim = q.shape
+    hkv = k.shape[1]
+    grouped = q.view(n_batch, hkv, hq // hkv, n, dim)
+    scale = scaling if scaling is not None else dim ** -0.5
+    scores = grouped @ k.unsqueeze(2).transpose(-1, -2) * scale
+    scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~allowed.unsqueeze(1), float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    return (probs @ v.unsqueeze(2)).view(n_batch, hq, n, dim)
+
+
+def _window_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+    allowed = key_pos <= query_pos
+    if window is not None:
+        allowed &= key_pos > query_pos - window
+    return allowed
+
+
+def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
+                    **kwargs):
+    batch: PagedBatch | None = kwargs.get(BATCH_KWARG)
+    if batch is None:
+        raise RuntimeError(f"the {ATTENTION_NAME!r} attention needs {BATCH_KWARG}=...; "
+                           "use engine.model.stock_attention() for a plain forward")
+    layer = module.layer_idx
+    window = batch.windows[layer]
+    k_cache, v_cache = batch.kv.keys(layer), batch.kv.values(layer)
+    # query [1, Hq, T, D]; key/value [1, Hkv, T, D] -> slots take [T, Hkv, D]
+    k_cache[batch.write_slots] = key[0].transpose(0, 1)
+    v_cache[batch.write_slots] = value[0].transpose(0, 1)
+    out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [T, Hq, D]
+
+    for seg in batch.prefills:
+        n = seg.q_end - seg.q_start
+        context = seg.context_slots
+        k = k_cache[context].transpose(0, 1).unsqueeze(0)
+        v = v_cache[context].transpose(0, 1).unsqueeze(0)
+        q = query[:, :, seg.q_start:seg.q_end]
+        query_pos = torch.arange(seg.start, seg.start + n, device=q.device)[:, None]
+        key_pos = torch.arange(context.shape[0], device=q.device)[None, :]
+        allowed = _window_mask(query_pos, key_pos, window)[None, None]
+        out[seg.q_start:seg.q_end] = _attend(q, k, v, allowed, scaling, softcap)[0].transpose(0, 1)
+
+    group = batch.decode
+    if group is not None:
+        k = k_cache[group.context_slots].permute(0, 2, 1, 3)  # [N, Hkv, L, D]
+        v = v_cache[group.context_slots].permute(0, 2, 1, 3)
+        q = query[0][:, group.q_index].transpose(0, 1).unsqueeze(2)  # [N, Hq, 1, D]
+        key_pos = torch.arange(group.context_slots.shape[1], device=q.device)[None, :]
+        allowed = _window_mask(group.positions[:, None], key_pos, window)[:, None, None, :]
+        out[group.q_index] = _attend(q, k, v, allowed, scaling, softcap)[:, :, 0]
+    return out.unsqueeze(0), None
+
+
+AttentionInterface.register(ATTENTION_NAME, paged_attention)

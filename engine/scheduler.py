@@ -1,0 +1,136 @@
+"""Continuous batching with chunked prefill and preemption.
+
+Each step: running requests first (oldest first; a decode takes 1 token, an unfinished prefill takes a chunk),
+then waiting requests are admitted in arrival order while the token budget (`max_batched_tokens`) and the
+pool allow. Requests join and leave only at step boundaries. When a running request needs a block and none
+is free (or evictable), the most recently admitted running request is preempted: its blocks go back to the
+pool and it is recomputed from scratch when readmitted, so its tokens stay exact.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.blocks import BlockPool
+from engine.request import Request, Status
+from engine.trace import TraceSink
+
+
+@dataclass
+class ScheduledChunk:
+    request: Request
+    start: int  # first position to compute
+    num_tokens: int
+
+
+class Scheduler:
+    def __init__(self, pool: BlockPool, trace: TraceSink, max_batched_tokens: int, max_num_seqs: int,
+                 on_admit: Callable[[Request], None] | None = None):
+        if max_batched_tokens < 1:
+            raise ValueError("max_batched_tokens must be at least 1")
+        self.pool = pool
+        self.trace = trace
+        self.max_batched_tokens = max_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.on_admit = on_admit  # the prefix cache attaches cached blocks here
+        self._admissions = 0
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[ScheduledChunk]:
+        budget = self.max_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        for request in sorted(self.running, key=lambda r: r.admitted_order):
+            if budget == 0:
+                break
+            if request.status is not Status.RUNNING:  # preempted earlier in this loop
+                continue
+            n = self._reserve(request, min(request.num_to_compute, budget), chunks)
+            if n:
+                chunks.append(ScheduledChunk(request, request.num_computed, n))
+                budget -= n
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            request = self.waiting[0]
+            if not self._can_admit(request, budget):
+                break
+            self.waiting.popleft()
+            self._admit(request)
+            n = self._reserve(request, min(request.num_to_compute, budget), chunks, may_preempt=False)
+            if n == 0:
+                break
+            chunks.append(ScheduledChunk(request, request.num_computed, n))
+            budget -= n
+        return chunks
+
+    def _can_admit(self, request: Request, budget: int) -> bool:
+        # Admit only if at least one block's worth of its first chunk fits; never preempt to admit.
+        first = min(request.num_tokens, budget, self.pool.block_size)
+        return self.pool.num_available() >= self.pool.blocks_for(first)
+
+    def _admit(self, request: Request) -> None:
+        request.status = Status.RUNNING
+        request.admitted_order = self._admissions
+        self._admissions += 1
+        self.running.append(request)
+        if self.on_admit is not None:
+            self.on_admit(request)
+        self.trace.emit("request_scheduled", request_id=request.request_id, num_computed=request.num_computed)
+
+    def _reserve(self, request: Request, n: int, scheduled: list[ScheduledChunk], may_preempt: bool = True) -> int:
+        """Make room in the block table for n more tokens; shrink n to what fits. Returns tokens reserved."""
+        pool = self.pool
+        start = request.num_computed
+        self._unshare_partial_block(request)
+        while True:
+            need = pool.blocks_for(start + n) - len(request.block_table)
+            if need <= pool.num_available():
+                break
+            fit = (len(request.block_table) + pool.num_available()) * pool.block_size - start
+            if fit > 0 and (request.in_prefill or not may_preempt):
+                n = min(n, fit)  # a prefill chunk shrinks to what fits instead of preempting anyone
+                continue
+            if not may_preempt:
+                return 0
+            victim = self._preemption_victim(scheduled)
+            self.preempt(victim)
+            if victim is request:
+                return 0
+        for logical in range(len(request.block_table), pool.blocks_for(start + n)):
+            request.block_table.append(pool.allocate(request.request_id, logical))
+        return n
+
+    def _unshare_partial_block(self, request: Request) -> None:
+        """Copy-on-write: the block the next token lands in may be shared (fork, edit); copy it first."""
+        offset = request.num_computed % self.pool.block_size
+        logical = request.num_computed // self.pool.block_size
+        if offset and logical < len(request.block_table):
+            self.pool.copy_on_write(request.block_table, logical, request.request_id, offset)
+
+    def _preemption_victim(self, scheduled: list[ScheduledChunk]) -> Request:
+        victim = max(self.running, key=lambda r: r.admitted_order)
+        for chunk in scheduled:
+            if chunk.request is victim:
+                scheduled.remove(chunk)
+                break
+        return victim
+
+    def preempt(self, request: Request) -> None:
+        self.pool.release_table(request.block_table, request.request_id)
+        self.trace.emit("request_preempted", request_id=request.request_id, num_tokens=request.num_tokens)
+        request.num_computed = 0
+        request.num_cached = 0
+        request.status = Status.WAITING
+        self.running.remove(request)
+        self.waiting.appendleft(request)
+
+    def finish(self, request: Request) -> None:
+        request.status = Status.FINISHED
+        self.running.remove(request)

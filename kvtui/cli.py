@@ -1,0 +1,47 @@
+"""`kvtui`: the command-line entry point. With no subcommand it opens the live UI on the embedded model."""
+
+from __future__ import annotations
+
+import click
+
+from kvtui import __version__
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kvtui")
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """kvtui - see what your KV cache keeps, shares and throws away.
+
+    \b
+    Run with no command to open the live UI on the embedded SmolLM2 model.
+    Examples:
+      kvtui                                   live UI, embedded model
+      kvtui generate "Why is the sky blue?"   stream text, print TTFT/TPOT
+      kvtui record --workload fixtures/workloads/concurrent8.json --out t.jsonl
+      kvtui replay t.jsonl                    watch a recorded trace
+      kvtui info                              model shape and KV byte arithmetic
+      kvtui schema                            the trace file format
+    """
+    if ctx.invoked_subcommand is None:
+        live = main.get_command(ctx, "live")
+        if live is None:
+            click.echo(ctx.get_help())
+            return
+        ctx.invoke(live)
+
+
+def _register() -> None:
+    from kvtui.commands import engine_commands
+
+    for command in engine_commands.COMMANDS:
+        main.add_command(command)
+    try:
+        from kvtui.commands import ui_commands
+    except ImportError:  # the UI commands are optional until the UI lands
+        return
+    for command in ui_commands.COMMANDS:
+        main.add_command(command)
+
+
+_register()

@@ -1,0 +1,1 @@
+"""CLI subcommands, one module per family; kvtui/cli.py gathers them."""
