@@ -149,7 +149,8 @@ class CacheState:
         # --- the pool, flat lists by physical block
         self.ref = [0] * n
         self.kind = bytearray(n)  # _FREE, _HELD (in some table, or released but not yet freed/cached), _CACHED
-        self.owners: list[list[tuple[str, int]]] = [[] for _ in range(n)]
+        # Owners of each block as an immutable tuple of (request_id, logical): snapshots copy only the list.
+        self.owners: list[tuple[tuple[str, int], ...]] = [()] * n
         self.block_hash: list[str | None] = [None] * n
         self.born: list[float] = [0.0] * n
         self.block_node: dict[int, int] = {}
@@ -188,7 +189,7 @@ class CacheState:
         new.__dict__.update(self.__dict__)
         new.ref = list(self.ref)
         new.kind = bytearray(self.kind)
-        new.owners = [list(o) if o else [] for o in self.owners]
+        new.owners = list(self.owners)
         new.block_hash = list(self.block_hash)
         new.born = list(self.born)
         new.block_node = dict(self.block_node)
@@ -322,10 +323,15 @@ class CacheState:
             self.writing = set()
             self._writing_step = step
         table = self.tables.get(rid)
-        if table:
-            for logical in range(first_logical, min(last_logical, len(table) - 1) + 1):
-                if table[logical] >= 0:
-                    self.writing.add(table[logical])
+        if not table:
+            return
+        if first_logical == last_logical:  # a decode: one block
+            if first_logical < len(table) and table[first_logical] >= 0:
+                self.writing.add(table[first_logical])
+            return
+        for logical in range(first_logical, min(last_logical, len(table) - 1) + 1):
+            if table[logical] >= 0:
+                self.writing.add(table[logical])
 
     def _on_prefill_chunk(self, ev: dict) -> None:
         rid, step = ev["request_id"], ev["step"]
@@ -413,7 +419,7 @@ class CacheState:
         p, rid, logical = ev["physical"], ev["request_id"], ev["logical"]
         self._set_kind(p, _HELD)
         self.ref[p] = 1
-        self.owners[p] = [(rid, logical)]
+        self.owners[p] = ((rid, logical),)
         self.block_hash[p] = None
         self.born[p] = ev["t"]
         self.block_node.pop(p, None)
@@ -441,37 +447,40 @@ class CacheState:
         p, rid, logical = ev["physical"], ev["request_id"], ev["logical"]
         self._set_kind(p, _HELD)  # a hit on a cached block brings it back into use
         self.ref[p] = ev["ref_count"]
-        owners = self.owners[p]
-        if (rid, logical) not in owners:
-            owners.append((rid, logical))
+        if (rid, logical) not in self.owners[p]:
+            self.owners[p] += ((rid, logical),)
         self._set_table(rid, logical, p)
 
     def _on_block_released(self, ev: dict) -> None:
         p, rid, logical = ev["physical"], ev["request_id"], ev["logical"]
-        owners = self.owners[p]
-        if (rid, logical) in owners:
-            owners.remove((rid, logical))
+        self._drop_owner(p, rid, logical)
         self.ref[p] = ev["ref_count"]
         self._drop_from_table(rid, logical, p)
         self.writing.discard(p)
+
+    def _drop_owner(self, p: int, rid: str, logical: int) -> bool:
+        owners = self.owners[p]
+        if (rid, logical) not in owners:
+            return False
+        self.owners[p] = tuple(o for o in owners if o != (rid, logical))
+        return True
 
     def _on_block_freed(self, ev: dict) -> None:
         p = ev["physical"]
         self._set_kind(p, _FREE)
         self.ref[p] = 0
-        self.owners[p] = []
+        self.owners[p] = ()
         self.block_hash[p] = None
         self.block_node.pop(p, None)
         self.writing.discard(p)
 
     def _on_block_copied(self, ev: dict) -> None:
         src, dst, rid, logical = ev["src"], ev["dst"], ev["request_id"], ev["logical"]
-        if (rid, logical) in self.owners[src]:
-            self.owners[src].remove((rid, logical))
+        if self._drop_owner(src, rid, logical):
             self.ref[src] = max(0, self.ref[src] - 1)
         if (rid, logical) not in self.owners[dst]:
             self._set_kind(dst, _HELD)
-            self.owners[dst].append((rid, logical))
+            self.owners[dst] += ((rid, logical),)
             self.ref[dst] = max(1, len(self.owners[dst]))
             self.born[dst] = ev["t"]
         self._set_table(rid, logical, dst)
@@ -481,7 +490,7 @@ class CacheState:
         p = ev["physical"]
         self._set_kind(p, _CACHED)
         self.ref[p] = 0
-        self.owners[p] = []
+        self.owners[p] = ()
         self.block_hash[p] = ev["hash"]
         self.writing.discard(p)
 

