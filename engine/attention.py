@@ -40,6 +40,7 @@ class DecodeGroup:
     positions: torch.Tensor  # [N] position of each query token
     context_slots: torch.Tensor  # [N, L_max] slots of positions 0..position (padding repeats slot 0)
     context_len: torch.Tensor  # [N] valid context length = position + 1
+    uniform: bool = False  # all contexts have the same length (no padding to mask)
 
 
 @dataclass
@@ -51,11 +52,12 @@ class PagedBatch:
     write_slots: torch.Tensor  # [T] slot of each token of the flat batch
     prefills: list[PrefillSegment] = field(default_factory=list)
     decode: DecodeGroup | None = None
+    masks: dict = field(default_factory=dict)  # (segment or "decode", window) -> mask, built once per forward
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scaling: float | None,
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None, scaling: float | None,
             softcap: float | None) -> torch.Tensor:
-    """q [N, Hq, n, D], k/v [N, Hkv, L, D], allowed [N, 1, n, L] -> [N, Hq, n, D]."""
+    """q [N, Hq, n, D], k/v [N, Hkv, L, D], allowed [N, 1, n, L] or None (all visible) -> [N, Hq, n, D]."""
     if softcap is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scaling,
                                               enable_gqa=q.shape[1] != k.shape[1])
@@ -65,16 +67,32 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Te
     scale = scaling if scaling is not None else dim ** -0.5
     scores = grouped @ k.unsqueeze(2).transpose(-1, -2) * scale
     scores = torch.tanh(scores / softcap) * softcap
-    scores = scores.masked_fill(~allowed.unsqueeze(1), float("-inf"))
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed.unsqueeze(1), float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
     return (probs @ v.unsqueeze(2)).view(n_batch, hq, n, dim)
 
 
-def _window_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+def _visible(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+    """Which keys each query may read: causal, and within the last `window` positions (current one included)."""
     allowed = key_pos <= query_pos
     if window is not None:
         allowed &= key_pos > query_pos - window
     return allowed
+
+
+def _prefill_mask(seg: PrefillSegment, window: int | None, device) -> torch.Tensor:
+    n = seg.q_end - seg.q_start
+    query_pos = torch.arange(seg.start, seg.start + n, device=device)[:, None]
+    key_pos = torch.arange(seg.context_slots.shape[0], device=device)[None, :]
+    return _visible(query_pos, key_pos, window)[None, None]
+
+
+def _decode_mask(group: DecodeGroup, window: int | None) -> torch.Tensor | None:
+    if window is None and group.uniform:
+        return None  # every query sees its whole context and nothing is padding
+    key_pos = torch.arange(group.context_slots.shape[1], device=group.positions.device)[None, :]
+    return _visible(group.positions[:, None], key_pos, window)[:, None, None, :]
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
@@ -91,15 +109,14 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     v_cache[batch.write_slots] = value[0].transpose(0, 1)
     out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [T, Hq, D]
 
-    for seg in batch.prefills:
-        n = seg.q_end - seg.q_start
+    for i, seg in enumerate(batch.prefills):
         context = seg.context_slots
         k = k_cache[context].transpose(0, 1).unsqueeze(0)
         v = v_cache[context].transpose(0, 1).unsqueeze(0)
         q = query[:, :, seg.q_start:seg.q_end]
-        query_pos = torch.arange(seg.start, seg.start + n, device=q.device)[:, None]
-        key_pos = torch.arange(context.shape[0], device=q.device)[None, :]
-        allowed = _window_mask(query_pos, key_pos, window)[None, None]
+        allowed = batch.masks.get((i, window))
+        if allowed is None:
+            allowed = batch.masks[(i, window)] = _prefill_mask(seg, window, q.device)
         out[seg.q_start:seg.q_end] = _attend(q, k, v, allowed, scaling, softcap)[0].transpose(0, 1)
 
     group = batch.decode
@@ -107,9 +124,10 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         k = k_cache[group.context_slots].permute(0, 2, 1, 3)  # [N, Hkv, L, D]
         v = v_cache[group.context_slots].permute(0, 2, 1, 3)
         q = query[0][:, group.q_index].transpose(0, 1).unsqueeze(2)  # [N, Hq, 1, D]
-        key_pos = torch.arange(group.context_slots.shape[1], device=q.device)[None, :]
-        allowed = _window_mask(group.positions[:, None], key_pos, window)[:, None, None, :]
-        out[group.q_index] = _attend(q, k, v, allowed, scaling, softcap)[:, :, 0]
+        key = ("decode", window)
+        if key not in batch.masks:
+            batch.masks[key] = _decode_mask(group, window)
+        out[group.q_index] = _attend(q, k, v, batch.masks[key], scaling, softcap)[:, :, 0]
     return out.unsqueeze(0), None
 
 

@@ -46,6 +46,7 @@ class ModelRunner:
                 positions=torch.tensor(decode_pos, device=self.device),
                 context_slots=padded,
                 context_len=torch.tensor([c.shape[0] for c in decode_ctx], device=self.device),
+                uniform=len({c.shape[0] for c in decode_ctx}) == 1,
             )
         batch = PagedBatch(kv=self.kv, windows=self.windows, write_slots=torch.cat(write_slots),
                            prefills=prefills, decode=decode)

@@ -1,0 +1,99 @@
+"""Workload files: requests with an arrival step, run headless through the engine (for `kvtui record`).
+
+Format (JSON):
+    {"name": "...", "description": "...",
+     "engine": {"block_size": 16, "num_blocks": 64, ...},          # optional EngineConfig overrides
+     "requests": [
+        {"id": "alice", "arrival_step": 0,
+         "prompt": "text"  |  "messages": [{"role": "user", "content": "..."}]  |  "prompt_token_ids": [...],
+         "sampling": {"max_tokens": 32, "temperature": 0.0, ...},   # SamplingParams fields
+         "cache_salt": null}, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Callable
+
+from engine.request import RequestOutput, SamplingParams
+
+PROMPT_KEYS = ("prompt", "messages", "prompt_token_ids")
+
+
+class WorkloadError(ValueError):
+    pass
+
+
+@dataclass
+class WorkloadRequest:
+    request_id: str
+    arrival_step: int
+    prompt: object
+    sampling: SamplingParams
+    cache_salt: str | None = None
+
+
+@dataclass
+class Workload:
+    name: str
+    description: str
+    engine: dict
+    requests: list[WorkloadRequest] = field(default_factory=list)
+
+
+def load_workload(path: str | Path) -> Workload:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise WorkloadError(f"no such workload file: {path}") from None
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("requests"), list) or not data["requests"]:
+        raise WorkloadError(f"{path}: expected an object with a non-empty list 'requests'")
+    allowed = {f.name for f in fields(SamplingParams)}
+    requests = []
+    for index, item in enumerate(data["requests"]):
+        where = f"{path}: requests[{index}]"
+        given = [key for key in PROMPT_KEYS if key in item]
+        if len(given) != 1:
+            raise WorkloadError(f"{where}: give exactly one of {', '.join(PROMPT_KEYS)}")
+        unknown = set(item.get("sampling", {})) - allowed
+        if unknown:
+            raise WorkloadError(f"{where}: unknown sampling fields {sorted(unknown)}; known: {sorted(allowed)}")
+        try:
+            sampling = SamplingParams(**item.get("sampling", {}))
+        except (TypeError, ValueError) as exc:
+            raise WorkloadError(f"{where}: {exc}") from None
+        requests.append(WorkloadRequest(
+            request_id=str(item.get("id", f"r{index}")),
+            arrival_step=int(item.get("arrival_step", 0)),
+            prompt=item[given[0]],
+            sampling=sampling,
+            cache_salt=item.get("cache_salt"),
+        ))
+    ids = [r.request_id for r in requests]
+    if len(set(ids)) != len(ids):
+        raise WorkloadError(f"{path}: request ids must be unique")
+    return Workload(str(data.get("name", path.stem)), str(data.get("description", "")), data.get("engine", {}),
+                    sorted(requests, key=lambda r: r.arrival_step))
+
+
+def run_workload(engine, workload: Workload,
+                 on_finished: Callable[[RequestOutput], None] | None = None) -> list[RequestOutput]:
+    """Submit each request at its arrival step and step the engine until every request has finished."""
+    pending = list(workload.requests)
+    outputs: dict[str, RequestOutput] = {}
+    step = 0
+    while pending or engine.has_unfinished():
+        while pending and pending[0].arrival_step <= step:
+            item = pending.pop(0)
+            engine.submit(item.prompt, item.sampling, cache_salt=item.cache_salt, request_id=item.request_id)
+        for out in engine.step():
+            outputs[out.request_id] = out
+            if on_finished is not None:
+                on_finished(out)
+        step += 1
+    return [outputs[r.request_id] for r in workload.requests]

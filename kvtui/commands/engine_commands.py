@@ -1,0 +1,188 @@
+"""Commands that run the engine headless: generate, record, info, schema, bench."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+
+def engine_options(func):
+    """Options shared by every command that loads a model."""
+
+    @click.option("--model", "-m", default="smollm2", show_default=True,
+                  help="'smollm2' (embedded), a local transformers directory, a .gguf file, or a hub id.")
+    @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:n].")
+    @click.option("--dtype", default="float32", show_default=True, help="float32, bfloat16 or float16.")
+    @click.option("--block-size", default=16, show_default=True, help="Tokens per KV block.")
+    @click.option("--num-blocks", type=int, default=None, help="Blocks in the pool [default: 256 MiB of KV].")
+    @click.option("--max-batched-tokens", default=512, show_default=True,
+                  help="Token budget per step; longer prompts are prefilled in chunks.")
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def engine_config(overrides: dict | None = None, **options):
+    from engine.engine import EngineConfig
+
+    values = {"device": options["device"], "dtype": options["dtype"], "block_size": options["block_size"],
+              "num_blocks": options["num_blocks"], "max_batched_tokens": options["max_batched_tokens"]}
+    values.update(overrides or {})
+    try:
+        return EngineConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def load_engine(model: str, config):
+    from engine.engine import Engine
+    from engine.model import ModelLoadError
+
+    try:
+        return Engine.load(model, config)
+    except ModelLoadError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.command()
+@click.argument("prompt")
+@engine_options
+@click.option("--max-tokens", default=128, show_default=True)
+@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-p", default=1.0, show_default=True)
+@click.option("--top-k", default=0, show_default=True, help="0 = off.")
+@click.option("--seed", type=int, default=None)
+@click.option("--raw", is_flag=True, help="Send the prompt as plain text instead of a chat user message.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Also write the trace here.")
+def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, trace_path, **options):
+    """Generate from PROMPT through the paged cache; stream the text, then print TTFT and TPOT."""
+    from engine.request import SamplingParams
+
+    engine = load_engine(model, engine_config(**options))
+    if trace_path:
+        engine.add_trace_file(trace_path)
+    try:
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+        text = prompt if raw or engine.tokenizer is None or not engine.tokenizer.chat_template else \
+            [{"role": "user", "content": prompt}]
+        request_id = engine.submit(text, params)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+    def stream(event):
+        if event["type"] == "token_emitted" and event["request_id"] == request_id:
+            click.echo(event["text"], nl=False)
+
+    engine.trace.listeners.append(stream)
+    while engine.has_unfinished():
+        engine.step()
+    engine.close()
+    out = engine.output(request_id)
+    tpot = f"{out.tpot * 1000:.1f} ms" if out.tpot is not None else "n/a (one token)"
+    click.echo()
+    click.echo(f"\n-- {len(out.token_ids)} tokens ({out.finish_reason}); TTFT {out.ttft * 1000:.1f} ms; "
+               f"TPOT {tpot}", err=True)
+
+
+@click.command()
+@click.option("--workload", "-w", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Workload JSON (see fixtures/workloads/).")
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Trace file to write (JSONL).")
+@engine_options
+def record(workload, out, model, **options):
+    """Run a WORKLOAD headless and write its trace to OUT."""
+    from engine.workload import WorkloadError, load_workload, run_workload
+
+    try:
+        spec = load_workload(workload)
+    except WorkloadError as exc:
+        raise click.ClickException(str(exc)) from None
+    engine = load_engine(model, engine_config(spec.engine, **options))
+    engine.add_trace_file(out)
+    total = len(spec.requests)
+    done = 0
+
+    def progress(output):
+        nonlocal done
+        done += 1
+        click.echo(f"  [{done}/{total}] {output.request_id}: {len(output.token_ids)} tokens, "
+                   f"{output.cached_tokens} cached, TTFT {output.ttft * 1000:.0f} ms", err=True)
+
+    click.echo(f"recording {spec.name}: {total} requests -> {out}", err=True)
+    try:
+        run_workload(engine, spec, on_finished=progress)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        engine.close()
+    click.echo(f"wrote {out}", err=True)
+
+
+@click.command()
+@engine_options
+def info(model, **options):
+    """Print the model's KV cache shape and the byte arithmetic of the pool."""
+    engine = load_engine(model, engine_config(**options))
+    click.echo(format_info(engine))
+
+
+def format_info(engine) -> str:
+    shape, pool, kv = engine.shape, engine.pool, engine.kv
+    per_layer = shape.kv_bytes_per_token_per_layer()
+    lines = [
+        f"model          {shape.name}",
+        f"layers         {shape.layers}",
+        f"heads          {shape.q_heads} query, {shape.kv_heads} KV ({shape.attention_kind}), head dim {shape.head_dim}",
+        f"dtype          {shape.dtype} ({shape.elem_bytes} bytes)",
+    ]
+    windows = sorted({w for w in shape.windows if w is not None})
+    kinds = f"{len(shape.full_layers)} full" + (f", {len(shape.window_layers)} sliding window W={windows}"
+                                                if windows else "")
+    lines += [
+        f"attention      {kinds}",
+        "",
+        f"KV per token   2 x {shape.kv_heads} kv_heads x {shape.head_dim} x {shape.elem_bytes} B = {per_layer:,} B per layer",
+        f"               x {len(shape.paged_layers)} paged layers = {shape.kv_bytes_per_token():,} B per token",
+        f"KV per block   x {pool.block_size} tokens = {shape.kv_bytes_per_block(pool.block_size):,} B",
+        f"pool           {pool.num_blocks} blocks = {pool.num_blocks * pool.block_size:,} tokens = "
+        f"{shape.kv_bytes_per_block(pool.block_size) * pool.num_blocks:,} B (formula)",
+        f"pool tensor    {kv.nbytes:,} B allocated ({kv.nbytes / 2**20:.1f} MiB)",
+    ]
+    if shape.kv_heads != shape.q_heads:
+        mha = shape.kv_bytes_per_token() * shape.q_heads // shape.kv_heads
+        lines.append(f"vs MHA         {mha:,} B per token if every query head kept its own K/V "
+                     f"({shape.q_heads // shape.kv_heads}x more)")
+    return "\n".join(lines)
+
+
+@click.command()
+def schema():
+    """Print the trace file format (every event type and field)."""
+    from engine.trace import schema_text
+
+    click.echo(schema_text())
+
+
+@click.command()
+@engine_options
+@click.option("--prompt-tokens", default=64, show_default=True, help="Prompt length of each request.")
+@click.option("--max-tokens", default=32, show_default=True, help="Tokens generated per request.")
+@click.option("--concurrent", default=8, show_default=True, help="Requests in the concurrent scenario.")
+@click.option("--repeats", default=1, show_default=True, help="Runs of each scenario (best is reported).")
+def bench(model, prompt_tokens, max_tokens, concurrent, repeats, **options):
+    """Our engine against transformers' generate on the same model, in the same run."""
+    from engine.bench import format_table, run_bench
+
+    engine = load_engine(model, engine_config(**options))
+    click.echo(f"bench on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device}): "
+               f"{prompt_tokens}-token prompts, {max_tokens} new tokens, {concurrent} concurrent", err=True)
+    rows = run_bench(engine, prompt_tokens, max_tokens, concurrent, repeats,
+                     progress=lambda msg: click.echo(f"  {msg}", err=True))
+    click.echo(format_table(rows))
+
+
+COMMANDS = [generate, record, info, schema, bench]
+
