@@ -29,6 +29,9 @@ class BlockCache(Protocol):
     def num_evictable(self) -> int:
         """Cached blocks that could be reclaimed right now."""
 
+    def holds(self, physical: int) -> bool:
+        """The block is in the prefix tree: its contents must not change even if one request owns it."""
+
 
 class OutOfBlocks(RuntimeError):
     """No free block and nothing evictable: the scheduler waits or preempts."""
@@ -94,7 +97,7 @@ class BlockPool:
     def copy_on_write(self, table: list[int], logical: int, request_id: str, num_tokens: int) -> int:
         """Give `request_id` its own copy of a shared block before it writes into it; returns the block to use."""
         src = table[logical]
-        if self.ref_counts[src] == 1:
+        if self.ref_counts[src] == 1 and not (self.cache is not None and self.cache.holds(src)):
             return src
         dst = self.allocate(request_id, logical)
         if self.on_copy is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -13,6 +13,7 @@ import torch
 from engine import attention  # noqa: F401  (registers the paged attention with transformers)
 from engine.attention import ATTENTION_NAME
 from engine.blocks import BlockPool
+from engine.edits import EditError, apply_edit
 from engine.model import EMBEDDED_MODEL, ModelShape, describe, load_model
 from engine.paged_kv import PagedKV
 from engine.request import Request, RequestOutput, SamplingParams, Status
@@ -229,7 +230,7 @@ class Engine:
             return "stop"
         if not req.params.ignore_eos and token in self._eos_ids:
             return "eos"
-        if len(req.output_token_ids) >= req.params.max_tokens:
+        if req.num_new_tokens >= req.params.max_tokens:
             return "length"
         return None
 
@@ -241,6 +242,93 @@ class Engine:
         self.trace.emit("request_finished", request_id=req.request_id, reason=reason,
                         num_prompt_tokens=len(req.prompt_token_ids), num_output_tokens=len(req.output_token_ids),
                         cached_tokens=req.num_cached, ttft=_round(req.ttft()), tpot=_round(req.tpot()))
+
+    # --- forks and edits ------------------------------------------------------------------------------
+    def fork(self, request_id: str, n: int = 1) -> list[str]:
+        """n copies of a request that share every block it holds; a shared partial block is copied on write."""
+        parent = self._request(request_id)
+        if n < 1:
+            raise ValueError(f"fork needs n >= 1 (got {n})")
+        children = []
+        for _ in range(n):
+            child_id = f"{request_id}.{next(self._ids)}"
+            params = replace(parent.params, n=1)
+            child = Request(child_id, list(parent.prompt_token_ids), params, self.trace.now(), parent.cache_salt,
+                            output_token_ids=list(parent.output_token_ids), num_computed=parent.num_computed,
+                            num_cached=parent.num_cached, generator=make_generator(params),
+                            generation_start=parent.generation_start, parent_id=request_id,
+                            first_token_time=parent.first_token_time, last_token_time=parent.last_token_time)
+            child.arrival_time = parent.arrival_time
+            self.requests[child_id] = child
+            self.trace.emit("request_arrived", request_id=child_id, prompt_token_ids=child.prompt_token_ids,
+                            prompt_texts=[self.token_text(t) for t in child.prompt_token_ids],
+                            max_tokens=params.max_tokens, cache_salt=child.cache_salt, parent_id=request_id)
+            for logical, physical in enumerate(parent.block_table):
+                self.pool.share(physical, child_id, logical)
+                child.block_table.append(physical)
+            if parent.status is Status.RUNNING:
+                self.scheduler.adopt(child)
+            else:
+                child.num_computed = 0
+                self.scheduler.add(child)
+            children.append(child_id)
+        return children
+
+    def edit(self, request_id: str, position: int, token_ids: list[int] | int | str,
+             kind: str = "replace") -> dict:
+        """Edit a running or finished request at position m: keep the K/V of [0, m), recompute from m.
+
+        token_ids: the new tokens (ids, or text to tokenize); for delete, how many tokens (or a list of that
+        length). Returns the `invalidate` event (kept, dropped and copied blocks, recompute cost).
+        """
+        req = self._request(request_id)
+        if isinstance(token_ids, str):
+            self._need_tokenizer("text in an edit")
+            token_ids = list(self.tokenizer(token_ids, add_special_tokens=False)["input_ids"])
+        if not isinstance(token_ids, int):
+            token_ids = self.encode(list(token_ids)) if token_ids else []
+        edited = apply_edit(req.prompt_token_ids, req.output_token_ids, position, token_ids, kind)
+        capacity = self.pool.num_blocks * self.pool.block_size
+        if len(edited.tokens) + req.params.max_tokens > capacity:
+            raise EditError(f"the edited sequence ({len(edited.tokens)} tokens) + max_tokens does not fit the pool "
+                            f"of {capacity} tokens")
+        m = edited.position
+        self.trace.emit("edit", request_id=request_id, position=m, kind=kind, token_ids=edited.inserted,
+                        texts=[self.token_text(t) for t in edited.inserted], num_deleted=edited.num_deleted)
+        keep = min(req.num_computed, m)
+        bs = self.pool.block_size
+        table = req.block_table
+        copied = []
+        first_dropped = keep // bs
+        if keep % bs and first_dropped < len(table):
+            src = table[first_dropped]
+            dst = self.pool.copy_on_write(table, first_dropped, request_id, keep % bs)
+            if dst != src:
+                copied.append([src, dst])
+            first_dropped += 1
+        kept, dropped = list(table[:first_dropped]), list(table[first_dropped:])
+        self.pool.release_table(table, request_id, first_dropped)
+        req.prompt_token_ids, req.output_token_ids = edited.prompt, edited.generated
+        req.num_computed = keep
+        req.num_cached = min(req.num_cached, keep)
+        req.generation_start = len(edited.generated)
+        req.logits = []
+        req.finish_reason = None
+        req.arrival_time = self.trace.now()  # TTFT after an edit runs from the edit
+        req.first_token_time = req.last_token_time = None
+        if req.status is Status.FINISHED:
+            self.scheduler.add(req)
+            req.status = Status.WAITING
+        event = self.trace.emit("invalidate", request_id=request_id, kept=kept, dropped=dropped, copied=copied,
+                                first_recomputed=keep, recompute_tokens=req.num_tokens - keep)
+        self.trace.flush()
+        return event
+
+    def _request(self, request_id: str) -> Request:
+        if request_id not in self.requests:
+            known = ", ".join(list(self.requests)[-5:]) or "none yet"
+            raise ValueError(f"no request {request_id!r} (recent: {known})")
+        return self.requests[request_id]
 
     # --- text -----------------------------------------------------------------------------------------
     def token_text(self, token_id: int) -> str:

@@ -73,6 +73,8 @@ class Request:
     logits: list[torch.Tensor] = field(default_factory=list)
     generator: torch.Generator | None = None
     admitted_order: int = -1  # larger = admitted later (preemption victim choice)
+    generation_start: int = 0  # generated tokens that an edit turned into context; max_tokens counts after them
+    parent_id: str | None = None
 
     @property
     def tokens(self) -> list[int]:
@@ -91,11 +93,16 @@ class Request:
         """More than one token to compute: the prompt (or a recomputation) is not done yet."""
         return self.num_to_compute > 1 or not self.output_token_ids
 
+    @property
+    def num_new_tokens(self) -> int:
+        """Tokens generated since the request started (or since its last edit)."""
+        return len(self.output_token_ids) - self.generation_start
+
     def ttft(self) -> float | None:
         return None if self.first_token_time is None else self.first_token_time - self.arrival_time
 
     def tpot(self) -> float | None:
-        n = len(self.output_token_ids)
+        n = self.num_new_tokens
         if n < 2 or self.first_token_time is None or self.last_token_time is None:
             return None
         return (self.last_token_time - self.first_token_time) / (n - 1)

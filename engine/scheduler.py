@@ -70,6 +70,13 @@ class Scheduler:
             budget -= n
         return chunks
 
+    def adopt(self, request: Request) -> None:
+        """Add an already running request (a fork that shares its parent's blocks) to the batch."""
+        request.status = Status.RUNNING
+        request.admitted_order = self._admissions
+        self._admissions += 1
+        self.running.append(request)
+
     def _can_admit(self, request: Request, budget: int) -> bool:
         # Admit only if at least one block's worth of its first chunk fits; never preempt to admit.
         first = min(request.num_tokens, budget, self.pool.block_size)
