@@ -116,7 +116,7 @@ class Engine:
         raise TypeError("a prompt is text, a list of token ids, or a list of chat messages ({'role', 'content'})")
 
     def submit(self, prompt: Prompt, params: SamplingParams | None = None, cache_salt: str | None = None,
-               request_id: str | None = None) -> str:
+               request_id: str | None = None, phase: str | None = None) -> str:
         params = params or SamplingParams()
         token_ids = self.encode(prompt)
         if not token_ids:
@@ -138,7 +138,7 @@ class Engine:
         self.requests[request_id] = request
         self.trace.emit("request_arrived", request_id=request_id, prompt_token_ids=token_ids,
                         prompt_texts=[self.token_text(t) for t in token_ids], max_tokens=params.max_tokens,
-                        cache_salt=cache_salt, parent_id=None)
+                        cache_salt=cache_salt, parent_id=None, phase=phase)
         self.scheduler.add(request)
         return request_id
 

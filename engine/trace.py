@@ -40,6 +40,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "max_tokens": (_INT, "generation limit"),
         "cache_salt": (_STR + "?", "tenant salt; requests with different salts never share blocks"),
         "parent_id": (_STR + "?", "the request this one was forked from, if any"),
+        "phase": (_STR + "?", "workload phase label (e.g. cold, warm) that `kvtui stats` groups by"),
     },
     "request_scheduled": {
         "request_id": (_STR, "admitted to the running batch"),
@@ -221,6 +222,8 @@ def validate_event(event: Any) -> str | None:
             return f"{etype}: field {key!r} must be {spec}"
     for name, (spec, _) in EVENT_FIELDS[etype].items():
         if name not in event:
+            if spec.endswith("?"):  # a nullable field may also be left out
+                continue
             return f"{etype}: missing field {name!r}"
         if not _type_ok(event[name], spec):
             return f"{etype}: field {name!r} must be {spec}, got {event[name]!r}"
@@ -377,7 +380,8 @@ def read_trace(path: str | Path, *, strict: bool = False) -> TraceFile:
 def schema_text() -> str:
     """Human-readable schema, printed by `kvtui schema` and mirrored in README."""
     out = [f"kvtui trace schema version {SCHEMA_VERSION}: JSON Lines, header first, then one event per line.",
-           "Every event has seq (int, monotonic), t (float, seconds since start) and type.", "", "header:"]
+           "Every event has seq (int, monotonic), t (float, seconds since start) and type.",
+           "A type ending in ? is nullable and may be left out.", "", "header:"]
     out += [f"  {name:<16} {spec:<6} {doc}" for name, (spec, doc) in HEADER_FIELDS.items()]
     for etype, fields in EVENT_FIELDS.items():
         out += ["", f"{etype}:"]

@@ -7,7 +7,9 @@ Format (JSON):
         {"id": "alice", "arrival_step": 0,
          "prompt": "text"  |  "messages": [{"role": "user", "content": "..."}]  |  "prompt_token_ids": [...],
          "sampling": {"max_tokens": 32, "temperature": 0.0, ...},   # SamplingParams fields
-         "cache_salt": null}, ...]}
+         "cache_salt": null, "phase": "cold"}, ...],                # phase: a label `kvtui stats` groups by
+     "edits": [{"at_step": 12, "request_id": "alice", "position": 40, "kind": "replace",
+                "text": " blue" | "token_ids": [...] | "count": 2}]}   # applied before that step runs
 """
 
 from __future__ import annotations
@@ -33,6 +35,16 @@ class WorkloadRequest:
     prompt: object
     sampling: SamplingParams
     cache_salt: str | None = None
+    phase: str | None = None
+
+
+@dataclass
+class WorkloadEdit:
+    at_step: int
+    request_id: str
+    position: int
+    kind: str
+    tokens: object  # text, token ids, or a count (delete)
 
 
 @dataclass
@@ -41,6 +53,7 @@ class Workload:
     description: str
     engine: dict
     requests: list[WorkloadRequest] = field(default_factory=list)
+    edits: list[WorkloadEdit] = field(default_factory=list)
 
 
 def load_workload(path: str | Path) -> Workload:
@@ -73,24 +86,39 @@ def load_workload(path: str | Path) -> Workload:
             prompt=item[given[0]],
             sampling=sampling,
             cache_salt=item.get("cache_salt"),
+            phase=item.get("phase"),
         ))
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         raise WorkloadError(f"{path}: request ids must be unique")
+    edits = []
+    for index, item in enumerate(data.get("edits", [])):
+        where = f"{path}: edits[{index}]"
+        given = [key for key in ("text", "token_ids", "count") if key in item]
+        if len(given) != 1 or item.get("request_id") not in ids or "position" not in item:
+            raise WorkloadError(f"{where}: needs request_id (one of the requests), position, and exactly one "
+                                "of text, token_ids, count")
+        edits.append(WorkloadEdit(int(item.get("at_step", 0)), item["request_id"], int(item["position"]),
+                                  item.get("kind", "replace"), item[given[0]]))
     return Workload(str(data.get("name", path.stem)), str(data.get("description", "")), data.get("engine", {}),
-                    sorted(requests, key=lambda r: r.arrival_step))
+                    sorted(requests, key=lambda r: r.arrival_step), sorted(edits, key=lambda e: e.at_step))
 
 
 def run_workload(engine, workload: Workload,
                  on_finished: Callable[[RequestOutput], None] | None = None) -> list[RequestOutput]:
     """Submit each request at its arrival step and step the engine until every request has finished."""
     pending = list(workload.requests)
+    edits = list(workload.edits)
     outputs: dict[str, RequestOutput] = {}
     step = 0
-    while pending or engine.has_unfinished():
+    while pending or edits or engine.has_unfinished():
         while pending and pending[0].arrival_step <= step:
             item = pending.pop(0)
-            engine.submit(item.prompt, item.sampling, cache_salt=item.cache_salt, request_id=item.request_id)
+            engine.submit(item.prompt, item.sampling, cache_salt=item.cache_salt, request_id=item.request_id,
+                          phase=item.phase)
+        while edits and edits[0].at_step <= step and edits[0].request_id in engine.requests:
+            edit = edits.pop(0)
+            engine.edit(edit.request_id, edit.position, edit.tokens, edit.kind)
         for out in engine.step():
             outputs[out.request_id] = out
             if on_finished is not None:

@@ -186,5 +186,21 @@ def bench(model, prompt_tokens, max_tokens, concurrent, repeats, **options):
     click.echo(format_table(rows))
 
 
-COMMANDS = [generate, record, info, schema, bench]
+@click.command()
+@click.argument("trace_file", type=click.Path(exists=True, dir_okay=False))
+def stats(trace_file):
+    """Hit rates and TTFT / TPOT / ITL percentiles (p50/p95/p99) per workload phase of a TRACE_FILE."""
+    from engine.trace import read_trace
+    from engine.trace_stats import format_stats, summarize
+
+    trace = read_trace(trace_file)
+    if trace.error is not None and not trace.events:
+        raise click.ClickException(f"{trace_file}: {trace.error}")
+    if trace.error is not None:
+        click.echo(f"warning: {trace_file}: {trace.error}; summarising the {len(trace.events)} events before it",
+                   err=True)
+    click.echo(format_stats(summarize(trace.header, trace.events)))
+
+
+COMMANDS = [generate, record, info, schema, bench, stats]
 
