@@ -16,6 +16,7 @@ from engine.blocks import BlockPool
 from engine.edits import EditError, apply_edit
 from engine.model import EMBEDDED_MODEL, ModelShape, describe, load_model
 from engine.paged_kv import PagedKV
+from engine.prefix import PrefixCaching
 from engine.request import Request, RequestOutput, SamplingParams, Status
 from engine.runner import ModelRunner
 from engine.sampling import make_generator, sample
@@ -36,6 +37,9 @@ class EngineConfig:
     kv_memory_mb: float | None = None  # pool budget when num_blocks is not given (default 256 MiB)
     max_batched_tokens: int = 512  # tokens per step (prefill chunks + decodes)
     max_num_seqs: int = 64  # requests running at once
+    prefix_cache: bool = True  # share cached prefixes between requests (radix tree)
+    eviction: str = "lru"  # lru | lfu | cost: which cached block goes first when the pool runs out
+    hit_rate_window: int = 32  # requests in the sliding window of the hit rates
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -64,13 +68,16 @@ class Engine:
         self.pool = BlockPool(self.config.pool_blocks(self.shape), block_size, self.trace)
         self.kv = PagedKV(self.shape, self.pool.num_blocks, block_size, dtype, device)
         self.pool.on_copy = self.kv.copy_block
-        self.scheduler = Scheduler(self.pool, self.trace, self.config.max_batched_tokens, self.config.max_num_seqs)
+        self.prefix = PrefixCaching(self.pool, self.trace, self.config.prefix_cache, self.config.eviction,
+                                    self.config.hit_rate_window, self.token_text)
+        self.scheduler = Scheduler(self.pool, self.trace, self.config.max_batched_tokens, self.config.max_num_seqs,
+                                   on_admit=self.prefix.attach, on_preempt=self.prefix.detach)
         self.runner = ModelRunner(model, self.kv, self.shape.windows)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
+        self._token_text_cache: dict[int, str] = {}
         self._step = 0
         self._eos_ids = self._find_eos_ids()
-        self._token_text_cache: dict[int, str] = {}
         self.trace.set_header({
             "model": self.shape.to_json(),
             "block_size": block_size,
@@ -198,8 +205,11 @@ class Engine:
                 self.trace.emit("prefill_chunk", request_id=req.request_id, step=step, start=chunk.start,
                                 end=chunk.start + chunk.num_tokens)
             if req.num_computed == req.num_tokens:
-                if self._emit_token(req, row):
-                    finished.append(self.output(req.request_id))
+                for sample_of in [req, *self._spawn_samples(req)]:
+                    if self._emit_token(sample_of, row):
+                        finished.append(self.output(sample_of.request_id))
+            if req.status is Status.RUNNING:
+                self.prefix.cache_computed(req)
         self.trace.emit("step", step=step, num_tokens=sum(c.num_tokens for c in chunks),
                         num_prefill=sum(1 for c in chunks if c.num_tokens > 1 or not c.request.output_token_ids),
                         num_decode=sum(1 for c in chunks if c.num_tokens == 1 and c.request.output_token_ids),
@@ -237,7 +247,7 @@ class Engine:
     def _finish(self, req: Request, reason: str) -> None:
         req.finish_reason = reason
         self.scheduler.finish(req)
-        self.pool.release_table(req.block_table, req.request_id)
+        self.prefix.detach(req)
         req.num_computed = 0
         self.trace.emit("request_finished", request_id=req.request_id, reason=reason,
                         num_prompt_tokens=len(req.prompt_token_ids), num_output_tokens=len(req.output_token_ids),
@@ -267,6 +277,7 @@ class Engine:
                 self.pool.share(physical, child_id, logical)
                 child.block_table.append(physical)
             if parent.status is Status.RUNNING:
+                self.prefix.share_lock(parent, child)
                 self.scheduler.adopt(child)
             else:
                 child.num_computed = 0
@@ -301,15 +312,24 @@ class Engine:
         copied = []
         first_dropped = keep // bs
         if keep % bs and first_dropped < len(table):
+            # m's block: its valid part stays; a block shared (or in the prefix tree) is copied first
             src = table[first_dropped]
             dst = self.pool.copy_on_write(table, first_dropped, request_id, keep % bs)
             if dst != src:
                 copied.append([src, dst])
             first_dropped += 1
-        kept, dropped = list(table[:first_dropped]), list(table[first_dropped:])
+        kept = [b for b in table[:first_dropped] if not copied or b != copied[0][1]]
+        dropped = list(table[first_dropped:])
         self.pool.release_table(table, request_id, first_dropped)
         req.prompt_token_ids, req.output_token_ids = edited.prompt, edited.generated
         req.num_computed = keep
+        if req.status is Status.RUNNING:
+            self.prefix.truncated(req)
+        elif req.status is Status.FINISHED:
+            # its blocks went to the prefix tree at finish: readmission will find the kept prefix there
+            probe = self.prefix.match(edited.tokens, req.cache_salt)
+            keep = probe.num_tokens
+            kept = list(probe.blocks)
         req.num_cached = min(req.num_cached, keep)
         req.generation_start = len(edited.generated)
         req.logits = []
@@ -323,6 +343,12 @@ class Engine:
                                 first_recomputed=keep, recompute_tokens=req.num_tokens - keep)
         self.trace.flush()
         return event
+
+    def _spawn_samples(self, req: Request) -> list[Request]:
+        """SamplingParams(n > 1): when the prompt is done, fork n - 1 siblings that share its blocks."""
+        if req.params.n <= 1 or req.output_token_ids or req.parent_id is not None:
+            return []
+        return [self.requests[child] for child in self.fork(req.request_id, req.params.n - 1)]
 
     def _request(self, request_id: str) -> Request:
         if request_id not in self.requests:

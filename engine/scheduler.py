@@ -27,7 +27,8 @@ class ScheduledChunk:
 
 class Scheduler:
     def __init__(self, pool: BlockPool, trace: TraceSink, max_batched_tokens: int, max_num_seqs: int,
-                 on_admit: Callable[[Request], None] | None = None):
+                 on_admit: Callable[[Request], None] | None = None,
+                 on_preempt: Callable[[Request], None] | None = None):
         if max_batched_tokens < 1:
             raise ValueError("max_batched_tokens must be at least 1")
         self.pool = pool
@@ -37,6 +38,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.on_admit = on_admit  # the prefix cache attaches cached blocks here
+        self.on_preempt = on_preempt  # ... and caches and releases them here
         self._admissions = 0
 
     def add(self, request: Request) -> None:
@@ -130,7 +132,10 @@ class Scheduler:
         return victim
 
     def preempt(self, request: Request) -> None:
-        self.pool.release_table(request.block_table, request.request_id)
+        if self.on_preempt is not None:
+            self.on_preempt(request)
+        else:
+            self.pool.release_table(request.block_table, request.request_id)
         self.trace.emit("request_preempted", request_id=request.request_id, num_tokens=request.num_tokens)
         request.num_computed = 0
         request.num_cached = 0

@@ -149,7 +149,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "prompt_tokens": (_INT, "prompt length"),
         "matched_tokens": (_INT, "prompt tokens served from the cache"),
         "reason": (_STR, "why matching stopped: divergent | block_floor | evicted | salt | short_prompt | "
-                         "disabled | full_match | window | empty_cache"),
+                         "disabled | full_match | window | empty_cache | cache_end"),
         "detail": (_DICT, "reason-specific facts: position, expected/actual token ids and texts, evicted_at, policy"),
     },
     "hit_rates": {
@@ -183,6 +183,24 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "start": (_INT, "first position written"),
         "end": (_INT, "one past the last position written (slot = position mod W)"),
         "evicted": (_LIST, "positions overwritten (fell out of the window)"),
+        # optional: "layers" (list, the group's layer indices), "sink_tokens" (int S: positions < S sit in
+        # sink slots 0..S-1 and the ring proper is slots S + position mod W)
+    },
+    "ring_resume": {
+        "request_id": (_STR, "request whose window-layer rings restart (edit, prefix hit)"),
+        "wanted": (_INT, "position the cache could otherwise resume at (edit point, prefix match)"),
+        "position": (_INT, "exact restart point chosen: window layers need that layer's K/V of the W-1 positions before it"),
+        "source": (_STR, "ring (its own ring still holds them) | snapshot (saved at a block boundary) | start"),
+        "recompute_tokens": (_INT, "wanted - position: extra tokens recomputed through all layers"),
+        "reason": (_STR, "window when position < wanted, else none"),
+    },
+    "sink_divergence": {
+        "request_id": (_STR, "finished request run with attention sinks (or a forced window)"),
+        "max_logit_diff": (_FLOAT, "max |logit| difference vs a no-cache full-attention forward of its sequence"),
+        "positions": (_LIST, "positions whose logits were compared (each chunk's last, i.e. every sampled token)"),
+        "sink_tokens": (_INT, "S"),
+        "window": (_INT, "W"),
+        "argmax_changed": (_INT, "compared positions whose greedy token differs from full attention"),
     },
 }
 
