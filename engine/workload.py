@@ -8,8 +8,10 @@ Format (JSON):
          "prompt": "text"  |  "messages": [{"role": "user", "content": "..."}]  |  "prompt_token_ids": [...],
          "sampling": {"max_tokens": 32, "temperature": 0.0, ...},   # SamplingParams fields
          "cache_salt": null, "phase": "cold"}, ...],                # phase: a label `kvtui stats` groups by
-     "edits": [{"at_step": 12, "request_id": "alice", "position": 40, "kind": "replace",
-                "text": " blue" | "token_ids": [...] | "count": 2}]}   # applied before that step runs
+     "edits": [{"at_step": 12, "request_id": "alice", "position": 40 | "end", "kind": "replace",
+                "text": " blue" | "token_ids": [...] | "count": 2,
+                "after_finish": false}]}   # applied before that step runs (and once the request finished)
+A position "end" is the end of the sequence at the time of the edit: an insert there appends (a new chat turn).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class WorkloadEdit:
     position: int
     kind: str
     tokens: object  # text, token ids, or a count (delete)
+    after_finish: bool = False
 
 
 @dataclass
@@ -98,8 +101,9 @@ def load_workload(path: str | Path) -> Workload:
         if len(given) != 1 or item.get("request_id") not in ids or "position" not in item:
             raise WorkloadError(f"{where}: needs request_id (one of the requests), position, and exactly one "
                                 "of text, token_ids, count")
-        edits.append(WorkloadEdit(int(item.get("at_step", 0)), item["request_id"], int(item["position"]),
-                                  item.get("kind", "replace"), item[given[0]]))
+        position = item["position"] if item["position"] == "end" else int(item["position"])
+        edits.append(WorkloadEdit(int(item.get("at_step", 0)), item["request_id"], position,
+                                  item.get("kind", "replace"), item[given[0]], bool(item.get("after_finish"))))
     return Workload(str(data.get("name", path.stem)), str(data.get("description", "")), data.get("engine", {}),
                     sorted(requests, key=lambda r: r.arrival_step), sorted(edits, key=lambda e: e.at_step))
 
@@ -116,12 +120,21 @@ def run_workload(engine, workload: Workload,
             item = pending.pop(0)
             engine.submit(item.prompt, item.sampling, cache_salt=item.cache_salt, request_id=item.request_id,
                           phase=item.phase)
-        while edits and edits[0].at_step <= step and edits[0].request_id in engine.requests:
+        while edits and _edit_due(engine, edits[0], step):
             edit = edits.pop(0)
-            engine.edit(edit.request_id, edit.position, edit.tokens, edit.kind)
+            request = engine.requests[edit.request_id]
+            position = request.num_tokens if edit.position == "end" else edit.position
+            engine.edit(edit.request_id, position, edit.tokens, edit.kind)
         for out in engine.step():
             outputs[out.request_id] = out
             if on_finished is not None:
                 on_finished(out)
         step += 1
     return [outputs[r.request_id] for r in workload.requests]
+
+
+def _edit_due(engine, edit: WorkloadEdit, step: int) -> bool:
+    request = engine.requests.get(edit.request_id)
+    if request is None or edit.at_step > step:
+        return False
+    return not edit.after_finish or request.finish_reason is not None

@@ -18,6 +18,11 @@ def engine_options(func):
     @click.option("--num-blocks", type=int, default=None, help="Blocks in the pool [default: 256 MiB of KV].")
     @click.option("--max-batched-tokens", default=512, show_default=True,
                   help="Token budget per step; longer prompts are prefilled in chunks.")
+    @click.option("--prefix-cache/--no-prefix-cache", default=True, show_default=True,
+                  help="Share cached prefixes between requests (radix tree).")
+    @click.option("--eviction", type=click.Choice(["lru", "lfu", "cost"]), default="lru", show_default=True,
+                  help="Which cached block goes first when the pool is full: least recently used, least "
+                       "frequently used, or cheapest to recompute.")
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         return func(*args, **kwargs)
@@ -28,8 +33,8 @@ def engine_options(func):
 def engine_config(overrides: dict | None = None, **options):
     from engine.engine import EngineConfig
 
-    values = {"device": options["device"], "dtype": options["dtype"], "block_size": options["block_size"],
-              "num_blocks": options["num_blocks"], "max_batched_tokens": options["max_batched_tokens"]}
+    keys = ("device", "dtype", "block_size", "num_blocks", "max_batched_tokens", "prefix_cache", "eviction")
+    values = {key: options[key] for key in keys}
     values.update(overrides or {})
     try:
         return EngineConfig(**values)
@@ -104,7 +109,7 @@ def record(workload, out, model, **options):
         raise click.ClickException(str(exc)) from None
     engine = load_engine(model, engine_config(spec.engine, **options))
     engine.add_trace_file(out)
-    total = len(spec.requests)
+    total = len(spec.requests) + len(spec.edits)  # an edited request finishes once more
     done = 0
 
     def progress(output):
