@@ -16,6 +16,7 @@ Speed matters (a replay ingests hundreds of thousands of events per second, and 
 from __future__ import annotations
 
 import copy as _copy
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -27,12 +28,18 @@ WAITING, RUNNING, PREEMPTED, FINISHED = "waiting", "running", "preempted", "fini
 
 _FREE, _HELD, _CACHED = 0, 1, 2  # CacheState.kind values
 
+# Copy-on-write ownership: a state may mutate a Request / RadixNode / Ring in place only if the object's `owner`
+# equals the state's `_gen`; a snapshot gives both sides fresh generations, so shared objects get copied on
+# their first mutation. (A token per snapshot, not a set of shared ids: O(1) per snapshot.)
+_GENERATIONS = itertools.count(1)
+
 
 @dataclass(slots=True)
 class Request:
     """One request: its sequence (prompt + generated, each token with its text) and what happened to it."""
 
     request_id: str
+    ordinal: int  # arrival order, 0-based: stable colors and lane order
     prompt_len: int
     token_ids: list[int]
     texts: list[str]
@@ -56,6 +63,7 @@ class Request:
     marks: list[tuple[float, str, int]] = field(default_factory=list)
     edits: list[dict] = field(default_factory=list)
     locked: list[int] = field(default_factory=list)  # radix nodes this request holds a lock ref on
+    owner: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -87,6 +95,7 @@ class RadixNode:
     last_access: float = 0.0
     mark: str = ""  # the last thing that happened to it: insert | hit | split
     mark_seq: int = -1
+    owner: int = 0
 
     def copy(self) -> "RadixNode":
         new = _copy.copy(self)
@@ -111,6 +120,7 @@ class Ring:
     last_written: list[int] = field(default_factory=list)
     last_evicted: list[int] = field(default_factory=list)
     overwrites: int = 0
+    owner: int = 0
 
     def copy(self) -> "Ring":
         new = _copy.copy(self)
@@ -177,10 +187,8 @@ class CacheState:
         self.evictions = 0
         self.preemptions = 0
         self.last_event: dict | None = None
-        # copy-on-write bookkeeping: objects shared with a snapshot
-        self._shared_req: set[str] = set()
-        self._shared_node: set[int] = set()
-        self._shared_ring: set[tuple[str, int]] = set()
+        self._gen = next(_GENERATIONS)  # copy-on-write ownership (see _GENERATIONS)
+        self.nodes[0].owner = self._gen
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self) -> "CacheState":
@@ -201,24 +209,22 @@ class CacheState:
         new.evicted_nodes = list(self.evicted_nodes)
         new.rings = dict(self.rings)
         new.counts = dict(self.counts)
-        shared_req, shared_node, shared_ring = set(self.requests), set(self.nodes), set(self.rings)
-        self._shared_req, self._shared_node, self._shared_ring = shared_req, shared_node, shared_ring
-        new._shared_req, new._shared_node, new._shared_ring = set(shared_req), set(shared_node), set(shared_ring)
+        self._gen, new._gen = next(_GENERATIONS), next(_GENERATIONS)
         return new
 
     def _req(self, rid: str) -> Request | None:
         """The request, owned by this state (copied first if a snapshot shares it)."""
         req = self.requests.get(rid)
-        if req is not None and rid in self._shared_req:
+        if req is not None and req.owner != self._gen:
             req = self.requests[rid] = req.copy()
-            self._shared_req.discard(rid)
+            req.owner = self._gen
         return req
 
     def _node(self, node_id: int) -> RadixNode | None:
         node = self.nodes.get(node_id)
-        if node is not None and node_id in self._shared_node:
+        if node is not None and node.owner != self._gen:
             node = self.nodes[node_id] = node.copy()
-            self._shared_node.discard(node_id)
+            node.owner = self._gen
         return node
 
     # ------------------------------------------------------------------ derived views
@@ -295,12 +301,13 @@ class CacheState:
         rid = ev["request_id"]
         ids = list(ev["prompt_token_ids"])
         texts = list(ev["prompt_texts"])
-        if rid not in self.requests:
+        old = self.requests.get(rid)
+        if old is None:
             self.order.append(rid)
-        self._shared_req.discard(rid)
+        ordinal = old.ordinal if old is not None else len(self.order) - 1
         self.requests[rid] = Request(
-            rid, len(ids), ids, texts, max_tokens=ev.get("max_tokens", 0), cache_salt=ev.get("cache_salt"),
-            parent_id=ev.get("parent_id"), arrived=ev["t"], marks=[(ev["t"], "arrived", self.step)])
+            rid, ordinal, len(ids), ids, texts, max_tokens=ev.get("max_tokens", 0), cache_salt=ev.get("cache_salt"),
+            parent_id=ev.get("parent_id"), arrived=ev["t"], marks=[(ev["t"], "arrived", self.step)], owner=self._gen)
 
     def _on_request_scheduled(self, ev: dict) -> None:
         req = self._req(ev["request_id"])
@@ -506,12 +513,11 @@ class CacheState:
         node_id, parent_id = ev["node_id"], ev["parent_id"]
         t = ev["t"]
         rid = ev.get("request_id")
-        self._shared_node.discard(node_id)
         self.nodes[node_id] = RadixNode(node_id, parent_id, list(ev["blocks"]), list(ev["token_ids"]),
                                         list(ev["texts"]), created=t, last_access=t, mark="insert",
-                                        mark_seq=ev["seq"])
+                                        mark_seq=ev["seq"], owner=self._gen)
         parent = self._node(parent_id)
-        if parent is not None and node_id not in parent.children:
+        if parent is not None:
             parent.children.append(node_id)
         for p in ev["blocks"]:
             self.block_node[p] = node_id
@@ -536,8 +542,7 @@ class CacheState:
         cut = at * self.block_size
         child = RadixNode(new_id, node.node_id, node.blocks[at:], node.token_ids[cut:], node.texts[cut:],
                           children=node.children, hits=node.hits, lockers=list(node.lockers), created=ev["t"],
-                          last_access=node.last_access, mark="split", mark_seq=ev["seq"])
-        self._shared_node.discard(new_id)
+                          last_access=node.last_access, mark="split", mark_seq=ev["seq"], owner=self._gen)
         self.nodes[new_id] = child
         for grandchild_id in child.children:
             grandchild = self._node(grandchild_id)
@@ -565,7 +570,6 @@ class CacheState:
                 child.parent_id = parent.node_id
                 parent.children.append(child_id)
         del self.nodes[node_id]
-        self._shared_node.discard(node_id)
         self.evicted_nodes.append((node_id, ev["t"], "".join(node.texts)[:40]))
         if len(self.evicted_nodes) > 32:
             del self.evicted_nodes[0]
@@ -631,11 +635,10 @@ class CacheState:
         window = ev["window"]
         ring = self.rings.get(key)
         if ring is None or ring.window != window:
-            ring = self.rings[key] = Ring(ev["request_id"], ev["group"], window, [-1] * window)
-            self._shared_ring.discard(key)
-        elif key in self._shared_ring:
+            ring = self.rings[key] = Ring(ev["request_id"], ev["group"], window, [-1] * window, owner=self._gen)
+        elif ring.owner != self._gen:
             ring = self.rings[key] = ring.copy()
-            self._shared_ring.discard(key)
+            ring.owner = self._gen
         start, end = ev["start"], ev["end"]
         slots = ring.slots
         for pos in range(max(start, end - window), end):

@@ -33,6 +33,7 @@ class Timeline:
         self._kf_index: list[int] = [0]
         self._kf_state: list[CacheState] = [self.tip.snapshot()]
         self.markers: dict[str, list[int]] = {kind: [] for kind in MARKER_KINDS}
+        self._edit_pending: str | None = None
         self.extend(events)
 
     def __len__(self) -> int:
@@ -45,10 +46,13 @@ class Timeline:
         enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._extend(events)
+            added = self._extend(events)
         finally:
             if enabled:
                 gc.enable()
+        if added > 10_000:
+            gc.freeze()  # events live as long as the app: keep later collections from rescanning them
+        return added
 
     def _extend(self, events) -> int:
         tip, out, every = self.tip, self.events, self.keyframe_every
@@ -69,6 +73,12 @@ class Timeline:
                 eviction.append(n)
             elif etype == "edit":
                 edit.append(n)
+                self._edit_pending = event["request_id"]
+            elif etype == "invalidate":
+                # land on the invalidate that follows an edit, so the boundary it names is already visible
+                if edit and self._edit_pending == event["request_id"]:
+                    edit[-1] = n
+                self._edit_pending = None
             elif etype == "prefix_match":
                 if is_miss(event):
                     miss.append(n)
@@ -83,10 +93,16 @@ class Timeline:
         """A fresh state after the first `k` events (the caller may apply more events to it)."""
         k = max(0, min(k, len(self.events)))
         i = bisect_right(self._kf_index, k) - 1
-        state = self._kf_state[i].snapshot()
-        start = self._kf_index[i]
-        if k > start:
-            state.apply_all(self.events[start:k])
+        enabled = gc.isenabled()
+        gc.disable()  # a seek allocates a burst of objects and frees no cycles
+        try:
+            state = self._kf_state[i].snapshot()
+            start = self._kf_index[i]
+            if k > start:
+                state.apply_all(self.events[start:k])
+        finally:
+            if enabled:
+                gc.enable()
         return state
 
     def next_marker(self, kind: str, cursor: int) -> int | None:

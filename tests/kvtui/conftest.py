@@ -18,3 +18,9 @@ def small_trace():
 def medium_trace():
     return generate(num_requests=300, seed=7, block_size=4, num_blocks=96, window=8, edit_rate=0.02,
                     fork_rate=0.02)
+
+
+@pytest.fixture
+def anyio_backend():
+    """Async pilot tests run on asyncio through anyio's pytest plugin (no pytest-asyncio needed)."""
+    return "asyncio"

@@ -1,0 +1,1 @@
+"""Screens of the kvtui app: help, and the command palette provider."""

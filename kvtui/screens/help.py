@@ -1,0 +1,73 @@
+"""`?`: what each view shows, the concepts behind it (from the seed notes), and every key."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+CONCEPTS = """\
+# kvtui help
+
+kvtui draws a **trace**: every fact the engine reports about its KV cache. Live mode runs a model and
+shows its trace as it happens; replay reads a saved trace. The *cursor* is a point in the trace: every view
+shows the cache exactly as it was after that event.
+
+## Views (keys 1-6)
+1. **Pool** - every physical block is one cell: `■` in use, a digit = shared by that many requests
+   (ref count), `□` cached (no owner, kept in the prefix tree, evictable), `·` free, `▶` being written this
+   step. `o` colors blocks by owner. After an edit: green kept, red dropped, cyan copied. Arrows move the
+   block cursor; the side panel shows its tokens, ref count, hash, owners, age, and the selected request's
+   **block table** (logical -> physical, fill of each block, tail waste in the last block).
+2. **Requests** - one lane per request over trace time: `·` queued, `█` prefill chunk, `▪` decode step,
+   `─` running, `E` edit, `P` preempted, `┃` finished. Above: TTFT / TPOT / ITL percentiles.
+3. **Prefix tree** - the radix tree, one row per node: its token run, its blocks, hits, lock refs (running
+   requests using it), last access. Fresh marks: insert, hit, split; recent evictions below. Under it the
+   **miss explainer** for the selected request: how many prompt tokens came from the cache and why matching
+   stopped (divergent token, block floor, evicted, salt, short prompt, ...).
+4. **Metrics** - hit rates and KV memory over time; formula bytes next to pool bytes.
+5. **Rings** - sliding-window layers: W slots per request, the write head `▼`, the position in each slot.
+6. **Tokens** - the selected request's tokens with boundaries and positions; move the cursor and
+   `r` replace, `i` insert before, `d` delete (live mode), `f` fork.
+
+## Concepts
+- **KV cache**: in a causal decoder K/V of position j depend only on tokens <= j, so they are computed once
+  and reused. Bytes = 2 x layers x kv_heads x head_dim x bytes_per_elem x tokens (KV heads, not query heads).
+- **Paging**: fixed blocks of `block_size` tokens; a request's block table maps logical -> physical blocks;
+  only the last block of a sequence wastes slots (tail waste).
+- **Prefix cache**: reuse needs the identical token-id prefix from position 0, matched in whole blocks; a
+  token equal again after the first difference is never a hit. The last prompt token is always computed.
+- **Hit rates**: token = hit tokens / prompt tokens that could match; request = requests with any hit /
+  requests; block = block hits / block lookups. Cumulative and over a window of recent requests.
+- **TTFT** = queueing + prefill + sampling up to the first token. **TPOT** = (t_last - t_first) / (n - 1),
+  undefined for one token. **ITL** = gap between consecutive tokens of one request.
+- **Edit boundary**: editing position m keeps the K/V of positions < m in every layer (whole blocks before
+  m's block; the valid part of m's block, copied first if shared) and recomputes from m on.
+- **Ring window**: window W = the current token plus the W-1 before it; slot = position mod W, so writing
+  position p overwrites p - W.
+- **Copy-on-write**: a fork shares every block (ref count > 1); the first write to a shared block copies it.
+
+## Replay controls
+`space` play/pause · `.` / `,` one event forward/back · `>` / `<` one engine step forward/back ·
+`+` / `-` speed · `g` go to a percentage or `#event` · `home`/`end` start/end (in the scrubber) ·
+`a` `e` `x` `m` next arrival / edit / eviction / miss, shift for previous · `[` `]` previous/next request ·
+click the scrubber to seek · `ctrl+p` command palette (every key is there) · `q` quit.
+"""
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close help", id="help.close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90%; height: 90%; border: round $accent; background: $surface; }
+    """
+
+    def __init__(self, keys_markdown: str = ""):
+        super().__init__()
+        self.keys_markdown = keys_markdown
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Markdown(CONCEPTS + "\n## All keys\n" + self.keys_markdown)

@@ -1,0 +1,194 @@
+"""The block pool: every physical block one cell, colored by state (or by owner), with a cursor.
+
+A cell is two columns: a glyph and a gap. `■` in use (owner's color in owner mode), a digit = shared with that
+ref count, `□` cached (ref 0, kept in the prefix tree, evictable), `·` free, `▶` being written this step.
+After an edit the blocks named by the `invalidate` event are marked: kept (green), dropped (red), copied
+(cyan). Rows start with the physical index of their first cell.
+"""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.binding import Binding
+from textual.message import Message
+from textual.strip import Strip
+
+from kvtui.state import CACHED, FREE, SHARED, USED, WRITING, CacheState
+from kvtui.widgets.base import (COPIED, CURSOR, DIM, DROPPED, KEPT, STATE_GLYPH, STATE_STYLE, LineView, fmt_bytes,
+                                fmt_seconds, owner_style, pad, show_text)
+
+CELL = 2
+MARGIN = 6  # "12345 " row label
+
+
+EDIT_MARK_SECONDS = 3.0  # how long (trace time) the pool keeps showing the last edit boundary
+
+
+def edit_marks(state: CacheState) -> dict[int, str]:
+    """Blocks named by the last invalidate event, while it is recent: physical -> kept | dropped | copied."""
+    inv = state.last_invalidate
+    if inv is None or state.t - inv["t"] > EDIT_MARK_SECONDS:
+        return {}
+    marks = {p: "kept" for p in inv["kept"]}
+    marks.update({p: "dropped" for p in inv["dropped"]})
+    marks.update({pair[1]: "copied" for pair in inv["copied"] if len(pair) == 2})
+    return marks
+
+
+class BlockPoolView(LineView):
+    BINDINGS = [
+        Binding("left", "move(-1)", "block left", show=False, id="pool.left"),
+        Binding("right", "move(1)", "block right", show=False, id="pool.right"),
+        Binding("up", "move_row(-1)", "block up", show=False, id="pool.up"),
+        Binding("down", "move_row(1)", "block down", show=False, id="pool.down"),
+        Binding("home", "jump(0)", "first block", show=False, id="pool.home"),
+        Binding("end", "jump(-1)", "last block", show=False, id="pool.end"),
+        Binding("o", "toggle_owner", "color by owner", show=False, id="pool.owner_mode"),
+        Binding("enter", "select_owner", "select owner", show=False, id="pool.select_owner"),
+    ]
+
+    class BlockSelected(Message):
+        def __init__(self, physical: int, request_id: str | None):
+            super().__init__()
+            self.physical = physical
+            self.request_id = request_id
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cursor = 0
+        self.by_owner = False
+
+    def columns(self, width: int) -> int:
+        return max(1, (width - MARGIN) // CELL)
+
+    def row_count(self, width: int) -> int:
+        state = self.view.state
+        if state is None or not state.num_blocks:
+            return 1
+        return -(-state.num_blocks // self.columns(width))
+
+    def cell_style(self, state: CacheState, p: int, kind: str) -> tuple[str, Style]:
+        glyph, style = STATE_GLYPH[kind], STATE_STYLE[kind]
+        if kind == SHARED:
+            ref = state.ref[p]
+            glyph = str(ref) if ref < 10 else "+"
+        if self.by_owner and kind in (USED, SHARED, WRITING) and state.owners[p]:
+            req = state.requests.get(state.owners[p][0][0])
+            if req is not None:
+                style = owner_style(req.ordinal) + Style(bold=kind != USED, underline=kind == SHARED)
+        return glyph, style
+
+    def render_row(self, row: int, width: int) -> Strip:
+        state = self.view.state
+        if state is None:
+            return pad([Segment("no trace yet", DIM)], width)
+        cols = self.columns(width)
+        first = row * cols
+        segments = [Segment(f"{first:>{MARGIN - 1}} ", DIM)]
+        marks = edit_marks(state)
+        selected = set(self.view.state.tables.get(self.view.request_id or "", ())) if self.view.request_id else set()
+        focused = self.has_focus
+        for p in range(first, min(first + cols, state.num_blocks)):
+            kind = state.block_state(p)
+            glyph, style = self.cell_style(state, p, kind)
+            mark = marks.get(p)
+            if mark == "kept":
+                style = KEPT
+            elif mark == "dropped":
+                style, glyph = DROPPED, "×" if kind in (FREE, CACHED) else glyph
+            elif mark == "copied":
+                style = COPIED
+            if p == self.cursor:
+                style = style + CURSOR if focused else style + Style(underline=True)
+            if p in selected and p + 1 not in selected:
+                segments.append(Segment(glyph, style))
+                segments.append(Segment("▕", DIM))
+            elif style.bgcolor is None and not style.reverse and not style.underline:
+                segments.append(Segment(glyph + " ", style))  # same style: merges with its neighbours
+            else:
+                segments.append(Segment(glyph, style))
+                segments.append(Segment(" ", DIM))
+        return pad(segments, width)
+
+    # --- cursor
+    def _set_cursor(self, p: int) -> None:
+        state = self.view.state
+        if state is None or not state.num_blocks:
+            return
+        self.cursor = max(0, min(state.num_blocks - 1, p))
+        self.scroll_to_row(self.cursor // self.columns(self.content_width()))
+        self.refresh()
+        owners = state.owners[self.cursor]
+        self.post_message(self.BlockSelected(self.cursor, owners[0][0] if owners else None))
+
+    def action_move(self, delta: int) -> None:
+        self._set_cursor(self.cursor + delta)
+
+    def action_move_row(self, delta: int) -> None:
+        self._set_cursor(self.cursor + delta * self.columns(self.content_width()))
+
+    def action_jump(self, where: int) -> None:
+        state = self.view.state
+        self._set_cursor(where if where >= 0 or state is None else state.num_blocks - 1)
+
+    def action_toggle_owner(self) -> None:
+        self.by_owner = not self.by_owner
+        self.refresh()
+
+    def action_select_owner(self) -> None:
+        self._set_cursor(self.cursor)
+
+    def on_click(self, event) -> None:
+        width = self.content_width()
+        x, y = event.x, event.y + int(self.scroll_offset.y)
+        if x < MARGIN:
+            return
+        col = (x - MARGIN) // CELL
+        if col < self.columns(width):
+            self._set_cursor(y * self.columns(width) + col)
+
+
+def pool_legend(state: CacheState | None) -> Text:
+    """One line: counts per state, with the glyphs the grid uses."""
+    if state is None:
+        return Text("waiting for the trace header…", style="dim")
+    shared = sum(1 for p in range(state.num_blocks) if state.ref[p] > 1)
+    used = state.n_used
+    text = Text()
+    for glyph, kind, label, count in (("■", USED, "used", used - shared), ("2", SHARED, "shared", shared),
+                                      ("□", CACHED, "cached", state.n_cached), ("·", FREE, "free", state.n_free),
+                                      ("▶", WRITING, "writing", len(state.writing))):
+        text.append(glyph, STATE_STYLE[kind])
+        text.append(f" {label} {count}  ")
+    text.append(f"of {state.num_blocks} × {state.block_size} tokens", style="dim")
+    return text
+
+
+def block_details(state: CacheState | None, physical: int | None) -> Text:
+    """What one block holds: state, ref count, owners (request:logical), hash, radix node, age, tokens."""
+    if state is None or physical is None or not 0 <= physical < state.num_blocks:
+        return Text("Select a block (arrows in the pool, Enter selects its owner).", style="dim")
+    kind = state.block_state(physical)
+    out = Text()
+    out.append(f"block P{physical}  ", style="bold")
+    out.append(kind, STATE_STYLE[kind])
+    out.append(f"  ref {state.ref[physical]}\n")
+    owners = state.owners[physical]
+    out.append("owners: " + (", ".join(f"{rid}:L{logical}" for rid, logical in owners) or "none") + "\n")
+    if state.block_hash[physical]:
+        out.append(f"hash {state.block_hash[physical]}\n")
+    node = state.block_node.get(physical)
+    if node is not None:
+        out.append(f"radix node n{node}\n")
+    if kind != FREE:
+        out.append(f"age {fmt_seconds(max(0.0, state.t - state.born[physical]))}\n")
+    ids, texts = state.block_tokens(physical)
+    if ids:
+        out.append(f"tokens ({len(ids)}/{state.block_size}): ", style="dim")
+        for i, text in enumerate(texts):
+            out.append(show_text(text), style="on #2a2a3a" if i % 2 else "on #3a3a4a")
+        out.append("\n")
+    out.append(f"{fmt_bytes(state.bytes_per_block)} of K/V", style="dim")
+    return out

@@ -1,0 +1,121 @@
+"""Hit rates and KV memory over time, as one-line sparklines with the current value.
+
+Hit rates (from `hit_rates` events): token = hit tokens / prompt tokens that could match; request = requests
+with any hit / requests; block = block hits / block lookups; each cumulative and over the last N requests
+(the windowed value is what changes now; the cumulative one hides it). Memory (from `step` events): blocks used,
+cached (evictable) and free, and the byte arithmetic: formula bytes for the tokens held vs pool bytes.
+"""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+
+from kvtui.state import CacheState
+from kvtui.widgets.base import DIM, HEADING, LineView, fmt_bytes, fmt_seconds, pad
+
+BARS = "▁▂▃▄▅▆▇█"
+LABEL = 18
+VALUE = 10
+
+
+def sparkline(values: list[float], width: int, top: float | None = None) -> str:
+    """`width` cells; long series are sampled with a stride (cheap: a slice), short ones left-aligned."""
+    values = [v for v in values if v is not None]
+    if not values or width <= 0:
+        return ""
+    if len(values) > width:
+        stride = len(values) / width
+        values = [values[int(i * stride)] for i in range(width - 1)] + [values[-1]]
+    hi = top if top is not None else max(values)
+    if hi <= 0:
+        return BARS[0] * len(values)
+    return "".join(BARS[max(0, min(7, int(v / hi * 7.999)))] for v in values)
+
+
+def _series(rows: list[tuple], count: int, index: int, width: int = 400) -> list[float]:
+    """Column `index` of the first `count` rows, sampled down to about `width` points (a frame needs no more).
+
+    `rows` is the shared append-only history, so nothing is copied but the sampled points.
+    """
+    if count > width:
+        stride = count / width
+        return [rows[int(i * stride)][index] for i in range(width - 1)] + [rows[count - 1][index]]
+    return [rows[i][index] for i in range(count)]
+
+
+class ChartsView(LineView):
+    _cache_key: tuple | None = None
+    _cache: list[tuple] = []
+
+    def lines(self) -> list[tuple]:
+        """(kind, args) per row: ("head", text) | ("spark", label, values, top, value_text, color) | ("text", s)."""
+        state = self.view.state
+        if state is None:
+            return [("text", "no trace yet")]
+        key = (id(state), state.index)
+        if key != self._cache_key:
+            self._cache, self._cache_key = self._build(state), key
+        return self._cache
+
+    def _build(self, state: CacheState) -> list[tuple]:
+        hits, steps = state.history.hits, state.history.steps
+        n_hits, n_steps = state.n_hits, state.n_steps
+        out: list[tuple] = []
+        n = (state.hit_rates or {}).get("window", {}).get("n", "N")
+        out.append(("head", f"hit rates over time ({n_hits} samples; windowed = last {n} requests)"))
+        if not n_hits:
+            out.append(("text", "  no hit_rates events yet"))
+        for label, i, color in (("token (cum)", 1, "#4e9ad6"), ("token (window)", 4, "#8fc3ee"),
+                                ("request (cum)", 2, "#59b26a"), ("request (window)", 5, "#9bdca8"),
+                                ("block (cum)", 3, "#c26fd1"), ("block (window)", 6, "#e0a9ea")):
+            if n_hits:
+                values = _series(hits, n_hits, i)
+                last = values[-1]
+                out.append(("spark", label, values, 1.0, "-" if last is None else f"{last:6.1%}", color))
+        out.append(("head", f"KV memory in blocks ({state.num_blocks} total, {n_steps} steps)"))
+        top = float(state.num_blocks or 1)
+        for label, i, color, now in (("used", 2, "#4e9ad6", state.n_used), ("cached", 3, "#59b26a", state.n_cached),
+                                     ("free", 4, "#7f7f7f", state.n_free)):
+            out.append(("spark", label, _series(steps, n_steps, i), top, f"{now}", color))
+        out.extend(("text", line) for line in memory_lines(state))
+        out.append(("head", "engine steps"))
+        last = steps[n_steps - 1] if n_steps else None
+        out.append(("spark", "tokens / step", _series(steps, n_steps, 5), None, f"{last[5]}" if last else "-",
+                    "#e5c07b"))
+        out.append(("spark", "step time", _series(steps, n_steps, 6), None, fmt_seconds(last[6]) if last else "-",
+                    "#e07b39"))
+        return out
+
+    def row_count(self, width: int) -> int:
+        return len(self.lines())
+
+    def render_row(self, row: int, width: int) -> Strip:
+        lines = self.lines()
+        kind, *args = lines[row]
+        if kind == "head":
+            return pad([Segment(args[0], HEADING)], width)
+        if kind == "text":
+            return pad([Segment(args[0], DIM)], width)
+        label, values, top, value, color = args
+        spark = sparkline(values, max(1, width - LABEL - VALUE - 2), top)
+        return pad([Segment(f"  {label:<{LABEL - 2}}", DIM), Segment(spark.ljust(width - LABEL - VALUE - 2),
+                                                                     Style(color=color)),
+                    Segment(f" {value:>{VALUE}}", Style(bold=True))], width)
+
+
+def memory_lines(state: CacheState) -> list[str]:
+    """Formula bytes (tokens held x bytes per token) next to pool bytes (blocks x bytes per block)."""
+    bpt, bpb = state.bytes_per_token, state.bytes_per_block
+    tokens = sum(state.requests[rid].num_tokens for rid in state.tables if rid in state.requests)
+    used_bytes = state.n_used * bpb
+    lines = [f"  pool: {state.num_blocks} blocks × {fmt_bytes(bpb)} = {fmt_bytes(state.num_blocks * bpb)};"
+             f" in use {fmt_bytes(used_bytes)}, cached {fmt_bytes(state.n_cached * bpb)}",
+             f"  formula: {tokens} tokens held × {fmt_bytes(bpt)}/token = {fmt_bytes(tokens * bpt)}"
+             f" (2 × layers × kv_heads × head_dim × bytes)"]
+    if tokens:
+        diff = used_bytes - tokens * bpt
+        lines.append(f"  pool - formula = {fmt_bytes(diff)}: tail waste of last blocks"
+                     f"{', minus blocks shared between requests' if diff < 0 else ''}")
+    return lines

@@ -1,0 +1,182 @@
+"""The token strip: the selected request's sequence (prompt + generated), wrapped, with a cursor.
+
+Alternating shades show token boundaries (blue: prompt, green: generated); each line starts with the position
+of its first token. The cursor picks the token to replace, insert before, or delete. After an edit, positions
+before the edit point m keep their K/V (underlined green); from m on everything is recomputed (yellow).
+"""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.binding import Binding
+from textual.message import Message
+from textual.strip import Strip
+
+from kvtui.widgets.base import BOLD, DIM, LineView, fmt_seconds, owner_style, pad, show_text
+
+MARGIN = 6
+HEADER_ROWS = 2
+PROMPT = (Style(color="#e8e8f0", bgcolor="#2c3e5c"), Style(color="#e8e8f0", bgcolor="#3a5078"))
+GENERATED = (Style(color="#e8f0e8", bgcolor="#2c5236"), Style(color="#e8f0e8", bgcolor="#3a6a46"))
+RECOMPUTED = Style(color="#111111", bgcolor="#e5c07b")
+CURSOR_STYLE = Style(color="#111111", bgcolor="#ffffff", bold=True)
+
+
+class TokenStrip(LineView):
+    BINDINGS = [
+        Binding("left", "move(-1)", "token left", show=False, id="tokens.left"),
+        Binding("right", "move(1)", "token right", show=False, id="tokens.right"),
+        Binding("up", "move_line(-1)", "line up", show=False, id="tokens.up"),
+        Binding("down", "move_line(1)", "line down", show=False, id="tokens.down"),
+        Binding("home", "jump(0)", "first token", show=False, id="tokens.home"),
+        Binding("end", "jump(-1)", "last token", show=False, id="tokens.end"),
+    ]
+
+    class CursorMoved(Message):
+        def __init__(self, position: int):
+            super().__init__()
+            self.position = position
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cursor: int | None = None  # None: the last token (follows generation)
+        self._layout_key: tuple | None = None
+        self._layout: list[list[tuple[int, str]]] = []
+
+    def layout(self, width: int) -> list[list[tuple[int, str]]]:
+        """Tokens wrapped into lines of (position, shown text)."""
+        state, req = self.view.state, self.view.request
+        if state is None or req is None:
+            return []
+        key = (id(state), state.index, req.request_id, width)
+        if key == self._layout_key:
+            return self._layout
+        room = max(4, width - MARGIN)
+        lines: list[list[tuple[int, str]]] = [[]]
+        used = 0
+        for pos, text in enumerate(req.texts):
+            shown = show_text(text) or "∅"
+            shown = shown[:room]
+            if used + len(shown) > room and lines[-1]:
+                lines.append([])
+                used = 0
+            lines[-1].append((pos, shown))
+            used += len(shown)
+        self._layout, self._layout_key = lines, key
+        return lines
+
+    def row_count(self, width: int) -> int:
+        return HEADER_ROWS + max(1, len(self.layout(width)))
+
+    def _edit_point(self) -> int | None:
+        state, req = self.view.state, self.view.request
+        inv = state.last_invalidate if state else None
+        if inv is None or req is None or inv["request_id"] != req.request_id:
+            return None
+        return inv["first_recomputed"]
+
+    def position(self) -> int:
+        """The cursor's token position, clamped to the sequence (the last token when unset)."""
+        req = self.view.request
+        if req is None or not req.num_tokens:
+            return 0
+        return req.num_tokens - 1 if self.cursor is None else max(0, min(self.cursor, req.num_tokens - 1))
+
+    def render_row(self, row: int, width: int) -> Strip:
+        state, req = self.view.state, self.view.request
+        if state is None or req is None:
+            return pad([Segment("No request selected: type a prompt below, or [ and ] to pick one." if row == 0
+                                else "", DIM)], width)
+        if row == 0:
+            return pad(self._header(), width)
+        if row == 1:
+            return pad(self._edit_line(), width)
+        lines = self.layout(width)
+        index = row - HEADER_ROWS
+        if index >= len(lines):
+            return pad([Segment("  (no tokens)", DIM)], width)
+        line = lines[index]
+        m = self._edit_point()
+        cursor = self.position()
+        segs = [Segment(f"{line[0][0] if line else 0:>{MARGIN - 1}} ", DIM)]
+        for pos, shown in line:
+            palette = PROMPT if pos < req.prompt_len else GENERATED
+            style = palette[pos % 2]
+            if m is not None and pos >= m:
+                style = RECOMPUTED if pos == m else style + Style(color="#e5c07b")
+            elif m is not None:
+                style = style + Style(underline=True)
+            if pos == cursor:
+                style = CURSOR_STYLE
+            segs.append(Segment(shown, style))
+        return pad(segs, width)
+
+    def _header(self) -> list[Segment]:
+        state, req = self.view.state, self.view.request
+        segs = [Segment(f"{req.request_id} ", owner_style(req.ordinal) + BOLD),
+                Segment(f"{req.status} · {req.num_tokens} tokens (prompt {req.prompt_len}, generated "
+                        f"{req.num_output}) · TTFT {fmt_seconds(req.ttft)} · ", DIM)]
+        pos = self.position()
+        if req.num_tokens:
+            logical = pos // state.block_size
+            table = state.tables.get(req.request_id, [])
+            where = f"L{logical}→P{table[logical]}" if logical < len(table) and table[logical] >= 0 else f"L{logical}"
+            part = "prompt" if pos < req.prompt_len else "generated"
+            segs.append(Segment(f"pos {pos} {show_text(req.texts[pos])!r} id {req.token_ids[pos]} ({part}, {where})",
+                                BOLD))
+        return segs
+
+    def _edit_line(self) -> list[Segment]:
+        state, req = self.view.state, self.view.request
+        inv = state.last_invalidate
+        if inv is None or inv["request_id"] != req.request_id:
+            return [Segment("keys: ←→ move  r replace  i insert  d delete  f fork", DIM)]
+        edit = req.edits[-1] if req.edits else {}
+        copied = ", ".join(f"P{a}→P{b}" for a, b in inv["copied"]) or "none"
+        return [Segment(f"last edit: {edit.get('kind', '?')} at {edit.get('position', '?')}",
+                        Style(color="#c26fd1", bold=True)),
+                Segment(f" · recompute from {inv['first_recomputed']} ({inv['recompute_tokens']} tokens) · kept "
+                        f"{_blocks(inv['kept'])} · dropped {_blocks(inv['dropped'])} · copied {copied}", DIM)]
+
+    # --- cursor
+    def set_cursor(self, position: int) -> None:
+        req = self.view.request
+        if req is None:
+            return
+        self.cursor = max(0, min(req.num_tokens - 1, position))
+        if self.cursor == req.num_tokens - 1:
+            self.cursor = None  # at the end: follow new tokens
+        width = self.content_width()
+        for i, line in enumerate(self.layout(width)):
+            if line and line[0][0] <= self.cursor <= line[-1][0]:
+                self.scroll_to_row(i + HEADER_ROWS)
+                break
+        self.refresh()
+        self.post_message(self.CursorMoved(self.cursor))
+
+    def action_move(self, delta: int) -> None:
+        self.set_cursor(self.position() + delta)
+
+    def action_move_line(self, delta: int) -> None:
+        lines = self.layout(self.content_width())
+        cursor = self.position()
+        for i, line in enumerate(lines):
+            if line and line[0][0] <= cursor <= line[-1][0]:
+                j = max(0, min(len(lines) - 1, i + delta))
+                column = cursor - line[0][0]
+                target = lines[j]
+                if target:
+                    self.set_cursor(target[min(column, len(target) - 1)][0])
+                return
+
+    def action_jump(self, where: int) -> None:
+        req = self.view.request
+        self.set_cursor(where if where >= 0 or req is None else req.num_tokens - 1)
+
+
+def _blocks(blocks: list[int]) -> str:
+    if not blocks:
+        return "none"
+    shown = ",".join(f"P{p}" for p in blocks[:6])
+    return shown + (f"…(+{len(blocks) - 6})" if len(blocks) > 6 else "")

@@ -1,0 +1,49 @@
+"""SVG snapshots of every view on the synthetic fixture trace (update with --snapshot-update)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.trace import read_trace
+from kvtui.app import KvtuiApp
+from kvtui.timeline import Timeline
+
+TRACE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "synthetic_small.jsonl"
+
+
+def make_app(cursor_fraction: float = 0.6) -> KvtuiApp:
+    parsed = read_trace(TRACE, strict=True)
+    app = KvtuiApp(Timeline(parsed.header, parsed.events), source="synthetic_small.jsonl",
+                   clock=lambda: 0.0, frame_rate=None)
+    app.initial_cursor = round(cursor_fraction * len(parsed.events))
+    return app
+
+
+async def _seek(pilot) -> None:
+    app = pilot.app
+    app.seek(app.initial_cursor)
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("tab", ["1", "2", "3", "4", "5", "6"])
+def test_each_view(snap_compare, tab):
+    assert snap_compare(make_app(), press=[tab], terminal_size=(100, 30), run_before=_seek)
+
+
+def test_pool_by_owner_with_selection_small_terminal(snap_compare):
+    assert snap_compare(make_app(0.3), press=["o", "right", "right", "enter"], terminal_size=(80, 24),
+                        run_before=_seek)
+
+
+def test_after_edit_boundary(snap_compare):
+    async def to_edit(pilot):
+        await pilot.press("e")
+        await pilot.pause()
+
+    assert snap_compare(make_app(0.0), press=["6"], terminal_size=(100, 30), run_before=to_edit)
+
+
+def test_help(snap_compare):
+    assert snap_compare(make_app(), press=["question_mark"], terminal_size=(100, 30), run_before=_seek)
