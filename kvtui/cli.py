@@ -24,23 +24,13 @@ def main(ctx: click.Context) -> None:
       kvtui schema                            the trace file format
     """
     if ctx.invoked_subcommand is None:
-        live = main.get_command(ctx, "live")
-        if live is None:
-            click.echo(ctx.get_help())
-            return
-        ctx.invoke(live)
+        ctx.invoke(main.get_command(ctx, "live"))
 
 
 def _register() -> None:
-    from kvtui.commands import engine_commands
+    from kvtui.commands import engine_commands, ui_commands
 
-    for command in engine_commands.COMMANDS:
-        main.add_command(command)
-    try:
-        from kvtui.commands import ui_commands
-    except ImportError:  # the UI commands are optional until the UI lands
-        return
-    for command in ui_commands.COMMANDS:
+    for command in engine_commands.COMMANDS + ui_commands.COMMANDS:
         main.add_command(command)
 
 
