@@ -12,18 +12,22 @@ import time
 from functools import partial
 from typing import Callable
 
+from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from kvtui.feed import Controller, EventFeed
+from kvtui.loader import LoadedTrace, load_trace, read_header
+from kvtui.opening import interesting_request, opening_cursor
 from kvtui.screens.help import HelpScreen
 from kvtui.screens.palette import KvtuiCommands
 from kvtui.state import CacheState
 from kvtui.timeline import Timeline
 from kvtui.widgets.base import TextLine, View, update_if_changed
-from kvtui.widgets.block_pool import BlockPoolView, block_details, pool_legend
+from kvtui.widgets.block_pool import BlockPoolView, block_details, edit_summary, pool_legend
 from kvtui.widgets.block_table import BlockTableView
 from kvtui.widgets.charts import ChartsView
 from kvtui.widgets.miss import explain
@@ -86,9 +90,13 @@ class KvtuiApp(App):
     def __init__(self, timeline: Timeline | None = None, *, source: str = "", live: bool = False,
                  feed: EventFeed | None = None, controller: Controller | None = None,
                  clock: Callable[[], float] = time.monotonic, frame_rate: float | None = 30.0,
-                 max_tokens: int = 64, notices: list[tuple[str, str]] | None = None):
+                 max_tokens: int = 64, notices: list[tuple[str, str]] | None = None,
+                 trace_path: str | None = None, open_interesting: bool = False):
         super().__init__()
         self.timeline = timeline
+        self.trace_path = trace_path  # replay: loaded in a thread worker, with progress (see load_worker)
+        self.open_interesting = open_interesting
+        self.loading: tuple[int, int, int] | None = None  # (bytes read, total, events) while loading
         self.source = source
         self.live = live
         self.feed = feed
@@ -112,19 +120,38 @@ class KvtuiApp(App):
         if live and timeline is not None:
             self.state = timeline.tip
             self.cursor = len(timeline)
+        elif timeline is not None and open_interesting:
+            self._open_at_interesting_point()
+
+    def _open_at_interesting_point(self) -> None:
+        self.cursor = opening_cursor(self.timeline)
+        self.state = self.timeline.state_at(self.cursor)
+        self.view.state = self.state
+        self.view.request_id = interesting_request(self.state)
+
+    def _block_cursor_to_request(self) -> None:
+        """Put the pool cursor on the selected request's first block (held, or kept by the tree)."""
+        state, rid = self.state, self.view.request_id
+        if state is None or rid is None:
+            return
+        req = state.requests.get(rid)
+        blocks = [p for p in state.tables.get(rid, ()) if p >= 0]
+        if not blocks and req is not None:
+            blocks = [p for _, p in state.cached_path(req.token_ids)]
+        if blocks:
+            self.query_one("#pool-grid", BlockPoolView).cursor = blocks[0]
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
         yield TextLine(id="status")
         with TabbedContent(initial="pool", id="tabs"):
             with TabPane("1 Pool", id="pool"):
-                with Horizontal():
-                    with Vertical(id="pool-main"):
-                        yield TextLine(id="pool-legend")
-                        yield BlockPoolView(id="pool-grid")
-                    with Vertical(id="pool-side"):
-                        yield TextLine(id="block-details")
-                        yield BlockTableView(id="block-table")
+                yield TextLine(id="pool-legend")
+                yield TextLine(id="edit-summary")
+                yield BlockPoolView(id="pool-grid")
+                with Horizontal(id="pool-bottom"):
+                    yield BlockTableView(id="block-table")
+                    yield TextLine(id="block-details")
             with TabPane("2 Requests", id="requests"):
                 yield TextLine(id="latency")
                 yield TextLine(id="request-summary")
@@ -151,13 +178,68 @@ class KvtuiApp(App):
             self.notify(text, severity=severity, timeout=10)
         if self.frame_rate:
             self.set_interval(1 / self.frame_rate, self.tick)
+        if self.trace_path is not None and self.timeline is None:
+            self.loading = (0, 1, 0)
+            self.load_worker(self.trace_path)
         if self.state is not None and self.state.order and self.view.request_id is None:
             self.view.request_id = self.state.order[0]
+        self._block_cursor_to_request()
         self.refresh_views()
         if self.live:
             self.query_one("#prompt", Input).focus()
         else:
             self.query_one("#pool-grid").focus()
+
+    # ------------------------------------------------------------------ replay: loading a trace file
+    class LoadProgress(Message):
+        def __init__(self, done: int, total: int, events: int):
+            super().__init__()
+            self.done, self.total, self.events = done, total, events
+
+    class Loaded(Message):
+        def __init__(self, timeline: Timeline | None, loaded: LoadedTrace):
+            super().__init__()
+            self.timeline, self.loaded = timeline, loaded
+
+    @work(thread=True, exclusive=True, group="load")
+    def load_worker(self, path: str) -> None:
+        """Parse and fold the trace off the UI thread; the status line shows progress meanwhile."""
+        header, error = read_header(path)
+        if header is None:
+            self.post_message(self.Loaded(None, LoadedTrace(header={}, error=error)))
+            return
+        timeline = Timeline(header)
+        loaded = load_trace(path, progress=lambda done, total, n: self.post_message(self.LoadProgress(done, total, n)),
+                            on_batch=timeline.extend)
+        self.post_message(self.Loaded(timeline, loaded))
+
+    def on_kvtui_app_load_progress(self, message: LoadProgress) -> None:
+        self.loading = (message.done, message.total, message.events)
+        self.query_one("#status", TextLine).set(self.status_text())
+
+    def on_kvtui_app_loaded(self, message: Loaded) -> None:
+        self.loading = None
+        loaded, source = message.loaded, self.source
+        if loaded.error is not None:
+            where = f"{source}, line {loaded.error.line}"
+            self.notify(f"{where}: {loaded.error.message} - showing the {len(loaded.events)} events before it",
+                        severity="error", timeout=10)
+        if loaded.truncated_tail:
+            self.notify(f"{source}: the last line is incomplete (the writer stopped mid-line); ignored",
+                        severity="warning", timeout=6)
+        if loaded.unknown_types:
+            kinds = ", ".join(f"{k} ({n})" for k, n in sorted(loaded.unknown_types.items()))
+            self.notify(f"event types this kvtui does not know were skipped: {kinds}", severity="warning",
+                        timeout=6)
+        if message.timeline is None:
+            return
+        self.timeline = message.timeline
+        if self.open_interesting:
+            self._open_at_interesting_point()
+            self._block_cursor_to_request()
+        else:
+            self.state, self.cursor = self.timeline.state_at(0), 0
+        self.refresh_views()
 
     # ------------------------------------------------------------------ frame loop
     def tick(self) -> None:
@@ -239,7 +321,8 @@ class KvtuiApp(App):
         if tab == "pool":
             grid = self.query_one("#pool-grid", BlockPoolView)
             view.block = grid.cursor
-            self.query_one("#pool-legend", TextLine).set(pool_legend(state))
+            self.query_one("#pool-legend", TextLine).set(pool_legend(state, view))
+            self.query_one("#edit-summary", TextLine).set(edit_summary(state, view.request_id))
             self.query_one("#block-details", TextLine).set(block_details(state, grid.cursor))
             grid.update_view(view)
             self.query_one("#block-table", BlockTableView).update_view(view)
@@ -263,17 +346,21 @@ class KvtuiApp(App):
     def status_text(self) -> str:
         tl, state = self.timeline, self.state
         mode = "LIVE" if self.live else "replay"
+        source = self.source.rsplit("/", 1)[-1]
+        if self.loading is not None:
+            done, total, n = self.loading
+            return f" loading {source}… {100 * done / max(1, total):.0f}% · {n:,} events"
         if tl is None or state is None:
-            return f" kvtui {mode} · {self.source} · waiting for the engine…"
+            return (f" kvtui {mode} · {source} · waiting for the engine…" if self.live
+                    else f" replay {source} · no trace loaded")
         if self.live:
             play = "following" if self.following else "paused (F: follow)"
         else:
-            play = "▶ playing" if self.playing else "⏸ paused"
+            play = "▶" if self.playing else "⏸"
         last = state.last_event["type"] if state.last_event else "start"
         chat = " · chat" if self.live and self.chat else ""
-        source = self.source.rsplit("/", 1)[-1]
-        return (f" {mode} {source} · {play} {self.speed:g}x · event {self.cursor}/{len(tl)} {last}"
-                f" · step {max(state.step, 0)} · t={state.t:.2f}s · {self.view.request_id or '-'}{chat} · ? help")
+        return (f" {mode} {source} {play} {self.speed:g}x · event {self.cursor}/{len(tl)} {last} · step "
+                f"{max(state.step, 0)} · {state.t:.2f}s · {self.view.request_id or '-'}{chat}")
 
     # ------------------------------------------------------------------ replay actions
     def action_toggle_play(self) -> None:
@@ -362,6 +449,13 @@ class KvtuiApp(App):
             self.view.request_id = request_id
             self.query_one("#token-strip", TokenStrip).cursor = None  # the last token
         self.refresh_views()
+
+    def on_radix_tree_view_node_selected(self, message: RadixTreeView.NodeSelected) -> None:
+        self.view.node_id = message.node_id
+        if message.show_pool:
+            self.action_show_tab("pool")
+        else:
+            self.refresh_views()
 
     def on_block_pool_view_block_selected(self, message: BlockPoolView.BlockSelected) -> None:
         if message.request_id is not None:

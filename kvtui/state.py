@@ -63,6 +63,8 @@ class Request:
     marks: list[tuple[float, str, int]] = field(default_factory=list)
     edits: list[dict] = field(default_factory=list)
     locked: list[int] = field(default_factory=list)  # radix nodes this request holds a lock ref on
+    ring_resume: dict | None = None  # the last ring_resume event (window layers restarting after an edit/hit)
+    sink_divergence: dict | None = None  # attention sinks vs full attention, when the run used sinks
     owner: int = 0
 
     @property
@@ -279,6 +281,31 @@ class CacheState:
             stack.extend((depth + 1, child) for child in reversed(node.children))
         return rows
 
+    def cached_path(self, token_ids: list[int]) -> list[tuple[int, int]]:
+        """(node_id, physical) of each whole block of `token_ids` the prefix tree still holds, from position 0.
+
+        What a request left behind once it finished: the probe match its next turn or edit would get.
+        """
+        bs = self.block_size
+        out: list[tuple[int, int]] = []
+        node, pos = self.nodes[0], 0
+        while True:
+            nxt = None
+            for child_id in node.children:
+                child = self.nodes.get(child_id)
+                if child is not None and child.token_ids[:bs] == token_ids[pos:pos + bs] and len(child.token_ids) >= bs:
+                    nxt = child
+                    break
+            if nxt is None:
+                return out
+            for i, p in enumerate(nxt.blocks):
+                lo = i * bs
+                if len(token_ids) < pos + bs or nxt.token_ids[lo:lo + bs] != token_ids[pos:pos + bs]:
+                    return out
+                out.append((nxt.node_id, p))
+                pos += bs
+            node = nxt
+
     # ------------------------------------------------------------------ the reducer
     def apply(self, event: dict) -> None:
         etype = event["type"]
@@ -305,8 +332,14 @@ class CacheState:
         if old is None:
             self.order.append(rid)
         ordinal = old.ordinal if old is not None else len(self.order) - 1
+        parent = self.requests.get(ev.get("parent_id") or "")
+        prompt_len = len(ids)
+        if parent is not None and parent.token_ids[:len(ids)] == ids:
+            # A fork carries only the prompt, but shares the parent's whole sequence so far (its next token
+            # is emitted at the parent's next position).
+            ids, texts = list(parent.token_ids), list(parent.texts)
         self.requests[rid] = Request(
-            rid, ordinal, len(ids), ids, texts, max_tokens=ev.get("max_tokens", 0), cache_salt=ev.get("cache_salt"),
+            rid, ordinal, prompt_len, ids, texts, max_tokens=ev.get("max_tokens", 0), cache_salt=ev.get("cache_salt"),
             parent_id=ev.get("parent_id"), arrived=ev["t"], marks=[(ev["t"], "arrived", self.step)], owner=self._gen)
 
     def _on_request_scheduled(self, ev: dict) -> None:
@@ -375,6 +408,10 @@ class CacheState:
         if position < len(req.token_ids):
             del req.token_ids[position:]
             del req.texts[position:]
+        elif position > len(req.token_ids):  # tokens this trace never showed: keep positions aligned
+            gap = position - len(req.token_ids)
+            req.token_ids.extend([-1] * gap)
+            req.texts.extend(["�"] * gap)
         req.token_ids.append(ev["token_id"])
         req.texts.append(ev["text"])
         req.num_output = len(req.token_ids) - req.prompt_len
@@ -507,7 +544,20 @@ class CacheState:
         if self.kind[p] == _CACHED:
             self._set_kind(p, _FREE)
         self.block_hash[p] = None
-        self.block_node.pop(p, None)
+        node_id = self.block_node.pop(p, None)
+        if node_id is None:
+            node_id = ev.get("node_id")
+        # Eviction takes one block at a time from the end of a leaf: the node shrinks by that block (and all
+        # after it); `radix_evict` follows only when the node is empty.
+        node = self.nodes.get(node_id) if node_id is not None else None
+        if node is not None and p in node.blocks:
+            node = self._node(node_id)
+            i = node.blocks.index(p)
+            for q in node.blocks[i + 1:]:
+                self.block_node.pop(q, None)
+            cut = i * self.block_size
+            node.blocks, node.token_ids, node.texts = node.blocks[:i], node.token_ids[:cut], node.texts[:cut]
+            node.mark, node.mark_seq = "evict", ev["seq"]
 
     def _on_radix_insert(self, ev: dict) -> None:
         node_id, parent_id = ev["node_id"], ev["parent_id"]
@@ -628,6 +678,17 @@ class CacheState:
 
     def _on_invalidate(self, ev: dict) -> None:
         self.last_invalidate = ev
+
+    # --- window layers: restarts and attention-sink divergence (ring helper's events)
+    def _on_ring_resume(self, ev: dict) -> None:
+        req = self._req(ev["request_id"])
+        if req is not None:
+            req.ring_resume = ev
+
+    def _on_sink_divergence(self, ev: dict) -> None:
+        req = self._req(ev["request_id"])
+        if req is not None:
+            req.sink_divergence = ev
 
     # --- rings
     def _on_ring_write(self, ev: dict) -> None:

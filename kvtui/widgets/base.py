@@ -27,6 +27,7 @@ class View:
     state: CacheState | None = None
     request_id: str | None = None
     block: int | None = None
+    node_id: int | None = None  # radix node selected in the tree: its blocks are highlighted in the pool
 
     @property
     def request(self):
@@ -55,6 +56,7 @@ CURSOR = Style(reverse=True)
 KEPT = Style(color="#111111", bgcolor="#59b26a")
 DROPPED = Style(color="#ffffff", bgcolor="#b03a48", bold=True)
 COPIED = Style(color="#111111", bgcolor="#3fb8b0", bold=True)
+NODE_BLOCK = Style(bgcolor="#6b5410", bold=True)  # a block of the radix node selected in the tree
 
 
 def owner_style(ordinal: int) -> Style:

@@ -16,8 +16,8 @@ from textual.message import Message
 from textual.strip import Strip
 
 from kvtui.state import CACHED, FREE, SHARED, USED, WRITING, CacheState
-from kvtui.widgets.base import (COPIED, CURSOR, DIM, DROPPED, KEPT, STATE_GLYPH, STATE_STYLE, LineView, fmt_bytes,
-                                fmt_seconds, owner_style, pad, show_text)
+from kvtui.widgets.base import (COPIED, CURSOR, DIM, DROPPED, KEPT, NODE_BLOCK, STATE_GLYPH, STATE_STYLE, LineView,
+                                View, fmt_bytes, fmt_seconds, owner_style, pad, show_text)
 
 CELL = 2
 MARGIN = 6  # "12345 " row label
@@ -63,6 +63,10 @@ class BlockPoolView(LineView):
     def columns(self, width: int) -> int:
         return max(1, (width - MARGIN) // CELL)
 
+    def get_content_height(self, container, viewport, width: int) -> int:
+        """As many rows as the pool needs (the CSS caps it), so a small pool leaves room below."""
+        return self.row_count(width)
+
     def row_count(self, width: int) -> int:
         state = self.view.state
         if state is None or not state.num_blocks:
@@ -89,6 +93,8 @@ class BlockPoolView(LineView):
         segments = [Segment(f"{first:>{MARGIN - 1}} ", DIM)]
         marks = edit_marks(state)
         selected = set(self.view.state.tables.get(self.view.request_id or "", ())) if self.view.request_id else set()
+        node = state.nodes.get(self.view.node_id) if self.view.node_id is not None else None
+        node_blocks = set(node.blocks) if node is not None else ()
         focused = self.has_focus
         for p in range(first, min(first + cols, state.num_blocks)):
             kind = state.block_state(p)
@@ -100,6 +106,8 @@ class BlockPoolView(LineView):
                 style, glyph = DROPPED, "×" if kind in (FREE, CACHED) else glyph
             elif mark == "copied":
                 style = COPIED
+            if p in node_blocks:
+                style = style + NODE_BLOCK
             if p == self.cursor:
                 style = style + CURSOR if focused else style + Style(underline=True)
             if p in selected and p + 1 not in selected:
@@ -150,8 +158,8 @@ class BlockPoolView(LineView):
             self._set_cursor(y * self.columns(width) + col)
 
 
-def pool_legend(state: CacheState | None) -> Text:
-    """One line: counts per state, with the glyphs the grid uses."""
+def pool_legend(state: CacheState | None, view: View | None = None) -> Text:
+    """One line: the glyphs the grid uses with their counts (and the tree node highlighted, if any)."""
     if state is None:
         return Text("waiting for the trace header…", style="dim")
     shared = sum(1 for p in range(state.num_blocks) if state.ref[p] > 1)
@@ -162,8 +170,33 @@ def pool_legend(state: CacheState | None) -> Text:
                                       ("▶", WRITING, "writing", len(state.writing))):
         text.append(glyph, STATE_STYLE[kind])
         text.append(f" {label} {count}  ")
-    text.append(f"of {state.num_blocks} × {state.block_size} tokens", style="dim")
+    text.append(f"{state.num_blocks}×{state.block_size} tok", style="dim")
+    node = state.nodes.get(view.node_id) if view is not None and view.node_id else None
+    if node is not None:
+        text.append("  ")
+        text.append(f" tree n{node.node_id} ", NODE_BLOCK)
     return text
+
+
+def edit_summary(state: CacheState | None, request_id: str | None) -> Text:
+    """The last edit's boundary in one line (kept / dropped / copied blocks, recompute cost), or a hint."""
+    out = Text()
+    inv = state.last_invalidate if state is not None else None
+    if inv is None or not edit_marks(state):
+        out.append("[ ] request · ←→↑↓ Enter: block, its owner · o owner colors · 3 tree · ? help", style="dim")
+        if state is not None and inv is not None:
+            out.append(f" · last edit: {inv['request_id']} at {inv['first_recomputed']}", style="dim")
+        return out
+    edit = state.last_edit if state.last_edit and state.last_edit["request_id"] == inv["request_id"] else {}
+    out.append(f"edit {inv['request_id']} {edit.get('kind', '')}@{edit.get('position', '?')} ", style="bold")
+    out.append(f" kept {len(inv['kept'])} ", KEPT)
+    out.append(" ")
+    out.append(f" dropped {len(inv['dropped'])} ", DROPPED)
+    out.append(" ")
+    out.append(f" copied {len(inv['copied'])} ", COPIED)
+    out.append(f" reuse 0-{inv['first_recomputed'] - 1}, recompute {inv['recompute_tokens']} tok"
+               if inv["first_recomputed"] else f" recompute all {inv['recompute_tokens']} tok")
+    return out
 
 
 def block_details(state: CacheState | None, physical: int | None) -> Text:

@@ -1,4 +1,8 @@
-"""The block table of the selected request: logical -> physical, fill of each block, tail waste."""
+"""The block table of the selected request: logical -> physical, fill of each block, tail waste.
+
+Once a request has finished it holds no blocks; the table then lists what the prefix tree still keeps of its
+sequence (the blocks a follow-up turn or an edit would reuse), marked `cached` with their tree node.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +15,24 @@ HEADER_ROWS = 2
 
 
 class BlockTableView(LineView):
+    _kept_key: tuple | None = None
+    _kept: list[tuple[int, int]] = []
+
+    def kept(self) -> list[tuple[int, int]]:
+        """(node_id, physical) the tree keeps of a request that holds no blocks (cached per state)."""
+        state, req = self.view.state, self.view.request
+        if state is None or req is None or state.tables.get(req.request_id):
+            return []
+        key = (id(state), state.index, req.request_id)
+        if key != self._kept_key:
+            self._kept, self._kept_key = state.cached_path(req.token_ids), key
+        return self._kept
+
     def row_count(self, width: int) -> int:
         state, rid = self.view.state, self.view.request_id
         if state is None or rid is None:
             return 1
-        return HEADER_ROWS + max(1, len(state.tables.get(rid, ())))
+        return HEADER_ROWS + max(1, len(state.tables.get(rid, ())) or len(self.kept()) + 1)
 
     def render_row(self, row: int, width: int) -> Strip:
         state, req = self.view.state, self.view.request
@@ -24,6 +41,11 @@ class BlockTableView(LineView):
         table = state.tables.get(req.request_id, [])
         bs = state.block_size
         n = req.num_tokens
+        if row == 0 and not table and req.status == "finished":
+            kept = self.kept()
+            return pad([Segment(f"{req.request_id} ", owner_style(req.ordinal) + BOLD),
+                        Segment(f"finished · tree keeps {len(kept)}/{-(-n // bs)} blocks ({len(kept) * bs} tok)",
+                                BOLD)], width)
         if row == 0:
             blocks = -(-n // bs) if n else 0
             waste = blocks * bs - n
@@ -34,9 +56,7 @@ class BlockTableView(LineView):
             return pad([Segment(" logical  physical  fill   tokens", HEADING)], width)
         logical = row - HEADER_ROWS
         if not table:
-            why = "finished: blocks released (cached ones stay in the tree)" if req.status == "finished" else \
-                "no blocks yet"
-            return pad([Segment(f" {why}", DIM)], width)
+            return self._kept_row(state, req, logical, width)
         p = table[logical]
         fill = max(0, min(bs, n - logical * bs))
         if p < 0:
@@ -49,3 +69,17 @@ class BlockTableView(LineView):
             segs.append(Segment(f"×{state.ref[p]} ", STATE_STYLE[kind]))
         segs.append(Segment(" " + "".join(show_text(t) for t in texts)))
         return pad(segs, width)
+
+    def _kept_row(self, state, req, logical: int, width: int) -> Strip:
+        kept = self.kept()
+        bs = state.block_size
+        if logical >= len(kept):
+            why = ("rest: released (or not a whole block)" if req.status == "finished"
+                   else "no blocks yet")
+            return pad([Segment(f" {why}", DIM)], width)
+        node_id, p = kept[logical]
+        texts = req.texts[logical * bs:(logical + 1) * bs]
+        kind = state.block_state(p)
+        return pad([Segment(f" L{logical:<7}", DIM), Segment(f"P{p:<8}", STATE_STYLE[kind]),
+                    Segment(f"{bs:>2}/{bs:<3}", DIM), Segment(f"n{node_id} ", DIM),
+                    Segment("".join(show_text(t) for t in texts))], width)

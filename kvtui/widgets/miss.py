@@ -1,28 +1,46 @@
-"""The miss explainer: how many prompt tokens the prefix cache served, and why matching stopped."""
+"""The miss explainer: how many prompt tokens the prefix cache served, and why matching stopped.
+
+It reads the request's `prefix_match` event and says it in words, with the prompt underneath: green =
+served from the cache, yellow = equal to the cached tokens but recomputed anyway (matching works on whole
+blocks, and a token equal again after the first difference is never a hit), red = the first difference,
+grey = computed. Spaces in the compared tokens are shown as `␣` (chat-template jitter is often one space).
+"""
 
 from __future__ import annotations
 
 from rich.text import Text
 
 from kvtui.state import CacheState, Request
-from kvtui.widgets.base import show_text
+from kvtui.widgets.base import fmt_seconds, show_text
 
 REASONS = {
     "divergent": "the prompt differs from every cached continuation",
-    "block_floor": "matching works on whole blocks: the rest of the prompt ends inside a block",
+    "block_floor": "only whole blocks are matched, and the rest of the prompt does not fill one",
     "evicted": "the next block was cached once but has been evicted",
-    "salt": "a different cache salt (tenant): blocks are never shared across salts",
-    "short_prompt": "the prompt is shorter than one block",
+    "salt": "cached blocks exist only under another cache salt (tenant): never shared across salts",
+    "short_prompt": "the prompt is shorter than one block: nothing to match",
     "disabled": "the prefix cache is off",
     "full_match": "every matchable token hit (the last prompt token is always computed)",
     "window": "a window layer no longer holds the window that ends at the match point",
-    "empty_cache": "nothing was cached yet",
+    "empty_cache": "nothing was cached yet: a cold start",
+    "cache_end": "the cache holds no continuation of this prefix: the rest of the prompt is new",
 }
+MATCHED = ("black on #59b26a", "black on #4a9a5a")
+EQUAL_RECOMPUTED = ("black on #c9a94a", "black on #b8983a")
+DIFFERENT = "bold white on #b03a48"
+COMPUTED = ("on #333344", "on #2a2a36")
+SHOWN_KEYS = {"position", "block", "node_id", "expected_text", "actual_text", "expected_id", "actual_id",
+              "readmission", "evicted_at", "evicted_seq", "policy", "partial_tokens", "equal_tokens", "block_size",
+              "other_salts", "hash"}
+
+
+def visible(text: str | None) -> str:
+    return "∅" if text is None else repr(show_text(text).replace(" ", "␣"))[1:-1] or "∅"
 
 
 def explain(state: CacheState | None, req: Request | None) -> Text:
     if state is None or req is None:
-        return Text("Select a request to see how its prompt matched the prefix cache.", style="dim")
+        return Text("Select a request ([ and ]) to see how its prompt matched the prefix cache.", style="dim")
     match = req.match
     out = Text()
     out.append(f"{req.request_id}: ", style="bold")
@@ -30,35 +48,68 @@ def explain(state: CacheState | None, req: Request | None) -> Text:
         out.append("no prefix match yet (not scheduled, or the engine does not emit prefix_match)", style="dim")
         return out
     matched, total, reason = match["matched_tokens"], match["prompt_tokens"], match["reason"]
-    pct = 100 * matched / total if total else 0
-    out.append(f"{matched} of {total} prompt tokens from cache ({pct:.0f}%)\n")
-    out.append("stopped: ", style="bold")
-    out.append(f"{reason}", style="bold yellow")
-    out.append(f" - {REASONS.get(reason, '')}\n")
     detail = match.get("detail") or {}
+    pct = 100 * matched / total if total else 0
+    out.append(f"{matched} of {total} prompt tokens from the cache ({pct:.0f}%), {total - matched} computed")
+    if detail.get("readmission"):
+        out.append("  (re-admitted after an edit or preemption: not counted in the hit rates)", style="dim")
+    out.append("\nstopped: ", style="bold")
+    out.append(reason, style="bold yellow")
+    out.append(f" - {REASONS.get(reason, 'reason not known to this kvtui')}\n")
+    _reason_detail(out, reason, detail, matched, state.block_size)
+    extra = {k: v for k, v in detail.items() if k not in SHOWN_KEYS}
+    if extra:
+        out.append(", ".join(f"{k}={v}" for k, v in extra.items()) + "\n", style="dim")
+    _prompt(out, req, matched, total, reason, detail)
+    out.append("\ngreen from cache · yellow equal but recomputed · red first difference · grey computed",
+               style="dim")
+    return out
+
+
+def _reason_detail(out: Text, reason: str, detail: dict, matched: int, block_size: int) -> None:
     pos = detail.get("position")
     if reason == "divergent" and pos is not None:
-        exp, act = detail.get("expected_text"), detail.get("actual_text")
-        out.append(f"first difference at position {pos}: ")
-        if exp is not None:
-            out.append(f"cached {show_text(exp)!r} (id {detail.get('expected_id')})", style="green")
-            out.append(" vs ")
-        out.append(f"prompt {show_text(str(act))!r} (id {detail.get('actual_id')})", style="red")
+        where = f" (block L{detail['block']}" + (f", tree node n{detail['node_id']})" if "node_id" in detail
+                                                  else ")") if "block" in detail else ""
+        out.append(f"first difference at position {pos}{where}: cached ")
+        out.append(f"{visible(detail.get('expected_text'))}", style="green")
+        out.append(f" (id {detail.get('expected_id')}) vs prompt ")
+        out.append(f"{visible(detail.get('actual_text'))}", style="bold red")
+        out.append(f" (id {detail.get('actual_id')})\n")
+        if pos > matched:
+            out.append(f"positions {matched}-{pos - 1} equal the cache but share a block with the difference: "
+                       f"recomputed\n", style="yellow")
+    elif reason == "block_floor":
+        partial, equal = detail.get("partial_tokens"), detail.get("equal_tokens")
+        out.append(f"match ends at position {pos if pos is not None else matched}, a block boundary")
+        if partial is not None:
+            out.append(f"; the next {partial} tokens fill only part of a {detail.get('block_size', block_size)}-"
+                       f"token block")
+            if equal is not None:
+                out.append(f" ({equal} of them equal the cache)")
         out.append("\n")
     elif reason == "evicted":
-        out.append(f"evicted at t={detail.get('evicted_at', '?')} by {detail.get('policy', '?')}\n")
-    extra = {k: v for k, v in detail.items()
-             if k not in ("position", "expected_text", "actual_text", "expected_id", "actual_id")}
-    if extra and reason not in ("divergent",):
-        out.append(", ".join(f"{k}={v}" for k, v in extra.items()) + "\n", style="dim")
-    # the prompt with its matched part highlighted and the first divergent token marked
+        when = detail.get("evicted_at")
+        out.append(f"block L{detail.get('block', '?')} was evicted at "
+                   f"{fmt_seconds(when) if isinstance(when, (int, float)) else '?'}"
+                   + (f" (event #{detail['evicted_seq']})" if "evicted_seq" in detail else "")
+                   + f" by the {detail.get('policy', '?')} policy"
+                   + (f"; hash {detail['hash']}" if "hash" in detail else "") + "\n")
+    elif reason == "salt":
+        salts = detail.get("other_salts")
+        out.append(f"this request's salt differs; the matching blocks belong to salt(s) {salts}\n")
+
+
+def _prompt(out: Text, req: Request, matched: int, total: int, reason: str, detail: dict) -> None:
+    pos = detail.get("position")
+    diff_at = pos if reason in ("divergent", "evicted") and pos is not None else None
     for i, text in enumerate(req.texts[:total]):
         if i < matched:
-            style = "black on #59b26a" if i % 2 else "black on #4a9a5a"
-        elif pos is not None and i == pos and reason in ("divergent", "evicted"):
-            style = "bold white on #b03a48"
+            style = MATCHED[i % 2]
+        elif diff_at is not None and i < diff_at:
+            style = EQUAL_RECOMPUTED[i % 2]
+        elif diff_at is not None and i == diff_at:
+            style = DIFFERENT
         else:
-            style = "on #333344" if i % 2 else "on #2a2a36"
+            style = COMPUTED[i % 2]
         out.append(show_text(text), style=style)
-    out.append("\nA token equal again after the first difference is never a hit.", style="dim")
-    return out

@@ -1,7 +1,12 @@
 """The radix prefix tree as flattened, virtualised rows (one per node, depth-first).
 
 Each row: tree guide, the node's token run as text, its blocks, hits, lock refs and last access. A node that
-was just inserted, hit or split is marked for a few events; recent evictions are listed under the tree.
+was just inserted, hit, split or trimmed by eviction is marked for a few events; recent evictions are listed
+under the tree. Siblings always start inside the same block (the tree branches at block granularity), so a
+node with an earlier sibling shows where it parts from it: `…N=` for the N equal leading tokens, then the
+first different token highlighted. Lock refs are derived from the events: a request that hit or inserted a
+node holds it until it finishes. The cursor selects a node; its blocks are highlighted in the pool (Enter
+shows the pool).
 Textual's Tree widget rebuilds every line on change; this view only builds the visible rows.
 """
 
@@ -10,6 +15,7 @@ from __future__ import annotations
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
+from textual.message import Message
 from textual.strip import Strip
 
 from kvtui.state import CacheState
@@ -18,7 +24,9 @@ from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, LineView, fmt_seconds
 RECENT_EVENTS = 64  # how long (in events) a node keeps its insert / hit / split mark
 MARK_STYLE = {"insert": Style(color="#111111", bgcolor="#59b26a", bold=True),
               "hit": Style(color="#111111", bgcolor="#4e9ad6", bold=True),
-              "split": Style(color="#111111", bgcolor="#e5c07b", bold=True)}
+              "split": Style(color="#111111", bgcolor="#e5c07b", bold=True),
+              "evict": Style(color="#ffffff", bgcolor="#b03a48", bold=True)}
+DIFF = Style(color="#ffffff", bgcolor="#b03a48", bold=True)
 MAX_INDENT = 24
 
 
@@ -28,7 +36,14 @@ class RadixTreeView(LineView):
         Binding("down", "move(1)", "node down", show=False, id="tree.down"),
         Binding("pageup", "move(-10)", "page up", show=False, id="tree.pageup"),
         Binding("pagedown", "move(10)", "page down", show=False, id="tree.pagedown"),
+        Binding("enter", "show_in_pool", "node's blocks in the pool", show=False, id="tree.show_in_pool"),
     ]
+
+    class NodeSelected(Message):
+        def __init__(self, node_id: int | None, show_pool: bool = False):
+            super().__init__()
+            self.node_id = node_id
+            self.show_pool = show_pool
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -58,9 +73,7 @@ class RadixTreeView(LineView):
             return pad([Segment("no trace yet", DIM)], width)
         rows = self.rows()
         if row == 0:
-            locked = sum(1 for n in state.nodes.values() if n.lockers)
-            return pad([Segment(f"root · {len(rows)} nodes · {locked} locked · {state.evictions} blocks evicted",
-                                HEADING)], width)
+            return pad(self._header(state, rows), width)
         row -= 1
         if row < len(rows):
             return self._node_row(state, row, width)
@@ -79,26 +92,96 @@ class RadixTreeView(LineView):
         indent = "│ " * min(depth, MAX_INDENT // 2)
         if depth > MAX_INDENT // 2:
             indent = f"…{depth:>3}" + indent[4:]
-        recent = state.seq - node.mark_seq <= RECENT_EVENTS and node.mark
+        recent = state.seq - node.mark_seq <= RECENT_EVENTS and node.mark in MARK_STYLE
         segs = [Segment(indent, DIM), Segment("├ ", DIM)]
         if recent:
             segs.append(Segment(f"{node.mark}", MARK_STYLE[node.mark]))
             segs.append(Segment(" "))
-        right = (f"  n{node_id} P{','.join(map(str, node.blocks[:4]))}{'…' if len(node.blocks) > 4 else ''}"
-                 f" hits {node.hits} lock {len(node.lockers)} {fmt_seconds(max(0.0, state.t - node.last_access))} ago")
+        right = (f"  n{node_id} {block_run(node.blocks)} hits {node.hits} lock {len(node.lockers)}"
+                 f" {fmt_seconds(max(0.0, state.t - node.last_access))} ago")
         used = sum(s.cell_length for s in segs)
         room = max(8, width - used - len(right))
-        text = "".join(show_text(t) for t in node.texts)
-        if len(text) > room:
-            text = text[:room - 1] + "…"
         style = BOLD if node.lockers else Style()
-        if index == self.cursor and self.has_focus:
-            style = style + CURSOR
-        segs.append(Segment(text.ljust(room), style))
+        if index == self.cursor:
+            style = style + (CURSOR if self.has_focus else Style(underline=True))
+        segs += _fit(_node_text(state, node, style), room)
         segs.append(Segment(right, DIM))
         return pad(segs, width)
+
+    def _header(self, state: CacheState, rows: list) -> list[Segment]:
+        locked = sum(1 for n in state.nodes.values() if n.lockers)
+        segs = [Segment(f"root · {len(rows)} nodes · {locked} locked · {state.evictions} blocks evicted", HEADING)]
+        node = self.selected(state)
+        if node is not None:
+            segs.append(Segment(f" · n{node.node_id}: {len(node.token_ids)} tok in {len(node.blocks)} block{'s' * (len(node.blocks) != 1)}"
+                                + (f", locked by {', '.join(node.lockers)}" if node.lockers else "")
+                                + " (Enter: see in pool)", DIM))
+        return segs
+
+    def selected(self, state: CacheState | None = None):
+        state = state or self.view.state
+        rows = self.rows()
+        if state is None or not rows:
+            return None
+        return state.nodes.get(rows[min(self.cursor, len(rows) - 1)][1])
 
     def action_move(self, delta: int) -> None:
         self.cursor = max(0, min(len(self.rows()) - 1, self.cursor + delta))
         self.scroll_to_row(self.cursor + 1)
         self.refresh()
+        node = self.selected()
+        self.post_message(self.NodeSelected(node.node_id if node else None))
+
+    def action_show_in_pool(self) -> None:
+        node = self.selected()
+        self.post_message(self.NodeSelected(node.node_id if node else None, show_pool=True))
+
+    def on_click(self, event) -> None:
+        row = event.y + int(self.scroll_offset.y) - 1
+        if 0 <= row < len(self.rows()):
+            self.cursor = row
+            self.action_move(0)
+
+
+def block_run(blocks: list[int]) -> str:
+    """P3 · P3-6 (a contiguous run) · P3,9,10… (at most three listed)."""
+    if not blocks:
+        return "-"
+    if len(blocks) > 1 and blocks == list(range(blocks[0], blocks[0] + len(blocks))):
+        return f"P{blocks[0]}-{blocks[-1]}"
+    return "P" + ",".join(map(str, blocks[:3])) + ("…" if len(blocks) > 3 else "")
+
+
+def _node_text(state: CacheState, node, style: Style) -> list[Segment]:
+    """The node's tokens; after an earlier sibling, the equal lead collapsed and the first difference marked."""
+    parent = state.nodes.get(node.parent_id)
+    same = 0
+    if parent is not None and parent.children and parent.children[0] != node.node_id:
+        sibling = state.nodes.get(parent.children[0])
+        if sibling is not None:
+            for a, b in zip(sibling.token_ids, node.token_ids):
+                if a != b:
+                    break
+                same += 1
+    if not same:
+        return [Segment("".join(show_text(t) for t in node.texts), style)]
+    texts = node.texts
+    segs = [Segment(f"…{same}=", DIM)]
+    if same < len(texts):
+        segs.append(Segment(show_text(texts[same]).replace(" ", "␣") or "∅", DIFF))
+    segs.append(Segment("".join(show_text(t) for t in texts[same + 1:]), style))
+    return segs
+
+
+def _fit(segs: list[Segment], room: int) -> list[Segment]:
+    """Crop or pad segments to exactly `room` cells, with an ellipsis when cropped."""
+    out, used = [], 0
+    for seg in segs:
+        if used + seg.cell_length > room:
+            keep = max(0, room - used - 1)
+            out.append(Segment(seg.text[:keep] + "…", seg.style))
+            return out
+        out.append(seg)
+        used += seg.cell_length
+    out.append(Segment(" " * (room - used)))
+    return out

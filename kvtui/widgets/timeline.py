@@ -134,4 +134,20 @@ def request_summary(req: Request | None) -> Text:
         out.append(f"  edits {len(req.edits)}", style="magenta")
     if req.parent_id:
         out.append(f"  forked from {req.parent_id}", style="dim")
+    out.append_text(window_facts(req))
+    return out
+
+
+def window_facts(req: Request) -> Text:
+    """Window-layer facts of a request, when the trace has them: where its rings restarted, sink divergence."""
+    out = Text()
+    resume = req.ring_resume
+    if resume:
+        out.append(f"  ring restart at {resume.get('position')} (wanted {resume.get('wanted')}, from "
+                   f"{resume.get('source')}, +{resume.get('recompute_tokens')} tok)", style="cyan")
+    sink = req.sink_divergence
+    if sink:
+        out.append(f"  sinks S={sink.get('sink_tokens')} W={sink.get('window')}: max logit diff "
+                   f"{sink.get('max_logit_diff', 0):.3g}, {sink.get('argmax_changed')} of "
+                   f"{len(sink.get('positions') or [])} tokens differ from full attention", style="yellow")
     return out

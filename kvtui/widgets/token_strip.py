@@ -16,7 +16,7 @@ from textual.strip import Strip
 from kvtui.widgets.base import BOLD, DIM, LineView, fmt_seconds, owner_style, pad, show_text
 
 MARGIN = 6
-HEADER_ROWS = 2
+HEADER_ROWS = 3
 PROMPT = (Style(color="#e8e8f0", bgcolor="#2c3e5c"), Style(color="#e8e8f0", bgcolor="#3a5078"))
 GENERATED = (Style(color="#e8f0e8", bgcolor="#2c5236"), Style(color="#e8f0e8", bgcolor="#3a6a46"))
 RECOMPUTED = Style(color="#111111", bgcolor="#e5c07b")
@@ -91,6 +91,8 @@ class TokenStrip(LineView):
         if row == 0:
             return pad(self._header(), width)
         if row == 1:
+            return pad(self._cursor_line(), width)
+        if row == 2:
             return pad(self._edit_line(), width)
         lines = self.layout(width)
         index = row - HEADER_ROWS
@@ -114,9 +116,14 @@ class TokenStrip(LineView):
 
     def _header(self) -> list[Segment]:
         state, req = self.view.state, self.view.request
-        segs = [Segment(f"{req.request_id} ", owner_style(req.ordinal) + BOLD),
-                Segment(f"{req.status} · {req.num_tokens} tokens (prompt {req.prompt_len}, generated "
-                        f"{req.num_output}) · TTFT {fmt_seconds(req.ttft)} · ", DIM)]
+        return [Segment(f"{req.request_id} ", owner_style(req.ordinal) + BOLD),
+                Segment(f"{req.status} · {req.num_tokens} tokens: ", DIM),
+                Segment(" prompt ", PROMPT[1]), Segment(f" {req.prompt_len} · ", DIM),
+                Segment(" generated ", GENERATED[1]), Segment(f" {req.num_output} · TTFT {fmt_seconds(req.ttft)}", DIM)]
+
+    def _cursor_line(self) -> list[Segment]:
+        state, req = self.view.state, self.view.request
+        segs = [Segment("cursor ", DIM)]
         pos = self.position()
         if req.num_tokens:
             logical = pos // state.block_size
@@ -131,13 +138,13 @@ class TokenStrip(LineView):
         state, req = self.view.state, self.view.request
         inv = state.last_invalidate
         if inv is None or inv["request_id"] != req.request_id:
-            return [Segment("keys: ←→ move  r replace  i insert  d delete  f fork", DIM)]
+            return [Segment("←→↑↓ move · r replace · i insert before · d delete · f fork (live mode)", DIM)]
         edit = req.edits[-1] if req.edits else {}
-        copied = ", ".join(f"P{a}→P{b}" for a, b in inv["copied"]) or "none"
-        return [Segment(f"last edit: {edit.get('kind', '?')} at {edit.get('position', '?')}",
-                        Style(color="#c26fd1", bold=True)),
-                Segment(f" · recompute from {inv['first_recomputed']} ({inv['recompute_tokens']} tokens) · kept "
-                        f"{_blocks(inv['kept'])} · dropped {_blocks(inv['dropped'])} · copied {copied}", DIM)]
+        copied = ",".join(f"P{a}→P{b}" for a, b in inv["copied"]) or "-"
+        return [Segment(f"edit {edit.get('kind', '?')}@{edit.get('position', '?')}", Style(color="#c26fd1", bold=True)),
+                Segment(f" keep <{inv['first_recomputed']} ", DIM), Segment("recompute", RECOMPUTED),
+                Segment(f" {inv['recompute_tokens']} tok · kept {_blocks(inv['kept'])} · dropped "
+                        f"{_blocks(inv['dropped'])} · copied {copied}", DIM)]
 
     # --- cursor
     def set_cursor(self, position: int) -> None:

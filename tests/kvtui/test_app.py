@@ -158,7 +158,7 @@ async def test_live_prompt_then_tokens_stream_in(small_trace):
         assert app.cursor == first_token + 1 and app.following
         await pilot.press("escape", "6")
         strip = app.query_one("#token-strip")
-        assert events[first_token]["text"] in strip.render_line(2).text or rid != "r0"
+        assert events[first_token]["text"] in strip.render_line(3).text or rid != "r0"
         # the rest streams in, the view follows the end
         for ev in events[first_token + 1:]:
             feed.put_event(ev)
@@ -204,8 +204,8 @@ async def test_live_edit_sends_command_and_shows_the_invalidation(small_trace):
         assert app.state.last_invalidate["seq"] == inv["seq"]
         app.select_request(inv["request_id"])
         strip = app.query_one("#token-strip")
-        assert "last edit" in strip.render_line(1).text
-        assert f"({inv['recompute_tokens']} tokens)" in strip.render_line(1).text
+        assert "edit " in strip.render_line(2).text
+        assert f"recompute {inv['recompute_tokens']} tok" in strip.render_line(2).text
         await pilot.press("1")
         grid = app.query_one(BlockPoolView)
         from kvtui.widgets.block_pool import edit_marks
@@ -255,3 +255,17 @@ def test_replay_check_accepts_truncated_last_line(tmp_path, small_trace):
     result = CliRunner().invoke(replay_cmd, [str(path), "--check"])
     assert result.exit_code == 0, result.output
     assert "5 events" in result.output and "truncated" in result.output
+
+
+async def test_replay_loads_a_file_in_a_worker_and_opens_at_an_interesting_point():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "data" / "edit_series.jsonl"
+    app = KvtuiApp(source=str(path), trace_path=str(path), open_interesting=True, clock=FakeClock(),
+                   frame_rate=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.timeline is not None and app.loading is None
+        assert app.cursor == len(app.timeline) and app.view.request_id == "memo"
+        assert "500/500" in str(app.query_one("#status").render())

@@ -47,3 +47,23 @@ def test_after_edit_boundary(snap_compare):
 
 def test_help(snap_compare):
     assert snap_compare(make_app(), press=["question_mark"], terminal_size=(100, 30), run_before=_seek)
+
+
+REAL = Path(__file__).resolve().parent / "data"
+
+
+def real_app(name: str) -> KvtuiApp:
+    """A recorded SmolLM2 trace, opened the way `kvtui replay` opens it (interesting point and request)."""
+    parsed = read_trace(REAL / f"{name}.jsonl", strict=True)
+    return KvtuiApp(Timeline(parsed.header, parsed.events), source=f"{name}.jsonl", clock=lambda: 0.0,
+                    frame_rate=None, open_interesting=True)
+
+
+@pytest.mark.parametrize("name,tab", [("edit_series", "1"), ("edit_series", "3"), ("chat_template_jitter", "3"),
+                                      ("multi_turn_chat", "6"), ("long", "1"), ("multi_turn_chat", "2")])
+def test_real_trace_80x24(snap_compare, name, tab):
+    assert snap_compare(real_app(name), press=[tab], terminal_size=(80, 24))
+
+
+def test_real_trace_tree_node_highlighted_in_pool(snap_compare):
+    assert snap_compare(real_app("edit_series"), press=["3", "down", "down", "enter"], terminal_size=(100, 30))

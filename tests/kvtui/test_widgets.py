@@ -113,8 +113,8 @@ def test_token_strip_wraps_with_positions_and_cursor(small_trace):
     req = next(r for r in state.requests.values() if r.edits)
     widget = TokenStrip(View(state, req.request_id))
     out = lines(widget, 6)
-    assert out[0].startswith(req.request_id) and f"pos {req.num_tokens - 1}" in out[0]
-    assert out[2].startswith("    0 ")
-    assert "".join(req.texts).replace("\n", "⏎")[:20] in "".join(line[6:] for line in out[2:]).rstrip()
+    assert out[0].startswith(req.request_id) and f"pos {req.num_tokens - 1}" in out[1]
+    assert out[3].startswith("    0 ")
+    assert "".join(req.texts).replace("\n", "⏎")[:20] in "".join(line[6:] for line in out[3:]).rstrip()
     if state.last_invalidate["request_id"] == req.request_id:
-        assert "last edit" in out[1]
+        assert "recompute" in out[2]
