@@ -2,10 +2,11 @@
 
 The model is called on a flattened batch (shape [1, T]) holding prefill chunks and decode tokens of many
 requests. For every layer our function receives Q with all query heads and the new K/V with the KV heads
-only. It writes the new K/V into their slots in the pool, then for each request reads that request's history
-through its block table and attends: causal inside the chunk, the cached prefix fully visible, and for window
-layers only the last W positions (the current token counts). KV heads are never repeated: SDPA's GQA support
-(or grouped matmuls when the model soft-caps scores) lets each group of query heads read its shared KV head.
+only. Full-attention layers write the new K/V into their slots in the pool, then for each request read that
+request's history through its block table and attend: causal inside the chunk, the cached prefix fully visible.
+Window layers (and every layer with attention sinks) keep K/V in per-request rings instead (engine/ring.py):
+O(W) memory, reading only the last W positions (the current token counts). KV heads are never repeated: SDPA's
+GQA support (or grouped matmuls when the model soft-caps scores) lets each group of query heads read its KV head.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from engine.paged_kv import PagedKV
+from engine.ring import RingBatch
 
 ATTENTION_NAME = "kvtui_paged"
 BATCH_KWARG = "kvtui_batch"
@@ -49,10 +51,12 @@ class PagedBatch:
 
     kv: PagedKV
     windows: tuple[int | None, ...]
-    write_slots: torch.Tensor  # [T] slot of each token of the flat batch
+    write_slots: torch.Tensor | None  # [T] slot of each token of the flat batch (None: no paged layer)
     prefills: list[PrefillSegment] = field(default_factory=list)
     decode: DecodeGroup | None = None
     masks: dict = field(default_factory=dict)  # (segment or "decode", window) -> mask, built once per forward
+    rings: RingBatch | None = None  # window layers: their rings and what each request reads and writes there
+    forced_window: int | None = None  # EngineConfig(window=W): windows differ from the model's on purpose
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None, scaling: float | None,
@@ -102,6 +106,9 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         raise RuntimeError(f"the {ATTENTION_NAME!r} attention needs {BATCH_KWARG}=...; "
                            "use engine.model.stock_attention() for a plain forward")
     layer = module.layer_idx
+    _check_layer(batch, layer, kwargs)
+    if batch.rings is not None and layer in batch.rings.store.layer_group:
+        return ring_attention(batch.rings, layer, query, key, value, scaling, softcap), None
     window = batch.windows[layer]
     k_cache, v_cache = batch.kv.keys(layer), batch.kv.values(layer)
     # query [1, Hq, T, D]; key/value [1, Hkv, T, D] -> slots take [T, Hkv, D]
@@ -129,6 +136,42 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
             batch.masks[key] = _decode_mask(group, window)
         out[group.q_index] = _attend(q, k, v, batch.masks[key], scaling, softcap)[:, :, 0]
     return out.unsqueeze(0), None
+
+
+def _check_layer(batch: PagedBatch, layer: int, kwargs: dict) -> None:
+    """Refuse what we would silently get wrong: a window the config reading missed, learned sinks (GPT-OSS)."""
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError("this model has learned attention sinks (s_aux); kvtui's attention does not "
+                                  "apply them yet")
+    native = kwargs.get("sliding_window")
+    if batch.forced_window is None and "sliding_window" in kwargs and native != batch.windows[layer]:
+        raise ValueError(f"layer {layer}: the model attends through a window of {native} but kvtui read "
+                         f"{batch.windows[layer]} from its config (engine.model.layer_windows); please report it")
+
+
+def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, softcap) -> torch.Tensor:
+    """A window layer: prefill chunks read ring context + their own K/V, then write; decodes write, then read."""
+    g, index = rings.store.layer_group[layer]
+    plan, pool = rings.groups[g], rings.store.pool[g]
+    k_ring, v_ring = pool[index, 0], pool[index, 1]  # [rows, S+W, Hkv, D]
+    k_new, v_new = key[0].transpose(0, 1), value[0].transpose(0, 1)  # [T, Hkv, D]
+    out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [T, Hq, D]
+    for seg in plan.segments:  # read before any write: a long chunk overwrites slots its first queries read
+        k = torch.cat([k_ring[seg.row, seg.context_slots], k_new[seg.q_start:seg.q_end]]).transpose(0, 1)
+        v = torch.cat([v_ring[seg.row, seg.context_slots], v_new[seg.q_start:seg.q_end]]).transpose(0, 1)
+        q = query[:, :, seg.q_start:seg.q_end]
+        out[seg.q_start:seg.q_end] = _attend(q, k[None], v[None], seg.mask, scaling, softcap)[0].transpose(0, 1)
+        for buffer, slots, flat in seg.snapshots:  # the ring as it stands at a snapshot boundary inside the chunk
+            buffer[index, 0], buffer[index, 1] = k_ring[seg.row], v_ring[seg.row]
+            buffer[index, 0, slots], buffer[index, 1, slots] = k_new[flat], v_new[flat]
+    k_ring[plan.write_rows, plan.write_slots] = k_new[plan.write_flat]
+    v_ring[plan.write_rows, plan.write_slots] = v_new[plan.write_flat]
+    if plan.decode_rows is not None:
+        k = k_ring[plan.decode_rows].permute(0, 2, 1, 3)  # [N, Hkv, S+W, D]
+        v = v_ring[plan.decode_rows].permute(0, 2, 1, 3)
+        q = query[0][:, plan.decode_flat].transpose(0, 1).unsqueeze(2)  # [N, Hq, 1, D]
+        out[plan.decode_flat] = _attend(q, k, v, plan.decode_mask, scaling, softcap)[:, :, 0]
+    return out.unsqueeze(0)
 
 
 AttentionInterface.register(ATTENTION_NAME, paged_attention)

@@ -18,6 +18,7 @@ from engine.model import EMBEDDED_MODEL, ModelShape, describe, load_model
 from engine.paged_kv import PagedKV
 from engine.prefix import PrefixCaching
 from engine.request import Request, RequestOutput, SamplingParams, Status
+from engine.ring import RingStore
 from engine.runner import ModelRunner
 from engine.sampling import make_generator, sample
 from engine.scheduler import Scheduler
@@ -40,18 +41,26 @@ class EngineConfig:
     prefix_cache: bool = True  # share cached prefixes between requests (radix tree)
     eviction: str = "lru"  # lru | lfu | cost: which cached block goes first when the pool runs out
     hit_rate_window: int = 32  # requests in the sliding window of the hit rates
+    window: int | None = None  # attention sinks (StreamingLLM): every layer keeps only the last W positions ...
+    sink_tokens: int = 0  # ... plus the first S; changes the model's answer (event sink_divergence)
 
     def __post_init__(self):
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1 (got {self.block_size})")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"num_blocks must be at least 1 (got {self.num_blocks})")
+        if self.window is not None and self.window < 1 or self.sink_tokens < 0:
+            raise ValueError(f"window must be >= 1 and sink_tokens >= 0 (got {self.window}, {self.sink_tokens})")
+        if self.sink_tokens and self.window is None:
+            raise ValueError("sink_tokens needs a window too: EngineConfig(sink_tokens=S, window=W)")
 
     def pool_blocks(self, shape: ModelShape) -> int:
         if self.num_blocks is not None:
             return self.num_blocks
         budget = (self.kv_memory_mb or DEFAULT_KV_MEMORY_MB) * 2**20
-        return max(1, int(budget // shape.kv_bytes_per_block(self.block_size)))
+        # with no full-attention layer the pool only keeps block tables (0 bytes): size it as if one layer did
+        per_block = shape.kv_bytes_per_block(self.block_size) or shape.kv_bytes_per_token_per_layer() * self.block_size
+        return max(1, int(budget // per_block))
 
 
 class Engine:
@@ -60,6 +69,8 @@ class Engine:
         self.model = model
         self.tokenizer = tokenizer
         self.shape = describe(model, name)
+        if self.config.window is not None:
+            self.shape = self.shape.with_sinks(self.config.sink_tokens, self.config.window)
         model.set_attn_implementation(ATTENTION_NAME)
         device = next(model.parameters()).device
         dtype = next(model.parameters()).dtype
@@ -71,8 +82,10 @@ class Engine:
         self.prefix = PrefixCaching(self.pool, self.trace, self.config.prefix_cache, self.config.eviction,
                                     self.config.hit_rate_window, self.token_text)
         self.scheduler = Scheduler(self.pool, self.trace, self.config.max_batched_tokens, self.config.max_num_seqs,
-                                   on_admit=self.prefix.attach, on_preempt=self.prefix.detach)
-        self.runner = ModelRunner(model, self.kv, self.shape.windows)
+                                   on_admit=self.prefix.attach, on_preempt=self._preempted)
+        self.rings = RingStore(self.shape, block_size, dtype, device, self.trace)
+        self.prefix.usable_prefix = self.rings.usable_prefix  # window layers may need to restart earlier
+        self.runner = ModelRunner(model, self.kv, self.shape.windows, self.rings)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self._token_text_cache: dict[int, str] = {}
@@ -248,6 +261,7 @@ class Engine:
         req.finish_reason = reason
         self.scheduler.finish(req)
         self.prefix.detach(req)
+        self.rings.finish(req, self.runner)  # frees its rings; with sinks, emits sink_divergence
         req.num_computed = 0
         self.trace.emit("request_finished", request_id=req.request_id, reason=reason,
                         num_prompt_tokens=len(req.prompt_token_ids), num_output_tokens=len(req.output_token_ids),
@@ -278,6 +292,7 @@ class Engine:
                 child.block_table.append(physical)
             if parent.status is Status.RUNNING:
                 self.prefix.share_lock(parent, child)
+                self.rings.fork(request_id, child_id)
                 self.scheduler.adopt(child)
             else:
                 child.num_computed = 0
@@ -306,7 +321,9 @@ class Engine:
         m = edited.position
         self.trace.emit("edit", request_id=request_id, position=m, kind=kind, token_ids=edited.inserted,
                         texts=[self.token_text(t) for t in edited.inserted], num_deleted=edited.num_deleted)
-        keep = min(req.num_computed, m)
+        keep = min(req.num_computed, m, len(edited.tokens) - 1)  # the last token is computed to sample
+        if req.status is Status.RUNNING:  # window layers restart where their rings are exact (engine/ring.py)
+            keep = self.rings.resume(req, keep, edited.tokens)
         bs = self.pool.block_size
         table = req.block_table
         copied = []
@@ -334,6 +351,7 @@ class Engine:
         req.generation_start = len(edited.generated)
         req.logits = []
         req.finish_reason = None
+        req.matched_before = False  # the edited prompt is a new lookup for the hit rates (a preemption is not)
         req.arrival_time = self.trace.now()  # TTFT after an edit runs from the edit
         req.first_token_time = req.last_token_time = None
         if req.status is Status.FINISHED:
@@ -349,6 +367,10 @@ class Engine:
         if req.params.n <= 1 or req.output_token_ids or req.parent_id is not None:
             return []
         return [self.requests[child] for child in self.fork(req.request_id, req.params.n - 1)]
+
+    def _preempted(self, req: Request) -> None:
+        self.prefix.detach(req)
+        self.rings.free(req.request_id)
 
     def _request(self, request_id: str) -> Request:
         if request_id not in self.requests:

@@ -7,7 +7,7 @@ import importlib.util
 import os
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -33,6 +33,13 @@ class ModelShape:
     dtype: str
     elem_bytes: int
     windows: tuple[int | None, ...]  # per layer: None = full attention, W = sliding window of W tokens
+    sink_tokens: int = 0  # attention sinks (StreamingLLM): first S positions kept on every ring layer
+    forced_window: int | None = None  # EngineConfig(window=W) made every layer a window layer (changes answers)
+
+    def with_sinks(self, sink_tokens: int, window: int) -> "ModelShape":
+        """Every layer keeps the first `sink_tokens` and the last `window` positions (a narrower native window stays)."""
+        windows = tuple(window if w is None else min(w, window) for w in self.windows)
+        return replace(self, windows=windows, sink_tokens=sink_tokens, forced_window=window)
 
     @property
     def full_layers(self) -> list[int]:
@@ -54,12 +61,16 @@ class ModelShape:
 
     @property
     def paged_layers(self) -> list[int]:
-        """Layers whose K/V live in the paged block pool."""
-        return list(range(self.layers))
+        """Layers whose K/V live in the paged block pool: the full-attention ones (window layers use rings)."""
+        return self.full_layers
 
     def kv_bytes_per_token(self) -> int:
         """Bytes one token costs in the paged pool: 2 x paged layers x kv_heads x head_dim x element bytes."""
         return len(self.paged_layers) * self.kv_bytes_per_token_per_layer()
+
+    def ring_bytes_per_request(self) -> int:
+        """Bytes of one request's rings, constant however long it runs: sum over window layers of (S + W) slots."""
+        return sum(self.sink_tokens + w for w in self.windows if w is not None) * self.kv_bytes_per_token_per_layer()
 
     def kv_bytes_per_block(self, block_size: int) -> int:
         return self.kv_bytes_per_token() * block_size
@@ -76,6 +87,10 @@ def layer_windows(config) -> tuple[int | None, ...]:
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     if layer_types:
+        unknown = sorted(set(layer_types[:n]) - {"full_attention", "sliding_attention"})
+        if unknown:  # chunked, linear, ...: our attention would silently compute something else
+            raise ModelLoadError(f"layer types {unknown} are not supported (only full_attention and "
+                                 "sliding_attention)")
         return tuple(window if kind == "sliding_attention" else None for kind in layer_types[:n])
     if not window:
         return (None,) * n
@@ -188,6 +203,23 @@ def embedded_model_dir(progress=None) -> Path:
     return target
 
 
+def _check_hub_reachable(repo_id: str) -> None:
+    """Fail fast (instead of minutes of retries) when a hub id is neither cached nor reachable."""
+    import socket
+
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return  # cached locally: transformers can load it offline
+    try:
+        socket.getaddrinfo("huggingface.co", 443)
+    except OSError:
+        raise ModelLoadError(
+            f"{repo_id!r} is not a local directory, not in the Hugging Face cache, and the hub "
+            "(huggingface.co) is not reachable from here: pass --model with a local transformers directory, "
+            "a .gguf file, or 'smollm2' (embedded)") from None
+
+
 def _quiet_weight_loading() -> None:
     from transformers.utils import logging
 
@@ -214,6 +246,8 @@ def load_model(spec: str = EMBEDDED_MODEL, *, device: str = "auto", dtype: str =
         local = source.is_dir()
         if not local and (source.exists() or spec.startswith((".", "/", "~"))):
             raise ModelLoadError(f"{spec!r} is not a model directory (expected config.json and weights inside)")
+        if not local:
+            _check_hub_reachable(spec)
         try:
             model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype,
                                                          attn_implementation=attn_implementation)

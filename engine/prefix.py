@@ -25,7 +25,7 @@ class PrefixCaching:
         self.token_text = token_text
         self.radix = RadixCache(pool, trace, policy, token_text=token_text) if enabled else None
         self.hit_rates = HitRateTracker(window)
-        self.usable_prefix: Callable[[int], int] = lambda tokens: tokens  # window layers may need less
+        self.usable_prefix: Callable[[Request, int], int] = lambda req, tokens: tokens  # window layers may need less
 
     def match(self, tokens: list[int], cache_salt: str | None) -> PrefixMatch:
         if self.radix is None:
@@ -35,7 +35,7 @@ class PrefixCaching:
     def attach(self, req: Request) -> None:
         """Admission: share the longest cached prefix, lock its path, explain the match, count the hit."""
         match = self.match(req.tokens, req.cache_salt)
-        usable = self.usable_prefix(match.num_tokens) // self.pool.block_size
+        usable = self.usable_prefix(req, match.num_tokens) // self.pool.block_size
         if usable < len(match.blocks):  # see engine.ring: window layers need the positions before the match
             match.detail = {**match.detail, "matched_blocks": len(match.blocks), "window_backoff": True}
             match.blocks, match.keys, match.reason = match.blocks[:usable], match.keys[:usable], "window"

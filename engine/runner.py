@@ -6,14 +6,16 @@ import torch
 
 from engine.attention import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
 from engine.paged_kv import PagedKV
+from engine.ring import RingStore
 from engine.scheduler import ScheduledChunk
 
 
 class ModelRunner:
-    def __init__(self, model, kv: PagedKV, windows: tuple[int | None, ...]):
+    def __init__(self, model, kv: PagedKV, windows: tuple[int | None, ...], rings: RingStore | None = None):
         self.model = model
         self.kv = kv
         self.windows = windows
+        self.rings = rings if rings is not None and rings.enabled else None
         self.device = kv.kv.device
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
@@ -22,11 +24,15 @@ class ModelRunner:
         write_slots: list[torch.Tensor] = []
         prefills: list[PrefillSegment] = []
         decode_rows, decode_pos, decode_ctx = [], [], []
+        chunk_rows = []
         for chunk in chunks:
             req, start, n = chunk.request, chunk.start, chunk.num_tokens
             row = len(token_ids)
+            chunk_rows.append(row)
             token_ids += req.tokens[start:start + n]
             positions += range(start, start + n)
+            if not self.kv.layer_slot:
+                continue  # every layer keeps its K/V in rings: nothing to read or write in the pool
             context = self.kv.slots(req.block_table, 0, start + n)
             write_slots.append(context[start:])
             if n == 1:
@@ -48,8 +54,11 @@ class ModelRunner:
                 context_len=torch.tensor([c.shape[0] for c in decode_ctx], device=self.device),
                 uniform=len({c.shape[0] for c in decode_ctx}) == 1,
             )
-        batch = PagedBatch(kv=self.kv, windows=self.windows, write_slots=torch.cat(write_slots),
-                           prefills=prefills, decode=decode)
+        paged_writes = torch.cat(write_slots) if write_slots else None
+        batch = PagedBatch(kv=self.kv, windows=self.windows, write_slots=paged_writes,
+                           prefills=prefills, decode=decode,
+                           rings=self.rings.plan(chunks, chunk_rows) if self.rings is not None else None,
+                           forced_window=self.rings.shape.forced_window if self.rings is not None else None)
         ids = torch.tensor([token_ids], device=self.device)
         pos = torch.tensor([positions], device=self.device)
         return ids, pos, batch
@@ -65,4 +74,7 @@ class ModelRunner:
             keep = ends.to(self.device)
         out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep,
                          **{BATCH_KWARG: batch})
-        return out.logits[0].float()
+        logits = out.logits[0].float()
+        if self.rings is not None:
+            self.rings.commit(chunks, batch.rings)
+        return logits

@@ -97,12 +97,12 @@ class Scheduler:
         """Make room in the block table for n more tokens; shrink n to what fits. Returns tokens reserved."""
         pool = self.pool
         start = request.num_computed
-        self._unshare_partial_block(request)
         while True:
-            need = pool.blocks_for(start + n) - len(request.block_table)
-            if need <= pool.num_available():
+            copy = int(self._partial_block_is_shared(request))  # copy-on-write needs a block too
+            available = pool.num_available()
+            if pool.blocks_for(start + n) - len(request.block_table) + copy <= available:
                 break
-            fit = (len(request.block_table) + pool.num_available()) * pool.block_size - start
+            fit = (len(request.block_table) + available - copy) * pool.block_size - start
             if fit > 0 and (request.in_prefill or not may_preempt):
                 n = min(n, fit)  # a prefill chunk shrinks to what fits instead of preempting anyone
                 continue
@@ -112,16 +112,22 @@ class Scheduler:
             self.preempt(victim)
             if victim is request:
                 return 0
+        if self._partial_block_is_shared(request):
+            logical = start // pool.block_size
+            pool.copy_on_write(request.block_table, logical, request.request_id, start % pool.block_size)
         for logical in range(len(request.block_table), pool.blocks_for(start + n)):
             request.block_table.append(pool.allocate(request.request_id, logical))
         return n
 
-    def _unshare_partial_block(self, request: Request) -> None:
-        """Copy-on-write: the block the next token lands in may be shared (fork, edit); copy it first."""
+    def _partial_block_is_shared(self, request: Request) -> bool:
+        """The block the next token lands in is shared (fork) or in the prefix tree (edit): copy it first."""
         offset = request.num_computed % self.pool.block_size
         logical = request.num_computed // self.pool.block_size
-        if offset and logical < len(request.block_table):
-            self.pool.copy_on_write(request.block_table, logical, request.request_id, offset)
+        if not offset or logical >= len(request.block_table):
+            return False
+        physical = request.block_table[logical]
+        cache = self.pool.cache
+        return self.pool.ref_counts[physical] > 1 or (cache is not None and cache.holds(physical))
 
     def _preemption_victim(self, scheduled: list[ScheduledChunk]) -> Request:
         victim = max(self.running, key=lambda r: r.admitted_order)

@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from engine.latency import PERCENTILES, inter_token_latencies, percentiles, tpot
+from engine.metrics import HitCounts
 
 
 @dataclass
@@ -14,30 +15,10 @@ class PhaseStats:
     requests: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
-    matchable_tokens: int = 0
-    hit_tokens: int = 0
-    requests_with_hit: int = 0
-    matched_requests: int = 0
-    block_lookups: int = 0
-    block_hits: int = 0
+    hits: HitCounts = HitCounts()  # prefix lookups (first admissions and edits; not preemption readmissions)
     ttft: list[float] = field(default_factory=list)
     tpot: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
-
-    def rate(self, part: int, whole: int) -> float | None:
-        return part / whole if whole else None
-
-    @property
-    def token_hit_rate(self):
-        return self.rate(self.hit_tokens, self.matchable_tokens)
-
-    @property
-    def request_hit_rate(self):
-        return self.rate(self.requests_with_hit, self.matched_requests)
-
-    @property
-    def block_hit_rate(self):
-        return self.rate(self.block_hits, self.block_lookups)
 
 
 def summarize(header: dict, events: list[dict]) -> list[PhaseStats]:
@@ -61,15 +42,12 @@ def summarize(header: dict, events: list[dict]) -> list[PhaseStats]:
             for s in targets(e["request_id"]):
                 s.requests += 1
                 s.prompt_tokens += len(e["prompt_token_ids"])
-        elif kind == "prefix_match":
+        elif kind == "prefix_match" and not e["detail"].get("readmission"):
             matchable = max(0, e["prompt_tokens"] - 1)  # the last prompt token is always computed
+            lookup = HitCounts(matchable, e["matched_tokens"], matchable // block_size,
+                               e["matched_tokens"] // block_size, 1, int(e["matched_tokens"] > 0))
             for s in targets(e["request_id"]):
-                s.matched_requests += 1
-                s.matchable_tokens += matchable
-                s.hit_tokens += e["matched_tokens"]
-                s.requests_with_hit += e["matched_tokens"] > 0
-                s.block_lookups += matchable // block_size
-                s.block_hits += e["matched_tokens"] // block_size
+                s.hits += lookup
         elif kind == "token_emitted":
             token_times[e["request_id"]].append(e["t"])
         elif kind == "request_finished":
@@ -91,8 +69,8 @@ def _ms(values: list[float]) -> str:
     return "/".join("-" if v is None else f"{v * 1000:.0f}" for v in found.values())
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
+def _pct(value: float, counts: HitCounts) -> str:
+    return f"{value:.1%}" if counts.requests else "-"
 
 
 def format_stats(stats: list[PhaseStats]) -> str:
@@ -102,7 +80,8 @@ def format_stats(stats: list[PhaseStats]) -> str:
     lines = [head, "-" * len(head)]
     for s in stats:
         lines.append(f"{s.phase:<10} {s.requests:>4} {s.prompt_tokens:>7} {s.generated_tokens:>6} "
-                     f"{_pct(s.token_hit_rate):>8} {_pct(s.request_hit_rate):>8} {_pct(s.block_hit_rate):>8}  "
+                     f"{_pct(s.hits.token_hit_rate, s.hits):>8} {_pct(s.hits.request_hit_rate, s.hits):>8} "
+                     f"{_pct(s.hits.block_hit_rate, s.hits):>8}  "
                      f"{_ms(s.ttft):<22} {_ms(s.tpot):<22} {_ms(s.itl)}")
     lines += ["", "token hit = hit tokens / prompt tokens that could match (all but the last); request hit = "
                   "requests with any hit / requests; block hit = block hits / block lookups."]

@@ -148,19 +148,39 @@ def format_info(engine) -> str:
     windows = sorted({w for w in shape.windows if w is not None})
     kinds = f"{len(shape.full_layers)} full" + (f", {len(shape.window_layers)} sliding window W={windows}"
                                                 if windows else "")
+    if shape.forced_window is not None:
+        kinds += f" (attention sinks: first {shape.sink_tokens} + last {shape.forced_window} on every layer)"
     lines += [
         f"attention      {kinds}",
         "",
         f"KV per token   2 x {shape.kv_heads} kv_heads x {shape.head_dim} x {shape.elem_bytes} B = {per_layer:,} B per layer",
-        f"               x {len(shape.paged_layers)} paged layers = {shape.kv_bytes_per_token():,} B per token",
+        f"full layers    x {len(shape.paged_layers)} paged layers = {shape.kv_bytes_per_token():,} B per token "
+        "(grows with the sequence)",
         f"KV per block   x {pool.block_size} tokens = {shape.kv_bytes_per_block(pool.block_size):,} B",
         f"pool           {pool.num_blocks} blocks = {pool.num_blocks * pool.block_size:,} tokens = "
         f"{shape.kv_bytes_per_block(pool.block_size) * pool.num_blocks:,} B (formula)",
-        f"pool tensor    {kv.nbytes:,} B allocated ({kv.nbytes / 2**20:.1f} MiB)",
+        f"pool tensor    {kv.nbytes:,} B allocated ({kv.nbytes / 2**20:.1f} MiB)"
+        + ("" if shape.paged_layers else " (no full-attention layer: the pool keeps block tables only)"),
     ]
+    if windows:
+        groups = {}
+        for w in shape.windows:
+            if w is not None:
+                groups[w] = groups.get(w, 0) + 1
+        terms = " + ".join(f"{n} x ({shape.sink_tokens} + {w})" if shape.sink_tokens else f"{n} x {w}"
+                           for w, n in groups.items())
+        ring = shape.ring_bytes_per_request()
+        lines += [
+            f"window layers  ring of S + W slots per layer (slot = position mod W), constant however long it runs:",
+            f"               {terms} slots x {per_layer:,} B = {ring:,} B per request",
+        ]
+        rings = getattr(engine, "rings", None)
+        if rings is not None:
+            lines.append(f"ring tensors   {rings.nbytes:,} B allocated now ({len(rings.states)} requests); "
+                         f"snapshots every {rings.interval} positions, budget {rings.snapshot_budget:,} B")
     if shape.kv_heads != shape.q_heads:
-        mha = shape.kv_bytes_per_token() * shape.q_heads // shape.kv_heads
-        lines.append(f"vs MHA         {mha:,} B per token if every query head kept its own K/V "
+        mha = per_layer * shape.q_heads // shape.kv_heads
+        lines.append(f"vs MHA         {mha:,} B per token per layer if every query head kept its own K/V "
                      f"({shape.q_heads // shape.kv_heads}x more)")
     return "\n".join(lines)
 
@@ -179,11 +199,24 @@ def schema():
 @click.option("--max-tokens", default=32, show_default=True, help="Tokens generated per request.")
 @click.option("--concurrent", default=8, show_default=True, help="Requests in the concurrent scenario.")
 @click.option("--repeats", default=1, show_default=True, help="Runs of each scenario (best is reported).")
-def bench(model, prompt_tokens, max_tokens, concurrent, repeats, **options):
-    """Our engine against transformers' generate on the same model, in the same run."""
+@click.option("--cache", "cache_bench", is_flag=True,
+              help="Instead: warm vs cold TTFT with a 90%-shared prefix, and re-prefill after edits.")
+def bench(model, prompt_tokens, max_tokens, concurrent, repeats, cache_bench, **options):
+    """Our engine against transformers' generate on the same model, in the same run.
+
+    With --cache: the prefix cache's gain (warm vs cold TTFT) and an edit's cost (re-prefill vs full prefill).
+    """
     from engine.bench import format_table, run_bench
 
     engine = load_engine(model, engine_config(**options))
+    if cache_bench:
+        from engine.bench_cache import edit_reprefill, format_cache_bench, warm_vs_cold
+
+        say = lambda msg: click.echo(f"  {msg}", err=True)  # noqa: E731
+        tokens = max(prompt_tokens, 64)
+        click.echo(format_cache_bench(warm_vs_cold(engine, tokens, progress=say),
+                                      edit_reprefill(engine, tokens, repeats=max(repeats, 3), progress=say)))
+        return
     click.echo(f"bench on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device}): "
                f"{prompt_tokens}-token prompts, {max_tokens} new tokens, {concurrent} concurrent", err=True)
     rows = run_bench(engine, prompt_tokens, max_tokens, concurrent, repeats,

@@ -65,3 +65,9 @@ def test_record_writes_a_valid_trace(tmp_path):
     trace = read_trace(out, strict=True)
     finished = [e["request_id"] for e in trace.events if e["type"] == "request_finished"]
     assert sorted(finished) == ["a", "b"]
+
+
+def test_unreachable_hub_id_is_a_clear_error():
+    result = run("info", "--model", "kvtui-test/does-not-exist")
+    assert result.exit_code != 0 and "kvtui-test/does-not-exist" in result.output
+    assert "Traceback" not in result.output

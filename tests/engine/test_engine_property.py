@@ -3,7 +3,8 @@
 After every rule: ref counts equal the number of block tables holding each block, free + used + cached =
 total, the prefix tree never holds a free block, and no locked or referenced block is ever evicted. When an
 example ends, every request is run to completion and each greedy continuation equals transformers' own
-generate on the sequence it continued from. KVTUI_ENGINE_EXAMPLES sets the number of examples.
+generate on the sequence it continued from. Half the examples use a sliding-window model (rings, snapshots,
+window back-off). KVTUI_ENGINE_EXAMPLES sets the number of examples.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.request import Status
 
 EXAMPLES = int(os.environ.get("KVTUI_ENGINE_EXAMPLES", "150"))
-MODEL = tiny_model("llama-gqa", num_hidden_layers=1, hidden_size=32, intermediate_size=32,
-                   num_attention_heads=4, num_key_value_heads=2)
+SMALL = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4)
+MODELS = {
+    "full": tiny_model("llama-gqa", num_key_value_heads=2, **SMALL),
+    "window": tiny_model("mistral-mqa", sliding_window=3, num_key_value_heads=1, **SMALL),  # rings + snapshots
+}
 
 prompts = st.lists(st.sampled_from([3, 4, 5]), min_size=1, max_size=3).map(lambda tail: [10, 11, 12, 13, 14] + tail)
 pick = st.integers(0, 1000)
@@ -31,11 +35,12 @@ pick = st.integers(0, 1000)
 
 class EngineMachine(RuleBasedStateMachine):
     @initialize(policy=st.sampled_from(["lru", "lfu", "cost"]), block_size=st.integers(1, 3),
-                budget=st.integers(2, 8))
-    def setup(self, policy, block_size, budget):
+                budget=st.integers(2, 8), model=st.sampled_from(sorted(MODELS)))
+    def setup(self, policy, block_size, budget, model):
         config = EngineConfig(block_size=block_size, num_blocks=28 // block_size, max_batched_tokens=budget,
                               eviction=policy)
-        self.engine = Engine.from_model(MODEL, config=config)
+        self.model = MODELS[model]
+        self.engine = Engine.from_model(self.model, config=config)
         self.engine.trace.listeners.append(self._check_event)
 
     def _check_event(self, event):
@@ -99,7 +104,7 @@ class EngineMachine(RuleBasedStateMachine):
         for req in engine.requests.values():
             context = req.prompt_token_ids + req.output_token_ids[:req.generation_start]
             new = req.output_token_ids[req.generation_start:]
-            assert new == greedy_generate(MODEL, context, len(new)), req.request_id
+            assert new == greedy_generate(self.model, context, len(new)), req.request_id
 
 
 EngineMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=25, deadline=None,
