@@ -35,7 +35,11 @@ def engine_config(overrides: dict | None = None, **options):
 
     keys = ("device", "dtype", "block_size", "num_blocks", "max_batched_tokens", "prefix_cache", "eviction")
     values = {key: options[key] for key in keys}
-    values.update(overrides or {})
+    values.update(overrides or {})  # a workload's "engine" section beats the defaults ...
+    context = click.get_current_context(silent=True)
+    for key in keys:  # ... and an option typed on the command line beats the workload
+        if context is not None and context.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE:
+            values[key] = options[key]
     try:
         return EngineConfig(**values)
     except (TypeError, ValueError) as exc:
