@@ -123,6 +123,10 @@ class Ring:
     last_evicted: list[int] = field(default_factory=list)
     overwrites: int = 0
     owner: int = 0
+    sinks: int = 0  # attention sinks: positions < sinks stay in slots 0..sinks-1; the ring proper follows
+
+    def slot_of(self, position: int) -> int:
+        return position if position < self.sinks else self.sinks + position % self.window
 
     def copy(self) -> "Ring":
         new = _copy.copy(self)
@@ -693,20 +697,23 @@ class CacheState:
     # --- rings
     def _on_ring_write(self, ev: dict) -> None:
         key = (ev["request_id"], ev["group"])
-        window = ev["window"]
+        window, sinks = ev["window"], ev.get("sink_tokens") or 0
         ring = self.rings.get(key)
-        if ring is None or ring.window != window:
-            ring = self.rings[key] = Ring(ev["request_id"], ev["group"], window, [-1] * window, owner=self._gen)
+        if ring is None or ring.window != window or ring.sinks != sinks:
+            ring = self.rings[key] = Ring(ev["request_id"], ev["group"], window, [-1] * (sinks + window),
+                                          owner=self._gen, sinks=sinks)
         elif ring.owner != self._gen:
             ring = self.rings[key] = ring.copy()
             ring.owner = self._gen
         start, end = ev["start"], ev["end"]
         slots = ring.slots
-        for pos in range(max(start, end - window), end):
-            if slots[pos % window] >= 0 and slots[pos % window] != pos:
+        written = [p for p in range(start, min(end, sinks))] + list(range(max(start, sinks, end - window), end))
+        for pos in written:
+            slot = ring.slot_of(pos)
+            if slots[slot] >= 0 and slots[slot] != pos:
                 ring.overwrites += 1
-            slots[pos % window] = pos
-        ring.head = end % window
+            slots[slot] = pos
+        ring.head = ring.slot_of(end) if end >= sinks else end
         ring.writes += end - start
         ring.last_written = list(range(start, end))
         ring.last_evicted = list(ev["evicted"])

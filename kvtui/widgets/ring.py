@@ -67,9 +67,13 @@ class RingView(LineView):
             req = state.requests.get(ring.request_id)
             style = owner_style(req.ordinal) + BOLD if req else BOLD
             return pad([Segment(f"{ring.request_id}", style),
-                        Segment(f" group {ring.group} W={ring.window} head→slot {ring.head}"
+                        Segment(f" group {ring.group} W={ring.window}"
+                                + (f" + {ring.sinks} sink slots (positions 0-{ring.sinks - 1} kept forever)"
+                                   if ring.sinks else "")
+                                + f" head→slot {ring.head}"
                                 f" writes {ring.writes} overwrites {ring.overwrites}"
-                                + (f" (showing {per_line} of {ring.window} slots)" if per_line < ring.window else ""),
+                                + (f" (showing {per_line} of {len(ring.slots)} slots)"
+                                   if per_line < len(ring.slots) else ""),
                                 DIM)], width)
         if part == 1:
             segs = [Segment("  ")]

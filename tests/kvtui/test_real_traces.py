@@ -105,3 +105,14 @@ def test_ring_resume_and_sink_divergence_are_kept_on_the_request():
     req = state.requests["jitter"]
     assert req.ring_resume["position"] == 20 and req.sink_divergence["argmax_changed"] == 1
     assert state_fingerprint(state)["requests"]["jitter"]
+
+
+def test_sink_rings_keep_the_first_positions_in_their_own_slots():
+    """streaming_sinks: 4 sinks + W=32 on every layer; slot = position for sinks, 4 + position mod 32 after."""
+    trace = read_trace(Path(__file__).parents[2] / "fixtures" / "traces" / "streaming_sinks.jsonl", strict=True)
+    state = replay(trace.header, trace.events)
+    ring = next(iter(state.rings.values()))
+    assert ring.sinks == 4 and len(ring.slots) == 36
+    assert ring.slots[:4] == [0, 1, 2, 3]
+    last = max(ring.slots)
+    assert ring.slots[4 + last % 32] == last and min(p for p in ring.slots[4:]) == last - 31
