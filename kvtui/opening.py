@@ -9,6 +9,8 @@ on a divergent token, else the last to arrive.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from kvtui.state import CacheState
 from kvtui.timeline import Timeline
 
@@ -22,15 +24,7 @@ def opening_cursor(timeline: Timeline) -> int:
     best = max(range(len(steps)), key=lambda i: (steps[i][2] + steps[i][3], -i))
     seq = steps[best][7]
     # the cursor just after that step event: events are seq-ordered, so find it by seq
-    lo, hi = 0, end
-    events = timeline.events
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if events[mid]["seq"] <= seq:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return bisect_right(timeline.events, seq, 0, end, key=lambda event: event["seq"])
 
 
 def interesting_request(state: CacheState | None) -> str | None:

@@ -117,12 +117,4 @@ class Timeline:
 
     def time_to_index(self, t: float, lo: int = 0) -> int:
         """Number of events with time <= t (events are time ordered)."""
-        events = self.events
-        hi = len(events)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if events[mid]["t"] <= t:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return bisect_right(self.events, t, lo, key=lambda event: event["t"])
