@@ -276,7 +276,10 @@ class Engine:
         children = []
         for _ in range(n):
             child_id = f"{request_id}.{next(self._ids)}"
-            params = replace(parent.params, n=1)
+            # a seeded request's samples must differ from each other, and reproducibly so: seed + k for child k
+            siblings = sum(1 for r in self.requests.values() if r.parent_id == request_id)
+            seed = None if parent.params.seed is None else parent.params.seed + siblings + 1
+            params = replace(parent.params, n=1, seed=seed)
             child = Request(child_id, list(parent.prompt_token_ids), params, self.trace.now(), parent.cache_salt,
                             output_token_ids=list(parent.output_token_ids), num_computed=parent.num_computed,
                             num_cached=parent.num_cached, generator=make_generator(params),

@@ -102,7 +102,41 @@ def layer_windows(config) -> tuple[int | None, ...]:
     return (window,) * n
 
 
+def check_supported(model) -> None:
+    """Refuse models our paged attention would run silently wrong, with a reason a person can act on."""
+    config = model.config
+    kind = type(model).__name__
+    if not getattr(config, "num_attention_heads", None):
+        raise ModelLoadError(f"{kind} is not an attention model (no num_attention_heads): it has no KV cache to page")
+    if not type(model).is_backend_compatible():
+        raise ModelLoadError(f"{kind} computes attention in its own code, not through transformers' attention "
+                             "interface, so kvtui cannot page its KV cache (Llama, Qwen, Mistral, Gemma, Phi, "
+                             "GPT-2, OPT and most current models can)")
+    if any(getattr(config, key, None) for key in ("kv_lora_rank", "v_head_dim", "qk_nope_head_dim")):
+        raise ModelLoadError(f"{kind} uses multi-head latent attention (keys and values of different sizes), "
+                             "which kvtui's paged cache does not support yet")
+
+
+def module_windows(model, windows: tuple[int | None, ...]) -> tuple[int | None, ...]:
+    """Per-layer windows as the attention modules themselves hold them, where they say (config rules vary)."""
+    found = list(windows)
+    for module in model.modules():
+        layer = getattr(module, "layer_idx", None)
+        if "Attention" in type(module).__name__ and hasattr(module, "sliding_window") and layer is not None \
+                and 0 <= layer < len(found):
+            found[layer] = module.sliding_window or None
+    return tuple(found)
+
+
+def needs_separate_forwards(config) -> bool:
+    """Rope types whose frequencies depend on the longest position in the batch: batching would change them."""
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    kinds = {rope.get("rope_type")} | {v.get("rope_type") for v in rope.values() if isinstance(v, dict)}
+    return bool(kinds & {"longrope", "dynamic"})
+
+
 def describe(model, name: str | None = None) -> ModelShape:
+    check_supported(model)
     config = model.config
     q_heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // q_heads
@@ -115,7 +149,7 @@ def describe(model, name: str | None = None) -> ModelShape:
         head_dim=head_dim,
         dtype=str(dtype).removeprefix("torch."),
         elem_bytes=torch.empty((), dtype=dtype).element_size(),
-        windows=layer_windows(config),
+        windows=module_windows(model, layer_windows(config)),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from engine.attention import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
+from engine.model import needs_separate_forwards
 from engine.paged_kv import PagedKV
 from engine.ring import RingStore
 from engine.scheduler import ScheduledChunk
@@ -17,6 +18,7 @@ class ModelRunner:
         self.windows = windows
         self.rings = rings if rings is not None and rings.enabled else None
         self.device = kv.kv.device
+        self.separate = needs_separate_forwards(model.config)
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
         token_ids: list[int] = []
@@ -66,6 +68,11 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, chunks: list[ScheduledChunk], all_logits: bool = False) -> torch.Tensor:
         """Logits (float32) of the last token of every chunk, [len(chunks), vocab]; every token with all_logits."""
+        if self.separate and len(chunks) > 1:  # e.g. longrope: one request's length must not change another's
+            return torch.cat([self._forward([chunk], all_logits) for chunk in chunks])
+        return self._forward(chunks, all_logits)
+
+    def _forward(self, chunks: list[ScheduledChunk], all_logits: bool) -> torch.Tensor:
         ids, pos, batch = self.build_batch(chunks)
         if all_logits:
             keep = 0

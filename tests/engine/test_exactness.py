@@ -88,3 +88,50 @@ def test_preempted_request_stays_exact():
     check_logits(model, outputs)
     assert [o.token_ids for o in outputs] == [greedy_generate(model, p, 14) for p in prompts]
     assert not any(engine.pool.ref_counts) and engine.pool.num_available() == engine.pool.num_blocks
+
+
+def test_models_outside_the_attention_interface_are_refused():
+    """GPT-J keeps its own attention code: paging would silently change the answer, so the engine refuses."""
+    from engine.model import ModelLoadError
+
+    config = transformers.GPTJConfig(vocab_size=97, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with pytest.raises(ModelLoadError, match="attention interface"):
+        Engine.from_model(model)
+
+
+def test_qwen3_moe_window_is_read_from_the_layers():
+    """Qwen3-MoE applies its window on every layer, whatever max_window_layers says: read it from the modules."""
+    config = transformers.Qwen3MoeConfig(vocab_size=97, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+                                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                                         num_experts=4, num_experts_per_tok=2, use_sliding_window=True,
+                                         sliding_window=4, max_window_layers=1, max_position_embeddings=256)
+    torch.manual_seed(5)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    expected = tuple(layer.self_attn.sliding_window or None for layer in model.model.layers)
+    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, max_batched_tokens=7))
+    assert engine.shape.windows == expected
+    check_logits(model, engine.generate(random_prompts([19, 3]), SamplingParams(max_tokens=12, return_logits=True)))
+
+
+def test_longrope_requests_do_not_change_each_other():
+    """Phi-3 longrope picks its factors from the longest position in a forward: each request runs alone."""
+    short = 16
+    config = transformers.Phi3Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=4, pad_token_id=0,
+                                     max_position_embeddings=256, original_max_position_embeddings=short,
+                                     rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                                      "short_factor": [1.0] * 8, "long_factor": [4.0] * 8,
+                                                      "original_max_position_embeddings": short})
+    torch.manual_seed(6)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64))
+    small, long = random_prompts([6, 40], seed=6)
+    together = engine.generate([small, long], SamplingParams(max_tokens=4, return_logits=True))
+    alone = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64)).generate(
+        [small], SamplingParams(max_tokens=4, return_logits=True))[0]
+    assert (together[0].logits - alone.logits).abs().max().item() <= 1e-5
+    ref = no_cache_logits(model, small + alone.token_ids)
+    assert (alone.logits - ref[len(small) - 1:-1]).abs().max().item() <= 1e-4
