@@ -65,8 +65,9 @@ def apply_edit(prompt: list[int], generated: list[int], position: int, token_ids
         deleted = len(new)
     edited = sequence[:position] + new + sequence[position + deleted:]
     if position < len(prompt) or not generated:
-        new_prompt_len = max(1, len(prompt) + len(new) - deleted)
-        if len(prompt) + len(new) - deleted < 1:
+        # the prompt keeps everything before m and what was typed, even where the edit ran past its old end
+        new_prompt_len = max(position + len(new), len(prompt) + len(new) - deleted)
+        if new_prompt_len < 1:
             raise EditError("the edit would leave an empty prompt")
         return EditedSequence(edited[:new_prompt_len], [], position, deleted, new)
     context = edited[:position + len(new)]

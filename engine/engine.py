@@ -12,7 +12,7 @@ import torch
 
 from engine import attention  # noqa: F401  (registers the paged attention with transformers)
 from engine.attention import ATTENTION_NAME
-from engine.blocks import BlockPool
+from engine.blocks import BlockPool, OutOfBlocks
 from engine.edits import EditError, apply_edit
 from engine.model import EMBEDDED_MODEL, ModelShape, describe, load_model
 from engine.paged_kv import PagedKV
@@ -49,6 +49,9 @@ class EngineConfig:
             raise ValueError(f"block_size must be at least 1 (got {self.block_size})")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"num_blocks must be at least 1 (got {self.num_blocks})")
+        if self.max_batched_tokens < 1 or self.max_num_seqs < 1:
+            raise ValueError(f"max_batched_tokens and max_num_seqs must be at least 1 (got "
+                             f"{self.max_batched_tokens}, {self.max_num_seqs})")
         if self.window is not None and self.window < 1 or self.sink_tokens < 0:
             raise ValueError(f"window must be >= 1 and sink_tokens >= 0 (got {self.window}, {self.sink_tokens})")
         if self.sink_tokens and self.window is None:
@@ -188,12 +191,13 @@ class Engine:
         if params is None or isinstance(params, SamplingParams):
             params = [params or SamplingParams()] * len(prompts)
         ids = [self.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
-        pending = set(ids)
-        while pending:
+        mine = set(ids)
+        # wait for the parallel samples (SamplingParams.n) of these requests too
+        while any(r.finish_reason is None for r in self.requests.values()
+                  if r.request_id in mine or r.parent_id in mine):
             if not self.has_unfinished():
-                raise RuntimeError(f"requests {sorted(pending)} were dropped by the scheduler")
-            for out in self.step():
-                pending.discard(out.request_id)
+                raise RuntimeError(f"requests {sorted(mine)} were dropped by the scheduler")
+            self.step()
         return [self.output(i) for i in ids]
 
     # --- the step -------------------------------------------------------------------------------------
@@ -331,16 +335,26 @@ class Engine:
         table = req.block_table
         copied = []
         first_dropped = keep // bs
+        original = list(table)
         if keep % bs and first_dropped < len(table):
-            # m's block: its valid part stays; a block shared (or in the prefix tree) is copied first
+            # m's block: its valid part stays; a block shared (or in the prefix tree) is copied first. Release
+            # the blocks after it before, so the copy can use one of them.
+            self.pool.release_table(table, request_id, first_dropped + 1)
             src = table[first_dropped]
-            dst = self.pool.copy_on_write(table, first_dropped, request_id, keep % bs)
-            if dst != src:
-                copied.append([src, dst])
-            first_dropped += 1
+            try:
+                dst = self.pool.copy_on_write(table, first_dropped, request_id, keep % bs)
+            except OutOfBlocks:  # no block for the copy: recompute m's block from its start instead
+                keep = first_dropped * bs
+                if req.status is Status.RUNNING:
+                    keep = self.rings.resume(req, keep, edited.tokens)
+                    first_dropped = keep // bs
+            else:
+                if dst != src:
+                    copied.append([src, dst])
+                first_dropped += 1
         kept = [b for b in table[:first_dropped] if not copied or b != copied[0][1]]
-        dropped = list(table[first_dropped:])
         self.pool.release_table(table, request_id, first_dropped)
+        dropped = [b for b in original if b not in kept and not (copied and b == copied[0][0])]
         req.prompt_token_ids, req.output_token_ids = edited.prompt, edited.generated
         req.num_computed = keep
         if req.status is Status.RUNNING:

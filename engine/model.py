@@ -158,7 +158,10 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError(f"device {device!r} asked for, but torch sees no CUDA GPU (use --device cpu)")
-    return torch.device(device)
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ModelLoadError(f"unknown device {device!r}: use auto, cpu or cuda[:n]") from None
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

@@ -34,6 +34,8 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1] (got {self.top_p})")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (got {self.top_k})")
+        if self.n < 1:
+            raise ValueError(f"n must be at least 1 (got {self.n})")
 
 
 class Status(enum.Enum):

@@ -73,6 +73,8 @@ def load_workload(path: str | Path) -> Workload:
     requests = []
     for index, item in enumerate(data["requests"]):
         where = f"{path}: requests[{index}]"
+        if not isinstance(item, dict):
+            raise WorkloadError(f"{where}: a request is an object, got {item!r}")
         given = [key for key in PROMPT_KEYS if key in item]
         if len(given) != 1:
             raise WorkloadError(f"{where}: give exactly one of {', '.join(PROMPT_KEYS)}")
@@ -83,6 +85,9 @@ def load_workload(path: str | Path) -> Workload:
             sampling = SamplingParams(**item.get("sampling", {}))
         except (TypeError, ValueError) as exc:
             raise WorkloadError(f"{where}: {exc}") from None
+        problem = _prompt_problem(given[0], item[given[0]])
+        if problem or not isinstance(item.get("arrival_step", 0), int):
+            raise WorkloadError(f"{where}: {problem or 'arrival_step must be a whole number'}")
         requests.append(WorkloadRequest(
             request_id=str(item.get("id", f"r{index}")),
             arrival_step=int(item.get("arrival_step", 0)),
@@ -106,6 +111,18 @@ def load_workload(path: str | Path) -> Workload:
                                   item.get("kind", "replace"), item[given[0]], bool(item.get("after_finish"))))
     return Workload(str(data.get("name", path.stem)), str(data.get("description", "")), data.get("engine", {}),
                     sorted(requests, key=lambda r: r.arrival_step), sorted(edits, key=lambda e: e.at_step))
+
+
+def _prompt_problem(key: str, value) -> str | None:
+    if key == "prompt" and not isinstance(value, str):
+        return "prompt must be text"
+    if key == "messages" and not (isinstance(value, list) and value and all(
+            isinstance(m, dict) and {"role", "content"} <= set(m) for m in value)):
+        return "messages must be a non-empty list of {\"role\": ..., \"content\": ...}"
+    if key == "prompt_token_ids" and not (isinstance(value, list) and value and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in value)):
+        return "prompt_token_ids must be a non-empty list of integers"
+    return None
 
 
 def run_workload(engine, workload: Workload,

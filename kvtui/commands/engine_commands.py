@@ -212,7 +212,8 @@ def bench(model, prompt_tokens, max_tokens, concurrent, repeats, cache_bench, **
     """
     from engine.bench import format_table, run_bench
 
-    engine = load_engine(model, engine_config(**options))
+    # the prefix cache off, except for --cache: a repeated bench prompt must not turn into cache hits
+    engine = load_engine(model, engine_config({"prefix_cache": cache_bench}, **options))
     if cache_bench:
         from engine.bench_cache import edit_reprefill, format_cache_bench, warm_vs_cold
 

@@ -71,3 +71,13 @@ def test_unreachable_hub_id_is_a_clear_error():
     result = run("info", "--model", "kvtui-test/does-not-exist")
     assert result.exit_code != 0 and "kvtui-test/does-not-exist" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--max-batched-tokens", "0"], "at least 1"),
+    (["--device", "tpu"], "unknown device"),
+    (["--num-blocks", "0"], "at least 1"),
+])
+def test_bad_engine_options_are_errors_not_tracebacks(args, message):
+    result = run("info", *args)
+    assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output

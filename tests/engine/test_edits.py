@@ -129,6 +129,9 @@ def test_apply_edit_regions():
     assert apply_edit(p, g, 6, [7, 8], "insert").tokens == [1, 2, 3, 4, 5, 6, 7, 8]  # a new turn appended
     assert apply_edit(p, g, 4, 1, "delete").tokens == [1, 2, 3, 4]
     assert apply_edit(p, g, 0, [0], "insert").prompt == [0, 1, 2, 3, 4]
+    # edits in the prompt that run past its end: nothing before m is lost, everything typed is kept
+    assert apply_edit(p, g, 2, 3, "delete").tokens == [1, 2]
+    assert apply_edit(p, g, 3, [7, 8, 9], "replace").tokens == [1, 2, 3, 7, 8, 9]
 
 
 def test_fork_shares_blocks_and_copies_on_write(model):
@@ -148,3 +151,16 @@ def test_fork_shares_blocks_and_copies_on_write(model):
     outs = [engine.output(r).token_ids for r in [parent, *children]]
     assert outs[0] == outs[1] == outs[2] == greedy_generate(model, prompt, 6)
     assert not any(engine.pool.ref_counts) and engine.pool.num_available() == 64  # free or cached
+
+
+def test_edit_with_a_full_pool_is_exact_and_loses_nothing(model):
+    """The pool is full and m's block is in the prefix tree: the copy takes a block released by the edit."""
+    engine = Engine.from_model(model, config=EngineConfig(block_size=BS, num_blocks=4))
+    rid = engine.submit(random_prompts([11])[0], SamplingParams(max_tokens=5, return_logits=True))
+    for _ in range(4):
+        engine.step()
+    assert engine.pool.num_available() == 0
+    event = engine.edit(rid, 6, [40], "replace")
+    assert event["first_recomputed"] == 6 and len(event["copied"]) == 1
+    out = run_to_end(engine, rid)
+    assert_matches_cold_run(model, out, out.token_ids)

@@ -67,3 +67,15 @@ def test_percentiles_and_tpot():
     assert percentile([1, 2, 3, 4], 50) == 2.5
     assert percentile([5], 99) == 5 and percentile([], 50) is None
     assert tpot([0.0, 1.0, 3.0]) == 1.5 and tpot([1.0]) is None
+
+
+@pytest.mark.parametrize("request_item,message", [
+    (1, "a request is an object"),
+    ({"prompt": 5}, "prompt must be text"),
+    ({"messages": "hello"}, "messages must be a non-empty list"),
+    ({"prompt_token_ids": [1, "x"]}, "list of integers"),
+    ({"prompt": "x", "arrival_step": "soon"}, "arrival_step"),
+])
+def test_badly_typed_requests_are_refused(tmp_path, request_item, message):
+    with pytest.raises(WorkloadError, match=message):
+        load_workload(write(tmp_path, {"requests": [request_item]}))
