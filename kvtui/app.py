@@ -112,7 +112,7 @@ class KvtuiApp(App):
         self.speed = 1.0
         self.play_t = 0.0
         self.last_tick = clock()
-        self.chat = False
+        self.chat = live  # an instruct model answers a chat message; ctrl+t sends plain text instead
         self.view = View(self.state)
         self.input_mode: str | None = None  # "replace" | "insert" | "goto" while the small input is open
         self.token_position = 0
@@ -168,8 +168,7 @@ class KvtuiApp(App):
                 yield TokenStrip(id="token-strip")
         yield Input(id="small-input", classes="hidden")
         if self.live:
-            yield Input(placeholder="type a prompt, Enter to send (ctrl+t: chat message; Esc: leave)",
-                        id="prompt")
+            yield Input(placeholder=self._prompt_placeholder(), id="prompt")
         yield Scrubber(id="scrubber")
         yield Footer()
 
@@ -474,12 +473,16 @@ class KvtuiApp(App):
         if self.live:
             self.query_one("#prompt", Input).focus()
 
+    def _prompt_placeholder(self) -> str:
+        if self.chat:
+            return "chat message (through the chat template), Enter to send (ctrl+t: plain text; Esc: leave)"
+        return "plain text prompt, Enter to send (ctrl+t: chat message; Esc: leave)"
+
     def action_toggle_chat(self) -> None:
         self.chat = not self.chat
         if self.live:
             prompt = self.query_one("#prompt", Input)
-            prompt.placeholder = ("chat message (sent through the chat template), Enter to send" if self.chat
-                                  else "type a prompt, Enter to send (ctrl+t: chat message; Esc: leave)")
+            prompt.placeholder = self._prompt_placeholder()
         self.notify("chat mode: prompts go through the chat template" if self.chat else "plain prompt mode",
                     timeout=2)
         self.refresh_views()

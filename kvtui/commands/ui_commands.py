@@ -7,16 +7,7 @@ import sys
 
 import click
 
-
-def _engine_config(**options):
-    """The engine configuration live mode runs with; a bad value is a usage error before the UI opens."""
-    from engine.engine import EngineConfig
-
-    values = {k: v for k, v in options.items() if v is not None}
-    try:
-        return EngineConfig(**values)
-    except (TypeError, ValueError) as exc:
-        raise click.UsageError(str(exc)) from None
+from kvtui.commands.engine_commands import engine_config, engine_options
 
 
 def _check_model_path(model: str) -> None:
@@ -28,23 +19,11 @@ def _check_model_path(model: str) -> None:
 
 
 @click.command()
-@click.option("--model", "-m", default="smollm2", show_default=True,
-              help="'smollm2' (embedded), a local transformers directory, a hub id or a .gguf file")
-@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda[:n]")
-@click.option("--dtype", default="float32", show_default=True, help="float32 | bfloat16 | float16")
-@click.option("--block-size", type=int, default=16, show_default=True, help="tokens per KV block")
-@click.option("--num-blocks", type=int, default=None, help="physical blocks in the pool [default: 256 MiB of KV]")
-@click.option("--max-batched-tokens", type=int, default=512, show_default=True,
-              help="token budget per step; longer prompts are prefilled in chunks")
-@click.option("--prefix-cache/--no-prefix-cache", default=True, show_default=True,
-              help="share cached prefixes between requests (radix tree)")
-@click.option("--eviction", type=click.Choice(["lru", "lfu", "cost"]), default="lru", show_default=True,
-              help="which cached block goes first when the pool is full")
-@click.option("--max-tokens", type=int, default=64, show_default=True, help="tokens to generate per prompt")
+@engine_options
+@click.option("--max-tokens", type=int, default=64, show_default=True, help="Tokens to generate per prompt.")
 @click.option("--save-trace", type=click.Path(dir_okay=False), default=None,
-              help="also write everything the UI sees to this trace file")
-def live(model, device, dtype, block_size, num_blocks, max_batched_tokens, prefix_cache, eviction, max_tokens,
-         save_trace):
+              help="Also write everything the UI sees to this trace file.")
+def live(model, max_tokens, save_trace, **options):
     """Open the live UI: type prompts, watch the cache, edit tokens."""
     from kvtui.app import KvtuiApp
     from kvtui.feed import EngineWorker, EventFeed
@@ -52,8 +31,7 @@ def live(model, device, dtype, block_size, num_blocks, max_batched_tokens, prefi
     if max_tokens < 1:
         raise click.UsageError(f"--max-tokens must be at least 1 (got {max_tokens})")
     _check_model_path(model)
-    config = _engine_config(device=device, dtype=dtype, block_size=block_size, num_blocks=num_blocks,
-                            max_batched_tokens=max_batched_tokens, prefix_cache=prefix_cache, eviction=eviction)
+    config = engine_config(**options)
     feed = EventFeed()
     worker = EngineWorker(feed, model, config, save_trace=save_trace)
     app = KvtuiApp(source=model, live=True, feed=feed, controller=worker, max_tokens=max_tokens)

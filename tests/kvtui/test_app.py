@@ -148,7 +148,8 @@ async def test_live_prompt_then_tokens_stream_in(small_trace):
         app.pump()
         await pilot.click("#prompt")
         await pilot.press(*"Why is the sky blue?", "enter")
-        assert controller.calls == [("submit", "Why is the sky blue?", 64)]
+        # live mode sends a chat message by default (the embedded model is an instruct model)
+        assert controller.calls == [("submit", [{"role": "user", "content": "Why is the sky blue?"}], 64)]
         first_token = next(i for i, ev in enumerate(events) if ev["type"] == "token_emitted")
         for ev in events[:first_token + 1]:
             feed.put_event(ev)
