@@ -271,6 +271,14 @@ class Engine:
                         num_prompt_tokens=len(req.prompt_token_ids), num_output_tokens=len(req.output_token_ids),
                         cached_tokens=req.num_cached, ttft=_round(req.ttft()), tpot=_round(req.tpot()))
 
+    def abort(self, request_id: str) -> RequestOutput:
+        """Stop a waiting or running request now: its blocks go back (full ones stay cached), reason 'aborted'."""
+        req = self._request(request_id)
+        if req.status is not Status.FINISHED:
+            self._finish(req, "aborted")
+            self.trace.flush()
+        return self.output(request_id)
+
     # --- forks and edits ------------------------------------------------------------------------------
     def fork(self, request_id: str, n: int = 1) -> list[str]:
         """n copies of a request that share every block it holds; a shared partial block is copied on write."""

@@ -150,5 +150,9 @@ class Scheduler:
         self.waiting.appendleft(request)
 
     def finish(self, request: Request) -> None:
+        """Take a request out of the batch (it finished) or out of the queue (aborted before admission)."""
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
         request.status = Status.FINISHED
-        self.running.remove(request)

@@ -55,3 +55,16 @@ def test_ttft_and_tpot_follow_their_definitions():
     assert out.tpot == (req.last_token_time - req.first_token_time) / 4
     single = engine.generate(random_prompts([8]), SamplingParams(max_tokens=1))[0]
     assert single.tpot is None
+
+
+def test_abort_releases_a_running_or_waiting_request():
+    engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(block_size=4, num_blocks=40,
+                                                                            max_num_seqs=1))
+    events = recorded(engine)
+    running = engine.submit(random_prompts([9])[0], SamplingParams(max_tokens=20))
+    waiting = engine.submit(random_prompts([5], seed=1)[0], SamplingParams(max_tokens=20))
+    engine.step()
+    assert engine.abort(running).finish_reason == "aborted"
+    assert engine.abort(waiting).finish_reason == "aborted"
+    assert not engine.has_unfinished() and not any(engine.pool.ref_counts)
+    assert [e["reason"] for e in events if e["type"] == "request_finished"] == ["aborted", "aborted"]
