@@ -119,7 +119,7 @@ class EngineWorker(Controller):
         config = self.engine_config
         if isinstance(config, dict):
             config = EngineConfig(**{k: v for k, v in config.items() if v is not None})
-        engine = Engine.load(model=self.model, config=config)
+        engine = Engine.load(model=self.model, config=config, progress=self.feed.notice)
         engine.trace.listeners.append(self.feed.put_event)
         if self.save_trace:
             engine.add_trace_file(self.save_trace)
