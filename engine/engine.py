@@ -369,8 +369,8 @@ class Engine:
             self.prefix.truncated(req)
         elif req.status is Status.FINISHED:
             # its blocks went to the prefix tree at finish: readmission will find the kept prefix there
-            probe = self.prefix.match(edited.tokens, req.cache_salt)
-            keep = probe.num_tokens
+            probe = self.prefix.probe(edited.tokens, req.cache_salt)
+            keep = min(probe.num_tokens, len(edited.tokens) - 1)
             kept = list(probe.blocks)
         req.num_cached = min(req.num_cached, keep)
         req.generation_start = len(edited.generated)

@@ -32,18 +32,40 @@ class PrefixCaching:
             return PrefixMatch.disabled(len(tokens), self.pool.block_size)
         return self.radix.match(tokens, cache_salt)
 
+    def probe(self, tokens: list[int], cache_salt: str | None) -> PrefixMatch:
+        """What admission would reuse, whole blocks and the leading tokens of one more; changes nothing."""
+        match = self.match(tokens, cache_salt)
+        partial = self.radix.reuse_partial(match, tokens, cache_salt) if self.radix is not None else None
+        if partial is not None:
+            match.partial_tokens = partial[1]
+        return match
+
     def attach(self, req: Request) -> None:
         """Admission: share the longest cached prefix, lock its path, explain the match, count the hit."""
         match = self.match(req.tokens, req.cache_salt)
-        usable = self.usable_prefix(req, match.num_tokens) // self.pool.block_size
-        if usable < len(match.blocks):  # see engine.ring: window layers need the positions before the match
+        partial = self.radix.reuse_partial(match, req.tokens, req.cache_salt) if self.radix is not None else None
+        whole = match.num_tokens
+        usable = self.usable_prefix(req, whole + (partial[1] if partial else 0))  # one ring restart, at most
+        if usable < whole:  # see engine.ring: window layers need the positions before the match
+            keep = usable // self.pool.block_size
             match.detail = {**match.detail, "matched_blocks": len(match.blocks), "window_backoff": True}
-            match.blocks, match.keys, match.reason = match.blocks[:usable], match.keys[:usable], "window"
+            match.blocks, match.keys, match.reason = match.blocks[:keep], match.keys[:keep], "window"
+            partial = None
+        elif partial is not None and usable - whole < partial[1]:
+            partial = (partial[0], usable - whole) if usable > whole else None
         for logical, physical in enumerate(match.blocks):
             self.pool.share(physical, req.request_id, logical)
             req.block_table.append(physical)
         if self.radix is not None:
             req.lock_node = self.radix.acquire(match, req.request_id)
+        if partial is not None:  # the block is cached: the scheduler copies it before the first write
+            physical, same = partial
+            self.pool.share(physical, req.request_id, len(match.blocks))
+            req.block_table.append(physical)
+            match.partial_tokens = same
+            match.detail = {**match.detail, "reused_partial": same}
+            if match.num_tokens == match.matchable_tokens:  # every token but the last came from the cache
+                match.reason = "full_match"
         req.num_computed = req.num_cached = match.num_tokens
         req.blocks_in_tree = len(match.blocks)
         fields = match.event_fields(req.request_id, self.token_text)
@@ -71,6 +93,8 @@ class PrefixCaching:
     def detach(self, req: Request) -> None:
         """Finish or preemption: cache what it computed, drop its lock, release its blocks (tree ones stay)."""
         self.cache_computed(req)
+        if self.radix is not None:
+            self.radix.insert_tail(req.tokens, req.block_table, req.num_computed, req.cache_salt)
         if self.radix is not None and req.lock_node is not None:
             self.radix.unlock(req.lock_node)
         req.lock_node = None

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from engine.blocks import BlockPool
+from engine.tails import TailStore, common_prefix, root_key
 from engine.trace import TraceSink
 
 POLICIES = ("lru", "lfu", "cost")
@@ -107,10 +108,11 @@ class PrefixMatch:
     cache_salt: str | None = None
     nodes: list[Node] = field(default_factory=list)  # the path (the last one may be covered only in part)
     keys: list[str] = field(default_factory=list)  # keys of the matched blocks
+    partial_tokens: int = 0  # leading tokens of one more block reused too (a cached tail or tree block)
 
     @property
     def num_tokens(self) -> int:
-        return len(self.blocks) * self.block_size
+        return len(self.blocks) * self.block_size + self.partial_tokens
 
     @property
     def matchable_tokens(self) -> int:
@@ -159,15 +161,16 @@ class RadixCache:
         # Keys of evicted blocks -> (seq and t of the block_evicted event, policy); bounded, oldest dropped.
         self._evicted: OrderedDict[str, tuple[int, float, str]] = OrderedDict()
         self._evicted_memory = evicted_memory
+        self.tails = TailStore(pool, trace, self.clock)  # partly filled last blocks (engine/tails.py)
         pool.cache = self
 
     # --- queries ------------------------------------------------------------------------------------------
     def holds(self, physical: int) -> bool:
-        """Is the block in the tree? Then its contents are shared with the cache: copy before writing."""
-        return physical in self._node_of
+        """Is the block cached (tree or tail)? Then its contents are shared with the cache: copy before writing."""
+        return physical in self._node_of or self.tails.holds(physical)
 
     def num_cached(self) -> int:
-        return sum(1 for b in self._node_of if self.pool.ref_counts[b] == 0)
+        return sum(1 for b in self._node_of if self.pool.ref_counts[b] == 0) + len(self.tails.evictable())
 
     def match(self, token_ids: Sequence[int], cache_salt: str | None = None) -> PrefixMatch:
         """Longest cached prefix of whole blocks, never covering the last token. Changes nothing."""
@@ -297,6 +300,56 @@ class RadixCache:
             self.unlock(locked)
         return node
 
+    # --- partly filled blocks ----------------------------------------------------------------------------
+    def insert_tail(self, token_ids: Sequence[int], blocks: Sequence[int], num_computed: int,
+                    cache_salt: str | None = None) -> bool:
+        """Keep the partly filled block after the sequence's whole blocks (call before releasing it)."""
+        bs = self.block_size
+        full, valid = divmod(num_computed, bs)
+        if not valid or len(blocks) <= full:
+            return False
+        physical = blocks[full]
+        if self.holds(physical) or self.pool.ref_counts[physical] != 1:
+            return False
+        if full:
+            keys, _ = block_hashes(token_ids[:full * bs], bs, cache_salt)
+            path = self._walk(keys)
+            if sum(used for _, used in path) != full:
+                return False  # its whole blocks are not all cached: nothing would ever reach the tail
+            parent_key, parent = keys[-1], path[-1][0]
+        else:
+            parent_key, parent = root_key(cache_salt), self.root
+        return self.tails.add(parent_key, parent.node_id, physical, list(token_ids[full * bs:num_computed]))
+
+    def reuse_partial(self, match: PrefixMatch, token_ids: Sequence[int],
+                      cache_salt: str | None = None) -> tuple[int, int] | None:
+        """A cached block (tail or whole) whose first tokens continue the match: (physical, tokens reused).
+
+        Never covers the last token. The caller shares the block; the pool copies it before any write.
+        """
+        bs = self.block_size
+        start = len(match.blocks) * bs
+        limit = len(token_ids) - 1 - start
+        if limit <= 0:
+            return None
+        rest = list(token_ids[start:start + bs])
+        found = None
+        tail = self.tails.best(match.keys[-1] if match.blocks else root_key(cache_salt), rest, limit)
+        if tail is not None:
+            found = (tail[0].physical, tail[1])
+        path = self._walk(match.keys) if match.blocks else []
+        if path and path[-1][1] < len(path[-1][0].blocks):
+            node, used = path[-1]
+            nexts = [(node.blocks[used], node.token_ids[used * bs:(used + 1) * bs])]
+        else:
+            node = path[-1][0] if path else self.root
+            nexts = [(c.blocks[0], c.token_ids[:bs]) for c in node.children.values() if c.cache_salt == cache_salt]
+        for physical, tokens in nexts:
+            same = min(common_prefix(tokens, rest), limit)
+            if same > 0 and (found is None or same > found[1]):
+                found = (physical, same)
+        return found
+
     def lock(self, node: Node) -> None:
         """A running request uses the path from the root to `node`: none of it may be evicted."""
         while node is not self.root:
@@ -354,7 +407,7 @@ class RadixCache:
     def keep_on_release(self, physical: int) -> bool:
         node = self._node_of.get(physical)
         if node is None:
-            return False
+            return self.tails.keep_on_release(physical)
         self.trace.emit("block_cached", physical=physical, hash=node.keys[node.blocks.index(physical)])
         return True
 
@@ -378,10 +431,13 @@ class RadixCache:
                     count += 1
             total += count
             cleared[node.node_id] = count == len(node.blocks)
-        return total
+        return total + len(self.tails.evictable())
 
     def evict_one(self) -> int | None:
         """Reclaim the policy's choice among the last blocks of unlocked leaves; the pool frees it."""
+        tail = self.tails.evict_one(self.policy)  # a tail costs fewer than block_size tokens to recompute
+        if tail is not None:
+            return tail
         ref = self.pool.ref_counts
         candidates = [node for node in self.nodes.values() if node is not self.root and not node.children
                       and not node.lock_ref and ref[node.blocks[-1]] == 0]

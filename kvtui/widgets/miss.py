@@ -29,7 +29,7 @@ MATCHED = ("black on #59b26a", "black on #4a9a5a")
 EQUAL_RECOMPUTED = ("black on #c9a94a", "black on #b8983a")
 DIFFERENT = "bold white on #b03a48"
 COMPUTED = ("on #333344", "on #2a2a36")
-SHOWN_KEYS = {"position", "block", "node_id", "expected_text", "actual_text", "expected_id", "actual_id",
+SHOWN_KEYS = {"reused_partial", "position", "block", "node_id", "expected_text", "actual_text", "expected_id", "actual_id",
               "readmission", "evicted_at", "evicted_seq", "policy", "partial_tokens", "equal_tokens", "block_size",
               "other_salts", "hash"}
 
@@ -57,6 +57,9 @@ def explain(state: CacheState | None, req: Request | None) -> Text:
     out.append(reason, style="bold yellow")
     out.append(f" - {REASONS.get(reason, 'reason not known to this kvtui')}\n")
     _reason_detail(out, reason, detail, matched, state.block_size)
+    if detail.get("reused_partial"):
+        out.append(f"the last {detail['reused_partial']} of them come from a partly used cached block (copied "
+                   "before this request writes into it)\n", style="green")
     extra = {k: v for k, v in detail.items() if k not in SHOWN_KEYS}
     if extra:
         out.append(", ".join(f"{k}={v}" for k, v in extra.items()) + "\n", style="dim")

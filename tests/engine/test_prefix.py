@@ -31,14 +31,15 @@ def test_prefix_hit_skips_prefill_and_stays_exact(model):
     first, second = system + [5, 6, 7], system + [8, 9, 10, 11, 12]
     engine.generate([first], SamplingParams(max_tokens=4))
     out = engine.generate([second], SamplingParams(max_tokens=6, return_logits=True))[0]
-    assert out.cached_tokens == 20  # 5 whole blocks of the shared 21 tokens
+    assert out.cached_tokens == 21  # 5 whole blocks + the first token of the 6th: every shared token
     chunks = of_type(events, "prefill_chunk", out.request_id)
-    assert chunks[0]["start"] == 20  # prefill started after the hit
+    assert chunks[0]["start"] == 21  # prefill started after the hit
     ref = no_cache_logits(model, second + out.token_ids)
     assert (out.logits - ref[len(second) - 1:-1]).abs().max().item() <= 1e-4
     assert out.token_ids == greedy_generate(model, second, 6)
     match = of_type(events, "prefix_match", out.request_id)[0]
-    assert match["matched_tokens"] == 20 and match["reason"] == "divergent"
+    assert match["matched_tokens"] == 21 and match["reason"] == "divergent"
+    assert match["detail"]["reused_partial"] == 1
     assert match["detail"]["position"] == 21  # first token that differs, with both tokens named
     assert match["detail"]["expected_id"] == 5 and match["detail"]["actual_id"] == 8
 
@@ -48,8 +49,11 @@ def test_identical_prompt_always_computes_its_last_token(model):
     prompt = random_prompts([16], seed=12)[0]
     a = engine.generate([prompt], SamplingParams(max_tokens=3))[0]
     b = engine.generate([prompt], SamplingParams(max_tokens=3))[0]
-    assert b.cached_tokens == 12 and b.token_ids == a.token_ids  # 16 tokens: the 4th block holds the last token
-    assert of_type(events, "prefix_match", b.request_id)[0]["reason"] == "block_floor"
+    # 3 whole blocks, and the first 3 tokens of the 4th (a tree block, copied before the last token is written)
+    assert b.cached_tokens == 15 and b.token_ids == a.token_ids
+    match = of_type(events, "prefix_match", b.request_id)[0]
+    assert match["reason"] == "full_match" and match["detail"]["reused_partial"] == 3
+    assert len(of_type(events, "block_copied", b.request_id)) == 1  # the cached block itself never changes
 
 
 def test_a_token_equal_again_after_the_first_difference_is_not_a_hit(model):
@@ -113,7 +117,7 @@ def test_multi_turn_reuses_the_whole_conversation(model):
     while engine.has_unfinished():
         engine.step()
     match = of_type(events, "prefix_match", rid)[-1]
-    assert match["matched_tokens"] == 16  # every whole block of the first turn
+    assert match["matched_tokens"] == 19  # every computed token of the first turn: 4 blocks and the cached tail
     out = engine.output(rid)
     new = out.token_ids[len(history.token_ids) + 3:]
     assert new == greedy_generate(model, sequence + [9, 10, 11], len(new))
@@ -161,7 +165,9 @@ def test_lru_evicts_the_least_recently_used_prefix_first(model):
     old, recent = random_prompts([9, 9], seed=22)
     engine.generate([old], SamplingParams(max_tokens=1))
     engine.generate([recent], SamplingParams(max_tokens=1))
-    old_blocks = {e["physical"] for e in of_type(events, "block_cached")[:2]}
-    engine.generate(random_prompts([45], seed=23), SamplingParams(max_tokens=1))  # 12 blocks: 10 free + 2 evicted
-    evicted = [e["physical"] for e in of_type(events, "block_evicted")]
-    assert set(evicted[:2]) == old_blocks
+    whole = [e for e in of_type(events, "block_cached") if not e["hash"].startswith("tail:")]
+    old_blocks = {e["physical"] for e in whole[:2]}
+    engine.generate(random_prompts([45], seed=23), SamplingParams(max_tokens=1))  # 12 blocks: 8 free + 4 evicted
+    evicted = [e for e in of_type(events, "block_evicted")]
+    assert [e["hash"].startswith("tail:") for e in evicted[:2]] == [True, True]  # partial tails go first
+    assert {e["physical"] for e in evicted[2:4]} == old_blocks  # then the least recently used whole blocks
