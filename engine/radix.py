@@ -211,7 +211,7 @@ class RadixCache:
             rest = list(token_ids[start:len(token_ids) - 1])
             if not rest:
                 return "full_match", {}
-            equal = max((_common(rest, toks) for _, toks in continuations), default=0)
+            equal = max((common_prefix(rest, toks) for _, toks in continuations), default=0)
             return "block_floor", {"position": start, "block_size": bs, "partial_tokens": len(rest),
                                    "equal_tokens": equal}
         if keys[matched] in self._evicted:
@@ -223,7 +223,7 @@ class RadixCache:
             return "salt", {"position": start, "block": matched, "other_salts": len(others)}
         if continuations:
             mine = list(token_ids[start:start + bs])
-            same, node_id, theirs = max(((_common(mine, toks), nid, toks) for nid, toks in continuations),
+            same, node_id, theirs = max(((common_prefix(mine, toks), nid, toks) for nid, toks in continuations),
                                         key=lambda c: c[0])
             # same < bs: a full block with equal tokens would have had the same key.
             return "divergent", {"position": start + same, "block": matched, "node_id": node_id,
@@ -491,13 +491,3 @@ def recompute_cost(logical: int, block_size: int) -> float:
     """Attention (query, key) pairs to recompute block `logical`: each position p attends to p + 1 keys."""
     first = logical * block_size
     return block_size * first + block_size * (block_size + 1) / 2
-
-
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common prefix: tokens equal again after the first difference never count."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

@@ -32,6 +32,7 @@ def root_key(cache_salt: str | None) -> str:
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix: tokens equal again after the first difference never count."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
