@@ -58,6 +58,10 @@ class BlockPool:
         """Blocks an allocation could get: free ones plus cached ones that may be evicted."""
         return len(self.free) + (self.cache.num_evictable() if self.cache else 0)
 
+    def can_allocate(self, n: int) -> bool:
+        """n blocks are free, or can be made free by eviction (the tree walk only when the free list is short)."""
+        return n <= len(self.free) or n <= self.num_available()
+
     def num_used(self) -> int:
         return sum(1 for count in self.ref_counts if count > 0)
 
@@ -94,10 +98,14 @@ class BlockPool:
             self.free.append(physical)
             self.trace.emit("block_freed", physical=physical)
 
+    def needs_copy(self, physical: int) -> bool:
+        """Writing into this block would change what another table or the prefix cache holds."""
+        return self.ref_counts[physical] > 1 or (self.cache is not None and self.cache.holds(physical))
+
     def copy_on_write(self, table: list[int], logical: int, request_id: str, num_tokens: int) -> int:
         """Give `request_id` its own copy of a shared block before it writes into it; returns the block to use."""
         src = table[logical]
-        if self.ref_counts[src] == 1 and not (self.cache is not None and self.cache.holds(src)):
+        if not self.needs_copy(src):
             return src
         dst = self.allocate(request_id, logical)
         if self.on_copy is not None:

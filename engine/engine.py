@@ -191,12 +191,13 @@ class Engine:
         if params is None or isinstance(params, SamplingParams):
             params = [params or SamplingParams()] * len(prompts)
         ids = [self.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
-        mine = set(ids)
-        # wait for the parallel samples (SamplingParams.n) of these requests too
-        while any(r.finish_reason is None for r in self.requests.values()
-                  if r.request_id in mine or r.parent_id in mine):
+        def unfinished() -> bool:  # these requests and their parallel samples (SamplingParams.n)
+            family = (self.requests[c] for i in ids for c in [i, *self.requests[i].children])
+            return any(r.finish_reason is None for r in family)
+
+        while unfinished():
             if not self.has_unfinished():
-                raise RuntimeError(f"requests {sorted(mine)} were dropped by the scheduler")
+                raise RuntimeError(f"requests {ids} were dropped by the scheduler")
             self.step()
         return [self.output(i) for i in ids]
 
@@ -289,8 +290,7 @@ class Engine:
         for _ in range(n):
             child_id = f"{request_id}.{next(self._ids)}"
             # a seeded request's samples must differ from each other, and reproducibly so: seed + k for child k
-            siblings = sum(1 for r in self.requests.values() if r.parent_id == request_id)
-            seed = None if parent.params.seed is None else parent.params.seed + siblings + 1
+            seed = None if parent.params.seed is None else parent.params.seed + len(parent.children) + 1
             params = replace(parent.params, n=1, seed=seed)
             child = Request(child_id, list(parent.prompt_token_ids), params, self.trace.now(), parent.cache_salt,
                             output_token_ids=list(parent.output_token_ids), num_computed=parent.num_computed,
@@ -299,6 +299,7 @@ class Engine:
                             first_token_time=parent.first_token_time, last_token_time=parent.last_token_time)
             child.arrival_time = parent.arrival_time
             self.requests[child_id] = child
+            parent.children.append(child_id)
             self.trace.emit("request_arrived", request_id=child_id, prompt_token_ids=child.prompt_token_ids,
                             prompt_texts=[self.token_text(t) for t in child.prompt_token_ids],
                             max_tokens=params.max_tokens, cache_salt=child.cache_salt, parent_id=request_id)

@@ -77,6 +77,7 @@ class Request:
     admitted_order: int = -1  # larger = admitted later (preemption victim choice)
     generation_start: int = 0  # generated tokens that an edit turned into context; max_tokens counts after them
     parent_id: str | None = None
+    children: list[str] = field(default_factory=list)  # forks and parallel samples of this request
     lock_node: object = None  # engine.radix.Node whose path this request keeps from eviction
     blocks_in_tree: int = 0  # leading blocks of block_table already inserted in the prefix tree
     matched_before: bool = False  # the prefix lookup was counted in the hit rates already

@@ -82,7 +82,7 @@ class Scheduler:
     def _can_admit(self, request: Request, budget: int) -> bool:
         # Admit only if at least one block's worth of its first chunk fits; never preempt to admit.
         first = min(request.num_tokens, budget, self.pool.block_size)
-        return self.pool.num_available() >= self.pool.blocks_for(first)
+        return self.pool.can_allocate(self.pool.blocks_for(first))
 
     def _admit(self, request: Request) -> None:
         request.status = Status.RUNNING
@@ -99,9 +99,9 @@ class Scheduler:
         start = request.num_computed
         while True:
             copy = int(self._partial_block_is_shared(request))  # copy-on-write needs a block too
-            available = pool.num_available()
-            if pool.blocks_for(start + n) - len(request.block_table) + copy <= available:
+            if pool.can_allocate(pool.blocks_for(start + n) - len(request.block_table) + copy):
                 break
+            available = pool.num_available()
             fit = (len(request.block_table) + available - copy) * pool.block_size - start
             if fit > 0 and (request.in_prefill or not may_preempt):
                 n = min(n, fit)  # a prefill chunk shrinks to what fits instead of preempting anyone
@@ -125,9 +125,7 @@ class Scheduler:
         logical = request.num_computed // self.pool.block_size
         if not offset or logical >= len(request.block_table):
             return False
-        physical = request.block_table[logical]
-        cache = self.pool.cache
-        return self.pool.ref_counts[physical] > 1 or (cache is not None and cache.holds(physical))
+        return self.pool.needs_copy(request.block_table[logical])
 
     def _preemption_victim(self, scheduled: list[ScheduledChunk]) -> Request:
         victim = max(self.running, key=lambda r: r.admitted_order)

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from engine.trace import EVENT_FIELDS, TraceError, validate_event, validate_header
+from engine.trace import EVENT_FIELDS, TraceError, TraceFile, validate_event, validate_header
 
 CHUNK_BYTES = 1 << 20
 FULL_CHECKS_PER_TYPE = 200  # events of each type validated field by field (types included)
@@ -26,11 +26,9 @@ REQUIRED = {etype: frozenset(name for name, (spec, _) in fields.items() if not s
 
 
 @dataclass
-class LoadedTrace:
-    header: dict
-    events: list[dict] = field(default_factory=list)
-    error: TraceError | None = None
-    truncated_tail: bool = False
+class LoadedTrace(TraceFile):
+    """What engine.trace's reader returns, plus the event types this kvtui does not know (kept, skipped)."""
+
     unknown_types: dict[str, int] = field(default_factory=dict)
 
 
