@@ -11,52 +11,15 @@ GQA support (or grouped matmuls when the model soft-caps scores) lets each group
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from engine.paged_kv import PagedKV
-from engine.ring import RingBatch
+from engine.batch import BATCH_KWARG, PagedBatch, RingBatch
 
 ATTENTION_NAME = "kvtui_paged"
-BATCH_KWARG = "kvtui_batch"
-
-
-@dataclass
-class PrefillSegment:
-    """Queries [q_start, q_end) of the flat batch are positions [start, start + n) of one sequence."""
-
-    q_start: int
-    q_end: int
-    start: int
-    context_slots: torch.Tensor  # slots of positions [0, start + n)
-
-
-@dataclass
-class DecodeGroup:
-    """One query token per sequence, padded to the longest context so all run in one SDPA call."""
-
-    q_index: torch.Tensor  # [N] rows of the flat batch
-    positions: torch.Tensor  # [N] position of each query token
-    context_slots: torch.Tensor  # [N, L_max] slots of positions 0..position (padding repeats slot 0)
-    context_len: torch.Tensor  # [N] valid context length = position + 1
-    uniform: bool = False  # all contexts have the same length (no padding to mask)
-
-
-@dataclass
-class PagedBatch:
-    """What one forward needs besides the tokens: where to write K/V and what each query may read."""
-
-    kv: PagedKV
-    windows: tuple[int | None, ...]
-    write_slots: torch.Tensor | None  # [T] slot of each token of the flat batch (None: no paged layer)
-    prefills: list[PrefillSegment] = field(default_factory=list)
-    decode: DecodeGroup | None = None
-    masks: dict = field(default_factory=dict)  # (segment or "decode", window) -> mask, built once per forward
-    rings: RingBatch | None = None  # window layers: their rings and what each request reads and writes there
-    forced_window: int | None = None  # EngineConfig(window=W): windows differ from the model's on purpose
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None, scaling: float | None,
@@ -103,8 +66,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
                     **kwargs):
     batch: PagedBatch | None = kwargs.get(BATCH_KWARG)
     if batch is None:
-        raise RuntimeError(f"the {ATTENTION_NAME!r} attention needs {BATCH_KWARG}=...; "
-                           "use engine.model.stock_attention() for a plain forward")
+        raise RuntimeError(f"the {ATTENTION_NAME!r} attention runs only inside the engine's forward "
+                           f"(engine.runner.ModelRunner), which passes {BATCH_KWARG}=...")
     layer = module.layer_idx
     _check_layer(batch, layer, kwargs)
     if batch.rings is not None and layer in batch.rings.store.layer_group:
@@ -175,3 +138,30 @@ def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, sof
 
 
 AttentionInterface.register(ATTENTION_NAME, paged_attention)
+
+
+class AttentionSwitch:
+    """Our attention only during the engine's own forwards: between them the caller's model keeps its own
+    implementation, so `model.generate(...)` after `Engine.from_model(model)` runs exactly as before.
+
+    Swapping is a few attribute writes on the model's configs (set_attn_implementation validates and walks every
+    submodule: done once here, not per step).
+    """
+
+    def __init__(self, model):
+        stock = model.config._attn_implementation
+        model.set_attn_implementation(ATTENTION_NAME)  # refuses a model that cannot take it, now
+        self.configs = list({id(c): c for c in (getattr(m, "config", None) for m in model.modules())
+                             if getattr(c, "_attn_implementation", None) == ATTENTION_NAME}.values())
+        model.set_attn_implementation(stock)
+
+    @contextmanager
+    def paged(self):
+        previous = [c._attn_implementation for c in self.configs]
+        for config in self.configs:
+            config._attn_implementation = ATTENTION_NAME
+        try:
+            yield
+        finally:
+            for config, implementation in zip(self.configs, previous):
+                config._attn_implementation = implementation

@@ -4,66 +4,24 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import torch
 
-from engine import attention  # noqa: F401  (registers the paged attention with transformers)
-from engine.attention import ATTENTION_NAME
-from engine.blocks import BlockPool, OutOfBlocks
+from engine.config import DEFAULT_KV_MEMORY_MB, EngineConfig  # noqa: F401  (EngineConfig: part of this API)
 from engine.edits import EditError, apply_edit
-from engine.model import EMBEDDED_MODEL, ModelShape, describe, load_model
-from engine.paged_kv import PagedKV
-from engine.prefix import PrefixCaching
+from engine.kv_cache import KVCacheManager
+from engine.model import EMBEDDED_MODEL, describe, load_model
 from engine.request import Request, RequestOutput, SamplingParams, Status
-from engine.ring import RingStore
 from engine.runner import ModelRunner
 from engine.sampling import make_generator, sample
 from engine.scheduler import Scheduler
+from engine.sinks import sink_divergence
 from engine.trace import TraceSink, TraceWriter
 
-DEFAULT_KV_MEMORY_MB = 256
-
 Prompt = str | Sequence[int] | Sequence[dict]
-
-
-@dataclass
-class EngineConfig:
-    device: str = "auto"  # auto | cpu | cuda[:n]
-    dtype: str = "float32"  # float32 | bfloat16 | float16 (used when the engine loads the model)
-    block_size: int = 16
-    num_blocks: int | None = None  # pool size; default from kv_memory_mb
-    kv_memory_mb: float | None = None  # pool budget when num_blocks is not given (default 256 MiB)
-    max_batched_tokens: int = 512  # tokens per step (prefill chunks + decodes)
-    max_num_seqs: int = 64  # requests running at once
-    prefix_cache: bool = True  # share cached prefixes between requests (radix tree)
-    eviction: str = "lru"  # lru | lfu | cost: which cached block goes first when the pool runs out
-    hit_rate_window: int = 32  # requests in the sliding window of the hit rates
-    window: int | None = None  # attention sinks (StreamingLLM): every layer keeps only the last W positions ...
-    sink_tokens: int = 0  # ... plus the first S; changes the model's answer (event sink_divergence)
-
-    def __post_init__(self):
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be at least 1 (got {self.block_size})")
-        if self.num_blocks is not None and self.num_blocks < 1:
-            raise ValueError(f"num_blocks must be at least 1 (got {self.num_blocks})")
-        if self.max_batched_tokens < 1 or self.max_num_seqs < 1:
-            raise ValueError(f"max_batched_tokens and max_num_seqs must be at least 1 (got "
-                             f"{self.max_batched_tokens}, {self.max_num_seqs})")
-        if self.window is not None and self.window < 1 or self.sink_tokens < 0:
-            raise ValueError(f"window must be >= 1 and sink_tokens >= 0 (got {self.window}, {self.sink_tokens})")
-        if self.sink_tokens and self.window is None:
-            raise ValueError("sink_tokens needs a window too: EngineConfig(sink_tokens=S, window=W)")
-
-    def pool_blocks(self, shape: ModelShape) -> int:
-        if self.num_blocks is not None:
-            return self.num_blocks
-        budget = (self.kv_memory_mb or DEFAULT_KV_MEMORY_MB) * 2**20
-        # with no full-attention layer the pool only keeps block tables (0 bytes): size it as if one layer did
-        per_block = shape.kv_bytes_per_block(self.block_size) or shape.kv_bytes_per_token_per_layer() * self.block_size
-        return max(1, int(budget // per_block))
 
 
 class Engine:
@@ -74,21 +32,12 @@ class Engine:
         self.shape = describe(model, name)
         if self.config.window is not None:
             self.shape = self.shape.with_sinks(self.config.sink_tokens, self.config.window)
-        model.set_attn_implementation(ATTENTION_NAME)
         device = next(model.parameters()).device
         dtype = next(model.parameters()).dtype
-        block_size = self.config.block_size
         self.trace = TraceSink()
-        self.pool = BlockPool(self.config.pool_blocks(self.shape), block_size, self.trace)
-        self.kv = PagedKV(self.shape, self.pool.num_blocks, block_size, dtype, device)
-        self.pool.on_copy = self.kv.copy_block
-        self.prefix = PrefixCaching(self.pool, self.trace, self.config.prefix_cache, self.config.eviction,
-                                    self.config.hit_rate_window, self.token_text)
-        self.scheduler = Scheduler(self.pool, self.trace, self.config.max_batched_tokens, self.config.max_num_seqs,
-                                   on_admit=self.prefix.attach, on_preempt=self._preempted)
-        self.rings = RingStore(self.shape, block_size, dtype, device, self.trace)
-        self.prefix.usable_prefix = self.rings.usable_prefix  # window layers may need to restart earlier
-        self.runner = ModelRunner(model, self.kv, self.shape.windows, self.rings)
+        self.cache = KVCacheManager(self.shape, self.config, self.trace, dtype, device, self.token_text)
+        self.scheduler = Scheduler(self.cache, self.trace, self.config.max_batched_tokens, self.config.max_num_seqs)
+        self.runner = ModelRunner(model, self.cache.kv, self.shape.windows, self.cache.rings)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self._token_text_cache: dict[int, str] = {}
@@ -96,9 +45,9 @@ class Engine:
         self._eos_ids = self._find_eos_ids()
         self.trace.set_header({
             "model": self.shape.to_json(),
-            "block_size": block_size,
-            "num_blocks": self.pool.num_blocks,
-            "bytes_per_block": self.shape.kv_bytes_per_block(block_size),
+            "block_size": self.config.block_size,
+            "num_blocks": self.cache.pool.num_blocks,
+            "bytes_per_block": self.shape.kv_bytes_per_block(self.config.block_size),
             "bytes_per_token": self.shape.kv_bytes_per_token(),
             "config": asdict(self.config),
         })
@@ -144,10 +93,10 @@ class Engine:
         token_ids = self.encode(prompt)
         if not token_ids:
             raise ValueError("the prompt is empty")
-        capacity = self.pool.num_blocks * self.pool.block_size
+        capacity = self.cache.pool.num_blocks * self.cache.block_size
         if len(token_ids) + params.max_tokens > capacity:
             raise ValueError(f"prompt ({len(token_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the KV "
-                             f"pool ({self.pool.num_blocks} blocks x {self.pool.block_size} = {capacity} tokens); "
+                             f"pool ({self.cache.pool.num_blocks} blocks x {self.cache.block_size} = {capacity} tokens); "
                              "raise num_blocks or lower max_tokens")
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit and len(token_ids) + params.max_tokens > limit:
@@ -227,11 +176,11 @@ class Engine:
                     if self._emit_token(sample_of, row):
                         finished.append(self.output(sample_of.request_id))
             if req.status is Status.RUNNING:
-                self.prefix.cache_computed(req)
+                self.cache.cache_blocks(req)
         self.trace.emit("step", step=step, num_tokens=sum(c.num_tokens for c in chunks),
                         num_prefill=sum(1 for c in chunks if c.num_tokens > 1 or not c.request.output_token_ids),
                         num_decode=sum(1 for c in chunks if c.num_tokens == 1 and c.request.output_token_ids),
-                        duration=round(self.trace.now() - started, 6), free_blocks=self.pool.num_free())
+                        duration=round(self.trace.now() - started, 6), free_blocks=self.cache.num_free())
         self.trace.flush()
         return finished
 
@@ -265,8 +214,9 @@ class Engine:
     def _finish(self, req: Request, reason: str) -> None:
         req.finish_reason = reason
         self.scheduler.finish(req)
-        self.prefix.detach(req)
-        self.rings.finish(req, self.runner)  # frees its rings; with sinks, emits sink_divergence
+        self.cache.free(req)
+        if self.shape.forced_window is not None and req.num_tokens >= 2:  # sinks change the answer: by how much
+            self.trace.emit("sink_divergence", **sink_divergence(req, self.runner, self.cache.rings))
         req.num_computed = 0
         self.trace.emit("request_finished", request_id=req.request_id, reason=reason,
                         num_prompt_tokens=len(req.prompt_token_ids), num_output_tokens=len(req.output_token_ids),
@@ -303,12 +253,8 @@ class Engine:
             self.trace.emit("request_arrived", request_id=child_id, prompt_token_ids=child.prompt_token_ids,
                             prompt_texts=[self.token_text(t) for t in child.prompt_token_ids],
                             max_tokens=params.max_tokens, cache_salt=child.cache_salt, parent_id=request_id)
-            for logical, physical in enumerate(parent.block_table):
-                self.pool.share(physical, child_id, logical)
-                child.block_table.append(physical)
+            self.cache.fork(parent, child)
             if parent.status is Status.RUNNING:
-                self.prefix.share_lock(parent, child)
-                self.rings.fork(request_id, child_id)
                 self.scheduler.adopt(child)
             else:
                 child.num_computed = 0
@@ -330,50 +276,14 @@ class Engine:
         if not isinstance(token_ids, int):
             token_ids = self.encode(list(token_ids)) if token_ids else []
         edited = apply_edit(req.prompt_token_ids, req.output_token_ids, position, token_ids, kind)
-        capacity = self.pool.num_blocks * self.pool.block_size
+        capacity = self.cache.pool.num_blocks * self.cache.block_size
         if len(edited.tokens) + req.params.max_tokens > capacity:
             raise EditError(f"the edited sequence ({len(edited.tokens)} tokens) + max_tokens does not fit the pool "
                             f"of {capacity} tokens")
-        m = edited.position
-        self.trace.emit("edit", request_id=request_id, position=m, kind=kind, token_ids=edited.inserted,
-                        texts=[self.token_text(t) for t in edited.inserted], num_deleted=edited.num_deleted)
-        keep = min(req.num_computed, m, len(edited.tokens) - 1)  # the last token is computed to sample
-        if req.status is Status.RUNNING:  # window layers restart where their rings are exact (engine/ring.py)
-            keep = self.rings.resume(req, keep, edited.tokens)
-        bs = self.pool.block_size
-        table = req.block_table
-        copied = []
-        first_dropped = keep // bs
-        original = list(table)
-        if keep % bs and first_dropped < len(table):
-            # m's block: its valid part stays; a block shared (or in the prefix tree) is copied first. Release
-            # the blocks after it before, so the copy can use one of them.
-            self.pool.release_table(table, request_id, first_dropped + 1)
-            src = table[first_dropped]
-            try:
-                dst = self.pool.copy_on_write(table, first_dropped, request_id, keep % bs)
-            except OutOfBlocks:  # no block for the copy: recompute m's block from its start instead
-                keep = first_dropped * bs
-                if req.status is Status.RUNNING:
-                    keep = self.rings.resume(req, keep, edited.tokens)
-                    first_dropped = keep // bs
-            else:
-                if dst != src:
-                    copied.append([src, dst])
-                first_dropped += 1
-        kept = [b for b in table[:first_dropped] if not copied or b != copied[0][1]]
-        self.pool.release_table(table, request_id, first_dropped)
-        dropped = [b for b in original if b not in kept and not (copied and b == copied[0][0])]
-        req.prompt_token_ids, req.output_token_ids = edited.prompt, edited.generated
-        req.num_computed = keep
-        if req.status is Status.RUNNING:
-            self.prefix.truncated(req)
-        elif req.status is Status.FINISHED:
-            # its blocks went to the prefix tree at finish: readmission will find the kept prefix there
-            probe = self.prefix.probe(edited.tokens, req.cache_salt)
-            keep = min(probe.num_tokens, len(edited.tokens) - 1)
-            kept = list(probe.blocks)
-        req.num_cached = min(req.num_cached, keep)
+        self.trace.emit("edit", request_id=request_id, position=edited.position, kind=kind,
+                        token_ids=edited.inserted, texts=[self.token_text(t) for t in edited.inserted],
+                        num_deleted=edited.num_deleted)
+        cut = self.cache.truncate(req, edited)
         req.generation_start = len(edited.generated)
         req.logits = []
         req.finish_reason = None
@@ -383,8 +293,8 @@ class Engine:
         if req.status is Status.FINISHED:
             self.scheduler.add(req)
             req.status = Status.WAITING
-        event = self.trace.emit("invalidate", request_id=request_id, kept=kept, dropped=dropped, copied=copied,
-                                first_recomputed=keep, recompute_tokens=req.num_tokens - keep)
+        event = self.trace.emit("invalidate", request_id=request_id, **cut,
+                                recompute_tokens=req.num_tokens - cut["first_recomputed"])
         self.trace.flush()
         return event
 
@@ -393,10 +303,6 @@ class Engine:
         if req.params.n <= 1 or req.output_token_ids or req.parent_id is not None:
             return []
         return [self.requests[child] for child in self.fork(req.request_id, req.params.n - 1)]
-
-    def _preempted(self, req: Request) -> None:
-        self.prefix.detach(req)
-        self.rings.free(req.request_id)
 
     def _request(self, request_id: str) -> Request:
         if request_id not in self.requests:

@@ -27,18 +27,18 @@ blocks before that point stay valid and are read, not rewritten.
 
 Attention sinks (StreamingLLM, opt-in): every layer becomes a ring layer with S sink slots and window W (a
 native window smaller than W is kept). It changes the model's answer, so at finish the store compares the
-logits of its sequence with a no-cache full-attention forward (event `sink_divergence`).
+logits of its sequence with a no-cache full-attention forward (engine/sinks.py, event `sink_divergence`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
 
+from engine.batch import RingBatch, RingGroupBatch, RingSegment
+from engine.hashing import ring_root, span_hashes
 from engine.model import ModelShape
 from engine.trace import TraceSink
 
@@ -58,36 +58,6 @@ class RingState:
     row: int
     head: int = 0
     keys: list[str] = field(default_factory=list)  # chained hash at each snapshot boundary, in order
-
-
-@dataclass
-class RingSegment:
-    """A prefill chunk of one request in one group: queries [q_start, q_end) of the flat batch."""
-
-    q_start: int
-    q_end: int
-    row: int
-    context_slots: torch.Tensor  # [c] physical slots of the positions it reads from the ring (sinks first)
-    mask: torch.Tensor  # [1, 1, n, c + n] over ring context + the chunk's own keys
-    snapshots: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    # (buffer [L_g, 2, S+W, H, D], slots, flat rows): the ring as it is at a boundary inside the chunk
-
-
-@dataclass
-class RingGroupBatch:
-    segments: list[RingSegment] = field(default_factory=list)
-    write_rows: torch.Tensor | None = None  # every new position that lands in a slot: row, slot, flat row
-    write_slots: torch.Tensor | None = None
-    write_flat: torch.Tensor | None = None
-    decode_rows: torch.Tensor | None = None  # [N]
-    decode_flat: torch.Tensor | None = None  # [N] query rows of the flat batch
-    decode_mask: torch.Tensor | None = None  # [N, 1, 1, S+W] or None when every slot is inside every window
-
-
-@dataclass
-class RingBatch:
-    store: "RingStore"
-    groups: list[RingGroupBatch]
 
 
 def window_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int, sinks: int) -> torch.Tensor:
@@ -218,10 +188,6 @@ class RingStore:
                         recompute_tokens=position - resumed, reason="window" if resumed < position else "none")
         return resumed
 
-    def usable_prefix(self, request, matched: int) -> int:
-        """Prefix hit of `matched` tokens: how many of them window layers can use exactly (see `resume`)."""
-        return self.resume(request, matched)
-
     def _restore(self, request_id: str, keys: list[str]) -> None:
         state = self._state(request_id)
         saved = self.snapshots[keys[-1]]
@@ -232,14 +198,8 @@ class RingStore:
         self.stats["snapshot_hits"] += 1
 
     def _chain(self, tokens: list[int], upto: int, salt: str | None, keys: list[str] | None = None) -> list[str]:
-        """Chained hash at every snapshot boundary <= upto: hash_i = H(hash_{i-1}, tokens of interval i)."""
-        keys = list(keys or [])
-        prev = keys[-1] if keys else hashlib.sha256(f"kvtui-ring|salt={salt or ''}".encode()).hexdigest()[:16]
-        for i in range(len(keys), upto // self.interval):
-            part = tokens[i * self.interval:(i + 1) * self.interval]
-            prev = hashlib.sha256(prev.encode() + struct.pack(f"<{len(part)}q", *part)).hexdigest()[:16]
-            keys.append(prev)
-        return keys
+        """Chained hash at every snapshot boundary <= upto (engine/hashing.py), continuing `keys`."""
+        return span_hashes(tokens, self.interval, upto, ring_root(salt), keys or ())
 
     # --- one forward ------------------------------------------------------------------------------------
     def plan(self, chunks, rows: list[int]) -> RingBatch:
@@ -366,13 +326,3 @@ class RingStore:
         while self.snapshot_nbytes() > self.snapshot_budget:
             self.snapshots.popitem(last=False)
             self.stats["snapshots_evicted"] += 1
-
-    # --- attention sinks ---------------------------------------------------------------------------------
-    def finish(self, request, runner) -> dict | None:
-        """Free the request's rings; with sinks (or a forced window), report how far its answer moved."""
-        self.free(request.request_id)
-        if self.shape.forced_window is None or request.num_tokens < 2:
-            return None
-        from engine.sinks import sink_divergence
-
-        return self.trace.emit("sink_divergence", **sink_divergence(request, runner, self))

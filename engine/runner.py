@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
+from engine.attention import AttentionSwitch
+from engine.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
 from engine.model import needs_separate_forwards
 from engine.paged_kv import PagedKV
 from engine.ring import RingStore
@@ -19,6 +20,7 @@ class ModelRunner:
         self.rings = rings if rings is not None and rings.enabled else None
         self.device = kv.kv.device
         self.separate = needs_separate_forwards(model.config)
+        self.attention = AttentionSwitch(model)
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
         token_ids: list[int] = []
@@ -79,8 +81,9 @@ class ModelRunner:
         else:
             ends = torch.tensor([c.num_tokens for c in chunks]).cumsum(0) - 1
             keep = ends.to(self.device)
-        out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep,
-                         **{BATCH_KWARG: batch})
+        with self.attention.paged():
+            out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep,
+                             **{BATCH_KWARG: batch})
         logits = out.logits[0].float()
         if self.rings is not None:
             self.rings.commit(chunks, batch.rings)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING
 
-from engine.blocks import BlockPool
 from engine.request import Request, Status
 from engine.trace import TraceSink
+
+if TYPE_CHECKING:
+    from engine.kv_cache import KVCacheManager
 
 
 @dataclass
@@ -26,19 +28,15 @@ class ScheduledChunk:
 
 
 class Scheduler:
-    def __init__(self, pool: BlockPool, trace: TraceSink, max_batched_tokens: int, max_num_seqs: int,
-                 on_admit: Callable[[Request], None] | None = None,
-                 on_preempt: Callable[[Request], None] | None = None):
+    def __init__(self, cache: KVCacheManager, trace: TraceSink, max_batched_tokens: int, max_num_seqs: int):
         if max_batched_tokens < 1:
             raise ValueError("max_batched_tokens must be at least 1")
-        self.pool = pool
+        self.cache = cache  # the one door to blocks, prefix tree and rings (engine/kv_cache.py)
         self.trace = trace
         self.max_batched_tokens = max_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.on_admit = on_admit  # the prefix cache attaches cached blocks here
-        self.on_preempt = on_preempt  # ... and caches and releases them here
         self._admissions = 0
 
     def add(self, request: Request) -> None:
@@ -80,29 +78,20 @@ class Scheduler:
         self.running.append(request)
 
     def _can_admit(self, request: Request, budget: int) -> bool:
-        # Admit only if at least one block's worth of its first chunk fits; never preempt to admit.
-        first = min(request.num_tokens, budget, self.pool.block_size)
-        return self.pool.can_allocate(self.pool.blocks_for(first))
+        return self.cache.can_admit(request, budget)
 
     def _admit(self, request: Request) -> None:
         request.status = Status.RUNNING
         request.admitted_order = self._admissions
         self._admissions += 1
         self.running.append(request)
-        if self.on_admit is not None:
-            self.on_admit(request)
+        self.cache.admit(request)
         self.trace.emit("request_scheduled", request_id=request.request_id, num_computed=request.num_computed)
 
     def _reserve(self, request: Request, n: int, scheduled: list[ScheduledChunk], may_preempt: bool = True) -> int:
         """Make room in the block table for n more tokens; shrink n to what fits. Returns tokens reserved."""
-        pool = self.pool
-        start = request.num_computed
-        while True:
-            copy = int(self._partial_block_is_shared(request))  # copy-on-write needs a block too
-            if pool.can_allocate(pool.blocks_for(start + n) - len(request.block_table) + copy):
-                break
-            available = pool.num_available()
-            fit = (len(request.block_table) + available - copy) * pool.block_size - start
+        while not self.cache.can_append(request, n):
+            fit = self.cache.tokens_that_fit(request)
             if fit > 0 and (request.in_prefill or not may_preempt):
                 n = min(n, fit)  # a prefill chunk shrinks to what fits instead of preempting anyone
                 continue
@@ -112,20 +101,8 @@ class Scheduler:
             self.preempt(victim)
             if victim is request:
                 return 0
-        if self._partial_block_is_shared(request):
-            logical = start // pool.block_size
-            pool.copy_on_write(request.block_table, logical, request.request_id, start % pool.block_size)
-        for logical in range(len(request.block_table), pool.blocks_for(start + n)):
-            request.block_table.append(pool.allocate(request.request_id, logical))
+        self.cache.allocate_slots(request, n)
         return n
-
-    def _partial_block_is_shared(self, request: Request) -> bool:
-        """The block the next token lands in is shared (fork) or in the prefix tree (edit): copy it first."""
-        offset = request.num_computed % self.pool.block_size
-        logical = request.num_computed // self.pool.block_size
-        if not offset or logical >= len(request.block_table):
-            return False
-        return self.pool.needs_copy(request.block_table[logical])
 
     def _preemption_victim(self, scheduled: list[ScheduledChunk]) -> Request:
         victim = max(self.running, key=lambda r: r.admitted_order)
@@ -136,10 +113,7 @@ class Scheduler:
         return victim
 
     def preempt(self, request: Request) -> None:
-        if self.on_preempt is not None:
-            self.on_preempt(request)
-        else:
-            self.pool.release_table(request.block_table, request.request_id)
+        self.cache.free(request)
         self.trace.emit("request_preempted", request_id=request.request_id, num_tokens=request.num_tokens)
         request.num_computed = 0
         request.num_cached = 0

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import BATCH_KWARG
-from engine.model import stock_attention
+from engine.batch import BATCH_KWARG
 from engine.request import Request, SamplingParams
 from engine.scheduler import ScheduledChunk
 
@@ -24,17 +23,11 @@ def sink_divergence(request: Request, runner, rings) -> dict:
     model = runner.model
     ids, pos, batch = runner.build_batch([ScheduledChunk(probe, 0, len(tokens))])
     try:
-        ours = model(input_ids=ids, position_ids=pos, use_cache=False, **{BATCH_KWARG: batch}).logits[0]
+        with runner.attention.paged():
+            ours = model(input_ids=ids, position_ids=pos, use_cache=False, **{BATCH_KWARG: batch}).logits[0]
     finally:
         rings.free(probe.request_id)
-    full = None
-    for implementation in ("sdpa", "eager"):  # eager-only models (Gemma-2) refuse sdpa
-        try:
-            with stock_attention(model, implementation):
-                full = model(ids, use_cache=False).logits[0]
-            break
-        except ValueError:
-            continue
+    full = model(ids, use_cache=False).logits[0]  # the model's own attention: the engine's is on only in forwards
     first = len(request.prompt_token_ids) - 1
     ours, full = ours[first:].float(), full[first:].float()
     return dict(request_id=request.request_id, max_logit_diff=round((ours - full).abs().max().item(), 6),

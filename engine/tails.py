@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from engine.blocks import BlockPool
+from engine.miss_explainer import common_prefix
 from engine.trace import TraceSink
 
 
@@ -25,20 +26,6 @@ class Tail:
     parent_node_id: int
     token_ids: list[int]
     last_access: float
-
-
-def root_key(cache_salt: str | None) -> str:
-    return f"root|{cache_salt or ''}"
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common prefix: tokens equal again after the first difference never count."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class TailStore:

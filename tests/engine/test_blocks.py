@@ -69,7 +69,7 @@ def test_pool_bytes_follow_the_kv_head_formula(arch):
     engine = Engine.from_model(model, config=EngineConfig(block_size=8, num_blocks=10))
     shape = describe(model)
     expected = 2 * shape.layers * shape.kv_heads * shape.head_dim * shape.elem_bytes * 8 * 10
-    assert engine.kv.nbytes == expected == shape.kv_bytes_per_block(8) * 10
+    assert engine.cache.kv.nbytes == expected == shape.kv_bytes_per_block(8) * 10
     assert shape.kv_heads == model.config.num_key_value_heads  # never num_attention_heads
 
 
@@ -78,4 +78,4 @@ def test_memory_budget_sizes_the_pool():
     shape = describe(model)
     config = EngineConfig(block_size=16, kv_memory_mb=1)
     assert config.pool_blocks(shape) == (2**20) // shape.kv_bytes_per_block(16)
-    assert Engine.from_model(model, config=config).kv.nbytes <= 2**20
+    assert Engine.from_model(model, config=config).cache.kv.nbytes <= 2**20

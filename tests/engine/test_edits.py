@@ -100,7 +100,7 @@ def test_edit_on_a_shared_block_leaves_the_other_request_unchanged(model):
     shared = engine.requests[parent].block_table[1]
     event = engine.edit(child, 6, [9], "replace")  # inside logical block 1, shared with the parent
     assert [shared, event["copied"][0][1]] == event["copied"][0]
-    assert engine.pool.ref_counts[shared] == 1
+    assert engine.cache.pool.ref_counts[shared] == 1
     while engine.has_unfinished():
         engine.step()
     assert engine.output(parent).token_ids == cold
@@ -141,7 +141,7 @@ def test_fork_shares_blocks_and_copies_on_write(model):
     engine.step()
     children = engine.fork(parent, 2)
     table = engine.requests[parent].block_table
-    assert all(engine.pool.ref_counts[b] == 3 for b in table)
+    assert all(engine.cache.pool.ref_counts[b] == 3 for b in table)
     events = []
     engine.trace.listeners.append(events.append)
     while engine.has_unfinished():
@@ -150,7 +150,7 @@ def test_fork_shares_blocks_and_copies_on_write(model):
     assert len(copies) == 2  # the partial block (positions 8-10) is copied by two of the three writers
     outs = [engine.output(r).token_ids for r in [parent, *children]]
     assert outs[0] == outs[1] == outs[2] == greedy_generate(model, prompt, 6)
-    assert not any(engine.pool.ref_counts) and engine.pool.num_available() == 64  # free or cached
+    assert not any(engine.cache.pool.ref_counts) and engine.cache.pool.num_available() == 64  # free or cached
 
 
 def test_edit_with_a_full_pool_is_exact_and_loses_nothing(model):
@@ -159,7 +159,7 @@ def test_edit_with_a_full_pool_is_exact_and_loses_nothing(model):
     rid = engine.submit(random_prompts([11])[0], SamplingParams(max_tokens=5, return_logits=True))
     for _ in range(4):
         engine.step()
-    assert engine.pool.num_available() == 0
+    assert engine.cache.pool.num_available() == 0
     event = engine.edit(rid, 6, [40], "replace")
     assert event["first_recomputed"] == 6 and len(event["copied"]) == 1
     out = run_to_end(engine, rid)

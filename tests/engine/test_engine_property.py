@@ -45,9 +45,9 @@ class EngineMachine(RuleBasedStateMachine):
 
     def _check_event(self, event):
         if event["type"] == "block_evicted":
-            assert self.engine.pool.ref_counts[event["physical"]] == 0
+            assert self.engine.cache.pool.ref_counts[event["physical"]] == 0
             if not event["hash"].startswith("tail:"):  # a partial tail hangs off a node; it is not part of it
-                assert self.engine.prefix.radix.nodes[event["node_id"]].lock_ref == 0
+                assert self.engine.cache.radix.nodes[event["node_id"]].lock_ref == 0
 
     def _pick(self, index, status=None):
         requests = [r for r in self.engine.requests.values() if status is None or r.status in status]
@@ -81,17 +81,18 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(n=st.integers(1, 4))
     def evict(self, n):
-        self.engine.prefix.radix.evict(n)
+        self.engine.cache.evict(n)
 
     @invariant()
     def pool_agrees_with_tables_and_tree(self):
-        pool, radix = self.engine.pool, self.engine.prefix.radix
+        cache = self.engine.cache
+        pool = cache.pool
         owners = Counter(b for r in self.engine.requests.values() for b in r.block_table)
         assert [owners.get(b, 0) for b in range(pool.num_blocks)] == pool.ref_counts
         free = set(pool.free)
         assert len(free) == len(pool.free)
         used = {b for b in range(pool.num_blocks) if pool.ref_counts[b]}
-        cached = {b for b in range(pool.num_blocks) if not pool.ref_counts[b] and radix.holds(b)}
+        cached = {b for b in range(pool.num_blocks) if not pool.ref_counts[b] and cache.holds(b)}
         assert not (free & used) and not (free & cached)
         assert len(free) + len(used) + len(cached) == pool.num_blocks  # nothing leaked
 

@@ -43,8 +43,8 @@ def test_every_position_of_every_prefill_chunk(arch):
     ref = no_cache_logits(model, prompt)
     request = Request("r", prompt, SamplingParams(), 0.0)
     for start, end in [(0, 6), (6, 7), (7, 16), (16, 23)]:
-        for logical in range(len(request.block_table), engine.pool.blocks_for(end)):
-            request.block_table.append(engine.pool.allocate("r", logical))
+        for logical in range(len(request.block_table), engine.cache.pool.blocks_for(end)):
+            request.block_table.append(engine.cache.pool.allocate("r", logical))
         logits = engine.runner.forward([ScheduledChunk(request, start, end - start)], all_logits=True)
         request.num_computed = end
         assert (logits - ref[start:end]).abs().max().item() <= TOL
@@ -87,7 +87,7 @@ def test_preempted_request_stays_exact():
     assert any(e["type"] == "request_preempted" for e in events), "the test must exercise preemption"
     check_logits(model, outputs)
     assert [o.token_ids for o in outputs] == [greedy_generate(model, p, 14) for p in prompts]
-    assert not any(engine.pool.ref_counts) and engine.pool.num_available() == engine.pool.num_blocks
+    assert not any(engine.cache.pool.ref_counts) and engine.cache.pool.num_available() == engine.cache.pool.num_blocks
 
 
 def test_models_outside_the_attention_interface_are_refused():

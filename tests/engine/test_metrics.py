@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.metrics import HitRateTracker
-from engine.radix import PrefixMatch
+from engine.miss_explainer import PrefixMatch
 from engine.trace import validate_event
 
 

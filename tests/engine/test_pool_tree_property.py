@@ -17,7 +17,9 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from engine.blocks import BlockPool
-from engine.radix import POLICIES, Node, RadixCache, block_hashes
+from engine.eviction import POLICIES
+from engine.hashing import block_hashes
+from engine.radix import Node, RadixCache
 from engine.trace import TraceSink
 
 EXAMPLES = int(os.environ.get("KVTUI_HYPOTHESIS_EXAMPLES", "1000"))
@@ -43,7 +45,7 @@ class PoolTree(RuleBasedStateMachine):
         self.trace = TraceSink(clock=lambda: 0.0)
         self.trace.listeners.append(self._check_event)
         self.pool = BlockPool(num_blocks, block_size, self.trace)
-        self.cache = RadixCache(self.pool, self.trace, policy=policy)
+        self.cache = self.pool.cache = RadixCache(self.pool, self.trace, policy=policy)
         self.pool.on_copy = self._copy
         self.bs = block_size
         self.content: dict[int, list] = {b: [None] * block_size for b in range(num_blocks)}

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from engine.blocks import BlockPool, OutOfBlocks
-from engine.radix import POLICIES, PrefixMatch, RadixCache, block_hashes, recompute_cost
+from engine.eviction import POLICIES, recompute_cost
+from engine.hashing import block_hashes
+from engine.miss_explainer import PrefixMatch
+from engine.radix import RadixCache
 from engine.trace import validate_event, TraceSink
 
 BS = 4
@@ -19,7 +22,7 @@ class Rig:
         self.trace = TraceSink(clock=lambda: 0.0)
         self.trace.listeners.append(self.events.append)
         self.pool = BlockPool(num_blocks, block_size, self.trace)
-        self.cache = RadixCache(self.pool, self.trace, policy=policy)
+        self.cache = self.pool.cache = RadixCache(self.pool, self.trace, policy=policy)
         self.requests: dict[str, tuple[list[int], list[int], object, str | None]] = {}
 
     def admit(self, rid: str, tokens: list[int], salt: str | None = None) -> PrefixMatch:
@@ -397,7 +400,7 @@ def test_an_injected_clock_orders_lru():
     now = [0.0]
     trace = TraceSink(clock=lambda: 0.0)
     pool = BlockPool(8, BS, trace)
-    cache = RadixCache(pool, trace, clock=lambda: now[0])
+    cache = pool.cache = RadixCache(pool, trace, clock=lambda: now[0])
     for value, t in ((1, 5.0), (2, 1.0)):  # inserted second but "older"
         now[0] = t
         table = [pool.allocate("r", 0), pool.allocate("r", 1)]

@@ -78,7 +78,7 @@ def test_batched_chunked_generation_is_exact(style):
     outputs = engine.generate(prompts, SamplingParams(max_tokens=3 * w, return_logits=True))
     for out in outputs:
         assert_exact(model, style, out)
-    assert engine.rings.bytes_in_use() == 0 and not engine.rings.states  # rings freed at finish
+    assert engine.cache.rings.bytes_in_use() == 0 and not engine.cache.rings.states  # rings freed at finish
 
 
 @pytest.mark.parametrize("style", ["all-window", "alternating"])
@@ -89,8 +89,8 @@ def test_every_position_of_chunks_crossing_the_window_edge(style):
     ref = reference(model, style, prompt)
     request = Request("r", prompt, SamplingParams(), 0.0)
     for start, end in [(0, 3), (3, 4), (4, 17), (17, 18), (18, 19), (19, 40)]:  # shorter and longer than W
-        for logical in range(len(request.block_table), engine.pool.blocks_for(end)):
-            request.block_table.append(engine.pool.allocate("r", logical))
+        for logical in range(len(request.block_table), engine.cache.pool.blocks_for(end)):
+            request.block_table.append(engine.cache.pool.allocate("r", logical))
         logits = engine.runner.forward([ScheduledChunk(request, start, end - start)], all_logits=True)
         request.num_computed = end
         assert (logits - ref[start:end]).abs().max().item() <= TOL, (start, end)
@@ -106,12 +106,12 @@ def test_ring_memory_stays_constant_to_10_w_and_the_trace_shows_overwrites():
     in_use, allocated = set(), set()
     while engine.has_unfinished():
         engine.step()
-        if engine.rings.states:
-            in_use.add(engine.rings.bytes_in_use())
-            allocated.add(engine.rings.nbytes)
+        if engine.cache.rings.states:
+            in_use.add(engine.cache.rings.bytes_in_use())
+            allocated.add(engine.cache.rings.nbytes)
     per_request = 2 * 2 * w * 2 * 16 * 4  # K and V x 2 layers x W slots x 2 kv heads x head dim 16 x fp32
     assert in_use == {per_request} and len(allocated) == 1
-    assert engine.kv.nbytes == 0  # no full-attention layer: nothing in the paged pool
+    assert engine.cache.kv.nbytes == 0  # no full-attention layer: nothing in the paged pool
     writes = [e for e in events if e["type"] == "ring_write"]
     decodes = [e for e in writes if e["end"] - e["start"] == 1 and e["start"] >= w]
     assert len(decodes) >= 8 * w
@@ -125,7 +125,7 @@ def test_info_shows_full_and_window_layer_bytes():
     assert "2 full" in text and "2 sliding window" in text
     ring = engine.shape.ring_bytes_per_request()
     assert ring == 2 * 6 * 2 * 2 * 16 * 4 and f"{ring:,} B per request" in text
-    assert engine.kv.nbytes == 2 * 2 * 2 * 16 * 4 * 4 * 8  # K/V x 2 full layers x kv heads x dim x fp32 x tokens
+    assert engine.cache.kv.nbytes == 2 * 2 * 2 * 16 * 4 * 4 * 8  # K/V x 2 full layers x kv heads x dim x fp32 x tokens
 
 
 @pytest.mark.parametrize("position,prefix_cache", [(60, False), (43, False), (20, False), (5, False), (60, True),
@@ -141,11 +141,11 @@ def test_edits_restart_exactly_inside_and_outside_the_window(position, prefix_ca
     rid = engine.submit(random_prompts([50])[0], SamplingParams(max_tokens=30, return_logits=True))
     while len(engine.requests[rid].output_token_ids) < 12:
         engine.step()
-    head = engine.rings.states[rid].head
+    head = engine.cache.rings.states[rid].head
     assert head == 61
     engine.edit(rid, position, [7], kind="replace")
     resume = [e for e in events if e["type"] == "ring_resume"][-1]
-    interval = engine.rings.interval
+    interval = engine.cache.rings.interval
     expected = position if position >= head - 1 else position // interval * interval
     assert (resume["position"], resume["recompute_tokens"]) == (expected, position - expected)
     while engine.has_unfinished():
@@ -166,7 +166,7 @@ def test_edit_of_a_finished_request_and_prefix_hits_resume_from_snapshots():
     second = engine.generate([shared[:41] + [9, 9, 9]], SamplingParams(max_tokens=6, return_logits=True))[0]
     assert_exact(model, style, second)
     resume = [e for e in events if e["type"] == "ring_resume"][-1]
-    assert resume["source"] == "snapshot" and resume["position"] == 40 // engine.rings.interval * engine.rings.interval
+    assert resume["source"] == "snapshot" and resume["position"] == 40 // engine.cache.rings.interval * engine.cache.rings.interval
     assert second.cached_tokens == resume["position"]
     # an edit of the finished first request, 8 tokens before its end
     engine.edit(first.request_id, 41, [11], kind="replace")
@@ -179,7 +179,7 @@ def test_without_snapshots_restarts_from_the_start_and_stays_exact():
     style = "alternating"
     model = window_model(style)
     engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64))
-    engine.rings.snapshot_budget = 0
+    engine.cache.rings.snapshot_budget = 0
     events = []
     engine.trace.listeners.append(events.append)
     prompt = random_prompts([30], seed=2)[0]
@@ -214,7 +214,7 @@ def test_attention_sinks_are_exact_to_their_own_mask_and_report_the_divergence()
     sinks, window = 2, 6
     engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, max_batched_tokens=5,
                                                           sink_tokens=sinks, window=window))
-    assert engine.shape.windows == (window, window) and engine.kv.nbytes == 0
+    assert engine.shape.windows == (window, window) and engine.cache.kv.nbytes == 0
     events = []
     engine.trace.listeners.append(events.append)
     outs = engine.generate(random_prompts([20, 5]), SamplingParams(max_tokens=30, return_logits=True))
@@ -227,7 +227,7 @@ def test_attention_sinks_are_exact_to_their_own_mask_and_report_the_divergence()
     divergence = {e["request_id"]: e for e in events if e["type"] == "sink_divergence"}
     assert set(divergence) == {o.request_id for o in outs}
     assert all(e["max_logit_diff"] > 1e-3 for e in divergence.values())  # 50 tokens >> S + W: the answer moved
-    assert engine.rings.bytes_in_use() == 0
+    assert engine.cache.rings.bytes_in_use() == 0
 
 
 def test_sinks_on_a_hybrid_model_keep_the_narrower_native_window():
@@ -235,7 +235,7 @@ def test_sinks_on_a_hybrid_model_keep_the_narrower_native_window():
     model = window_model("alternating")
     engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=32, max_batched_tokens=6,
                                                           sink_tokens=1, window=8))
-    assert engine.shape.windows == (6, 8, 6, 8) and len(engine.rings.groups) == 2
+    assert engine.shape.windows == (6, 8, 6, 8) and len(engine.cache.rings.groups) == 2
     out = engine.generate(random_prompts([25])[0], SamplingParams(max_tokens=10, return_logits=True))[0]
     tokens = out.prompt_token_ids + out.token_ids
     masks = {"full_attention": sink_mask(len(tokens), 1, 8), "sliding_attention": sink_mask(len(tokens), 1, 6)}
@@ -254,5 +254,5 @@ def test_preempted_requests_free_their_rings_and_recompute_exactly():
     assert any(e["type"] == "request_preempted" for e in events), "the test must exercise preemption"
     for out in outs:
         assert_exact(model, style, out)
-    assert not engine.rings.states and len(engine.rings.free_rows) * engine.rings.bytes_per_request() == \
-        engine.rings.nbytes
+    assert not engine.cache.rings.states and len(engine.cache.rings.free_rows) * engine.cache.rings.bytes_per_request() == \
+        engine.cache.rings.nbytes

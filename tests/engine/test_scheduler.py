@@ -44,7 +44,7 @@ def test_too_long_for_the_pool_is_refused_with_a_reason():
 def test_finished_requests_return_every_block():
     engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(block_size=4, num_blocks=40))
     engine.generate(random_prompts([3, 9, 17]), SamplingParams(max_tokens=5))
-    assert engine.pool.num_available() == 40 and not any(engine.pool.ref_counts)  # free or cached
+    assert engine.cache.pool.num_available() == 40 and not any(engine.cache.pool.ref_counts)  # free or cached
 
 
 def test_ttft_and_tpot_follow_their_definitions():
@@ -66,5 +66,5 @@ def test_abort_releases_a_running_or_waiting_request():
     engine.step()
     assert engine.abort(running).finish_reason == "aborted"
     assert engine.abort(waiting).finish_reason == "aborted"
-    assert not engine.has_unfinished() and not any(engine.pool.ref_counts)
+    assert not engine.has_unfinished() and not any(engine.cache.pool.ref_counts)
     assert [e["reason"] for e in events if e["type"] == "request_finished"] == ["aborted", "aborted"]

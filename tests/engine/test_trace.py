@@ -49,7 +49,7 @@ def run_recorded(tmp_path, num_blocks=14):
     def snapshot(event):
         # the engine's own state when each event is emitted; tables are compared at step boundaries
         tables = {rid: list(r.block_table) for rid, r in engine.requests.items()}
-        snapshots[event["seq"]] = (list(engine.pool.ref_counts), set(engine.pool.free), tables)
+        snapshots[event["seq"]] = (list(engine.cache.pool.ref_counts), set(engine.cache.pool.free), tables)
 
     engine.trace.listeners.append(snapshot)
     engine.generate(random_prompts([10, 11, 9, 12, 3], seed=2) + [shared + [5, 6], shared + [7]],

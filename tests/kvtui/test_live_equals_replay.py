@@ -35,6 +35,6 @@ def test_live_state_equals_replayed_state(tmp_path, arch, extra):
     replayed = replay(trace.header, trace.events)
     live_print, replay_print = state_fingerprint(live), state_fingerprint(replayed)
     assert [k for k in live_print if live_print[k] != replay_print[k]] == []
-    assert replayed.ref == engine.pool.ref_counts
-    assert replayed.n_free == engine.pool.num_free() and replayed.n_cached == engine.prefix.radix.num_cached()
+    assert replayed.ref == engine.cache.pool.ref_counts
+    assert replayed.n_free == engine.cache.pool.num_free() and replayed.n_cached == engine.cache.num_cached()
     assert all(replayed.requests[r].token_ids == engine.requests[r].tokens for r in engine.requests)
