@@ -1,0 +1,139 @@
+"""Live mode: draining the engine worker's `EventFeed` into the timeline, following its end, the prompt box,
+and the live edits (replace, insert, delete a token; fork a request) sent to the engine's `Controller`."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.widgets import Input
+
+from kvtui.timeline import Timeline
+from kvtui.widgets.token_strip import TokenStrip
+
+FEED_BATCH = 50_000  # most items drained per frame: a backlog is caught up over several frames
+
+LIVE_BINDINGS = [
+    Binding("r", "begin_edit('replace')", "replace token", show=False, id="edit.replace"),
+    Binding("i", "begin_edit('insert')", "insert token", show=False, id="edit.insert"),
+    Binding("d", "delete_token", "delete token", show=False, id="edit.delete"),
+    Binding("f", "fork", "fork request", show=False, id="edit.fork"),
+    Binding("p", "focus_prompt", "prompt", show=False, id="live.prompt"),
+    Binding("ctrl+t", "toggle_chat", "chat/plain prompt", show=False, id="live.chat"),
+    Binding("F", "follow", "follow live", show=False, id="live.follow"),
+]
+
+
+class LiveMixin:
+    """The part of `KvtuiApp` that talks to a running engine (through `feed` and `controller`)."""
+
+    # ------------------------------------------------------------------ the feed
+    def pump(self) -> bool:
+        """Drain the feed into the timeline (live mode). Returns whether anything changed."""
+        items = self.feed.drain(FEED_BATCH)
+        if not items:
+            return False
+        batch: list[dict] = []
+        for kind, payload in items:
+            if kind == "event":
+                batch.append(payload)
+            elif kind == "header":
+                self._ingest(batch)
+                batch = []
+                self.timeline = Timeline(payload)
+                self.state, self.cursor = self.timeline.tip, 0
+            elif kind == "notice":
+                self._ingest(batch)
+                batch = []
+                severity, text = payload
+                self.notify(text, severity=severity, timeout=8 if severity == "error" else 4)
+        self._ingest(batch)
+        return True
+
+    def _ingest(self, batch: list[dict]) -> None:
+        if not batch or self.timeline is None:
+            return
+        self.timeline.extend(batch)
+        if self._select_next_arrival:
+            arrivals = [ev["request_id"] for ev in batch if ev["type"] == "request_arrived"]
+            if arrivals:
+                self.view.request_id = arrivals[-1]
+                self._select_next_arrival = False
+        if self.following:
+            self.state, self.cursor = self.timeline.tip, len(self.timeline)
+
+    def action_follow(self) -> None:
+        if self.live and self.timeline is not None:
+            self.following = True
+            self.playing = False
+            self.seek(len(self.timeline))
+
+    # ------------------------------------------------------------------ the prompt
+    def action_focus_prompt(self) -> None:
+        if self.live:
+            self.query_one("#prompt", Input).focus()
+
+    def _prompt_placeholder(self) -> str:
+        if self.chat:
+            return "chat message (through the chat template), Enter to send (ctrl+t: plain text; Esc: leave)"
+        return "plain text prompt, Enter to send (ctrl+t: chat message; Esc: leave)"
+
+    def action_toggle_chat(self) -> None:
+        self.chat = not self.chat
+        if self.live:
+            prompt = self.query_one("#prompt", Input)
+            prompt.placeholder = self._prompt_placeholder()
+        self.notify("chat mode: prompts go through the chat template" if self.chat else "plain prompt mode",
+                    timeout=2)
+        self.refresh_views()
+
+    def _submit_prompt(self, text: str, box: Input) -> None:
+        """The prompt box was submitted: send `text` to the engine and select the request it starts."""
+        if not text.strip():
+            return
+        prompt = [{"role": "user", "content": text}] if self.chat else text
+        self.controller.submit(prompt, self.max_tokens)
+        self._select_next_arrival = True
+        box.value = ""
+
+    # ------------------------------------------------------------------ edits and fork
+    def _require_live(self, what: str) -> bool:
+        if not self.live:
+            self.notify(f"{what} needs live mode (kvtui live); this is a replay", severity="warning", timeout=3)
+            return False
+        if self.view.request is None:
+            self.notify(f"{what}: no request selected", severity="warning", timeout=3)
+            return False
+        return True
+
+    def action_begin_edit(self, kind: str) -> None:
+        if not self._require_live(f"{kind} a token"):
+            return
+        self.action_show_tab("tokens")
+        req = self.view.request
+        pos = self.query_one("#token-strip", TokenStrip).position()
+        what = f"replace {req.texts[pos]!r} at position {pos}" if kind == "replace" else \
+            f"insert before position {pos} ({req.texts[pos]!r})"
+        self._open_input(kind, f"{what} with this text; Enter applies, Esc cancels")
+
+    def _edit_text(self, mode: str, text: str) -> None:
+        """The small input was submitted in replace or insert mode: send the edit at the token cursor."""
+        if self.view.request is None:
+            return
+        if not text:
+            self.notify("nothing to insert: type the new text", severity="warning", timeout=3)
+            return
+        pos = self.query_one("#token-strip", TokenStrip).position()
+        self.controller.edit(self.view.request_id, pos, text, mode)
+
+    def action_delete_token(self) -> None:
+        if not self._require_live("delete a token"):
+            return
+        req = self.view.request
+        pos = self.query_one("#token-strip", TokenStrip).position()
+        self.controller.edit(req.request_id, pos, "", "delete")
+        self.notify(f"delete position {pos} of {req.request_id}", timeout=2)
+
+    def action_fork(self) -> None:
+        if not self._require_live("fork"):
+            return
+        self.controller.fork(self.view.request_id, 1)
+        self._select_next_arrival = True

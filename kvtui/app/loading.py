@@ -1,0 +1,66 @@
+"""Replay: loading a trace file in a thread worker, with progress on the status line and notices for what the
+loader skipped or could not read."""
+
+from __future__ import annotations
+
+from textual import work
+from textual.message import Message
+
+from kvtui.loader import LoadedTrace, load_trace, read_header
+from kvtui.timeline import Timeline
+from kvtui.widgets.base import TextLine
+
+
+class LoadingMixin:
+    """The part of `KvtuiApp` that loads `trace_path` (set `loading` while it runs, then the timeline)."""
+
+    # Handlers keep the names they had as KvtuiApp.LoadProgress / KvtuiApp.Loaded (namespace "kvtui_app").
+    class LoadProgress(Message, namespace="kvtui_app"):
+        def __init__(self, done: int, total: int, events: int):
+            super().__init__()
+            self.done, self.total, self.events = done, total, events
+
+    class Loaded(Message, namespace="kvtui_app"):
+        def __init__(self, timeline: Timeline | None, loaded: LoadedTrace):
+            super().__init__()
+            self.timeline, self.loaded = timeline, loaded
+
+    @work(thread=True, exclusive=True, group="load")
+    def load_worker(self, path: str) -> None:
+        """Parse and fold the trace off the UI thread; the status line shows progress meanwhile."""
+        header, error = read_header(path)
+        if header is None:
+            self.post_message(self.Loaded(None, LoadedTrace(header={}, error=error)))
+            return
+        timeline = Timeline(header)
+        loaded = load_trace(path, progress=lambda done, total, n: self.post_message(self.LoadProgress(done, total, n)),
+                            on_batch=timeline.extend)
+        self.post_message(self.Loaded(timeline, loaded))
+
+    def on_kvtui_app_load_progress(self, message: LoadProgress) -> None:
+        self.loading = (message.done, message.total, message.events)
+        self.query_one("#status", TextLine).set(self.status_text())
+
+    def on_kvtui_app_loaded(self, message: Loaded) -> None:
+        self.loading = None
+        loaded, source = message.loaded, self.source
+        if loaded.error is not None:
+            where = f"{source}, line {loaded.error.line}"
+            self.notify(f"{where}: {loaded.error.message} - showing the {len(loaded.events)} events before it",
+                        severity="error", timeout=10)
+        if loaded.truncated_tail:
+            self.notify(f"{source}: the last line is incomplete (the writer stopped mid-line); ignored",
+                        severity="warning", timeout=6)
+        if loaded.unknown_types:
+            kinds = ", ".join(f"{k} ({n})" for k, n in sorted(loaded.unknown_types.items()))
+            self.notify(f"event types this kvtui does not know were skipped: {kinds}", severity="warning",
+                        timeout=6)
+        if message.timeline is None:
+            return
+        self.timeline = message.timeline
+        if self.open_interesting:
+            self._open_at_interesting_point()
+            self._block_cursor_to_request()
+        else:
+            self.state, self.cursor = self.timeline.state_at(0), 0
+        self.refresh_views()

@@ -1,0 +1,299 @@
+"""KvtuiApp: the views of one trace, replayed from a file or streamed live from an engine thread.
+
+The app holds a `Timeline` (events + keyframes) and a cursor: `self.state` is the `CacheState` after the first
+`cursor` events. Replay moves the cursor (play, step, seek); live mode drains the `EventFeed` once per frame,
+extends the timeline and follows its end unless the user scrubbed back. Time is injected (`clock`) and the
+frame timer can be switched off (`frame_rate=None`) so tests pump `tick()` / `pump()` themselves.
+
+This module holds the layout, the frame loop, redrawing the views, the small input and help; the roles live in
+mixins: loading.py (a trace file), playback.py (replay controls), live.py (engine feed, prompt, edits),
+selection.py (tabs and requests).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Callable
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+
+from kvtui.app.live import LIVE_BINDINGS, LiveMixin
+from kvtui.app.loading import LoadingMixin
+from kvtui.app.playback import PLAYBACK_BINDINGS, PlaybackMixin
+from kvtui.app.selection import TAB_FOCUS, SelectionMixin
+from kvtui.feed import Controller, EventFeed
+from kvtui.opening import interesting_request, opening_cursor
+from kvtui.screens.help import HelpScreen
+from kvtui.screens.palette import KvtuiCommands
+from kvtui.state import CacheState
+from kvtui.timeline import Timeline
+from kvtui.widgets.base import TextLine, View, update_if_changed
+from kvtui.widgets.block_pool import BlockPoolView, block_details, edit_summary, pool_legend
+from kvtui.widgets.block_table import BlockTableView
+from kvtui.widgets.charts import ChartsView
+from kvtui.widgets.miss import explain
+from kvtui.widgets.radix_tree import RadixTreeView
+from kvtui.widgets.ring import RingView
+from kvtui.widgets.scrubber import Scrubber
+from kvtui.widgets.timeline import TimelineView, latency_summary, request_summary
+from kvtui.widgets.token_strip import TokenStrip
+
+
+class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
+    CSS_PATH = "app.tcss"
+    TITLE = "kvtui"
+    COMMANDS = App.COMMANDS | {KvtuiCommands}
+    BINDINGS = [
+        Binding("question_mark", "help", "help", id="app.help"),
+        Binding("q", "quit", "quit", id="app.quit"),
+        Binding("1", "show_tab('pool')", "pool", show=False, id="tab.pool"),
+        Binding("2", "show_tab('requests')", "requests", show=False, id="tab.requests"),
+        Binding("3", "show_tab('tree')", "prefix tree", show=False, id="tab.tree"),
+        Binding("4", "show_tab('metrics')", "metrics", show=False, id="tab.metrics"),
+        Binding("5", "show_tab('rings')", "rings", show=False, id="tab.rings"),
+        Binding("6", "show_tab('tokens')", "tokens", show=False, id="tab.tokens"),
+        *PLAYBACK_BINDINGS,
+        Binding("left_square_bracket", "cycle_request(-1)", "prev request", show=False, id="request.prev"),
+        Binding("right_square_bracket", "cycle_request(1)", "next request", show=False, id="request.next"),
+        *LIVE_BINDINGS,
+        Binding("escape", "leave_input", "leave input", show=False, id="app.escape"),
+    ]
+
+    def __init__(self, timeline: Timeline | None = None, *, source: str = "", live: bool = False,
+                 feed: EventFeed | None = None, controller: Controller | None = None,
+                 clock: Callable[[], float] = time.monotonic, frame_rate: float | None = 30.0,
+                 max_tokens: int = 64, notices: list[tuple[str, str]] | None = None,
+                 trace_path: str | None = None, open_interesting: bool = False):
+        super().__init__()
+        self.timeline = timeline
+        self.trace_path = trace_path  # replay: loaded in a thread worker, with progress (see load_worker)
+        self.open_interesting = open_interesting
+        self.loading: tuple[int, int, int] | None = None  # (bytes read, total, events) while loading
+        self.source = source
+        self.live = live
+        self.feed = feed
+        self.controller = controller or Controller()
+        self.clock = clock
+        self.frame_rate = frame_rate
+        self.max_tokens = max_tokens
+        self.startup_notices = notices or []
+        self.state: CacheState | None = timeline.state_at(0) if timeline is not None and not live else None
+        self.cursor = 0
+        self.following = live
+        self.playing = False
+        self.speed = 1.0
+        self.play_t = 0.0
+        self.last_tick = clock()
+        self.chat = live  # an instruct model answers a chat message; ctrl+t sends plain text instead
+        self.view = View(self.state)
+        self.input_mode: str | None = None  # "replace" | "insert" | "goto" while the small input is open
+        self.token_position = 0
+        self._select_next_arrival = False
+        if live and timeline is not None:
+            self.state = timeline.tip
+            self.cursor = len(timeline)
+        elif timeline is not None and open_interesting:
+            self._open_at_interesting_point()
+
+    def _open_at_interesting_point(self) -> None:
+        self.cursor = opening_cursor(self.timeline)
+        self.state = self.timeline.state_at(self.cursor)
+        self.view.state = self.state
+        self.view.request_id = interesting_request(self.state)
+
+    def _block_cursor_to_request(self) -> None:
+        """Put the pool cursor on the selected request's first block (held, or kept by the tree)."""
+        state, rid = self.state, self.view.request_id
+        if state is None or rid is None:
+            return
+        req = state.requests.get(rid)
+        blocks = [p for p in state.tables.get(rid, ()) if p >= 0]
+        if not blocks and req is not None:
+            blocks = [p for _, p in state.cached_path(req.token_ids)]
+        if blocks:
+            self.query_one("#pool-grid", BlockPoolView).cursor = blocks[0]
+
+    # ------------------------------------------------------------------ layout
+    def compose(self) -> ComposeResult:
+        yield TextLine(id="status")
+        with TabbedContent(initial="pool", id="tabs"):
+            with TabPane("1 Pool", id="pool"):
+                yield TextLine(id="pool-legend")
+                yield TextLine(id="edit-summary")
+                yield BlockPoolView(id="pool-grid")
+                with Horizontal(id="pool-bottom"):
+                    yield BlockTableView(id="block-table")
+                    yield TextLine(id="block-details")
+            with TabPane("2 Requests", id="requests"):
+                yield TextLine(id="latency")
+                yield TextLine(id="request-summary")
+                yield TimelineView(id="lanes")
+            with TabPane("3 Prefix tree", id="tree"):
+                yield RadixTreeView(id="radix")
+                with VerticalScroll(id="miss-box"):
+                    yield Static(id="miss")
+            with TabPane("4 Metrics", id="metrics"):
+                yield ChartsView(id="charts")
+            with TabPane("5 Rings", id="rings"):
+                yield RingView(id="ring-view")
+            with TabPane("6 Tokens", id="tokens"):
+                yield TokenStrip(id="token-strip")
+        yield Input(id="small-input", classes="hidden")
+        if self.live:
+            yield Input(placeholder=self._prompt_placeholder(), id="prompt")
+        yield Scrubber(id="scrubber")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for severity, text in self.startup_notices:
+            self.notify(text, severity=severity, timeout=10)
+        if self.frame_rate:
+            self.set_interval(1 / self.frame_rate, self.tick)
+        if self.trace_path is not None and self.timeline is None:
+            self.loading = (0, 1, 0)
+            self.load_worker(self.trace_path)
+        if self.state is not None and self.state.order and self.view.request_id is None:
+            self.view.request_id = self.state.order[0]
+        self._block_cursor_to_request()
+        self.refresh_views()
+        if self.live:
+            self.query_one("#prompt", Input).focus()
+        else:
+            self.query_one("#pool-grid").focus()
+
+    # ------------------------------------------------------------------ frame loop and drawing
+    def tick(self) -> None:
+        """One frame: drain the live feed, advance playback. Tests call this with an injected clock."""
+        now = self.clock()
+        dt, self.last_tick = now - self.last_tick, now
+        changed = self.pump() if self.feed is not None else False
+        if self.playing and self.timeline is not None:
+            self.play_t += dt * self.speed
+            target = self.timeline.time_to_index(self.play_t, lo=self.cursor)
+            if target >= len(self.timeline):
+                target = len(self.timeline)
+                self.playing = False
+            if target != self.cursor:
+                self.seek(target, refresh=False)
+                changed = True
+        if changed or self.playing:
+            self.refresh_views()
+
+    def refresh_views(self) -> None:
+        state = self.state
+        view = self.view
+        view.state = state
+        if state is not None and (view.request_id is None or view.request_id not in state.requests):
+            view.request_id = state.order[-1] if state.order and self.live else (state.order[0] if state.order
+                                                                                  else None)
+        self.query_one("#status", TextLine).set(self.status_text())
+        tab = self.query_one("#tabs", TabbedContent).active
+        if tab == "pool":
+            grid = self.query_one("#pool-grid", BlockPoolView)
+            view.block = grid.cursor
+            self.query_one("#pool-legend", TextLine).set(pool_legend(state, view))
+            self.query_one("#edit-summary", TextLine).set(edit_summary(state, view.request_id))
+            self.query_one("#block-details", TextLine).set(block_details(state, grid.cursor))
+            grid.update_view(view)
+            self.query_one("#block-table", BlockTableView).update_view(view)
+        elif tab == "requests":
+            self.query_one("#latency", TextLine).set(latency_summary(state))
+            self.query_one("#request-summary", TextLine).set(request_summary(view.request))
+            self.query_one("#lanes", TimelineView).update_view(view)
+        elif tab == "tree":
+            self.query_one("#radix", RadixTreeView).update_view(view)
+            update_if_changed(self.query_one("#miss", Static), explain(state, view.request))
+        elif tab == "metrics":
+            self.query_one("#charts", ChartsView).update_view(view)
+        elif tab == "rings":
+            self.query_one("#ring-view", RingView).update_view(view)
+        elif tab == "tokens":
+            self.query_one("#token-strip", TokenStrip).update_view(view)
+        tl = self.timeline
+        self.query_one("#scrubber", Scrubber).update_position(self.cursor, len(tl) if tl else 0,
+                                                              tl.markers if tl else {})
+
+    def status_text(self) -> str:
+        tl, state = self.timeline, self.state
+        mode = "LIVE" if self.live else "replay"
+        source = self.source.rsplit("/", 1)[-1]
+        if self.loading is not None:
+            done, total, n = self.loading
+            return f" loading {source}… {100 * done / max(1, total):.0f}% · {n:,} events"
+        if tl is None or state is None:
+            return (f" kvtui {mode} · {source} · waiting for the engine…" if self.live
+                    else f" replay {source} · no trace loaded")
+        if self.live:
+            play = "following" if self.following else "paused (F: follow)"
+        else:
+            play = "▶" if self.playing else "⏸"
+        last = state.last_event["type"] if state.last_event else "start"
+        chat = " · chat" if self.live and self.chat else ""
+        return (f" {mode} {source} {play} {self.speed:g}x · event {self.cursor}/{len(tl)} {last} · step "
+                f"{max(state.step, 0)} · {state.t:.2f}s · {self.view.request_id or '-'}{chat}")
+
+    # ------------------------------------------------------------------ the small input (go to, replace, insert)
+    def _open_input(self, mode: str, placeholder: str) -> None:
+        small = self.query_one("#small-input", Input)
+        self.input_mode = mode
+        small.value = ""
+        small.placeholder = placeholder
+        small.remove_class("hidden")
+        small.focus()
+
+    def _close_input(self) -> None:
+        small = self.query_one("#small-input", Input)
+        small.add_class("hidden")
+        self.input_mode = None
+        tab = self.query_one("#tabs", TabbedContent).active
+        self.query_one(TAB_FOCUS.get(tab, "#pool-grid")).focus()
+
+    def action_leave_input(self) -> None:
+        if self.input_mode is not None:
+            self._close_input()
+        elif isinstance(self.focused, Input):
+            tab = self.query_one("#tabs", TabbedContent).active
+            self.query_one(TAB_FOCUS.get(tab, "#pool-grid")).focus()
+
+    def on_input_submitted(self, message: Input.Submitted) -> None:
+        text = message.value
+        if message.input.id == "prompt":
+            self._submit_prompt(text, message.input)
+            return
+        mode = self.input_mode
+        self._close_input()
+        if mode == "goto":
+            self._goto(text.strip())
+        elif mode in ("replace", "insert"):
+            self._edit_text(mode, text)
+
+    # ------------------------------------------------------------------ help and palette
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.keys_markdown()))
+
+    def command_entries(self):
+        """(binding, callback) for every binding of the app and its views: the command palette's registry."""
+        entries = []
+        for binding in self.BINDINGS:
+            entries.append((binding, partial(self.run_action, binding.action)))
+        for selector, cls in (("#pool-grid", BlockPoolView), ("#radix", RadixTreeView), ("#lanes", TimelineView),
+                              ("#token-strip", TokenStrip)):
+            for binding in cls.BINDINGS:
+                entries.append((binding, partial(self._run_widget_action, selector, binding.action)))
+        return entries
+
+    async def _run_widget_action(self, selector: str, action: str) -> None:
+        await self.run_action(action, self.query_one(selector))
+
+    def keys_markdown(self) -> str:
+        rows = ["| key | what | id |", "|---|---|---|"]
+        for binding, _ in self.command_entries():
+            rows.append(f"| `{binding.key}` | {binding.description} | {binding.id} |")
+        return "\n".join(rows)
+
+    def on_unmount(self) -> None:
+        self.controller.stop()

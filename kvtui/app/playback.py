@@ -1,0 +1,122 @@
+"""Replay controls: play/pause, speed, stepping by event or engine step, seeking (fraction, marker, "go to",
+the scrubber), and `seek` itself, which moves the cursor and rebuilds the state."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+
+from kvtui.widgets.scrubber import Scrubber
+
+SPEEDS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0)
+
+PLAYBACK_BINDINGS = [
+    Binding("space", "toggle_play", "play/pause", id="replay.play"),
+    Binding("full_stop", "step_event(1)", "event +1", show=False, id="replay.event_next"),
+    Binding("comma", "step_event(-1)", "event -1", show=False, id="replay.event_prev"),
+    Binding("greater_than_sign", "step_engine(1)", "step +1", show=False, id="replay.step_next"),
+    Binding("less_than_sign", "step_engine(-1)", "step -1", show=False, id="replay.step_prev"),
+    Binding("plus,equals_sign", "speed(1)", "faster", show=False, id="replay.faster"),
+    Binding("minus", "speed(-1)", "slower", show=False, id="replay.slower"),
+    Binding("g", "goto", "go to %", show=False, id="replay.goto"),
+    Binding("ctrl+home", "seek_fraction(0)", "start of trace", show=False, id="replay.start"),
+    Binding("ctrl+end,G", "seek_fraction(1)", "end of trace", show=False, id="replay.end"),
+    Binding("a", "seek_marker('arrival', 1)", "next arrival", show=False, id="seek.arrival_next"),
+    Binding("A", "seek_marker('arrival', -1)", "previous arrival", show=False, id="seek.arrival_prev"),
+    Binding("e", "seek_marker('edit', 1)", "next edit", show=False, id="seek.edit_next"),
+    Binding("E", "seek_marker('edit', -1)", "previous edit", show=False, id="seek.edit_prev"),
+    Binding("x", "seek_marker('eviction', 1)", "next eviction", show=False, id="seek.eviction_next"),
+    Binding("X", "seek_marker('eviction', -1)", "previous eviction", show=False, id="seek.eviction_prev"),
+    Binding("m", "seek_marker('miss', 1)", "next miss", show=False, id="seek.miss_next"),
+    Binding("M", "seek_marker('miss', -1)", "previous miss", show=False, id="seek.miss_prev"),
+]
+
+
+class PlaybackMixin:
+    """The part of `KvtuiApp` that moves the cursor through the timeline."""
+
+    def seek(self, k: int, refresh: bool = True) -> None:
+        tl = self.timeline
+        if tl is None:
+            return
+        k = max(0, min(len(tl), k))
+        if self.live and k == len(tl) and self.following:
+            self.state = tl.tip
+        elif self.state is not None and self.state is not tl.tip and 0 <= k - self.cursor <= tl.keyframe_every:
+            self.state.apply_all(tl.events[self.cursor:k])  # forward: apply just the new events
+        else:
+            self.state = tl.state_at(k)
+        self.cursor = k
+        if refresh:
+            self.refresh_views()
+
+    def action_toggle_play(self) -> None:
+        if self.timeline is None:
+            return
+        if self.cursor >= len(self.timeline) and not self.playing:
+            self.seek(0)
+        self.playing = not self.playing
+        self.following = False
+        self.play_t = self.state.t if self.state is not None and self.cursor else 0.0
+        self.last_tick = self.clock()
+        self.refresh_views()
+
+    def action_step_event(self, delta: int) -> None:
+        self.playing = self.following = False
+        self.seek(self.cursor + delta)
+
+    def action_step_engine(self, delta: int) -> None:
+        """Jump to the end of the next (or previous) engine step: just after its `step` event."""
+        if self.timeline is None:
+            return
+        self.playing = self.following = False
+        if delta > 0:
+            target = self.timeline.next_marker("step", self.cursor)
+        else:
+            target = self.timeline.prev_marker("step", self.cursor)
+        self.seek(target if target is not None else (len(self.timeline) if delta > 0 else 0))
+
+    def action_seek_fraction(self, fraction: float) -> None:
+        if self.timeline is not None:
+            self.playing = self.following = False
+            self.seek(round(fraction * len(self.timeline)))
+
+    def action_seek_marker(self, kind: str, direction: int) -> None:
+        if self.timeline is None:
+            return
+        target = (self.timeline.next_marker(kind, self.cursor) if direction > 0
+                  else self.timeline.prev_marker(kind, self.cursor))
+        if target is None:
+            self.notify(f"no {'next' if direction > 0 else 'previous'} {kind}", timeout=2)
+            return
+        self.playing = self.following = False
+        self.seek(target)
+        event = self.timeline.events[target - 1]
+        if "request_id" in event:
+            self.view.request_id = event["request_id"]
+            self.refresh_views()
+
+    def action_speed(self, direction: int) -> None:
+        i = min(range(len(SPEEDS)), key=lambda j: abs(SPEEDS[j] - self.speed))
+        self.speed = SPEEDS[max(0, min(len(SPEEDS) - 1, i + direction))]
+        self.refresh_views()
+
+    def action_goto(self) -> None:
+        self._open_input("goto", "go to: a percentage (50 or 50%) or an event number (#1234); Enter")
+
+    def _goto(self, text: str) -> None:
+        if self.timeline is None or not text:
+            return
+        try:
+            if text.startswith("#"):
+                target = int(text[1:])
+            else:
+                target = round(float(text.rstrip("%")) / 100 * len(self.timeline))
+        except ValueError:
+            self.notify(f"not a percentage or #event: {text!r}", severity="error", timeout=4)
+            return
+        self.playing = self.following = False
+        self.seek(target)
+
+    def on_scrubber_seek(self, message: Scrubber.Seek) -> None:
+        self.playing = self.following = False
+        self.seek(message.index)

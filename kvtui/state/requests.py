@@ -1,0 +1,210 @@
+"""The requests reducer: each request's sequence (prompt + generated, every token with its text), its
+lifecycle and timings, the prefix match that explains its misses, and the edits made to it.
+
+Requests are copied on write: a snapshot shares them, and `_req` copies one the first time this state
+mutates it (see `CacheState.snapshot`).
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+from dataclasses import dataclass, field
+
+# A request's lifecycle as the timeline draws it.
+WAITING, RUNNING, PREEMPTED, FINISHED = "waiting", "running", "preempted", "finished"
+
+
+@dataclass(slots=True)
+class Request:
+    """One request: its sequence (prompt + generated, each token with its text) and what happened to it."""
+
+    request_id: str
+    ordinal: int  # arrival order, 0-based: stable colors and lane order
+    prompt_len: int
+    token_ids: list[int]
+    texts: list[str]
+    max_tokens: int = 0
+    cache_salt: str | None = None
+    parent_id: str | None = None
+    status: str = WAITING
+    arrived: float = 0.0
+    scheduled: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+    finished: float | None = None
+    num_computed: int = 0
+    cached_tokens: int = 0
+    reason: str | None = None
+    ttft: float | None = None
+    tpot: float | None = None
+    num_output: int = 0
+    match: dict | None = None  # the prefix_match event: the miss explainer
+    # Timeline marks: (t, kind, step) with kind in arrived/scheduled/prefill/decode/edit/preempted/finished.
+    marks: list[tuple[float, str, int]] = field(default_factory=list)
+    edits: list[dict] = field(default_factory=list)
+    locked: list[int] = field(default_factory=list)  # radix nodes this request holds a lock ref on
+    ring_resume: dict | None = None  # the last ring_resume event (window layers restarting after an edit/hit)
+    sink_divergence: dict | None = None  # attention sinks vs full attention, when the run used sinks
+    owner: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    def copy(self) -> "Request":
+        new = _copy.copy(self)
+        new.token_ids = list(self.token_ids)
+        new.texts = list(self.texts)
+        new.marks = list(self.marks)
+        new.edits = list(self.edits)
+        new.locked = list(self.locked)
+        return new
+
+
+class RequestsReducer:
+    """The requests part of `CacheState`: arrival to finish, emitted tokens, prefix matches and edits."""
+
+    def _init_requests(self) -> None:
+        self.requests: dict[str, Request] = {}
+        self.order: list[str] = []  # request ids by arrival
+        self.last_edit: dict | None = None
+        self.last_invalidate: dict | None = None
+
+    def _snapshot_requests(self, new) -> None:
+        new.requests = dict(self.requests)
+        new.order = list(self.order)
+
+    def _req(self, rid: str) -> Request | None:
+        """The request, owned by this state (copied first if a snapshot shares it)."""
+        req = self.requests.get(rid)
+        if req is not None and req.owner != self._gen:
+            req = self.requests[rid] = req.copy()
+            req.owner = self._gen
+        return req
+
+    # ------------------------------------------------------------------ lifecycle and scheduling
+    def _on_request_arrived(self, ev: dict) -> None:
+        rid = ev["request_id"]
+        ids = list(ev["prompt_token_ids"])
+        texts = list(ev["prompt_texts"])
+        old = self.requests.get(rid)
+        if old is None:
+            self.order.append(rid)
+        ordinal = old.ordinal if old is not None else len(self.order) - 1
+        parent = self.requests.get(ev.get("parent_id") or "")
+        prompt_len = len(ids)
+        if parent is not None and parent.token_ids[:len(ids)] == ids:
+            # A fork carries only the prompt, but shares the parent's whole sequence so far (its next token
+            # is emitted at the parent's next position).
+            ids, texts = list(parent.token_ids), list(parent.texts)
+        self.requests[rid] = Request(
+            rid, ordinal, prompt_len, ids, texts, max_tokens=ev.get("max_tokens", 0), cache_salt=ev.get("cache_salt"),
+            parent_id=ev.get("parent_id"), arrived=ev["t"], marks=[(ev["t"], "arrived", self.step)], owner=self._gen)
+
+    def _on_request_scheduled(self, ev: dict) -> None:
+        req = self._req(ev["request_id"])
+        if req is None:
+            return
+        req.status = RUNNING
+        req.scheduled = ev["t"]
+        req.num_computed = ev["num_computed"]
+        req.marks.append((ev["t"], "scheduled", self.step))
+
+    def _on_request_preempted(self, ev: dict) -> None:
+        self.preemptions += 1
+        req = self._req(ev["request_id"])
+        if req is not None:
+            req.status = PREEMPTED
+            req.marks.append((ev["t"], "preempted", self.step))
+
+    def _on_prefill_chunk(self, ev: dict) -> None:
+        rid, step = ev["request_id"], ev["step"]
+        req = self._req(rid)
+        if req is not None:
+            req.status = RUNNING
+            req.marks.append((ev["t"], "prefill", step))
+        bs = self.block_size
+        self._mark_writing(rid, step, ev["start"] // bs, max(ev["start"], ev["end"] - 1) // bs)
+
+    def _on_decode(self, ev: dict) -> None:
+        rid, step = ev["request_id"], ev["step"]
+        req = self._req(rid)
+        if req is not None:
+            req.status = RUNNING
+            req.marks.append((ev["t"], "decode", step))
+        logical = ev["position"] // self.block_size
+        self._mark_writing(rid, step, logical, logical)
+
+    def _on_token_emitted(self, ev: dict) -> None:
+        req = self._req(ev["request_id"])
+        if req is None:
+            return
+        t, position = ev["t"], ev["position"]
+        # The emitted position is authoritative: anything at or after it is an older continuation.
+        if position < len(req.token_ids):
+            del req.token_ids[position:]
+            del req.texts[position:]
+        elif position > len(req.token_ids):  # tokens this trace never showed: keep positions aligned
+            gap = position - len(req.token_ids)
+            req.token_ids.extend([-1] * gap)
+            req.texts.extend(["�"] * gap)
+        req.token_ids.append(ev["token_id"])
+        req.texts.append(ev["text"])
+        req.num_output = len(req.token_ids) - req.prompt_len
+        if req.first_token is None:
+            req.first_token = t
+            req.ttft = t - req.arrived
+        if req.last_token is not None:
+            self._record_itl(t, t - req.last_token)
+        req.last_token = t
+
+    def _on_request_finished(self, ev: dict) -> None:
+        rid = ev["request_id"]
+        req = self._req(rid)
+        if req is not None:
+            req.status = FINISHED
+            req.finished = ev["t"]
+            req.reason = ev["reason"]
+            req.cached_tokens = ev["cached_tokens"]
+            if ev.get("ttft") is not None:
+                req.ttft = ev["ttft"]
+            req.tpot = ev.get("tpot")
+            req.marks.append((ev["t"], "finished", self.step))
+            self._unlock_all(rid, req)  # finished requests no longer lock their radix path
+
+    def _on_prefix_match(self, ev: dict) -> None:
+        req = self._req(ev["request_id"])
+        if req is not None:
+            req.match = ev
+
+    # ------------------------------------------------------------------ edits
+    def _on_edit(self, ev: dict) -> None:
+        self.last_edit = ev
+        req = self._req(ev["request_id"])
+        if req is None:
+            return
+        m, kind = ev["position"], ev["kind"]
+        new_ids, new_texts, n_del = list(ev["token_ids"]), list(ev["texts"]), ev["num_deleted"]
+        if kind == "insert":
+            n_del = 0
+        end = m + n_del
+        if m < req.prompt_len:
+            # Inside the prompt: the prompt changes and the generated tokens are discarded.
+            prompt_ids = req.token_ids[:req.prompt_len]
+            prompt_texts = req.texts[:req.prompt_len]
+            prompt_ids[m:min(end, req.prompt_len)] = new_ids
+            prompt_texts[m:min(end, req.prompt_len)] = new_texts
+            req.token_ids, req.texts = prompt_ids, prompt_texts
+            req.prompt_len = len(prompt_ids)
+        else:
+            # Inside the generated part: the sequence up to and including the edit is the new context.
+            req.token_ids[m:] = new_ids
+            req.texts[m:] = new_texts
+        req.num_output = max(0, len(req.token_ids) - req.prompt_len)
+        req.last_token = None  # no inter-token latency across an edit
+        req.status = RUNNING if req.status != FINISHED else WAITING
+        req.marks.append((ev["t"], "edit", self.step))
+        req.edits.append(ev)
+
+    def _on_invalidate(self, ev: dict) -> None:
+        self.last_invalidate = ev

@@ -1,0 +1,81 @@
+"""The rings reducer: the sliding-window ring of each request and window-layer group (slot = position mod W,
+after any attention-sink slots), plus the window layers' restarts and attention-sink divergence per request.
+
+Rings are copied on write, like requests and radix nodes.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Ring:
+    """A sliding-window ring of one request and one window-layer group: slot = position mod W."""
+
+    request_id: str
+    group: int
+    window: int
+    slots: list[int]  # position held by each slot, -1 = empty
+    head: int = 0  # next slot to be written
+    writes: int = 0
+    last_written: list[int] = field(default_factory=list)
+    last_evicted: list[int] = field(default_factory=list)
+    overwrites: int = 0
+    owner: int = 0
+    sinks: int = 0  # attention sinks: positions < sinks stay in slots 0..sinks-1; the ring proper follows
+
+    def slot_of(self, position: int) -> int:
+        return position if position < self.sinks else self.sinks + position % self.window
+
+    def copy(self) -> "Ring":
+        new = _copy.copy(self)
+        new.slots = list(self.slots)
+        new.last_written = list(self.last_written)
+        new.last_evicted = list(self.last_evicted)
+        return new
+
+
+class RingsReducer:
+    """The window-layer part of `CacheState`: ring_write, ring_resume and sink_divergence events."""
+
+    def _init_rings(self) -> None:
+        self.rings: dict[tuple[str, int], Ring] = {}
+
+    def _snapshot_rings(self, new) -> None:
+        new.rings = dict(self.rings)
+
+    def _on_ring_write(self, ev: dict) -> None:
+        key = (ev["request_id"], ev["group"])
+        window, sinks = ev["window"], ev.get("sink_tokens") or 0
+        ring = self.rings.get(key)
+        if ring is None or ring.window != window or ring.sinks != sinks:
+            ring = self.rings[key] = Ring(ev["request_id"], ev["group"], window, [-1] * (sinks + window),
+                                          owner=self._gen, sinks=sinks)
+        elif ring.owner != self._gen:
+            ring = self.rings[key] = ring.copy()
+            ring.owner = self._gen
+        start, end = ev["start"], ev["end"]
+        slots = ring.slots
+        written = [p for p in range(start, min(end, sinks))] + list(range(max(start, sinks, end - window), end))
+        for pos in written:
+            slot = ring.slot_of(pos)
+            if slots[slot] >= 0 and slots[slot] != pos:
+                ring.overwrites += 1
+            slots[slot] = pos
+        ring.head = ring.slot_of(end) if end >= sinks else end
+        ring.writes += end - start
+        ring.last_written = list(range(start, end))
+        ring.last_evicted = list(ev["evicted"])
+
+    # --- window layers restarting (after an edit or a hit) and attention-sink divergence: kept on the request
+    def _on_ring_resume(self, ev: dict) -> None:
+        req = self._req(ev["request_id"])
+        if req is not None:
+            req.ring_resume = ev
+
+    def _on_sink_divergence(self, ev: dict) -> None:
+        req = self._req(ev["request_id"])
+        if req is not None:
+            req.sink_divergence = ev
