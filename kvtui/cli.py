@@ -28,9 +28,9 @@ def main(ctx: click.Context) -> None:
 
 
 def _register() -> None:
-    from kvtui.commands import engine_commands, ui_commands
+    from kvtui.commands import bench_commands, engine_commands, ui_commands
 
-    for command in engine_commands.COMMANDS + ui_commands.COMMANDS:
+    for command in engine_commands.COMMANDS + ui_commands.COMMANDS + bench_commands.COMMANDS:
         main.add_command(command)
 
 

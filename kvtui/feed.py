@@ -17,7 +17,7 @@ from typing import Any
 
 def _leave_a_core_for_the_ui() -> None:
     """torch's intra-op threads on every core fight the UI thread for the CPU: on a 2-core machine decoding ran
-    at 1.4 tok/s with the UI open vs 11.4 tok/s with one core left to the UI (kvtui.bench_live)."""
+    at 1.4 tok/s with the UI open vs 11.4 tok/s with one core left to the UI (kvtui bench live)."""
     import os
 
     import torch

@@ -1,4 +1,4 @@
-"""Commands that run the engine headless: generate, record, info, schema, bench."""
+"""Headless commands: generate, record and info run the engine; schema and stats read traces (no torch)."""
 
 from __future__ import annotations
 
@@ -198,38 +198,6 @@ def schema():
 
 
 @click.command()
-@engine_options
-@click.option("--prompt-tokens", default=64, show_default=True, help="Prompt length of each request.")
-@click.option("--max-tokens", default=32, show_default=True, help="Tokens generated per request.")
-@click.option("--concurrent", default=8, show_default=True, help="Requests in the concurrent scenario.")
-@click.option("--repeats", default=1, show_default=True, help="Runs of each scenario (best is reported).")
-@click.option("--cache", "cache_bench", is_flag=True,
-              help="Instead: warm vs cold TTFT with a 90%-shared prefix, and re-prefill after edits.")
-def bench(model, prompt_tokens, max_tokens, concurrent, repeats, cache_bench, **options):
-    """Our engine against transformers' generate on the same model, in the same run.
-
-    With --cache: the prefix cache's gain (warm vs cold TTFT) and an edit's cost (re-prefill vs full prefill).
-    """
-    from engine.bench import format_table, run_bench
-
-    # the prefix cache off, except for --cache: a repeated bench prompt must not turn into cache hits
-    engine = load_engine(model, engine_config({"prefix_cache": cache_bench}, **options))
-    if cache_bench:
-        from engine.bench_cache import edit_reprefill, format_cache_bench, warm_vs_cold
-
-        say = lambda msg: click.echo(f"  {msg}", err=True)  # noqa: E731
-        tokens = max(prompt_tokens, 64)
-        click.echo(format_cache_bench(warm_vs_cold(engine, tokens, progress=say),
-                                      edit_reprefill(engine, tokens, repeats=max(repeats, 3), progress=say)))
-        return
-    click.echo(f"bench on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device}): "
-               f"{prompt_tokens}-token prompts, {max_tokens} new tokens, {concurrent} concurrent", err=True)
-    rows = run_bench(engine, prompt_tokens, max_tokens, concurrent, repeats,
-                     progress=lambda msg: click.echo(f"  {msg}", err=True))
-    click.echo(format_table(rows))
-
-
-@click.command()
 @click.argument("trace_file", type=click.Path(exists=True, dir_okay=False))
 def stats(trace_file):
     """Hit rates and TTFT / TPOT / ITL percentiles (p50/p95/p99) per workload phase of a TRACE_FILE."""
@@ -245,5 +213,5 @@ def stats(trace_file):
     click.echo(format_stats(summarize(trace.header, trace.events)))
 
 
-COMMANDS = [generate, record, info, schema, bench, stats]
+COMMANDS = [generate, record, info, schema, stats]
 

@@ -1,10 +1,9 @@
-"""Shared fixtures for the UI tests: small deterministic synthetic traces (see kvtui/synthetic.py)."""
+"""Shared fixtures for the UI tests: small deterministic synthetic traces (see tests/synthetic.py)."""
 
 from __future__ import annotations
 
 import pytest
-
-from kvtui.synthetic import generate
+from synthetic import generate
 
 
 @pytest.fixture(scope="session")

@@ -229,7 +229,7 @@ def test_replay_check_reports_bad_line_number(tmp_path, small_trace, bad):
     from click.testing import CliRunner
 
     from kvtui.commands.ui_commands import replay as replay_cmd
-    from kvtui.synthetic import write_trace
+    from synthetic import write_trace
 
     header, events = small_trace
     path = tmp_path / "t.jsonl"
@@ -246,7 +246,7 @@ def test_replay_check_accepts_truncated_last_line(tmp_path, small_trace):
     from click.testing import CliRunner
 
     from kvtui.commands.ui_commands import replay as replay_cmd
-    from kvtui.synthetic import write_trace
+    from synthetic import write_trace
 
     header, events = small_trace
     path = tmp_path / "t.jsonl"

@@ -1,4 +1,5 @@
-"""Frame-time benchmarks for `kvtui.bench_ui`: each view's full-screen render, and a live-mode frame."""
+"""Frame times (`kvtui bench frames`, also part of `kvtui bench ui`): each view's full-screen render, and a
+live-mode frame."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Frame time while a live engine decodes flat out: `python -m kvtui.bench_live [--device cpu] [--seconds 20]`.
+"""Frame time while a live engine decodes flat out: `kvtui bench live [--device cpu] [--seconds 20]`.
 
 Runs the real live app headless at 200x60 (or --size) on the real model: the engine thread decodes several
 prompts at once while the UI drains events at 30 frames/s. Every frame is timed in two parts: `tick` (drain the
@@ -9,7 +9,6 @@ of the dirty lines). It cycles the tabs so each view is measured, and measures e
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import time
@@ -116,20 +115,6 @@ def run(model: str, device: str, seconds: float, size: tuple[int, int], max_toke
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--size", default="200x60")
-    parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--num-blocks", type=int, default=256)
-    args = parser.parse_args()
-    w, h = (int(x) for x in args.size.split("x"))
-    result = run(args.model, args.device, args.seconds, (w, h), args.max_tokens, args.num_blocks)
-    for key, value in result.items():
-        print(f"{key:>18}: {value if isinstance(value, str) else f'{value:,.1f}'}")
-
-
-if __name__ == "__main__":
-    main()
+def format_result(result: dict) -> str:
+    return "\n".join(f"{key:>18}: {value if isinstance(value, str) else f'{value:,.1f}'}"
+                     for key, value in result.items())

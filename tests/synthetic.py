@@ -1,4 +1,4 @@
-"""A deterministic synthetic trace: a toy engine that emits valid events, for tests, demos and benchmarks.
+"""A deterministic synthetic trace for the UI tests: a toy engine that emits valid events, fast and without a model.
 
 It is not the real engine (no model: token ids come from a random generator over a small word vocabulary),
 but it follows the same rules, so every view has something true to show: a block pool with a free list and
