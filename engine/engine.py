@@ -18,10 +18,9 @@ from engine.request import Request, RequestOutput, SamplingParams, Status
 from engine.runner import ModelRunner
 from engine.sampling import make_generator, sample
 from engine.scheduler import Scheduler
+from engine.text import Prompt, TokenText
 from engine.sinks import sink_divergence
 from engine.trace import TraceSink, TraceWriter
-
-Prompt = str | Sequence[int] | Sequence[dict]
 
 
 class Engine:
@@ -29,6 +28,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.model = model
         self.tokenizer = tokenizer
+        self.text = TokenText(tokenizer, model)  # prompts to ids, ids to text (the trace carries both)
         self.shape = describe(model, name)
         if self.config.window is not None:
             self.shape = self.shape.with_sinks(self.config.sink_tokens, self.config.window)
@@ -40,9 +40,7 @@ class Engine:
         self.runner = ModelRunner(model, self.cache.kv, self.shape.windows, self.cache.rings)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
-        self._token_text_cache: dict[int, str] = {}
         self._step = 0
-        self._eos_ids = self._find_eos_ids()
         self.trace.set_header({
             "model": self.shape.to_json(),
             "block_size": self.config.block_size,
@@ -71,21 +69,10 @@ class Engine:
 
     # --- requests -------------------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            self._need_tokenizer("a text prompt")
-            return list(self.tokenizer(prompt)["input_ids"])
-        items = list(prompt)
-        if items and all(isinstance(m, dict) for m in items):
-            self._need_tokenizer("chat messages")
-            text = self.tokenizer.apply_chat_template(items, tokenize=False, add_generation_prompt=True)
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in items):
-            vocab = self.model.config.vocab_size
-            bad = [t for t in items if not 0 <= t < vocab]
-            if bad:
-                raise ValueError(f"token ids out of range for a vocabulary of {vocab}: {bad[:5]}")
-            return items
-        raise TypeError("a prompt is text, a list of token ids, or a list of chat messages ({'role', 'content'})")
+        return self.text.encode(prompt)
+
+    def token_text(self, token_id: int) -> str:
+        return self.text.token_text(token_id)
 
     def submit(self, prompt: Prompt, params: SamplingParams | None = None, cache_salt: str | None = None,
                request_id: str | None = None, phase: str | None = None) -> str:
@@ -123,7 +110,7 @@ class Engine:
             request_id=req.request_id,
             prompt_token_ids=list(req.prompt_token_ids),
             token_ids=list(req.output_token_ids),
-            text=self.detokenize(req.output_token_ids),
+            text=self.text.detokenize(req.output_token_ids),
             finish_reason=req.finish_reason,
             ttft=req.ttft(),
             tpot=req.tpot(),
@@ -205,7 +192,7 @@ class Engine:
     def _stop_reason(self, req: Request, token: int) -> str | None:
         if token in req.params.stop_token_ids:
             return "stop"
-        if not req.params.ignore_eos and token in self._eos_ids:
+        if not req.params.ignore_eos and token in self.text.eos_ids:
             return "eos"
         if req.num_new_tokens >= req.params.max_tokens:
             return "length"
@@ -270,11 +257,8 @@ class Engine:
         length). Returns the `invalidate` event (kept, dropped and copied blocks, recompute cost).
         """
         req = self._request(request_id)
-        if isinstance(token_ids, str):
-            self._need_tokenizer("text in an edit")
-            token_ids = list(self.tokenizer(token_ids, add_special_tokens=False)["input_ids"])
         if not isinstance(token_ids, int):
-            token_ids = self.encode(list(token_ids)) if token_ids else []
+            token_ids = self.text.edit_tokens(token_ids)
         edited = apply_edit(req.prompt_token_ids, req.output_token_ids, position, token_ids, kind)
         capacity = self.cache.pool.num_blocks * self.cache.block_size
         if len(edited.tokens) + req.params.max_tokens > capacity:
@@ -309,33 +293,6 @@ class Engine:
             known = ", ".join(list(self.requests)[-5:]) or "none yet"
             raise ValueError(f"no request {request_id!r} (recent: {known})")
         return self.requests[request_id]
-
-    # --- text -----------------------------------------------------------------------------------------
-    def token_text(self, token_id: int) -> str:
-        text = self._token_text_cache.get(token_id)
-        if text is None:
-            text = self.tokenizer.decode([token_id]) if self.tokenizer is not None else f"<{token_id}>"
-            self._token_text_cache[token_id] = text
-        return text
-
-    def detokenize(self, token_ids: list[int]) -> str:
-        if self.tokenizer is None:
-            return "".join(self.token_text(t) for t in token_ids)
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
-
-    def _need_tokenizer(self, what: str) -> None:
-        if self.tokenizer is None:
-            raise ValueError(f"{what} needs a tokenizer; this engine has none, so pass token ids")
-
-    def _find_eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        generation = getattr(self.model, "generation_config", None)
-        for source in (getattr(generation, "eos_token_id", None), getattr(self.tokenizer, "eos_token_id", None)):
-            if isinstance(source, int):
-                ids.add(source)
-            elif source:
-                ids.update(source)
-        return ids
 
 
 def _round(value: float | None) -> float | None:

@@ -141,7 +141,7 @@ def info(model, **options):
 
 
 def format_info(engine) -> str:
-    shape, pool, kv = engine.shape, engine.pool, engine.kv
+    shape, pool, kv = engine.shape, engine.cache.pool, engine.cache.kv
     per_layer = shape.kv_bytes_per_token_per_layer()
     lines = [
         f"model          {shape.name}",
