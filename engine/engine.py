@@ -250,13 +250,22 @@ class Engine:
         return children
 
     def edit(self, request_id: str, position: int, token_ids: list[int] | int | str,
-             kind: str = "replace") -> dict:
-        """Edit a running or finished request at position m: keep the K/V of [0, m), recompute from m.
+             kind: str = "replace", expected_token: int | None = None) -> dict:
+        """Edit a running, waiting or finished request at position m: keep the K/V of [0, m), recompute from m.
 
         token_ids: the new tokens (ids, or text to tokenize); for delete, how many tokens (or a list of that
-        length). Returns the `invalidate` event (kept, dropped and copied blocks, recompute cost).
+        length). expected_token: the token id the caller saw at m; a request that moved on since (a live view
+        behind the engine) is refused with EditError instead of edited somewhere else.
+        Returns the `invalidate` event (kept, dropped and copied blocks, recompute cost).
         """
         req = self._request(request_id)
+        if expected_token is not None:
+            tokens = req.tokens
+            actual = tokens[position] if 0 <= position < len(tokens) else None
+            if actual != expected_token:
+                raise EditError(f"{request_id} has {'no token' if actual is None else f'token {actual}'} at "
+                                f"position {position}, not the {expected_token} the edit expected: the view is "
+                                "behind the engine; look again and retry")
         if not isinstance(token_ids, int):
             token_ids = self.text.edit_tokens(token_ids)
         edited = apply_edit(req.prompt_token_ids, req.output_token_ids, position, token_ids, kind)

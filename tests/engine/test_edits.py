@@ -164,3 +164,14 @@ def test_edit_with_a_full_pool_is_exact_and_loses_nothing(model):
     assert event["first_recomputed"] == 6 and len(event["copied"]) == 1
     out = run_to_end(engine, rid)
     assert_matches_cold_run(model, out, out.token_ids)
+
+
+def test_an_edit_that_expects_another_token_is_refused_and_changes_nothing():
+    engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(block_size=4, num_blocks=32))
+    rid = engine.submit(list(range(5, 15)), SamplingParams(max_tokens=2))
+    engine.step()
+    with pytest.raises(EditError, match="expected"):
+        engine.edit(rid, 3, [40], expected_token=99)
+    assert engine.requests[rid].prompt_token_ids == list(range(5, 15))
+    event = engine.edit(rid, 3, [40], expected_token=8)
+    assert event["first_recomputed"] == 3 and engine.requests[rid].prompt_token_ids[3] == 40
