@@ -51,6 +51,10 @@ assert "block_allocated" in cli("schema")
 assert "Replay a recorded trace" in cli("replay", "--help")
 assert "events" in cli("replay", TRACE, "--check")
 assert "kvtui bench ui" in cli("bench", "--help")
+import tempfile, os
+with tempfile.TemporaryDirectory() as tmp:
+    cli("export", TRACE, "--perfetto", os.path.join(tmp, "t.pftrace"))
+    assert os.path.getsize(os.path.join(tmp, "t.pftrace")) > 1000
 
 from kvtui.loader import load_trace
 from kvtui.state import replay
