@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.attach_schema import ATTACH_EVENT_FIELDS
+
 SCHEMA_VERSION = 1
+MAX_BLOCKS = 1 << 24  # a header claiming more physical blocks is not a trace a viewer should allocate for
 
 # Field name -> (json types allowed, meaning). "int?" style: the field may be null.
 _INT, _FLOAT, _STR, _LIST, _DICT, _BOOL = "int", "float", "str", "list", "dict", "bool"
@@ -121,6 +124,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "token_ids": (_LIST, "token ids the node covers"),
         "texts": (_LIST, "decoded text of each token"),
         "request_id": (_STR + "?", "request whose blocks were inserted"),
+        "hashes": (_LIST + "?", "chained hash (key) of each block, in order"),
     },
     "radix_split": {
         "node_id": (_INT, "node that was split; keeps the first `at` blocks"),
@@ -129,6 +133,17 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "radix_evict": {
         "node_id": (_INT, "node removed from the tree (all its blocks evicted)"),
+    },
+    "radix_lock": {
+        "node_id": (_INT, "the request's handle: it and every node above it gain one lock ref (no eviction)"),
+        "request_id": (_STR + "?", "the request that uses the path"),
+        "lock_ref": (_INT, "the handle's lock refs after the lock"),
+    },
+    "radix_unlock": {
+        "node_id": (_INT, "the handle: it and every node above it lose one lock ref"),
+        "request_id": (_STR + "?", "the request that stopped using the path (finished, preempted, edited, "
+                                   "or moved its handle down the path)"),
+        "lock_ref": (_INT, "the handle's lock refs after the unlock"),
     },
     "radix_hit": {
         "node_id": (_INT, "node whose blocks a request reused"),
@@ -165,6 +180,8 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "copied": (_LIST, "[src, dst] pairs: m's block copied before its valid part was kept"),
         "first_recomputed": (_INT, "first position recomputed (m)"),
         "recompute_tokens": (_INT, "tokens to prefill again"),
+        "status": (_STR + "?", "the request after the edit: running (recomputes next step) or waiting (queued; a "
+                               "finished request re-attaches its cached prefix at the edit)"),
     },
     # --- sliding-window rings --------------------------------------------------------------------------
     "ring_write": {
@@ -193,7 +210,20 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "window": (_INT, "W"),
         "argmax_changed": (_INT, "compared positions whose greedy token differs from full attention"),
     },
+    # --- the machine -----------------------------------------------------------------------------------
+    "roofline": {
+        "device": (_STR, "device the model runs on (cpu, cuda:0)"),
+        "dtype": (_STR, "dtype of the weights and of the matmul measured"),
+        "mem_bandwidth": (_FLOAT, "bytes/s of a large tensor copy on that device, measured at start"),
+        "peak_flops": (_FLOAT, "FLOP/s of a square matmul in that dtype on that device, measured at start"),
+        "weight_bytes": (_INT, "bytes of the weights one forward reads (a decode step's memory floor)"),
+        "flops_per_token": (_INT, "2 x weights multiplied per token (a prefill token's compute cost)"),
+        "threads": (_INT + "?", "CPU threads torch used"),
+    },
 }
+
+# What `kvtui attach` records from vLLM / SGLang publishers (engine/attach_schema.py): same file format.
+EVENT_FIELDS.update(ATTACH_EVENT_FIELDS)
 
 
 def _type_ok(value: Any, spec: str) -> bool:
@@ -213,8 +243,8 @@ def validate_event(event: Any) -> str | None:
     if not isinstance(event, dict):
         return "an event must be a JSON object"
     etype = event.get("type")
-    if etype not in EVENT_FIELDS:
-        return f"unknown event type {etype!r}"
+    if not isinstance(etype, str) or etype not in EVENT_FIELDS:
+        return f"unknown event type {_short(etype)}"
     for key, spec in (("seq", _INT), ("t", _FLOAT)):
         if not _type_ok(event.get(key), spec):
             return f"{etype}: field {key!r} must be {spec}"
@@ -224,8 +254,13 @@ def validate_event(event: Any) -> str | None:
                 continue
             return f"{etype}: missing field {name!r}"
         if not _type_ok(event[name], spec):
-            return f"{etype}: field {name!r} must be {spec}, got {event[name]!r}"
+            return f"{etype}: field {name!r} must be {spec}, got {_short(event[name])}"
     return None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
 
 
 def validate_header(header: Any) -> str | None:
@@ -236,6 +271,11 @@ def validate_header(header: Any) -> str | None:
     for name, (spec, _) in HEADER_FIELDS.items():
         if name not in header or not _type_ok(header[name], spec):
             return f"header: field {name!r} missing or not {spec}"
+    for name, low, high in (("block_size", 0, 1 << 16), ("num_blocks", 0, MAX_BLOCKS), ("bytes_per_block", 0, None),
+                            ("bytes_per_token", 0, None)):
+        value = header[name]
+        if value < low or (high is not None and value > high):
+            return f"header: {name} {value} is out of range ({low}..{high if high is not None else ''})"
     return None
 
 
@@ -249,3 +289,27 @@ def schema_text() -> str:
         out += ["", f"{etype}:"]
         out += [f"  {name:<16} {spec:<6} {doc}" for name, (spec, doc) in fields.items()]
     return "\n".join(out)
+
+
+# --- the fast check: one generated predicate per event type -------------------------------------------------
+# validate_event explains a problem; these only answer "valid?" (about 5x faster), so a reader checks every
+# event with them and asks validate_event why only for the one that fails.
+_PY_TYPES = {_INT: ["int"], _FLOAT: ["int", "float"], _STR: ["str"], _LIST: ["list"], _DICT: ["dict"],
+             _BOOL: ["bool"]}
+
+
+def _compile_check(fields: dict[str, tuple[str, str]]):
+    terms = ["type(e.get('seq')) is int", "type(e.get('t')) in (int, float)"]
+    for name, (spec, _) in fields.items():
+        names = _PY_TYPES[spec.rstrip("?")]
+        if spec.endswith("?"):  # may be null or left out
+            terms.append(f"type(e.get({name!r})) in ({', '.join(names + ['_NONE'])})")
+        else:
+            terms.append(f"type(e.get({name!r}, _MISSING)) in ({', '.join(names)},)")
+    scope: dict[str, Any] = {"_MISSING": object(), "_NONE": type(None)}
+    exec(f"def check(e):\n    return {' and '.join(terms)}\n", scope)  # noqa: S102 (generated from the table)
+    return scope["check"]
+
+
+# type -> predicate(event) -> bool; `type(x) is int` is False for bools, as the schema wants
+FAST_CHECKS = {etype: _compile_check(fields) for etype, fields in EVENT_FIELDS.items()}

@@ -29,7 +29,8 @@ def test_fast_loader_equals_the_strict_reader(name):
 
 def test_loader_reports_bad_line_keeps_before_and_skips_unknown_types(tmp_path):
     lines = (DATA / "chat_template_jitter.jsonl").read_text().splitlines()
-    future = json.dumps({"seq": 10_000, "t": 9.0, "type": "ring_resume_v2", "request_id": "x"})
+    last_seq = json.loads(lines[-1])["seq"]
+    future = json.dumps({"seq": last_seq + 1, "t": 9.0, "type": "ring_resume_v2", "request_id": "x"})
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(lines[:11] + ["{not json"] + lines[11:]) + "\n")
     loaded = load_trace(str(path))
