@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.attach_schema import ATTACH_EVENT_FIELDS
-
 SCHEMA_VERSION = 1
 MAX_BLOCKS = 1 << 24  # a header claiming more physical blocks is not a trace a viewer should allocate for
 
@@ -124,7 +122,6 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "token_ids": (_LIST, "token ids the node covers"),
         "texts": (_LIST, "decoded text of each token"),
         "request_id": (_STR + "?", "request whose blocks were inserted"),
-        "hashes": (_LIST + "?", "chained hash (key) of each block, in order"),
     },
     "radix_split": {
         "node_id": (_INT, "node that was split; keeps the first `at` blocks"),
@@ -133,17 +130,6 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "radix_evict": {
         "node_id": (_INT, "node removed from the tree (all its blocks evicted)"),
-    },
-    "radix_lock": {
-        "node_id": (_INT, "the request's handle: it and every node above it gain one lock ref (no eviction)"),
-        "request_id": (_STR + "?", "the request that uses the path"),
-        "lock_ref": (_INT, "the handle's lock refs after the lock"),
-    },
-    "radix_unlock": {
-        "node_id": (_INT, "the handle: it and every node above it lose one lock ref"),
-        "request_id": (_STR + "?", "the request that stopped using the path (finished, preempted, edited, "
-                                   "or moved its handle down the path)"),
-        "lock_ref": (_INT, "the handle's lock refs after the unlock"),
     },
     "radix_hit": {
         "node_id": (_INT, "node whose blocks a request reused"),
@@ -180,8 +166,6 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "copied": (_LIST, "[src, dst] pairs: m's block copied before its valid part was kept"),
         "first_recomputed": (_INT, "first position recomputed (m)"),
         "recompute_tokens": (_INT, "tokens to prefill again"),
-        "status": (_STR + "?", "the request after the edit: running (recomputes next step) or waiting (queued; a "
-                               "finished request re-attaches its cached prefix at the edit)"),
     },
     # --- sliding-window rings --------------------------------------------------------------------------
     "ring_write": {
@@ -210,20 +194,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "window": (_INT, "W"),
         "argmax_changed": (_INT, "compared positions whose greedy token differs from full attention"),
     },
-    # --- the machine -----------------------------------------------------------------------------------
-    "roofline": {
-        "device": (_STR, "device the model runs on (cpu, cuda:0)"),
-        "dtype": (_STR, "dtype of the weights and of the matmul measured"),
-        "mem_bandwidth": (_FLOAT, "bytes/s of a large tensor copy on that device, measured at start"),
-        "peak_flops": (_FLOAT, "FLOP/s of a square matmul in that dtype on that device, measured at start"),
-        "weight_bytes": (_INT, "bytes of the weights one forward reads (a decode step's memory floor)"),
-        "flops_per_token": (_INT, "2 x weights multiplied per token (a prefill token's compute cost)"),
-        "threads": (_INT + "?", "CPU threads torch used"),
-    },
 }
-
-# What `kvtui attach` records from vLLM / SGLang publishers (engine/attach_schema.py): same file format.
-EVENT_FIELDS.update(ATTACH_EVENT_FIELDS)
 
 
 def _type_ok(value: Any, spec: str) -> bool:
