@@ -14,30 +14,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from engine.batch import BATCH_KWARG, PagedBatch, RingBatch
+from engine.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment, RingBatch
+from engine.sdpa import attend, chunk_over_prefix
 
 ATTENTION_NAME = "kvtui_paged"
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None, scaling: float | None,
-            softcap: float | None) -> torch.Tensor:
-    """q [N, Hq, n, D], k/v [N, Hkv, L, D], allowed [N, 1, n, L] or None (all visible) -> [N, Hq, n, D]."""
-    if softcap is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scaling,
-                                              enable_gqa=q.shape[1] != k.shape[1])
-    n_batch, hq, n, dim = q.shape
-    hkv = k.shape[1]
-    grouped = q.view(n_batch, hkv, hq // hkv, n, dim)
-    scale = scaling if scaling is not None else dim ** -0.5
-    scores = grouped @ k.unsqueeze(2).transpose(-1, -2) * scale
-    scores = torch.tanh(scores / softcap) * softcap
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed.unsqueeze(1), float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    return (probs @ v.unsqueeze(2)).view(n_batch, hq, n, dim)
 
 
 def _visible(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None) -> torch.Tensor:
@@ -48,18 +30,49 @@ def _visible(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None)
     return allowed
 
 
-def _prefill_mask(seg: PrefillSegment, window: int | None, device) -> torch.Tensor:
-    n = seg.q_end - seg.q_start
-    query_pos = torch.arange(seg.start, seg.start + n, device=device)[:, None]
-    key_pos = torch.arange(seg.context_slots.shape[0], device=device)[None, :]
-    return _visible(query_pos, key_pos, window)[None, None]
+def _context(cache: torch.Tensor, blocks: torch.Tensor, length: int) -> torch.Tensor:
+    """[1, Hkv, length, D]: the first `length` positions of a sequence, gathered a whole block at a time."""
+    num_blocks, size = blocks.shape[0], cache.shape[1]
+    return cache[blocks].view(num_blocks * size, *cache.shape[2:])[:length].transpose(0, 1).unsqueeze(0)
 
 
-def _decode_mask(group: DecodeGroup, window: int | None) -> torch.Tensor | None:
-    if window is None and group.uniform:
-        return None  # every query sees its whole context and nothing is padding
-    key_pos = torch.arange(group.context_slots.shape[1], device=group.positions.device)[None, :]
-    return _visible(group.positions[:, None], key_pos, window)[:, None, None, :]
+def _prefill(batch: PagedBatch, seg: PrefillSegment, window: int | None, query, key, value, k_blocks, v_blocks,
+             scaling, softcap) -> torch.Tensor:
+    q = query[:, :, seg.q_start:seg.q_end]
+    k_self, v_self = key[:, :, seg.q_start:seg.q_end], value[:, :, seg.q_start:seg.q_end]
+    if window is None and seg.start == 0:
+        return attend(q, k_self, v_self, None, scaling, softcap, causal=True)
+    k_pre = _context(k_blocks, seg.blocks, seg.start)
+    v_pre = _context(v_blocks, seg.blocks, seg.start)
+    if window is None:
+        return chunk_over_prefix(q, k_pre, v_pre, k_self, v_self, scaling, softcap)
+    allowed = batch.masks.get((seg.q_start, window))
+    if allowed is None:
+        n = seg.q_end - seg.q_start
+        query_pos = torch.arange(seg.start, seg.start + n, device=q.device)[:, None]
+        key_pos = torch.arange(seg.start + n, device=q.device)[None, :]
+        allowed = batch.masks[(seg.q_start, window)] = _visible(query_pos, key_pos, window)[None, None]
+    k, v = torch.cat([k_pre, k_self], dim=2), torch.cat([v_pre, v_self], dim=2)
+    return attend(q, k, v, allowed, scaling, softcap)
+
+
+def _decode(batch: PagedBatch, group: DecodeGroup, window: int | None, query, k_blocks, v_blocks, scaling,
+            softcap) -> torch.Tensor:
+    n, width = group.blocks.shape
+    size = k_blocks.shape[1]
+    length = group.longest if group.uniform else width * size
+    # [N, B, size, Hkv, D] -> [N, Hkv, L, D]
+    k = k_blocks[group.blocks].view(n, width * size, *k_blocks.shape[2:])[:, :length].transpose(1, 2)
+    v = v_blocks[group.blocks].view(n, width * size, *v_blocks.shape[2:])[:, :length].transpose(1, 2)
+    q = query[0][:, group.q_index].transpose(0, 1).unsqueeze(2)  # [N, Hq, 1, D]
+    key = ("decode", window)
+    if key not in batch.masks:
+        if window is None and group.uniform:
+            batch.masks[key] = None  # every query sees its whole context and nothing is padding
+        else:
+            key_pos = torch.arange(length, device=q.device)[None, :]
+            batch.masks[key] = _visible(group.positions[:, None], key_pos, window)[:, None, None, :]
+    return attend(q, k, v, batch.masks[key], scaling, softcap)[:, :, 0]
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
@@ -77,27 +90,15 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     # query [1, Hq, T, D]; key/value [1, Hkv, T, D] -> slots take [T, Hkv, D]
     k_cache[batch.write_slots] = key[0].transpose(0, 1)
     v_cache[batch.write_slots] = value[0].transpose(0, 1)
+    size = batch.kv.block_size
+    k_blocks = k_cache.view(-1, size, *k_cache.shape[1:])  # [blocks, block_size, Hkv, D]
+    v_blocks = v_cache.view(-1, size, *v_cache.shape[1:])
     out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [T, Hq, D]
-
-    for i, seg in enumerate(batch.prefills):
-        context = seg.context_slots
-        k = k_cache[context].transpose(0, 1).unsqueeze(0)
-        v = v_cache[context].transpose(0, 1).unsqueeze(0)
-        q = query[:, :, seg.q_start:seg.q_end]
-        allowed = batch.masks.get((i, window))
-        if allowed is None:
-            allowed = batch.masks[(i, window)] = _prefill_mask(seg, window, q.device)
-        out[seg.q_start:seg.q_end] = _attend(q, k, v, allowed, scaling, softcap)[0].transpose(0, 1)
-
-    group = batch.decode
-    if group is not None:
-        k = k_cache[group.context_slots].permute(0, 2, 1, 3)  # [N, Hkv, L, D]
-        v = v_cache[group.context_slots].permute(0, 2, 1, 3)
-        q = query[0][:, group.q_index].transpose(0, 1).unsqueeze(2)  # [N, Hq, 1, D]
-        key = ("decode", window)
-        if key not in batch.masks:
-            batch.masks[key] = _decode_mask(group, window)
-        out[group.q_index] = _attend(q, k, v, batch.masks[key], scaling, softcap)[:, :, 0]
+    for seg in batch.prefills:
+        attended = _prefill(batch, seg, window, query, key, value, k_blocks, v_blocks, scaling, softcap)
+        out[seg.q_start:seg.q_end] = attended[0].transpose(0, 1)
+    if batch.decode is not None:
+        out[batch.decode.q_index] = _decode(batch, batch.decode, window, query, k_blocks, v_blocks, scaling, softcap)
     return out.unsqueeze(0), None
 
 
@@ -123,7 +124,7 @@ def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, sof
         k = torch.cat([k_ring[seg.row, seg.context_slots], k_new[seg.q_start:seg.q_end]]).transpose(0, 1)
         v = torch.cat([v_ring[seg.row, seg.context_slots], v_new[seg.q_start:seg.q_end]]).transpose(0, 1)
         q = query[:, :, seg.q_start:seg.q_end]
-        out[seg.q_start:seg.q_end] = _attend(q, k[None], v[None], seg.mask, scaling, softcap)[0].transpose(0, 1)
+        out[seg.q_start:seg.q_end] = attend(q, k[None], v[None], seg.mask, scaling, softcap)[0].transpose(0, 1)
         for buffer, slots, flat in seg.snapshots:  # the ring as it stands at a snapshot boundary inside the chunk
             buffer[index, 0], buffer[index, 1] = k_ring[seg.row], v_ring[seg.row]
             buffer[index, 0, slots], buffer[index, 1, slots] = k_new[flat], v_new[flat]
@@ -133,7 +134,7 @@ def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, sof
         k = k_ring[plan.decode_rows].permute(0, 2, 1, 3)  # [N, Hkv, S+W, D]
         v = v_ring[plan.decode_rows].permute(0, 2, 1, 3)
         q = query[0][:, plan.decode_flat].transpose(0, 1).unsqueeze(2)  # [N, Hq, 1, D]
-        out[plan.decode_flat] = _attend(q, k, v, plan.decode_mask, scaling, softcap)[:, :, 0]
+        out[plan.decode_flat] = attend(q, k, v, plan.decode_mask, scaling, softcap)[:, :, 0]
     return out.unsqueeze(0)
 
 

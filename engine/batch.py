@@ -25,17 +25,22 @@ class PrefillSegment:
     q_start: int
     q_end: int
     start: int
-    context_slots: torch.Tensor  # slots of positions [0, start + n)
+    blocks: torch.Tensor  # [ceil(end / block_size)] the sequence's physical blocks up to the chunk's end
+
+    @property
+    def context_len(self) -> int:
+        return self.start + self.q_end - self.q_start
 
 
 @dataclass
 class DecodeGroup:
-    """One query token per sequence, padded to the longest context so all run in one SDPA call."""
+    """One query token per sequence; all run in one attention call over their blocks (padded to the longest)."""
 
     q_index: torch.Tensor  # [N] rows of the flat batch
     positions: torch.Tensor  # [N] position of each query token
-    context_slots: torch.Tensor  # [N, L_max] slots of positions 0..position (padding repeats slot 0)
+    blocks: torch.Tensor  # [N, B_max] physical blocks of each sequence (padding repeats block 0)
     context_len: torch.Tensor  # [N] valid context length = position + 1
+    longest: int  # max context_len
     uniform: bool = False  # all contexts have the same length (no padding to mask)
 
 

@@ -38,6 +38,50 @@ class PagedKV:
 
     def slots(self, table: list[int], start: int, end: int) -> torch.Tensor:
         """Slot index of positions [start, end) of a sequence whose block table is `table`."""
-        positions = torch.arange(start, end)
-        blocks = torch.tensor(table, dtype=torch.long)[positions // self.block_size]
-        return (blocks * self.block_size + positions % self.block_size).to(self.kv.device)
+        return self.slots_of(torch.tensor(table, dtype=torch.long, device=self.kv.device), start, end)
+
+    def slots_of(self, table: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """The same from the table as a tensor on the slab's device."""
+        positions = torch.arange(start, end, device=table.device)
+        return table[positions // self.block_size] * self.block_size + positions % self.block_size
+
+
+class BlockTables:
+    """Each scheduled request's block table as a tensor on the device, kept between steps.
+
+    The block table itself is a Python list that the KV-cache manager edits (appends as the sequence grows,
+    a copy-on-write replaces an entry, an edit or a preemption cuts it). Each step compares the list with the
+    copy taken when the tensor was made, a C-speed list comparison: unchanged, the tensor is reused; grown
+    only, the new blocks are written after the old ones (the buffer doubles when full); anything else, the
+    tensor is made again. So a decode never turns its whole table into a tensor again.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.known: dict[str, tuple[list[int], torch.Tensor]] = {}  # request id -> (table copy, buffer)
+
+    def get(self, request) -> torch.Tensor:
+        table = request.block_table
+        entry = self.known.get(request.request_id)
+        if entry is not None:
+            copy, buffer = entry
+            if len(table) == len(copy) and table == copy:
+                return buffer[:len(table)]
+            if len(table) > len(copy) and table[:len(copy)] == copy:
+                if len(table) > buffer.shape[0]:
+                    bigger = torch.empty(2 * len(table), dtype=torch.long, device=self.device)
+                    bigger[:len(copy)] = buffer[:len(copy)]
+                    buffer = bigger
+                buffer[len(copy):len(table)] = torch.tensor(table[len(copy):], dtype=torch.long, device=self.device)
+                self.known[request.request_id] = (list(table), buffer)
+                return buffer[:len(table)]
+        buffer = torch.empty(max(2 * len(table), 8), dtype=torch.long, device=self.device)
+        buffer[:len(table)] = torch.tensor(table, dtype=torch.long, device=self.device)
+        self.known[request.request_id] = (list(table), buffer)
+        return buffer[:len(table)]
+
+    def keep_only(self, request_ids) -> None:
+        """Forget requests that are not in this step, once the store holds many more than the step has."""
+        ids = set(request_ids)
+        if len(self.known) > 2 * len(ids) + 16:
+            self.known = {rid: entry for rid, entry in self.known.items() if rid in ids}

@@ -7,7 +7,7 @@ import torch
 from engine.attention import AttentionSwitch
 from engine.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
 from engine.model import needs_separate_forwards
-from engine.paged_kv import PagedKV
+from engine.paged_kv import BlockTables, PagedKV
 from engine.ring import RingStore
 from engine.scheduler import ScheduledChunk
 
@@ -21,48 +21,62 @@ class ModelRunner:
         self.device = kv.kv.device
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
+        self.tables = BlockTables(self.device)
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
         token_ids: list[int] = []
         positions: list[int] = []
-        write_slots: list[torch.Tensor] = []
+        writes: list[torch.Tensor | list[int]] = []  # slot tensors of prefill chunks, slot lists of decodes
         prefills: list[PrefillSegment] = []
-        decode_rows, decode_pos, decode_ctx = [], [], []
+        decode_rows, decode_pos, decode_tables = [], [], []
         chunk_rows = []
+        paged = bool(self.kv.layer_slot)  # False: every layer keeps its K/V in rings, nothing to read or write
+        size = self.kv.block_size
         for chunk in chunks:
             req, start, n = chunk.request, chunk.start, chunk.num_tokens
             row = len(token_ids)
             chunk_rows.append(row)
-            token_ids += req.tokens[start:start + n]
+            tokens = req.tokens
+            token_ids += tokens[start:start + n]
             positions += range(start, start + n)
-            if not self.kv.layer_slot:
-                continue  # every layer keeps its K/V in rings: nothing to read or write in the pool
-            context = self.kv.slots(req.block_table, 0, start + n)
-            write_slots.append(context[start:])
+            if not paged:
+                continue
             if n == 1:
+                block = req.block_table[start // size]
+                if writes and isinstance(writes[-1], list):
+                    writes[-1].append(block * size + start % size)
+                else:
+                    writes.append([block * size + start % size])
                 decode_rows.append(row)
                 decode_pos.append(start)
-                decode_ctx.append(context)
+                decode_tables.append(self.tables.get(req)[:start // size + 1])
             else:
-                prefills.append(PrefillSegment(row, row + n, start, context))
+                table = self.tables.get(req)[:-(-(start + n) // size)]
+                writes.append(self.kv.slots_of(table, start, start + n))
+                prefills.append(PrefillSegment(row, row + n, start, table))
         decode = None
         if decode_rows:
-            longest = max(c.shape[0] for c in decode_ctx)
-            padded = torch.zeros(len(decode_ctx), longest, dtype=torch.long, device=self.device)
-            for i, context in enumerate(decode_ctx):
-                padded[i, :context.shape[0]] = context
+            longest = max(decode_pos) + 1
+            uniform = min(decode_pos) + 1 == longest
+            blocks = decode_tables[0][None] if len(decode_tables) == 1 else \
+                torch.nn.utils.rnn.pad_sequence(decode_tables, batch_first=True)
             decode = DecodeGroup(
                 q_index=torch.tensor(decode_rows, device=self.device),
                 positions=torch.tensor(decode_pos, device=self.device),
-                context_slots=padded,
-                context_len=torch.tensor([c.shape[0] for c in decode_ctx], device=self.device),
-                uniform=len({c.shape[0] for c in decode_ctx}) == 1,
+                blocks=blocks,
+                context_len=torch.tensor(decode_pos, device=self.device) + 1,
+                longest=longest,
+                uniform=uniform,
             )
-        paged_writes = torch.cat(write_slots) if write_slots else None
+        paged_writes = None
+        if writes:
+            parts = [w if isinstance(w, torch.Tensor) else torch.tensor(w, device=self.device) for w in writes]
+            paged_writes = parts[0] if len(parts) == 1 else torch.cat(parts)
         batch = PagedBatch(kv=self.kv, windows=self.windows, write_slots=paged_writes,
                            prefills=prefills, decode=decode,
                            rings=self.rings.plan(chunks, chunk_rows) if self.rings is not None else None,
                            forced_window=self.rings.shape.forced_window if self.rings is not None else None)
+        self.tables.keep_only(chunk.request.request_id for chunk in chunks)
         ids = torch.tensor([token_ids], device=self.device)
         pos = torch.tensor([positions], device=self.device)
         return ids, pos, batch
