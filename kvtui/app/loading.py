@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual import work
 from textual.message import Message
 
-from kvtui.loader import LoadedTrace, load_trace, read_header
+from kvtui.loader import BatchRejected, LoadedTrace, TraceError, load_trace, read_header
 from kvtui.timeline import Timeline
 from kvtui.widgets.base import TextLine
 
@@ -27,14 +27,22 @@ class LoadingMixin:
 
     @work(thread=True, exclusive=True, group="load")
     def load_worker(self, path: str) -> None:
-        """Parse and fold the trace off the UI thread; the status line shows progress meanwhile."""
-        header, error = read_header(path)
-        if header is None:
-            self.post_message(self.Loaded(None, LoadedTrace(header={}, error=error)))
+        """Parse and fold the trace off the UI thread; the status line shows progress meanwhile.
+
+        Never raises: a file that cannot be read, a bad line, or an event the reducer cannot apply (a block id
+        outside the pool, say) ends the load with a notice naming the line; the events before it are shown.
+        """
+        try:
+            header, error = read_header(path)
+            if header is None:
+                self.post_message(self.Loaded(None, LoadedTrace(header={}, error=error)))
+                return
+            timeline = Timeline(header)
+            loaded = load_trace(path, progress=lambda done, total, n: self.post_message(self.LoadProgress(done, total, n)),
+                                on_batch=lambda batch: fold(timeline, batch))
+        except OSError as exc:
+            self.post_message(self.Loaded(None, LoadedTrace(header={}, error=TraceError(0, f"cannot read: {exc}"))))
             return
-        timeline = Timeline(header)
-        loaded = load_trace(path, progress=lambda done, total, n: self.post_message(self.LoadProgress(done, total, n)),
-                            on_batch=timeline.extend)
         self.post_message(self.Loaded(timeline, loaded))
 
     def on_kvtui_app_load_progress(self, message: LoadProgress) -> None:
@@ -45,7 +53,7 @@ class LoadingMixin:
         self.loading = None
         loaded, source = message.loaded, self.source
         if loaded.error is not None:
-            where = f"{source}, line {loaded.error.line}"
+            where = f"{source}, line {loaded.error.line}" if loaded.error.line else f"{source}"
             self.notify(f"{where}: {loaded.error.message} - showing the {len(loaded.events)} events before it",
                         severity="error", timeout=10)
         if loaded.truncated_tail:
@@ -64,3 +72,14 @@ class LoadingMixin:
         else:
             self.state, self.cursor = self.timeline.state_at(0), 0
         self.refresh_views()
+
+
+def fold(timeline: Timeline, batch: list[dict]) -> None:
+    """`timeline.extend`, turning an event the reducer cannot apply into the reader's BatchRejected (its line)."""
+    before = len(timeline)
+    try:
+        timeline.extend(batch)
+    except Exception as exc:  # a schema-valid event that contradicts the state so far (a corrupted trace)
+        i = len(timeline) - before
+        raise BatchRejected(i, f"{batch[i]['type']}: the viewer cannot apply this event to the state so far "
+                               f"({type(exc).__name__}: {exc})") from None

@@ -52,7 +52,11 @@ def replay(trace, check, from_start):
     if header is None:
         raise click.ClickException(f"{trace}, line {error.line}: {error.message}")
     if check:
-        loaded = load_trace(trace)
+        from kvtui.app.loading import fold
+        from kvtui.timeline import Timeline
+
+        timeline = Timeline(header)  # the replay's own path: reader, then reducer
+        loaded = load_trace(trace, on_batch=lambda batch: fold(timeline, batch))
         if loaded.error is not None:
             click.echo(f"{trace}, line {loaded.error.line}: {loaded.error.message}", err=True)
         unknown = ", ".join(f"{k} ({n})" for k, n in sorted(loaded.unknown_types.items()))
