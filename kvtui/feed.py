@@ -124,6 +124,9 @@ class EngineWorker(Controller):
         if self.save_trace:
             engine.add_trace_file(self.save_trace)
         self.feed.put("header", engine.trace.header)
+        from kvtui.machine_probe import emit_roofline
+
+        emit_roofline(engine)  # this machine's roofline for the model, measured once (the roofline view)
         self.feed.notice(f"model {self.model} ready: type a prompt and press Enter")
         return engine
 

@@ -1,0 +1,112 @@
+"""Prefill vs decode on this machine's roofline: torch-free arithmetic on a trace's `roofline` and `step` events.
+
+A forward over n tokens must read every weight once (memory: weight_bytes / bandwidth, whatever n) and do
+flops_per_token x n multiply-adds (compute: n x flops_per_token / peak). Its time is at least the larger:
+
+    t(n) >= max(weight_bytes / bandwidth, n x flops_per_token / peak_flops)
+
+The two meet at the ridge n* = weight_bytes x peak / (bandwidth x flops_per_token) tokens. A decode step (one
+token per running request, n small) sits on the flat memory floor: its time does not grow with the context,
+so TPOT stays flat. A prefill of a T-token prompt sits on the compute slope once T > n*: its time grows with T,
+and TTFT with it.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Roofline:
+    mem_bandwidth: float  # bytes/s
+    peak_flops: float  # FLOP/s
+    weight_bytes: int
+    flops_per_token: int
+    device: str = ""
+    dtype: str = ""
+
+    @classmethod
+    def from_event(cls, ev: dict) -> "Roofline":
+        return cls(ev["mem_bandwidth"], ev["peak_flops"], ev["weight_bytes"], ev["flops_per_token"],
+                   ev.get("device", ""), ev.get("dtype", ""))
+
+    @property
+    def memory_floor(self) -> float:
+        """Seconds to read the weights once: the least any forward can take."""
+        return self.weight_bytes / self.mem_bandwidth
+
+    @property
+    def per_token(self) -> float:
+        """Seconds of compute per token at peak."""
+        return self.flops_per_token / self.peak_flops
+
+    @property
+    def ridge(self) -> float:
+        """Tokens per step where compute time equals the memory floor."""
+        return self.memory_floor / self.per_token
+
+    def bound(self, tokens: int) -> float:
+        return max(self.memory_floor, tokens * self.per_token)
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    index: int  # events applied when the step event is visible (cursor position)
+    step: int
+    tokens: int
+    prefill: int  # prefill chunks in the step
+    decode: int  # decode requests in the step
+    duration: float
+
+    @property
+    def kind(self) -> str:
+        return "decode" if not self.prefill else ("prefill" if not self.decode else "mixed")
+
+
+class RooflineScan:
+    """Step points and the roofline event of an append-only event list, scanned once (live traces grow)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] | None = None
+        self.scanned = 0
+        self.points: list[StepPoint] = []
+        self.indices: list[int] = []  # points' cursor positions, for bisect
+        self.roofline: Roofline | None = None
+        self.roofline_index: int | None = None
+
+    def update(self, events: list[dict]) -> None:
+        if events is not self.events:
+            self.__init__()
+            self.events = events
+        for i in range(self.scanned, len(events)):
+            ev = events[i]
+            etype = ev["type"]
+            if etype == "step":
+                self.points.append(StepPoint(i + 1, ev["step"], ev["num_tokens"], ev["num_prefill"],
+                                             ev["num_decode"], ev["duration"]))
+                self.indices.append(i + 1)
+            elif etype == "roofline" and self.roofline is None:
+                self.roofline, self.roofline_index = Roofline.from_event(ev), i + 1
+        self.scanned = len(events)
+
+    def upto(self, cursor: int) -> list[StepPoint]:
+        """The steps visible after `cursor` events."""
+        return self.points[:bisect_left(self.indices, cursor + 1)]
+
+
+def median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def log_position(value: float, lo: float, hi: float, cells: int) -> int:
+    """Cell 0..cells-1 of `value` on a log axis from lo to hi."""
+    if value <= lo or hi <= lo:
+        return 0
+    frac = math.log(value / lo) / math.log(hi / lo)
+    return max(0, min(cells - 1, int(round(frac * (cells - 1)))))

@@ -1,0 +1,136 @@
+"""The attention mask of each request's chunk in the step at the cursor, per layer kind (full, window W).
+
+Rows are the query positions computed this step, columns the key positions 0..end-1 (a cell covers several
+when they do not fit). Green: the cached prefix (K/V already in the cache, fully visible); orange: the chunk
+itself (lower-triangular); magenta: attention-sink columns; a red dot: a key the window has dropped (outside
+q-W < k <= q); blank: the future (k > q). Shades ▓▒░ mark a cell only partly visible.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+
+from kvtui.masks import CACHED, CHUNK, MASKED, SINK, LayerKind, StepMasks, cell, layer_kinds, step_masks
+from kvtui.widgets.base import BOLD, DIM, HEADING, LineView, owner_style, pad
+
+MAX_QUERY_ROWS = 12
+LEFT = 10  # query label cells
+REGION_STYLE = {CACHED: Style(color="#59b26a"), CHUNK: Style(color="#e07b39"), SINK: Style(color="#c26fd1"),
+                MASKED: Style(color="#b03a48")}
+
+
+def _glyph(frac: float) -> str:
+    return "█" if frac >= 0.999 else "▓" if frac >= 0.6 else "▒" if frac >= 0.3 else "░"
+
+
+def _layers(layers: tuple[int, ...]) -> str:
+    shown = ", ".join(map(str, layers[:8]))
+    return f"layer{'s' if len(layers) > 1 else ''} {shown}{', …' if len(layers) > 8 else ''}"
+
+
+class MaskView(LineView):
+    """Reads the event list it is given (`events`) backwards from the state's cursor to the step's chunks."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.events: list[dict] = []
+        self._key: tuple | None = None
+        self._rows: list[Strip] = []
+
+    def row_count(self, width: int) -> int:
+        return len(self._lines(width))
+
+    def render_row(self, row: int, width: int) -> Strip:
+        lines = self._lines(width)
+        return lines[row] if row < len(lines) else Strip.blank(width)
+
+    def _lines(self, width: int) -> list[Strip]:
+        state = self.view.state
+        cursor = state.index if state is not None else 0
+        key = (id(self.events), cursor, width, self.view.request_id)
+        if key != self._key:
+            header = state.header if state is not None else {}
+            self._rows, self._key = self._build(header, step_masks(self.events, cursor), width), key
+        return self._rows
+
+    def _build(self, header: dict, masks: StepMasks, width: int) -> list[Strip]:
+        state = self.view.state
+        kinds = layer_kinds(header)
+        out = [pad([Segment("attention masks", HEADING),
+                    Segment(f" of engine step {masks.step}" if masks.step is not None else "", HEADING),
+                    Segment(" · rows: query positions computed this step · columns: key positions", DIM)], width)]
+        legend = [Segment("█ ", REGION_STYLE[CACHED]), Segment("cached prefix (fully visible)  ", DIM),
+                  Segment("█ ", REGION_STYLE[CHUNK]), Segment("this chunk (causal)  ", DIM),
+                  Segment("█ ", REGION_STYLE[SINK]), Segment("sink  ", DIM),
+                  Segment("· ", REGION_STYLE[MASKED]), Segment("outside the window  ", DIM),
+                  Segment("▓▒░ partly  blank: future (k > q)", DIM)]
+        out.append(pad(legend, width))
+        if not masks.chunks:
+            out.append(pad([Segment("no engine step at the cursor yet (step forward with > )", DIM)], width))
+            return out
+        selected = self.view.request_id
+        chunks = sorted(masks.chunks, key=lambda c: c.request_id != selected)  # the selected request first
+        for chunk in chunks:
+            req = state.requests.get(chunk.request_id) if state is not None else None
+            style = (owner_style(req.ordinal) if req is not None else Style()) + BOLD
+            what = (f"prefill {chunk.start}..{chunk.end} ({chunk.queries} queries)" if chunk.kind == "prefill"
+                    else f"decode position {chunk.start}")
+            before = (f" · {chunk.start} cached before this step (prefix hit or earlier chunks)" if chunk.start
+                      else " · nothing cached before it")
+            out.append(Strip.blank(width))
+            out.append(pad([Segment(chunk.request_id, style), Segment(f" {what} · keys 0..{chunk.end - 1}{before}",
+                                                                      DIM)], width))
+            for kind in kinds:
+                out += self._matrix(chunk, kind, masks, width)
+        return out
+
+    def _matrix(self, chunk, kind: LayerKind, masks: StepMasks, width: int) -> list[Strip]:
+        if kind.window is None:
+            rule = "the cached prefix fully visible, the chunk lower-triangular"
+        else:
+            rule = f"each query sees itself + the {kind.window - 1} keys before it"
+            if kind.sinks:
+                rule += f", and sink positions 0-{kind.sinks - 1} always"
+        rows = [pad([Segment(f"  {kind.label}", BOLD), Segment(f" · {_layers(kind.layers)} · {rule}", DIM)],
+                    width)]
+        if kind.window is not None:
+            ring = next((ev for (rid, _), ev in masks.ring_writes.items()
+                         if rid == chunk.request_id and ev["window"] == kind.window), None)
+            if ring is not None:
+                evicted = ring["evicted"]
+                dropped = (f", overwrote {evicted[0]}..{evicted[-1]} ({len(evicted)} fell out of the window)"
+                           if evicted else ", nothing overwritten")
+                rows.append(pad([Segment(f"  ring: wrote positions {ring['start']}..{ring['end'] - 1} into "
+                                         f"{kind.window} slots (slot = position mod W){dropped}", DIM)], width))
+        cols = max(4, width - LEFT - 1)
+        keys_per_col = max(1, math.ceil(chunk.end / cols))
+        ncols = math.ceil(chunk.end / keys_per_col)
+        q_per_row = max(1, math.ceil(chunk.queries / MAX_QUERY_ROWS))
+        axis = [" "] * ncols
+        for pos, label in ((0, "0"), (chunk.start, f"▏{chunk.start}"), (chunk.end - 1, str(chunk.end - 1))):
+            c = max(0, min(pos // keys_per_col, ncols - len(label)))
+            if len(label) <= ncols and all(a == " " for a in axis[c:c + len(label)]):
+                axis[c:c + len(label)] = list(label)[:ncols - c]
+        scale = f"keys (1 column = {keys_per_col} keys)" if keys_per_col > 1 else "keys"
+        rows.append(pad([Segment(scale.rjust(LEFT - 1)[:LEFT - 1] + " ", DIM), Segment("".join(axis), DIM)], width))
+        for q0 in range(chunk.start, chunk.end, q_per_row):
+            q1 = min(chunk.end, q0 + q_per_row)
+            label = f"q {q0}" if q1 - q0 == 1 else f"q {q0}-{q1 - 1}"
+            segs = [Segment(label.rjust(LEFT - 1)[:LEFT - 1] + " ", DIM)]
+            for c in range(ncols):
+                k0 = c * keys_per_col
+                k1 = min(chunk.end, k0 + keys_per_col)
+                frac, counts = cell(kind, chunk.start, q0, q1, k0, k1)
+                if frac > 0:
+                    region = SINK if counts[SINK] else CHUNK if counts[CHUNK] else CACHED
+                    segs.append(Segment(_glyph(frac), REGION_STYLE[region]))
+                elif counts[MASKED]:
+                    segs.append(Segment("·", REGION_STYLE[MASKED]))
+                else:
+                    segs.append(Segment(" "))
+            rows.append(pad(segs, width))
+        return rows

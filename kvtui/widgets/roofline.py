@@ -1,0 +1,154 @@
+"""Prefill vs decode on the roofline: every engine step as a point (tokens in the step, log x; its time, log y)
+under this machine's roofline for the model, measured once at start (the trace's `roofline` event).
+
+Decode steps sit on the flat memory floor (all weights read once per step, whatever the context: TPOT is flat);
+prefill steps climb the compute slope (time grows with the tokens in the step: TTFT grows with the prompt).
+"""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+
+from kvtui.roofline import RooflineScan, StepPoint, log_position, median
+from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, LineView, fmt_bytes, fmt_seconds, pad
+
+CHART_ROWS = 14
+LABEL = 9  # y-axis label cells
+KIND_STYLE = {"decode": Style(color="#4e9ad6", bold=True), "prefill": Style(color="#e07b39", bold=True),
+              "mixed": Style(color="#c26fd1", bold=True)}
+KIND_GLYPH = {"decode": "●", "prefill": "▲", "mixed": "◆"}
+ROOF = Style(color="#e5c07b")
+
+
+def _si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.1f} {prefix}{unit}"
+    return f"{value:.0f} {unit}"
+
+
+class RooflineView(LineView):
+    """Reads the event list it is given (`events`) up to the state's cursor; keeps its scan between frames."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.events: list[dict] = []
+        self.scan = RooflineScan()
+        self._key: tuple | None = None
+        self._rows: list[Strip] = []
+
+    def row_count(self, width: int) -> int:
+        return len(self._lines(width))
+
+    def render_row(self, row: int, width: int) -> Strip:
+        lines = self._lines(width)
+        return lines[row] if row < len(lines) else Strip.blank(width)
+
+    # ------------------------------------------------------------------ building the lines (cached per frame)
+    def _lines(self, width: int) -> list[Strip]:
+        state = self.view.state
+        cursor = state.index if state is not None else 0
+        self.scan.update(self.events)
+        key = (id(self.events), len(self.events), cursor, width)
+        if key != self._key:
+            self._rows, self._key = self._build(self.scan.upto(cursor), width), key
+        return self._rows
+
+    def _build(self, points: list[StepPoint], width: int) -> list[Strip]:
+        roof = self.scan.roofline
+        out = [pad([Segment("prefill vs decode on this machine's roofline", HEADING),
+                    Segment(" · x: tokens in the step (log) · y: the step's time (log)", DIM)], width)]
+        if roof is None:
+            out.append(pad([Segment("no roofline event in this trace (recorded before kvtui measured the machine):"
+                                    " steps only", DIM)], width))
+        else:
+            out.append(pad([Segment("memory floor ", BOLD), Segment(
+                f"{fmt_bytes(roof.weight_bytes)} of weights / {_si(roof.mem_bandwidth, 'B/s')} = "
+                f"{fmt_seconds(roof.memory_floor)} per step, whatever the tokens ({roof.device} {roof.dtype})")],
+                width))
+            out.append(pad([Segment("compute      ", BOLD), Segment(
+                f"{_si(roof.flops_per_token, 'FLOP')} per token / {_si(roof.peak_flops, 'FLOP/s')} = "
+                f"{fmt_seconds(roof.per_token)} per token · ridge at {roof.ridge:,.0f} tokens per step")], width))
+        out.append(pad([Segment("measured     ", BOLD), Segment(self._summary(points, roof))], width))
+        out.append(pad([Segment("decode steps read every weight once however long the context: TPOT stays flat.",
+                                DIM)], width))
+        out.append(pad([Segment("a T-token prefill costs T x the compute per token past the ridge: TTFT grows "
+                                "with the prompt.", DIM)], width))
+        out += self._chart(points, roof, width)
+        return out
+
+    @staticmethod
+    def _summary(points: list[StepPoint], roof) -> str:
+        if not points:
+            return "no engine step yet"
+        decode = [p.duration for p in points if p.kind == "decode"]
+        prefill = [p for p in points if p.kind == "prefill"]
+        parts = [f"{len(points)} steps"]
+        if decode:
+            floor = f" (floor {fmt_seconds(roof.memory_floor)})" if roof else ""
+            parts.append(f"decode: median {fmt_seconds(median(decode))} per step{floor}")
+        if prefill:
+            per_token = median([p.duration / p.tokens for p in prefill if p.tokens])
+            big = max(prefill, key=lambda p: p.tokens)
+            parts.append(f"prefill: median {fmt_seconds(per_token)} per token, {big.tokens} tokens took "
+                         f"{fmt_seconds(big.duration)}")
+        return " · ".join(parts)
+
+    def _chart(self, points: list[StepPoint], roof, width: int) -> list[Strip]:
+        cols = max(8, width - LABEL - 1)
+        max_tokens = max([p.tokens for p in points] + [2])
+        x_hi = max_tokens * 2
+        if roof is not None:
+            x_hi = max(x_hi, roof.ridge * 2)
+        times = [p.duration for p in points if p.duration > 0]
+        if roof is not None:
+            times += [roof.memory_floor, roof.bound(int(x_hi))]
+        if not times:
+            return []
+        y_lo, y_hi = min(times) / 1.5, max(times) * 1.5
+        grid: list[list[tuple[str, Style]]] = [[(" ", DIM)] * cols for _ in range(CHART_ROWS)]
+        if roof is not None:
+            for c in range(cols):
+                n = x_hi ** (c / (cols - 1))  # x axis from 1 token to x_hi, log
+                r = CHART_ROWS - 1 - log_position(roof.bound(n), y_lo, y_hi, CHART_ROWS)
+                grid[r][c] = ("─" if n <= roof.ridge else "╱", ROOF)
+        rank = {"decode": 0, "mixed": 1, "prefill": 2}
+        best: dict[tuple[int, int], StepPoint] = {}
+        for p in points:
+            cell = (CHART_ROWS - 1 - log_position(max(p.duration, y_lo), y_lo, y_hi, CHART_ROWS),
+                    log_position(max(p.tokens, 1), 1, x_hi, cols))
+            if cell not in best or rank[p.kind] >= rank[best[cell].kind]:
+                best[cell] = p
+        last = points[-1] if points else None
+        for (r, c), p in best.items():
+            style = KIND_STYLE[p.kind] + (CURSOR if p is last else Style())
+            grid[r][c] = (KIND_GLYPH[p.kind], style)
+        if last is not None:  # the latest step always shows, highlighted
+            r = CHART_ROWS - 1 - log_position(max(last.duration, y_lo), y_lo, y_hi, CHART_ROWS)
+            c = log_position(max(last.tokens, 1), 1, x_hi, cols)
+            grid[r][c] = (KIND_GLYPH[last.kind], KIND_STYLE[last.kind] + CURSOR)
+        rows = []
+        for r in range(CHART_ROWS):
+            y = y_lo * (y_hi / y_lo) ** ((CHART_ROWS - 1 - r) / (CHART_ROWS - 1))
+            label = fmt_seconds(y).rjust(LABEL - 1) + "┤" if r % 3 == 0 else " " * (LABEL - 1) + "│"
+            rows.append(pad([Segment(label, DIM)] + [Segment(ch, st) for ch, st in grid[r]], width))
+        rows.append(pad([Segment(" " * (LABEL - 1) + "└" + "─" * cols, DIM)], width))
+        ticks = [" "] * cols
+        n = 1
+        while n <= x_hi:
+            c = log_position(n, 1, x_hi, cols)
+            text = f"{n:,}"
+            if all(t == " " for t in ticks[c:c + len(text) + 1]):
+                ticks[c:c + len(text)] = list(text)
+            n *= 4
+        rows.append(pad([Segment(" " * LABEL + "".join(ticks)[:cols], DIM)], width))
+        legend = [Segment(" " * LABEL)]
+        for kind in ("decode", "prefill", "mixed"):
+            legend += [Segment(KIND_GLYPH[kind], KIND_STYLE[kind]), Segment(f" {kind} step  ", DIM)]
+        legend += [Segment("─╱", ROOF), Segment(" roofline  ", DIM), Segment("▲", CURSOR),
+                   Segment(" the step at the cursor" + (f" (step {last.step}: {last.tokens} tokens, "
+                                                        f"{fmt_seconds(last.duration)})" if last else ""), DIM)]
+        rows.append(pad(legend, width))
+        return rows
