@@ -1,12 +1,12 @@
-"""Summaries of a trace for `kvtui stats`: hit rates and TTFT / TPOT / ITL percentiles per workload phase."""
+"""Summaries of a trace for `kvtui stats`: hit rates and TTFT / TPOT / ITL percentiles per workload phase, as
+a table (`format_stats`) or one JSON object (`stats_json`). Every figure is computed by engine/metrics.py, the
+same definitions the UI uses."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 
-from engine.latency import PERCENTILES, inter_token_latencies, percentiles, tpot
-from engine.metrics import HitCounts
+from engine.metrics import PERCENTILES, HitCounts, LatencyTracker, is_lookup, percentiles, summary
 
 
 @dataclass
@@ -14,18 +14,27 @@ class PhaseStats:
     phase: str
     requests: int = 0
     prompt_tokens: int = 0
-    generated_tokens: int = 0
+    generated_tokens: int = 0  # tokens the engine generated (every token_emitted, edits' reruns included)
     hits: HitCounts = HitCounts()  # prefix lookups (first admissions and edits; not preemption readmissions)
-    ttft: list[float] = field(default_factory=list)
-    tpot: list[float] = field(default_factory=list)
-    itl: list[float] = field(default_factory=list)
+    latency: LatencyTracker = field(default_factory=LatencyTracker)
+
+    @property
+    def ttft(self) -> list[float]:
+        return self.latency.ttfts()
+
+    @property
+    def tpot(self) -> list[float]:
+        return self.latency.tpots()
+
+    @property
+    def itl(self) -> list[float]:
+        return self.latency.itl
 
 
 def summarize(header: dict, events: list[dict]) -> list[PhaseStats]:
     """One PhaseStats per phase (in order of first arrival), then one for the whole trace ('all')."""
     block_size = header["block_size"]
     phase_of: dict[str, str] = {}
-    token_times: dict[str, list[float]] = defaultdict(list)
     phases: dict[str, PhaseStats] = {}
     total = PhaseStats("all")
 
@@ -38,30 +47,42 @@ def summarize(header: dict, events: list[dict]) -> list[PhaseStats]:
     for e in events:
         kind = e["type"]
         if kind == "request_arrived":
-            phase_of[e["request_id"]] = e.get("phase") or "all"
-            for s in targets(e["request_id"]):
+            rid = e["request_id"]
+            phase_of[rid] = e.get("phase") or "all"
+            for s in targets(rid):
                 s.requests += 1
                 s.prompt_tokens += len(e["prompt_token_ids"])
-        elif kind == "prefix_match" and not e["detail"].get("readmission"):
-            matchable = max(0, e["prompt_tokens"] - 1)  # the last prompt token is always computed
-            lookup = HitCounts(matchable, e["matched_tokens"], matchable // block_size,
-                               e["matched_tokens"] // block_size, 1, int(e["matched_tokens"] > 0))
+                s.latency.arrived(rid, e["t"])
+        elif kind == "prefix_match" and is_lookup(e):
+            lookup = HitCounts.lookup(e["prompt_tokens"], e["matched_tokens"], block_size)
             for s in targets(e["request_id"]):
                 s.hits += lookup
         elif kind == "token_emitted":
-            token_times[e["request_id"]].append(e["t"])
+            for s in targets(e["request_id"]):
+                s.generated_tokens += 1
+                s.latency.token(e["request_id"], e["t"])
+        elif kind == "edit":
+            for s in targets(e["request_id"]):
+                s.latency.edited(e["request_id"])
         elif kind == "request_finished":
-            rid = e["request_id"]
-            times = token_times.pop(rid, [])
-            for s in targets(rid):
-                s.generated_tokens += e["num_output_tokens"]
-                if e["ttft"] is not None:
-                    s.ttft.append(e["ttft"])
-                value = tpot(times)
-                if value is not None:
-                    s.tpot.append(value)
-                s.itl.extend(inter_token_latencies(times))
+            for s in targets(e["request_id"]):
+                s.latency.finished(e["request_id"], e["ttft"], e["tpot"])
     return [*phases.values(), total]
+
+
+def phase_json(s: PhaseStats) -> dict:
+    """One phase as JSON: the table's row with full precision (seconds, rates in 0..1) and the raw counts."""
+    return {"phase": s.phase, "requests": s.requests, "prompt_tokens": s.prompt_tokens,
+            "generated_tokens": s.generated_tokens, **s.hits.rates(), "hit_counts": s.hits.as_dict(),
+            "ttft_s": summary(s.ttft), "tpot_s": summary(s.tpot), "itl_s": summary(s.itl)}
+
+
+def stats_json(trace_file: str, header: dict, events: list[dict], stats: list[PhaseStats],
+               error: str | None = None) -> dict:
+    """`kvtui stats --json`: one object. Extend it by adding keys (an attach trace adds "workers")."""
+    return {"trace": trace_file, "events": len(events), "block_size": header.get("block_size"),
+            "num_blocks": header.get("num_blocks"), "model": (header.get("model") or {}).get("name"),
+            "error": error, "phases": [phase_json(s) for s in stats[:-1]], "all": phase_json(stats[-1])}
 
 
 def _ms(values: list[float]) -> str:
@@ -84,5 +105,7 @@ def format_stats(stats: list[PhaseStats]) -> str:
                      f"{_pct(s.hits.block_hit_rate, s.hits):>8}  "
                      f"{_ms(s.ttft):<22} {_ms(s.tpot):<22} {_ms(s.itl)}")
     lines += ["", "token hit = hit tokens / prompt tokens that could match (all but the last); request hit = "
-                  "requests with any hit / requests; block hit = block hits / block lookups."]
+                  "lookups with any hit / lookups; block hit = block hits / block lookups. TTFT and TPOT: each "
+                  "request's latest run; ITL: every gap between two tokens of a request (percentiles "
+                  "interpolated)."]
     return "\n".join(lines)

@@ -16,6 +16,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.metrics import HitCounts, HitRateTracker
+
 WORDS = ("the", " cat", " sat", " on", " a", " mat", ".", " You", " are", " helpful", " assistant", " Answer",
          " briefly", ",", " and", " why", " is", " sky", " blue", "?", " tell", " me", " about", " KV", " cache",
          " blocks", " tokens", " in", " of", " to", "\n", " it", " we", " can", " reuse", " prefix", " hello",
@@ -59,8 +61,7 @@ class SyntheticEngine:
         self.waiting: deque[_Req] = deque()
         self.step_no = 0
         self.n_req = 0
-        self.hits = {"tok": 0, "tok_all": 0, "req": 0, "req_all": 0, "blk": 0, "blk_all": 0}
-        self.recent: deque[tuple[int, int, int, int, int]] = deque(maxlen=8)
+        self.hit_rates = HitRateTracker(window=8)
         self.header = {
             "type": "header", "schema": 1,
             "model": {"name": "synthetic", "layers": 4, "q_heads": 6, "kv_heads": 2, "head_dim": 16,
@@ -193,21 +194,8 @@ class SyntheticEngine:
             detail = {"position": matched, "block_size": bs}
         self.emit("prefix_match", request_id=req.rid, prompt_tokens=req.prompt_len, matched_tokens=matched,
                   reason=reason, detail=detail)
-        looked = len(req.table) + (1 if reason in ("divergent", "evicted") else 0)
-        self.recent.append((matched, max(1, req.prompt_len - 1), int(matched > 0), len(req.table), looked))
-        h = self.hits
-        h["tok"] += matched
-        h["tok_all"] += max(1, req.prompt_len - 1)
-        h["req"] += int(matched > 0)
-        h["req_all"] += 1
-        h["blk"] += len(req.table)
-        h["blk_all"] += looked
-        window = {"n": len(self.recent),
-                  "token_hit_rate": sum(r[0] for r in self.recent) / sum(r[1] for r in self.recent),
-                  "request_hit_rate": sum(r[2] for r in self.recent) / len(self.recent),
-                  "block_hit_rate": sum(r[3] for r in self.recent) / max(1, sum(r[4] for r in self.recent))}
-        self.emit("hit_rates", token_hit_rate=h["tok"] / h["tok_all"], request_hit_rate=h["req"] / h["req_all"],
-                  block_hit_rate=h["blk"] / max(1, h["blk_all"]), window=window)
+        self.hit_rates.add(HitCounts.lookup(req.prompt_len, matched, bs))  # engine/metrics.py, as the engine
+        self.emit("hit_rates", **self.hit_rates.event_fields())
         return matched
 
     def _divergence(self, node: int, toks: list[int], i: int) -> dict:

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from engine.latency import percentile
+from engine.metrics import percentile
 from engine.request import SamplingParams
 
 ONE_TOKEN = SamplingParams(max_tokens=1, ignore_eos=True)

@@ -204,18 +204,33 @@ def schema():
 
 @click.command()
 @click.argument("trace_file", type=click.Path(exists=True, dir_okay=False))
-def stats(trace_file):
-    """Hit rates and TTFT / TPOT / ITL percentiles (p50/p95/p99) per workload phase of a TRACE_FILE."""
-    from engine.trace import read_trace
-    from engine.trace_stats import format_stats, summarize
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object instead of the table: the same figures, rates in 0..1, seconds.")
+def stats(trace_file, as_json):
+    """Hit rates and TTFT / TPOT / ITL percentiles (p50/p95/p99) per workload phase of a TRACE_FILE.
 
-    trace = read_trace(trace_file)
+    A bad line stops the summary there (a warning names it); everything before it is counted.
+    """
+    import json
+
+    from engine.trace import read_trace
+    from engine.trace_stats import format_stats, stats_json, summarize
+
+    try:
+        trace = read_trace(trace_file, allow_unknown=True)  # the reader replay uses
+    except OSError as exc:
+        raise click.ClickException(f"{trace_file}: cannot read it ({exc.strerror or exc})") from None
     if trace.error is not None and not trace.events:
         raise click.ClickException(f"{trace_file}: {trace.error}")
     if trace.error is not None:
         click.echo(f"warning: {trace_file}: {trace.error}; summarising the {len(trace.events)} events before it",
                    err=True)
-    click.echo(format_stats(summarize(trace.header, trace.events)))
+    summary = summarize(trace.header, trace.events)
+    if as_json:
+        error = None if trace.error is None else str(trace.error)
+        click.echo(json.dumps(stats_json(trace_file, trace.header, trace.events, summary, error), indent=1))
+    else:
+        click.echo(format_stats(summary))
 
 
 COMMANDS = [generate, record, info, schema, stats]

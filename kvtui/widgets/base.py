@@ -84,15 +84,6 @@ def fmt_seconds(s: float | None) -> str:
     return f"{s:.2f}s"
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile of `values` (q in 0..100); None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
-    return ordered[rank]
-
-
 def pad(segments: list[Segment], width: int) -> Strip:
     """A strip of exactly `width` cells (runs of one style merged: fewer segments, faster paints)."""
     return Strip(list(Segment.simplify(segments))).adjust_cell_length(width).crop(0, width)

@@ -15,8 +15,9 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.strip import Strip
 
+from engine.metrics import PERCENTILES, latency_summaries
 from kvtui.state import CacheState, Request
-from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, LineView, fmt_seconds, owner_style, pad, percentile
+from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, LineView, fmt_seconds, owner_style, pad
 
 LABEL = 10
 GLYPHS = {"prefill": ("█", Style(color="#4e9ad6")), "decode": ("▪", Style(color="#59b26a")),
@@ -107,19 +108,28 @@ def lane_cells(req: Request, span: float, cols: int, now: float) -> list[tuple[s
     return [cell or blank for cell in cells]
 
 
+def latency_values(state: CacheState, last: int | None = None) -> dict[str, list[float]]:
+    """TTFT and TPOT of each request (its latest run), and every inter-token gap, as engine/metrics.py defines
+    them; `last`: only the most recent `last` requests (and 8 x as many gaps)."""
+    order = state.order if last is None else state.order[-last:]
+    reqs = [state.requests[rid] for rid in order]
+    return {"ttft": [r.ttft for r in reqs if r.ttft is not None],
+            "tpot": [r.tpot for r in reqs if r.tpot is not None],
+            "itl": state.itl_values(last=None if last is None else last * 8)}
+
+
 def latency_summary(state: CacheState | None, last: int = 2000) -> Text:
-    """TTFT / TPOT / ITL p50 / p95 / p99 over the most recent `last` values, plus the selected request."""
+    """TTFT / TPOT / ITL p50 / p95 / p99 over the most recent `last` requests, plus the selected request."""
     if state is None:
         return Text("")
-    reqs = [state.requests[rid] for rid in state.order[-last:]]
-    ttft = [r.ttft for r in reqs if r.ttft is not None]
-    tpot = [r.tpot for r in reqs if r.tpot is not None]
-    itl = state.itl_values(last=last * 8)
+    values = latency_values(state, last)
+    summaries = latency_summaries(values["ttft"], values["tpot"], values["itl"])
     out = Text()
-    for name, values in (("TTFT", ttft), ("TPOT", tpot), ("ITL", itl)):
+    for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl")):
+        found = summaries[key]
         out.append(f"{name} ", style="bold")
-        out.append(" ".join(f"p{q} {fmt_seconds(percentile(values, q))}" for q in (50, 95, 99)))
-        out.append(f" (n={len(values)})   ", style="dim")
+        out.append(" ".join(f"p{q} {fmt_seconds(found[f'p{q}'])}" for q in PERCENTILES))
+        out.append(f" (n={found['n']})   ", style="dim")
     return out
 
 

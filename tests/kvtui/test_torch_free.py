@@ -47,6 +47,7 @@ def cli(*args):
 
 
 assert "TTFT" in cli("stats", TRACE)
+assert '"ttft_s"' in cli("stats", "--json", TRACE)
 assert "block_allocated" in cli("schema")
 assert "Replay a recorded trace" in cli("replay", "--help")
 assert "events" in cli("replay", TRACE, "--check")
