@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import click
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_device(ctx, param, value: str | None) -> str | None:
+    """--device: auto, cpu, cuda or cuda:N (whether that GPU exists is checked when the model loads)."""
+    if value is None or re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?", value):
+        return value
+    raise click.BadParameter(f"{value!r} is not a device: use auto, cpu, cuda or cuda:N (N = GPU index)")
 
 
 def engine_options(func):
@@ -14,8 +24,10 @@ def engine_options(func):
                   help="'smollm2' (embedded), 'gemma3' (Gemma 3 270M base: 15 sliding-window layers, W=512, "
                        "and 3 full; plain text, no chat template), a local transformers directory, a .gguf "
                        "file, or a hub id.")
-    @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:n].")
-    @click.option("--dtype", default="float32", show_default=True, help="float32, bfloat16 or float16.")
+    @click.option("--device", default="auto", show_default=True, callback=check_device, metavar="auto|cpu|cuda[:N]",
+                  help="Where the model runs: auto (a GPU if torch sees one), cpu, cuda or cuda:N.")
+    @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
+                  help="Weights and KV cache precision (bfloat16 halves the KV bytes).")
     @click.option("--block-size", default=16, show_default=True, help="Tokens per KV block.")
     @click.option("--num-blocks", type=int, default=None, help="Blocks in the pool [default: 256 MiB of KV].")
     @click.option("--max-batched-tokens", default=512, show_default=True,
@@ -139,10 +151,45 @@ def record(workload, out, model, **options):
 
 @click.command()
 @engine_options
-def info(model, **options):
-    """Print the model's KV cache shape and the byte arithmetic of the pool."""
+@click.option("--config", "config_source", metavar="FILE|DIR|HUB-ID",
+              help="Any model's config.json (or a directory holding one, or a hub id): KV bytes from the config "
+                   "alone, no weights loaded: MHA / GQA / MQA side by side, window layers, block rounding.")
+@click.option("--tokens", default="8192", show_default=True, metavar="N[,N...]",
+              help="With --config: tokens in the cache; a comma list for several sequences (each rounded up "
+                   "to whole blocks of --block-size).")
+def info(model, config_source, tokens, **options):
+    """Print the model's KV cache shape and the byte arithmetic of the pool.
+
+    \b
+    With --config, any model's KV bytes without loading it, e.g. the seed example:
+      kvtui info --config llama-8b/config.json --tokens 8192 --dtype bfloat16
+    (32 layers, 8 KV heads, head_dim 128, bf16, 8,192 tokens = 1 GiB; MHA 4 GiB, MQA 128 MiB)
+    """
+    if config_source:
+        click.echo(config_info(config_source, tokens, options["dtype"], options["block_size"]))
+        return
     engine = load_engine(model, engine_config(**options))
     click.echo(format_info(engine))
+
+
+def config_info(source: str, tokens: str, dtype: str, block_size: int) -> str:
+    from engine.kv_budget import ConfigError, format_budget, load_config, shape_from_config
+
+    try:
+        counts = [int(t) for t in tokens.replace(" ", "").split(",") if t]
+        if not counts or min(counts) < 0:
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter(f"{tokens!r}: give a token count or a comma list of them", param_hint="--tokens")
+    context = click.get_current_context(silent=True)
+    typed = context is not None and context.get_parameter_source("dtype") is click.core.ParameterSource.COMMANDLINE
+    try:
+        config, name = load_config(source)
+        shape = shape_from_config(config, name)
+        return format_budget(shape, counts, dtype if typed or not shape.config_dtype else shape.config_dtype,
+                             block_size)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def format_info(engine) -> str:
