@@ -97,7 +97,7 @@ class NoTorch(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, NoTorch())
 from click.testing import CliRunner
 from kvtui.cli import main
-result = CliRunner().invoke(main, ["info", "--config", {str(path)!r}, "--dtype", "bf16"], catch_exceptions=False)
+result = CliRunner().invoke(main, ["info", "--config", {str(path)!r}, "--dtype", "bfloat16"], catch_exceptions=False)
 assert result.exit_code == 0 and "1 GiB" in result.output, result.output
 """
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
