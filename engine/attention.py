@@ -30,9 +30,12 @@ def _visible(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None)
     return allowed
 
 
-def _context(cache: torch.Tensor, blocks: torch.Tensor, length: int) -> torch.Tensor:
-    """[1, Hkv, length, D]: the first `length` positions of a sequence, gathered a whole block at a time."""
+def _context(cache: torch.Tensor, blocks: torch.Tensor, length: int, first_slot: int | None) -> torch.Tensor:
+    """[1, Hkv, length, D]: the first `length` positions of a sequence: a view when its blocks are consecutive,
+    else gathered a whole block at a time."""
     num_blocks, size = blocks.shape[0], cache.shape[1]
+    if first_slot is not None:
+        return cache.view(-1, *cache.shape[2:])[first_slot:first_slot + length].transpose(0, 1).unsqueeze(0)
     return cache[blocks].view(num_blocks * size, *cache.shape[2:])[:length].transpose(0, 1).unsqueeze(0)
 
 
@@ -42,8 +45,8 @@ def _prefill(batch: PagedBatch, seg: PrefillSegment, window: int | None, query, 
     k_self, v_self = key[:, :, seg.q_start:seg.q_end], value[:, :, seg.q_start:seg.q_end]
     if window is None and seg.start == 0:
         return attend(q, k_self, v_self, None, scaling, softcap, causal=True)
-    k_pre = _context(k_blocks, seg.blocks, seg.start)
-    v_pre = _context(v_blocks, seg.blocks, seg.start)
+    k_pre = _context(k_blocks, seg.blocks, seg.start, seg.first_slot)
+    v_pre = _context(v_blocks, seg.blocks, seg.start, seg.first_slot)
     if window is None:
         return chunk_over_prefix(q, k_pre, v_pre, k_self, v_self, scaling, softcap)
     allowed = batch.masks.get((seg.q_start, window))
@@ -61,10 +64,15 @@ def _decode(batch: PagedBatch, group: DecodeGroup, window: int | None, query, k_
     n, width = group.blocks.shape
     size = k_blocks.shape[1]
     length = group.longest if group.uniform else width * size
-    # [N, B, size, Hkv, D] -> [N, Hkv, L, D]
-    k = k_blocks[group.blocks].view(n, width * size, *k_blocks.shape[2:])[:, :length].transpose(1, 2)
-    v = v_blocks[group.blocks].view(n, width * size, *v_blocks.shape[2:])[:, :length].transpose(1, 2)
-    q = query[0][:, group.q_index].transpose(0, 1).unsqueeze(2)  # [N, Hq, 1, D]
+    if group.first_slot is not None:  # one sequence in consecutive blocks: a view of the slab, nothing copied
+        k = _context(k_blocks, group.blocks[0], length, group.first_slot)
+        v = _context(v_blocks, group.blocks[0], length, group.first_slot)
+    else:  # [N, B, size, Hkv, D] -> [N, Hkv, L, D]
+        k = k_blocks[group.blocks].view(n, width * size, *k_blocks.shape[2:])[:, :length].transpose(1, 2)
+        v = v_blocks[group.blocks].view(n, width * size, *v_blocks.shape[2:])[:, :length].transpose(1, 2)
+    hkv = k.shape[1]
+    # [N, Hq, 1, D] as [N, Hkv, Hq / Hkv, D]: each KV head's query heads are its queries (no repeat, no GQA path)
+    q = query[0][:, group.q_index].transpose(0, 1).reshape(n, hkv, -1, query.shape[3])
     key = ("decode", window)
     if key not in batch.masks:
         if window is None and group.uniform:
@@ -72,7 +80,7 @@ def _decode(batch: PagedBatch, group: DecodeGroup, window: int | None, query, k_
         else:
             key_pos = torch.arange(length, device=q.device)[None, :]
             batch.masks[key] = _visible(group.positions[:, None], key_pos, window)[:, None, None, :]
-    return attend(q, k, v, batch.masks[key], scaling, softcap)[:, :, 0]
+    return attend(q, k, v, batch.masks[key], scaling, softcap).reshape(n, query.shape[1], query.shape[3])
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,

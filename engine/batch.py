@@ -26,6 +26,7 @@ class PrefillSegment:
     q_end: int
     start: int
     blocks: torch.Tensor  # [ceil(end / block_size)] the sequence's physical blocks up to the chunk's end
+    first_slot: int | None = None  # the blocks are consecutive from this slot: read the prefix as a view
 
     @property
     def context_len(self) -> int:
@@ -42,6 +43,7 @@ class DecodeGroup:
     context_len: torch.Tensor  # [N] valid context length = position + 1
     longest: int  # max context_len
     uniform: bool = False  # all contexts have the same length (no padding to mask)
+    first_slot: int | None = None  # one sequence whose blocks are consecutive from this slot: read a view
 
 
 @dataclass

@@ -58,27 +58,39 @@ class BlockTables:
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.known: dict[str, tuple[list[int], torch.Tensor]] = {}  # request id -> (table copy, buffer)
+        # request id -> (table copy, buffer, first block if the table is one run of consecutive blocks)
+        self.known: dict[str, tuple[list[int], torch.Tensor, int | None]] = {}
 
     def get(self, request) -> torch.Tensor:
+        return self._entry(request)[1][:len(request.block_table)]
+
+    def first_block(self, request) -> int | None:
+        """The first block when the table is one run of consecutive blocks (a view reads it, no gather), else None."""
+        return self._entry(request)[2]
+
+    def _entry(self, request) -> tuple[list[int], torch.Tensor, int | None]:
         table = request.block_table
         entry = self.known.get(request.request_id)
         if entry is not None:
-            copy, buffer = entry
+            copy, buffer, first = entry
             if len(table) == len(copy) and table == copy:
-                return buffer[:len(table)]
+                return entry
             if len(table) > len(copy) and table[:len(copy)] == copy:
                 if len(table) > buffer.shape[0]:
                     bigger = torch.empty(2 * len(table), dtype=torch.long, device=self.device)
                     bigger[:len(copy)] = buffer[:len(copy)]
                     buffer = bigger
-                buffer[len(copy):len(table)] = torch.tensor(table[len(copy):], dtype=torch.long, device=self.device)
-                self.known[request.request_id] = (list(table), buffer)
-                return buffer[:len(table)]
+                new = table[len(copy):]
+                buffer[len(copy):len(table)] = torch.tensor(new, dtype=torch.long, device=self.device)
+                if first is not None and new != list(range(first + len(copy), first + len(table))):
+                    first = None
+                entry = self.known[request.request_id] = (list(table), buffer, first)
+                return entry
         buffer = torch.empty(max(2 * len(table), 8), dtype=torch.long, device=self.device)
         buffer[:len(table)] = torch.tensor(table, dtype=torch.long, device=self.device)
-        self.known[request.request_id] = (list(table), buffer)
-        return buffer[:len(table)]
+        first = table[0] if table and table == list(range(table[0], table[0] + len(table))) else None
+        entry = self.known[request.request_id] = (list(table), buffer, first)
+        return entry
 
     def keep_only(self, request_ids) -> None:
         """Forget requests that are not in this step, once the store holds many more than the step has."""

@@ -81,10 +81,28 @@ class Request:
     lock_node: object = None  # engine.radix.Node whose path this request keeps from eviction
     blocks_in_tree: int = 0  # leading blocks of block_table already inserted in the prefix tree
     matched_before: bool = False  # the prefix lookup was counted in the hit rates already
+    attached: bool = False  # holds its cached prefix (admitted, or an edited finished request re-attached)
+
+    _tokens: tuple | None = field(default=None, repr=False, compare=False)  # (prompt, len, output, len, list)
 
     @property
     def tokens(self) -> list[int]:
-        return self.prompt_token_ids + self.output_token_ids
+        """prompt + generated, made again only when either list was replaced or changed length since the last
+        call (edits replace them, decoding appends). Read it, never change it: callers share the list."""
+        prompt, output, cached = self.prompt_token_ids, self.output_token_ids, self._tokens
+        if cached is None or cached[0] is not prompt or cached[1] != len(prompt) or cached[2] is not output \
+                or cached[3] != len(output):
+            cached = self._tokens = (prompt, len(prompt), output, len(output), prompt + output)
+        return cached[4]
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """tokens[start:end] without building the whole sequence (a step reads only its chunk)."""
+        p = len(self.prompt_token_ids)
+        if end <= p:
+            return self.prompt_token_ids[start:end]
+        if start >= p:
+            return self.output_token_ids[start - p:end - p]
+        return self.prompt_token_ids[start:] + self.output_token_ids[:end - p]
 
     @property
     def num_tokens(self) -> int:

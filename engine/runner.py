@@ -36,8 +36,7 @@ class ModelRunner:
             req, start, n = chunk.request, chunk.start, chunk.num_tokens
             row = len(token_ids)
             chunk_rows.append(row)
-            tokens = req.tokens
-            token_ids += tokens[start:start + n]
+            token_ids += req.token_slice(start, start + n)
             positions += range(start, start + n)
             if not paged:
                 continue
@@ -48,12 +47,14 @@ class ModelRunner:
                 else:
                     writes.append([block * size + start % size])
                 decode_rows.append(row)
+                decode_req = req
                 decode_pos.append(start)
                 decode_tables.append(self.tables.get(req)[:start // size + 1])
             else:
                 table = self.tables.get(req)[:-(-(start + n) // size)]
                 writes.append(self.kv.slots_of(table, start, start + n))
-                prefills.append(PrefillSegment(row, row + n, start, table))
+                first = self.tables.first_block(req)
+                prefills.append(PrefillSegment(row, row + n, start, table, None if first is None else first * size))
         decode = None
         if decode_rows:
             longest = max(decode_pos) + 1
@@ -68,6 +69,9 @@ class ModelRunner:
                 longest=longest,
                 uniform=uniform,
             )
+            if len(decode_rows) == 1:
+                first = self.tables.first_block(decode_req)
+                decode.first_slot = None if first is None else first * size
         paged_writes = None
         if writes:
             parts = [w if isinstance(w, torch.Tensor) else torch.tensor(w, device=self.device) for w in writes]
@@ -87,6 +91,16 @@ class ModelRunner:
         if self.separate and len(chunks) > 1:  # e.g. longrope: one request's length must not change another's
             return torch.cat([self._forward([chunk], all_logits) for chunk in chunks])
         return self._forward(chunks, all_logits)
+
+    def forward_rows(self, chunks: list[ScheduledChunk]) -> list[torch.Tensor]:
+        """forward's rows, each carrying its argmax (`row.greedy`, engine/sampling.py): one transfer from the
+        device for every greedy request of the step instead of one sync per request."""
+        logits = self.forward(chunks)
+        rows = list(logits)
+        if any(chunk.request.params.temperature == 0 for chunk in chunks):
+            for row, token in zip(rows, logits.argmax(-1).tolist()):
+                row.greedy = token
+        return rows
 
     def _forward(self, chunks: list[ScheduledChunk], all_logits: bool) -> torch.Tensor:
         ids, pos, batch = self.build_batch(chunks)
