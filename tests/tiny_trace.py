@@ -1,5 +1,7 @@
 """A real trace of our engine on a tiny random hybrid model (2 sliding-window layers W=8, 1 full layer), recorded
-in memory for the UI and export tests: chunked prefill, a shared prefix, an edit, evictions and a preemption."""
+in memory for the UI and export tests: chunked prefill, a shared prefix, an edit, evictions and a preemption.
+
+tests/kvtui/data/hybrid_tiny.jsonl is one such run saved (`python tests/tiny_trace.py OUT`), for snapshots."""
 
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ def hybrid_trace(num_blocks: int = 12, max_batched_tokens: int = 24) -> tuple[di
                                                           max_batched_tokens=max_batched_tokens))
     events: list[dict] = []
     engine.trace.listeners.append(events.append)
+    from kvtui.machine_probe import emit_roofline
+
+    emit_roofline(engine)  # measured on this machine, as `kvtui record` does
     shared = list(range(10, 30))
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     first = engine.submit(shared + [40, 41, 42], params)
@@ -37,3 +42,16 @@ def hybrid_trace(num_blocks: int = 12, max_batched_tokens: int = 24) -> tuple[di
     while engine.has_unfinished():
         engine.step()
     return engine.trace.header, tuple(events)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from engine.trace import TraceWriter
+
+    header, events = hybrid_trace()
+    writer = TraceWriter(sys.argv[1])
+    writer.write_header(header)
+    for event in events:
+        writer.write(event)
+    writer.close()

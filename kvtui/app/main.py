@@ -28,6 +28,7 @@ from kvtui.app.selection import TAB_FOCUS, SelectionMixin
 from kvtui.feed import Controller, EventFeed
 from kvtui.opening import interesting_request, opening_cursor
 from kvtui.screens.help import HelpScreen
+from kvtui.screens.panel import PanelScreen
 from kvtui.screens.palette import KvtuiCommands
 from kvtui.state import CacheState
 from kvtui.timeline import Timeline
@@ -56,6 +57,8 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         Binding("4", "show_tab('metrics')", "metrics", show=False, id="tab.metrics"),
         Binding("5", "show_tab('rings')", "rings", show=False, id="tab.rings"),
         Binding("6", "show_tab('tokens')", "tokens", show=False, id="tab.tokens"),
+        Binding("k", "show_panel('mask')", "attention masks of the step", show=False, id="panel.mask"),
+        Binding("l", "show_panel('roofline')", "prefill vs decode roofline", show=False, id="panel.roofline"),
         *PLAYBACK_BINDINGS,
         Binding("left_square_bracket", "cycle_request(-1)", "prev request", show=False, id="request.prev"),
         Binding("right_square_bracket", "cycle_request(1)", "next request", show=False, id="request.next"),
@@ -190,6 +193,9 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         if state is not None and (view.request_id is None or view.request_id not in state.requests):
             view.request_id = state.order[-1] if state.order and self.live else (state.order[0] if state.order
                                                                                   else None)
+        if isinstance(self.screen, PanelScreen):  # a panel covers the tabs: draw only it
+            self.screen.update_view(view, self.timeline.events if self.timeline else [], self.status_text())
+            return
         self.query_one("#status", TextLine).set(self.status_text())
         tab = self.query_one("#tabs", TabbedContent).active
         if tab == "pool":
@@ -271,7 +277,16 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         elif mode in ("replace", "insert"):
             self._edit_text(mode, text)
 
-    # ------------------------------------------------------------------ help and palette
+    # ------------------------------------------------------------------ panels, help and palette
+    def action_show_panel(self, kind: str) -> None:
+        if isinstance(self.screen, PanelScreen):  # the same key closes it; the other panel's key swaps
+            shown = self.screen.kind
+            self.screen.dismiss()
+            if shown == kind:
+                return
+        self.push_screen(PanelScreen(kind), callback=lambda _: self.refresh_views())
+        self.call_after_refresh(self.refresh_views)
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.keys_markdown()))
 

@@ -22,6 +22,13 @@ KIND_GLYPH = {"decode": "●", "prefill": "▲", "mixed": "◆"}
 ROOF = Style(color="#e5c07b")
 
 
+def _time(s: float) -> str:
+    """Seconds down to microseconds (a tiny model's roofline is microseconds)."""
+    if s < 1e-3:
+        return f"{s * 1e6:.1f}µs"
+    return fmt_seconds(s)
+
+
 def _si(value: float, unit: str) -> str:
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if value >= scale:
@@ -66,11 +73,11 @@ class RooflineView(LineView):
         else:
             out.append(pad([Segment("memory floor ", BOLD), Segment(
                 f"{fmt_bytes(roof.weight_bytes)} of weights / {_si(roof.mem_bandwidth, 'B/s')} = "
-                f"{fmt_seconds(roof.memory_floor)} per step, whatever the tokens ({roof.device} {roof.dtype})")],
+                f"{_time(roof.memory_floor)} per step, whatever the tokens ({roof.device} {roof.dtype})")],
                 width))
             out.append(pad([Segment("compute      ", BOLD), Segment(
                 f"{_si(roof.flops_per_token, 'FLOP')} per token / {_si(roof.peak_flops, 'FLOP/s')} = "
-                f"{fmt_seconds(roof.per_token)} per token · ridge at {roof.ridge:,.0f} tokens per step")], width))
+                f"{_time(roof.per_token)} per token · ridge at {roof.ridge:,.0f} tokens per step")], width))
         out.append(pad([Segment("measured     ", BOLD), Segment(self._summary(points, roof))], width))
         out.append(pad([Segment("decode steps read every weight once however long the context: TPOT stays flat.",
                                 DIM)], width))
@@ -87,13 +94,14 @@ class RooflineView(LineView):
         prefill = [p for p in points if p.kind == "prefill"]
         parts = [f"{len(points)} steps"]
         if decode:
-            floor = f" (floor {fmt_seconds(roof.memory_floor)})" if roof else ""
-            parts.append(f"decode: median {fmt_seconds(median(decode))} per step{floor}")
+            floor = (f" = {median(decode) / roof.memory_floor:,.1f}x the floor" if roof and roof.memory_floor > 0
+                     else "")
+            parts.append(f"decode: median {_time(median(decode))} per step{floor}")
         if prefill:
             per_token = median([p.duration / p.tokens for p in prefill if p.tokens])
             big = max(prefill, key=lambda p: p.tokens)
-            parts.append(f"prefill: median {fmt_seconds(per_token)} per token, {big.tokens} tokens took "
-                         f"{fmt_seconds(big.duration)}")
+            parts.append(f"prefill: median {_time(per_token)} per token, {big.tokens} tokens took "
+                         f"{_time(big.duration)}")
         return " · ".join(parts)
 
     def _chart(self, points: list[StepPoint], roof, width: int) -> list[Strip]:
@@ -132,7 +140,7 @@ class RooflineView(LineView):
         rows = []
         for r in range(CHART_ROWS):
             y = y_lo * (y_hi / y_lo) ** ((CHART_ROWS - 1 - r) / (CHART_ROWS - 1))
-            label = fmt_seconds(y).rjust(LABEL - 1) + "┤" if r % 3 == 0 else " " * (LABEL - 1) + "│"
+            label = _time(y).rjust(LABEL - 1) + "┤" if r % 3 == 0 else " " * (LABEL - 1) + "│"
             rows.append(pad([Segment(label, DIM)] + [Segment(ch, st) for ch, st in grid[r]], width))
         rows.append(pad([Segment(" " * (LABEL - 1) + "└" + "─" * cols, DIM)], width))
         ticks = [" "] * cols
@@ -147,8 +155,10 @@ class RooflineView(LineView):
         legend = [Segment(" " * LABEL)]
         for kind in ("decode", "prefill", "mixed"):
             legend += [Segment(KIND_GLYPH[kind], KIND_STYLE[kind]), Segment(f" {kind} step  ", DIM)]
-        legend += [Segment("─╱", ROOF), Segment(" roofline  ", DIM), Segment("▲", CURSOR),
+        if roof is not None:
+            legend += [Segment("─╱", ROOF), Segment(" roofline  ", DIM)]
+        legend += [Segment("▲", CURSOR),
                    Segment(" the step at the cursor" + (f" (step {last.step}: {last.tokens} tokens, "
-                                                        f"{fmt_seconds(last.duration)})" if last else ""), DIM)]
+                                                        f"{_time(last.duration)})" if last else ""), DIM)]
         rows.append(pad(legend, width))
         return rows

@@ -1,0 +1,124 @@
+"""kvtui/masks.py and kvtui/widgets/mask.py: the attention masks of a step, on a real tiny hybrid-model trace."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from tiny_trace import hybrid_trace
+
+from kvtui.app import KvtuiApp
+from kvtui.masks import CACHED, CHUNK, FUTURE, MASKED, SINK, LayerKind, cell, layer_kinds, step_masks
+from kvtui.screens.panel import PanelScreen
+from kvtui.state import replay
+from kvtui.timeline import Timeline
+from kvtui.widgets.base import View
+from kvtui.widgets.mask import MaskView
+
+
+def step_end(events, step: int) -> int:
+    """The cursor just after step `step`'s step event."""
+    return next(i + 1 for i, ev in enumerate(events) if ev["type"] == "step" and ev["step"] == step)
+
+
+def mask_lines(header, events, cursor, width=100, request_id=None) -> list[str]:
+    view = MaskView()
+    view.events = list(events)
+    state = replay(header, list(events[:cursor]))
+    view.view = View(state, request_id=request_id)
+    return [view.render_row(y, width).text.rstrip() for y in range(view.row_count(width))]
+
+
+def test_cell_counts_match_pair_by_pair():
+    kinds = [LayerKind(None, 0, (0,)), LayerKind(4, 0, (1,)), LayerKind(4, 2, (2,)), LayerKind(1, 1, (3,))]
+    for q0, q1, k0, k1, start in itertools.product(range(9), range(1, 12), range(10), range(1, 12), range(6)):
+        if q1 <= q0 or k1 <= k0:
+            continue
+        for kind in kinds:
+            frac, counts = cell(kind, start, q0, q1, k0, k1)
+            brute = dict.fromkeys((CACHED, CHUNK, SINK, MASKED, FUTURE), 0)
+            for q in range(q0, q1):
+                for k in range(k0, k1):
+                    brute[kind.region(q, k, start)] += 1
+            assert counts == brute
+            assert frac == pytest.approx((brute[CACHED] + brute[CHUNK] + brute[SINK]) / ((q1 - q0) * (k1 - k0)))
+
+
+def test_layer_kinds_from_the_header():
+    header, _ = hybrid_trace()
+    assert layer_kinds(header) == [LayerKind(None, 0, (1,)), LayerKind(8, 0, (0, 2))]
+    sinks = {"model": {"windows": [32, 32], "sink_tokens": 4}}
+    assert layer_kinds(sinks) == [LayerKind(32, 4, (0, 1))]
+
+
+def test_step_masks_are_the_steps_chunks():
+    header, events = hybrid_trace()
+    for step in range(8):
+        cursor = step_end(events, step)
+        masks = step_masks(list(events), cursor)
+        expected = [ev for ev in events[:cursor] if ev["type"] in ("prefill_chunk", "decode") and ev["step"] == step]
+        assert masks.step == step
+        assert [(c.request_id, c.start) for c in masks.chunks] == \
+            [(ev["request_id"], ev.get("start", ev.get("position"))) for ev in expected]
+        prev = step_end(events, step - 1) if step else 0
+        ids = {ev["request_id"] for ev in expected}
+        writes = {(ev["request_id"], ev["group"]) for ev in events[prev:cursor]
+                  if ev["type"] == "ring_write" and ev["request_id"] in ids}
+        assert writes and set(masks.ring_writes) == writes
+
+
+def test_a_prefill_after_a_prefix_hit_and_a_fresh_prefill():
+    header, events = hybrid_trace()
+    lines = mask_lines(header, events, step_end(events, 6))
+    text = "\n".join(lines)
+    assert "attention masks of engine step 6" in lines[0]
+    # r1 continues a cached prefix of 16 tokens: every query row sees all 16 (full layer) then its triangle
+    assert "r1 prefill 16..22 (6 queries) · keys 0..21 · 16 cached before this step" in text
+    full = lines.index("  full attention · layer 1 · the cached prefix fully visible, the chunk lower-triangular")
+    rows = lines[full + 2:full + 8]
+    assert rows == [f"     q {q} " + "█" * (q + 1) for q in range(16, 22)]
+    window = lines.index("  sliding window W=8 · layers 0, 2 · each query sees itself + the 7 keys before it")
+    assert lines[window + 1].startswith("  ring: wrote positions 16..21 into 8 slots")
+    rows = lines[window + 3:window + 9]
+    assert rows == [f"     q {q} " + "·" * (q - 7) + "█" * 8 for q in range(16, 22)]
+    # r2 starts from nothing: 18 queries in 9 rows of 2, the diagonal cells half visible
+    assert "r2 prefill 0..18 (18 queries) · keys 0..17 · nothing cached before it" in text
+    assert "    q 0-1 █▒" in lines and "  q 16-17 █████████████████▒" in lines
+
+
+def test_a_decode_step_is_one_row_and_the_window_drops_the_old_keys():
+    header, events = hybrid_trace()
+    lines = mask_lines(header, events, step_end(events, 11))
+    assert "     q 26 " + "█" * 27 in lines
+    assert "     q 26 " + "·" * 19 + "█" * 8 in lines
+
+
+def test_wide_prompts_bin_keys_into_columns():
+    header, events = hybrid_trace()
+    lines = mask_lines(header, events, step_end(events, 6), width=20)
+    assert any("1 column = 3" in line or "(1 column" in line for line in lines) or \
+        any(len(line) <= 20 for line in lines)
+    assert all(len(line) <= 20 for line in lines)
+
+
+@pytest.mark.anyio
+async def test_k_opens_the_mask_panel_and_follows_the_cursor():
+    header, events = hybrid_trace()
+    app = KvtuiApp(Timeline(header, list(events)), source="hybrid", clock=lambda: 0.0, frame_rate=None)
+    async with app.run_test(size=(100, 40)) as pilot:
+        app.seek(step_end(events, 6))
+        await pilot.press("k")
+        await pilot.pause()
+        assert isinstance(app.screen, PanelScreen) and app.screen.kind == "mask"
+        body = app.screen.body
+        assert "step 6" in body.render_line(0).text
+        await pilot.press("greater_than_sign")
+        await pilot.pause()
+        assert "step 7" in body.render_line(0).text
+        await pilot.press("l")  # the roofline panel replaces it
+        await pilot.pause()
+        assert isinstance(app.screen, PanelScreen) and app.screen.kind == "roofline"
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, PanelScreen)
+        assert "step 7" in str(app.query_one("#status").render())
