@@ -95,16 +95,20 @@ def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, tr
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
 
-    special = set(getattr(engine.tokenizer, "all_special_ids", []) or [])
+    from engine.stream_text import StreamDecoder
 
-    def stream(event):
-        if event["type"] == "token_emitted" and event["request_id"] == request_id and event["token_id"] not in special:
-            click.echo(event["text"], nl=False)
+    decoder = StreamDecoder(engine.tokenizer) if engine.tokenizer is not None else None
+
+    def stream(event):  # whole characters only: an emoji split over byte tokens prints once it is complete
+        if event["type"] == "token_emitted" and event["request_id"] == request_id:
+            click.echo(decoder.push(event["token_id"]) if decoder else event["text"], nl=False)
 
     engine.trace.listeners.append(stream)
     while engine.has_unfinished():
         engine.step()
     engine.close()
+    if decoder is not None:
+        click.echo(decoder.flush(), nl=False)
     out = engine.output(request_id)
     tpot = f"{out.tpot * 1000:.1f} ms" if out.tpot is not None else "n/a (one token)"
     click.echo()
