@@ -209,18 +209,28 @@ def load_model(spec: str = EMBEDDED_MODEL, *, device: str = "auto", dtype: str =
     if source.suffix == ".gguf":
         if not source.exists():
             raise ModelLoadError(f"no such GGUF file: {source}")
-        model, tokenizer = load_gguf(source, torch_dtype)
+        try:
+            model, tokenizer = load_gguf(source, torch_dtype)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # truncated or not a GGUF: struct.error, ValueError, EOFError, KeyError...
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ModelLoadError(f"{str(source)!r} is not a readable GGUF file (truncated or damaged?): "
+                                 f"{detail[:200]}") from exc
     else:
         local = source.is_dir()
         if not local and (source.exists() or spec.startswith((".", "/", "~"))):
             raise ModelLoadError(f"{spec!r} is not a model directory (expected config.json and weights inside)")
+        if local and not (source / "config.json").is_file():
+            raise ModelLoadError(f"{spec!r} is a directory without config.json: not a transformers model "
+                                 "(give 'smollm2', a model directory, a .gguf file or a hub id)")
         if not local:
             _check_hub_reachable(spec)
         try:
             model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype,
                                                          attn_implementation=attn_implementation)
             tokenizer = AutoTokenizer.from_pretrained(str(source))
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a config.json transformers does not recognise
             where = "directory" if local else "hub id (is the Hugging Face hub reachable from here?)"
             raise ModelLoadError(f"could not load model {spec!r} as a {where}: {exc}".strip()) from exc
     model.to(target).eval()

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from kvtui.commands.engine_commands import engine_config, engine_options, load_engine
+from kvtui.commands.engine_commands import check_device, engine_config, engine_options, load_engine
 
 
 def _say(msg: str) -> None:
@@ -151,7 +151,8 @@ def _size(ctx, param, value: str) -> tuple[int, int]:
 @bench.command("live", short_help="Frame times of the live app while the real engine decodes.")
 @click.option("--model", "-m", default="smollm2", show_default=True,
               help="'smollm2' (embedded), a local transformers directory, a .gguf file, or a hub id.")
-@click.option("--device", default="cpu", show_default=True, help="auto, cpu or cuda[:n].")
+@click.option("--device", default="cpu", show_default=True, callback=check_device, metavar="auto|cpu|cuda[:N]",
+              help="Where the model runs: auto, cpu, cuda or cuda:N.")
 @click.option("--seconds", type=float, default=20.0, show_default=True, help="How long to measure.")
 @click.option("--size", default="200x60", show_default=True, callback=_size, help="Terminal size, COLSxROWS.")
 @click.option("--max-tokens", type=int, default=256, show_default=True, help="Tokens generated per prompt.")

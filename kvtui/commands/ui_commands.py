@@ -16,6 +16,9 @@ def _check_model_path(model: str) -> None:
     if looks_local and not os.path.exists(os.path.expanduser(model)):
         raise click.ClickException(f"model {model!r}: no such file or directory (give 'smollm2', a local "
                                    f"transformers directory, a .gguf file or a hub id)")
+    path = os.path.expanduser(model)
+    if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
+        raise click.ClickException(f"model {model!r} is a directory without config.json: not a transformers model")
 
 
 @click.command()
