@@ -75,7 +75,7 @@ def test_unreachable_hub_id_is_a_clear_error():
 
 @pytest.mark.parametrize("args,message", [
     (["--max-batched-tokens", "0"], "at least 1"),
-    (["--device", "tpu"], "unknown device"),
+    (["--device", "tpu"], "is not a device"),
     (["--num-blocks", "0"], "at least 1"),
 ])
 def test_bad_engine_options_are_errors_not_tracebacks(args, message):

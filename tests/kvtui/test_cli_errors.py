@@ -1,0 +1,104 @@
+"""User errors get one line and a non-zero exit, never a traceback: bad trace files, bad workloads, bad options,
+bad model paths, an edit out of range."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kvtui.cli import main
+
+CHAT = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "chat.jsonl"
+
+
+def _files(tmp: Path) -> dict[str, str]:
+    """Bad inputs written once per test: name -> path."""
+    lines = CHAT.read_bytes().split(b"\n")
+    made = {
+        "empty.jsonl": b"",
+        "binary.jsonl": b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe",
+        "not_trace.jsonl": b'{"hello": "world"}\n',
+        "schema99.jsonl": b'{"type": "header", "schema": 99}\n',
+        "bad_line.jsonl": b"\n".join(lines[:5] + [b'{"seq": 4, "t": 0.1, "type": "block_freed"}'] + lines[5:]),
+        "workload_json.json": b'{"requests": [',
+        "workload_field.json": json.dumps({"requests": [{"prompt": "x", "sampling": {"max_tokenz": 3}}]}).encode(),
+        "workload_empty.json": b'{"requests": []}',
+        "empty_dir/.keep": b"",
+        "model.gguf": b"GGUF\x03\x00\x00\x00",
+        "random.gguf": bytes(range(256)) * 4,
+        "bad_config/config.json": b'{"model_type": "no-such-architecture"}',
+    }
+    for name, data in made.items():
+        path = tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return {name.split("/")[0]: str(tmp / name.split("/")[0]) for name in made}
+
+
+CASES = [
+    # (args with {file} placeholders, what the one-line message says)
+    (["stats", "{tmp}/missing.jsonl"], "does not exist"),
+    (["stats", "{empty_dir}"], "is a directory"),
+    (["stats", "{empty.jsonl}"], "empty trace"),
+    (["stats", "{binary.jsonl}"], "not valid UTF-8"),
+    (["stats", "{not_trace.jsonl}"], "first line must be the trace header"),
+    (["stats", "--json", "{schema99.jsonl}"], "schema version 99"),
+    (["replay", "{binary.jsonl}"], "line 1: not valid UTF-8"),
+    (["replay", "--check", "{bad_line.jsonl}"], "line 6: block_freed: missing field 'physical'"),
+    (["export", "{not_trace.jsonl}", "--perfetto", "{tmp}/o.pftrace"], "header"),
+    (["record", "-w", "{workload_json.json}", "-o", "{tmp}/t.jsonl"], "line 1"),
+    (["record", "-w", "{workload_field.json}", "-o", "{tmp}/t.jsonl"], "unknown sampling fields"),
+    (["record", "-w", "{workload_empty.json}", "-o", "{tmp}/t.jsonl"], "non-empty list"),
+    (["generate", "hi", "--device", "cudax"], "'cudax' is not a device"),
+    (["generate", "hi", "--device", "cuda:x"], "use auto, cpu, cuda or cuda:N"),
+    (["generate", "hi", "--dtype", "float8"], "'float8' is not one of"),
+    (["generate", "hi", "--block-size", "0"], "block_size must be at least 1"),
+    (["generate", "hi", "--eviction", "random"], "'random' is not one of"),
+    (["generate", "hi", "--model", "{empty_dir}"], "without config.json"),
+    (["generate", "hi", "--model", "{model.gguf}"], "not a readable GGUF file"),
+    (["generate", "hi", "--model", "{random.gguf}"], "not a readable GGUF file"),
+    (["generate", "hi", "--model", "{tmp}/nope.gguf"], "no such GGUF file"),
+    (["generate", "hi", "--model", "{bad_config}"], "could not load model"),
+    (["info", "--model", "{tmp}/no/such/dir"], "not a model directory"),
+    (["bench", "live", "--device", "gpu0"], "'gpu0' is not a device"),
+]
+
+
+def _invoke(args: list[str], tmp_path: Path):
+    files = {**_files(tmp_path), "tmp": str(tmp_path)}
+    for name, path in files.items():
+        args = [arg.replace("{" + name + "}", path) for arg in args]
+    return CliRunner().invoke(main, args)
+
+
+def _assert_one_line_error(result, message: str) -> None:
+    assert result.exit_code not in (0, None), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    said = [line for line in result.output.splitlines() if message in line]
+    assert len(said) == 1, result.output  # the message is one line
+    assert len([line for line in result.output.splitlines() if line.startswith("Error")]) <= 1
+
+
+@pytest.mark.parametrize("args, message", CASES, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_bad_input_is_one_line_and_a_non_zero_exit(tmp_path, args, message):
+    _assert_one_line_error(_invoke(args, tmp_path), message)
+
+
+@pytest.mark.smollm2
+def test_a_workload_edit_out_of_range_is_one_line(tmp_path):
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps({
+        "requests": [{"id": "a", "prompt_token_ids": [1, 2, 3, 4, 5], "sampling": {"max_tokens": 2}}],
+        "edits": [{"request_id": "a", "after_finish": True, "position": 99, "kind": "replace", "token_ids": [7]}]}))
+    result = CliRunner().invoke(main, ["record", "-w", str(workload), "-o", str(tmp_path / "t.jsonl"),
+                                       "--num-blocks", "16"])
+    _assert_one_line_error(result, "cannot replace 1 token(s) at position 99")
+
+
+def test_live_refuses_a_model_directory_without_config_before_opening(tmp_path):
+    result = CliRunner().invoke(main, ["live", "--model", str(tmp_path)])
+    _assert_one_line_error(result, "without config.json")
