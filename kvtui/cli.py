@@ -28,10 +28,10 @@ def main(ctx: click.Context) -> None:
 
 
 def _register() -> None:
-    from kvtui.commands import bench_commands, engine_commands, export_commands, ui_commands
+    from kvtui.commands import bench_commands, engine_commands, export_commands, serve_commands, ui_commands
 
     for command in (engine_commands.COMMANDS + ui_commands.COMMANDS + bench_commands.COMMANDS
-                    + export_commands.COMMANDS):
+                    + export_commands.COMMANDS + serve_commands.COMMANDS):
         main.add_command(command)
 
 

@@ -1,0 +1,66 @@
+"""`kvtui serve`: the same UI in a web browser, through textual-serve (each browser tab runs its own kvtui)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+UI_COMMANDS = ("live", "replay")
+
+
+def served_command(args: tuple[str, ...]) -> str:
+    """The shell command textual-serve starts for each browser tab: this Python running `kvtui ARGS`."""
+    return shlex.join([sys.executable, "-m", "kvtui", *args])
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface; anyone who reaches it gets the UI).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--public-url", default=None, help="URL the browser uses, when it differs from http://HOST:PORT "
+                                                 "(behind a proxy).")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def serve(host, port, public_url, args):
+    """Serve the kvtui UI in a web browser: open http://HOST:PORT.
+
+    ARGS is the kvtui UI command to serve, `live` (the default) or `replay TRACE`, with its options. Every
+    browser tab starts its own kvtui process: with `live`, its own engine and model.
+
+    \b
+    Examples:
+      kvtui serve replay fixtures/traces/chat.jsonl      a recorded trace at http://127.0.0.1:8000
+      kvtui serve --port 9000 live --model smollm2       the live UI
+      kvtui serve --host 0.0.0.0 replay t.jsonl          reachable from other machines (no authentication)
+    """
+    args = tuple(args) or ("live",)
+    if args[0] not in UI_COMMANDS:
+        raise click.UsageError(f"kvtui serve serves a UI command: 'live' or 'replay TRACE', not {args[0]!r}")
+    if args[0] == "replay":
+        _check_replay(args[1:])
+    from textual_serve.server import Server
+
+    title = "kvtui " + " ".join(args)
+    server = Server(served_command(args), host=host, port=port, title=title, public_url=public_url)
+    click.echo(f"kvtui: serving `{title}` at {server.public_url} (ctrl+c stops)", err=True)
+    server.serve()
+
+
+def _check_replay(rest: tuple[str, ...]) -> None:
+    """Refuse a missing or unreadable trace now, not in each browser tab."""
+    import os
+
+    from kvtui.loader import read_header
+
+    traces = [a for a in rest if not a.startswith("-")]
+    if not traces:
+        raise click.UsageError("kvtui serve replay needs a TRACE file")
+    if not os.path.isfile(traces[0]):
+        raise click.UsageError(f"{traces[0]}: no such trace file")
+    header, error = read_header(traces[0])
+    if header is None:
+        raise click.ClickException(f"{traces[0]}, line {error.line}: {error.message}")
+
+
+COMMANDS = [serve]
