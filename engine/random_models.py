@@ -44,7 +44,7 @@ def random_config(spec: str):
     """The transformers config for 'random:ARCH:SIZE' (a trailing '-shape' is allowed: random:llama:8b-shape)."""
     import transformers
 
-    from engine.model import ModelLoadError
+    from engine.packaged import ModelLoadError
 
     name = spec.removeprefix("random:").removesuffix("-shape")
     if name not in SHAPES:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from engine.attention import AttentionSwitch
@@ -22,6 +24,7 @@ class ModelRunner:
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
         self.tables = BlockTables(self.device)
+        self.model_seconds: list[float] | None = None  # a list: each forward's model call is timed into it (bench)
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
         token_ids: list[int] = []
@@ -92,6 +95,10 @@ class ModelRunner:
             return torch.cat([self._forward([chunk], all_logits) for chunk in chunks])
         return self._forward(chunks, all_logits)
 
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     def forward_rows(self, chunks: list[ScheduledChunk]) -> list[torch.Tensor]:
         """forward's rows, each carrying its argmax (`row.greedy`, engine/sampling.py): one transfer from the
         device for every greedy request of the step instead of one sync per request."""
@@ -109,10 +116,17 @@ class ModelRunner:
         else:
             ends = torch.tensor([c.num_tokens for c in chunks]).cumsum(0) - 1
             keep = ends.to(self.device)
+        timing = self.model_seconds is not None
+        if timing:
+            self._sync()
+            started = time.perf_counter()
         with self.attention.paged():
             out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep,
                              **{BATCH_KWARG: batch})
         logits = out.logits[0].float()
+        if timing:
+            self._sync()
+            self.model_seconds.append(time.perf_counter() - started)
         if self.rings is not None:
             self.rings.commit(chunks, batch.rings)
         return logits

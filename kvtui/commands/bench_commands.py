@@ -7,6 +7,7 @@ import time
 
 import click
 
+from kvtui.commands.bench_engine_commands import ENGINE_BENCHES
 from kvtui.commands.engine_commands import check_device, engine_config, engine_options, load_engine
 
 
@@ -167,5 +168,8 @@ def live_bench(model, device, seconds, size, max_tokens, num_blocks):
 
     click.echo(format_result(run(model, device, seconds, size, max_tokens, num_blocks)))
 
+
+for _command in ENGINE_BENCHES:  # long, overhead, mixed, prefix (kvtui/commands/bench_engine_commands.py)
+    bench.add_command(_command)
 
 COMMANDS = [bench]
