@@ -7,6 +7,8 @@ import re
 
 import click
 
+from kvtui.commands import compare_commands
+
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -284,5 +286,5 @@ def stats(trace_file, as_json):
         click.echo(format_stats(summary))
 
 
-COMMANDS = [generate, record, info, schema, stats]
+COMMANDS = [generate, record, info, schema, stats] + compare_commands.COMMANDS
 
