@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.attach_schema import ATTACH_EVENT_FIELDS
+
 SCHEMA_VERSION = 1
 MAX_BLOCKS = 1 << 24  # a header claiming more physical blocks is not a trace a viewer should allocate for
 
@@ -195,6 +197,9 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "argmax_changed": (_INT, "compared positions whose greedy token differs from full attention"),
     },
 }
+
+# What `kvtui attach` records from vLLM / SGLang publishers (engine/attach_schema.py): same file format.
+EVENT_FIELDS.update(ATTACH_EVENT_FIELDS)
 
 
 def _type_ok(value: Any, spec: str) -> bool:

@@ -20,6 +20,7 @@ def main(ctx: click.Context) -> None:
       kvtui generate "Why is the sky blue?"   stream text, print TTFT/TPOT
       kvtui record --workload fixtures/workloads/concurrent8.json --out t.jsonl
       kvtui replay t.jsonl                    watch a recorded trace
+      kvtui attach tcp://127.0.0.1:5557       watch a vLLM / SGLang server's KV events
       kvtui info                              model shape and KV byte arithmetic
       kvtui schema                            the trace file format
     """
@@ -28,10 +29,11 @@ def main(ctx: click.Context) -> None:
 
 
 def _register() -> None:
-    from kvtui.commands import bench_commands, engine_commands, export_commands, serve_commands, ui_commands
+    from kvtui.commands import (attach_commands, bench_commands, engine_commands, export_commands,
+                                serve_commands, ui_commands)
 
     for command in (engine_commands.COMMANDS + ui_commands.COMMANDS + bench_commands.COMMANDS
-                    + export_commands.COMMANDS + serve_commands.COMMANDS):
+                    + export_commands.COMMANDS + serve_commands.COMMANDS + attach_commands.COMMANDS):
         main.add_command(command)
 
 

@@ -1,0 +1,71 @@
+"""Event types of an attach trace: what `kvtui attach` recorded from vLLM / SGLang publishers, normalised.
+
+An attached engine publishes a hash space, not physical blocks: blocks are keyed by (worker, group, hash) and
+chained by parent hash, and each stored block carries its token ids. So these events have no physical block
+ids, ref counts, locks or requests; they say which worker holds which hashed block, and what the stream lost.
+The header of an attach trace has `"kind": "attach"` and `config.sources` (every SOURCE as given);
+block_size and num_blocks are 0 there (workers may differ; each stored block carries its own size).
+Torch-free, like trace_schema.py, which merges this table into EVENT_FIELDS.
+"""
+
+from __future__ import annotations
+
+_INT, _FLOAT, _STR, _LIST, _DICT = "int", "float", "str", "list", "dict"
+
+ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
+    "attach_worker": {
+        "worker": (_STR, "worker id used by the events below (name, plus #rN for a rank of a shared stream)"),
+        "source": (_STR, "endpoint as given on the command line (tcp://HOST:PORT)"),
+        "name": (_STR, "display name (name= option, else HOST:PORT)"),
+        "rank": (_INT + "?", "data-parallel rank from the payload (vLLM data_parallel_rank, SGLang attn_dp_rank)"),
+        "replay": (_STR + "?", "replay endpoint used to recover gaps"),
+        "metrics": (_STR + "?", "/metrics URL polled for usage, hit rate and TTFT"),
+        "blocks": (_INT + "?", "GPU blocks of the worker, when told (blocks= option); /metrics may tell too"),
+    },
+    "kv_block_stored": {
+        "worker": (_STR, "worker that stored the blocks"),
+        "hashes": (_LIST, "block hashes as u64 hex (16 digits), in chain order"),
+        "parent": (_STR + "?", "hash of the block before the first one (null: the chain starts at the root)"),
+        "token_ids": (_LIST, "token ids of the blocks, block_size per hash (SGLang token pairs: the first of each)"),
+        "block_size": (_INT, "tokens per block in this event"),
+        "group": (_INT, "KV-cache group (vLLM group_idx for hybrid models; 0 when not given)"),
+        "medium": (_STR + "?", "GPU, CPU, CPU_PINNED, DISK, ... (null: not given, taken as GPU)"),
+        "lora": (_STR + "?", "LoRA adapter name (or id) the blocks belong to"),
+        "salt": (_STR + "?", "cache salt (SGLang's cache_salt; vLLM puts its salt in extra_keys)"),
+        "texts": (_LIST + "?", "text of each token (only with --tokenizer)"),
+        "extra_keys": (_LIST + "?", "vLLM's extra hash keys per block (LoRA name, multimodal ids, salt)"),
+        "wire_seq": (_INT, "publisher's sequence number of the batch"),
+        "engine_ts": (_FLOAT, "publisher's timestamp of the batch"),
+    },
+    "kv_block_removed": {
+        "worker": (_STR, "worker that dropped the blocks"),
+        "hashes": (_LIST, "block hashes as u64 hex"),
+        "group": (_INT, "KV-cache group"),
+        "medium": (_STR + "?", "tier the blocks left (null: GPU)"),
+        "wire_seq": (_INT, "publisher's sequence number of the batch"),
+        "engine_ts": (_FLOAT, "publisher's timestamp of the batch"),
+    },
+    "kv_all_cleared": {
+        "worker": (_STR, "worker whose cache was cleared"),
+        "cause": (_STR, "cleared (AllBlocksCleared from the engine) | restart (the publisher started again)"),
+    },
+    "attach_gap": {
+        "source": (_STR, "endpoint of the stream"),
+        "kind": (_STR, "gap (sequence numbers skipped) | late_join (joined after batch 0) | restart"),
+        "expected": (_INT, "first missing sequence number"),
+        "got": (_INT, "sequence number that revealed the gap"),
+        "recovered": (_INT, "missing batches fetched from the replay endpoint"),
+        "lost": (_INT, "missing batches no replay could fill (deltas lost: residency may be wrong)"),
+    },
+    "attach_malformed": {
+        "source": (_STR, "endpoint the message came from"),
+        "reason": (_STR, "what was wrong (frames, sequence, msgpack, fields, oversized)"),
+        "size": (_INT, "bytes in the message"),
+    },
+    "attach_metrics": {
+        "source": (_STR, "endpoint whose server's /metrics was read"),
+        "rank": (_STR, "rank label of the samples ('' when not labelled)"),
+        "facts": (_DICT, "kv_usage, prefix_queries, prefix_hits, hit_rate, preemptions, running, waiting, "
+                         "num_gpu_blocks, block_size, ttft_buckets, ttft_count, ttft_sum (those the page has)"),
+    },
+}

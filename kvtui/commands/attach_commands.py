@@ -1,0 +1,169 @@
+"""`kvtui attach SOURCE...`: watch the KV caches of running vLLM / SGLang servers through their KV events."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+ATTACH_HELP = """Attach to vLLM / SGLang servers that publish KV-cache events over ZeroMQ and watch their fleet.
+
+\b
+A SOURCE is a server's event endpoint, with optional comma-separated options:
+  tcp://127.0.0.1:5557
+  "tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558,name=gpu-a,metrics=http://10.0.0.5:8000/metrics"
+Options: replay= (the server's replay endpoint: batches missed at start or in a gap are fetched from it),
+name=, metrics= (its Prometheus /metrics page), topic=, blocks= (GPU blocks per worker, when /metrics
+cannot tell).
+
+\b
+Start the servers with events on:
+  vllm serve MODEL --kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
+      "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv-events"}'
+  python -m sglang.launch_server --model-path MODEL --kv-events-config '{"publisher": "zmq",
+      "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv-events"}'
+
+\b
+Examples:
+  kvtui attach "tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558" --topic kv-events
+  kvtui attach tcp://10.0.0.5:5557 tcp://10.0.0.6:5557 --metrics http://10.0.0.5:8000/metrics
+  kvtui attach tcp://127.0.0.1:5557 --dp-size 4          ranks 0-3 on ports 5557-5560
+  kvtui attach --bind tcp://127.0.0.1:5557               servers connect to us (their endpoint: ours)
+  kvtui attach tcp://127.0.0.1:5557 --headless --duration 30 -o fleet.jsonl
+  kvtui replay fleet.jsonl                               the same views, from the recording
+
+What an attached engine publishes is a hash space: blocks by hash per worker, the chain of parent hashes and
+the token ids of each block. It has no physical block ids, ref counts, locks or requests; the views say so.
+"""
+
+
+@click.command(help=ATTACH_HELP, short_help="Watch vLLM / SGLang servers' KV caches through their KV events.")
+@click.argument("sources", nargs=-1, required=True)
+@click.option("--topic", default="", help="Topic to subscribe to (the server's \"topic\"; default: all).")
+@click.option("--bind", is_flag=True, help="Listen on each SOURCE address for servers that connect to it "
+                                           "(a server given a non-wildcard endpoint connects instead of binding).")
+@click.option("--dp-size", default=1, show_default=True, help="Data-parallel ranks per server: rank r publishes "
+                                                                 "on port PORT+r (and replays on REPLAY+r).")
+@click.option("--metrics", "metrics_url", default=None, help="Prometheus /metrics URL for every SOURCE "
+                                                             "(metrics= on a SOURCE overrides it).")
+@click.option("--tokenizer", default=None, help="Tokenizer directory or hub id: show token ids as text and "
+                                                "explain text prompts (loads transformers' AutoTokenizer).")
+@click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="Record the normalised event stream to this trace (kvtui replay / stats read it).")
+@click.option("--headless", is_flag=True, help="No UI: receive (and record), then print a summary.")
+@click.option("--duration", type=float, default=None, help="Seconds to attach for (headless: until Ctrl-C "
+                                                           "when not given).")
+@click.option("--explain", "explain", multiple=True, help="Headless: at the end, explain this prompt against "
+                                                          "every worker (token ids '1 2 3', or text with "
+                                                          "--tokenizer; '[salt=S] [lora=L] [group=G] | PROMPT').")
+@click.option("--replay-timeout", default=2.0, show_default=True, help="Seconds to wait for a replay answer.")
+def attach(sources, topic, bind, dp_size, metrics_url, tokenizer, out, headless, duration, explain,
+           replay_timeout):
+    from engine.trace import TraceSink, TraceWriter
+    from kvtui.sources.endpoints import SourceError, parse_sources
+
+    if metrics_url is not None and not metrics_url.startswith(("http://", "https://")):
+        raise click.UsageError(f"--metrics {metrics_url!r}: give an http(s):// URL of a /metrics page")
+    if duration is not None and duration <= 0:
+        raise click.UsageError(f"--duration must be positive (got {duration:g})")
+    try:
+        parsed = parse_sources(list(sources), topic=topic, metrics=metrics_url, bind=bind, dp_size=dp_size)
+    except SourceError as exc:
+        raise click.UsageError(str(exc)) from None
+    tok = _load_tokenizer(tokenizer) if tokenizer else None
+    queries = [_query(text, tok) for text in explain]
+    try:
+        import zmq  # noqa: F401
+    except ImportError:
+        raise click.ClickException("kvtui attach needs pyzmq: pip install pyzmq msgspec") from None
+    from kvtui.sources.attach import Attacher
+
+    sink = TraceSink()
+    if out:
+        sink.add_writer(TraceWriter(out))
+    sink.set_header(attach_header(parsed, tokenizer))
+    attacher = Attacher(parsed, sink, tokenizer=tok, replay_timeout=replay_timeout)
+    if headless:
+        _headless(attacher, sink, duration, queries)
+    else:
+        _ui(attacher, sink, duration, tok)
+    sink.close()
+    if out:
+        click.echo(f"wrote {out}", err=True)
+
+
+def attach_header(sources, tokenizer: str | None) -> dict:
+    """An attach trace's header: the fields every trace has (zero where an attached fleet has no such number)
+    plus kind=attach and the sources as given."""
+    return {"kind": "attach", "model": {"name": "attach", "tokenizer": tokenizer}, "block_size": 0,
+            "num_blocks": 0, "bytes_per_block": 0, "bytes_per_token": 0,
+            "config": {"sources": [s.as_dict() for s in sources]}}
+
+
+def _load_tokenizer(name: str):
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise click.ClickException("--tokenizer needs transformers installed") from None
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except Exception as exc:  # no such directory, no hub: one line
+        raise click.ClickException(f"tokenizer {name!r}: {str(exc).splitlines()[0]}") from None
+
+
+def _query(text: str, tokenizer):
+    from kvtui.state.fleet_explain import QueryError, parse_query
+
+    try:
+        return text, *parse_query(text, tokenizer)
+    except QueryError as exc:
+        raise click.UsageError(f"--explain {text!r}: {exc}") from None
+
+
+def _headless(attacher, sink, duration, queries) -> None:
+    from kvtui.state.fleet import FleetState, workers_summary
+    from kvtui.state.fleet_explain import explain_prompt
+
+    fleet = FleetState(sink.header)
+    sink.listeners.append(fleet.apply)
+    started = time.monotonic()
+    attacher.start()
+    try:
+        while duration is None or time.monotonic() - started < duration:
+            time.sleep(0.1)
+            while not attacher.notices.empty():
+                severity, text = attacher.notices.get()
+                click.echo(f"{severity}: {text}", err=True)
+    except KeyboardInterrupt:
+        pass
+    attacher.stop()
+    c = attacher.counters
+    click.echo(f"attached {time.monotonic() - started:.1f}s: {c.messages} messages, {c.events} events, "
+               f"{c.blocks} block hashes; {c.gaps} gaps ({c.lost} batches lost), {c.restarts} restarts, "
+               f"{c.malformed} malformed")
+    for w in workers_summary(fleet):
+        click.echo(f"  {w['worker']:<24} {w['source']:<24} rank {w['rank']!s:<4} resident {w['resident_blocks']:>7} "
+                   f"stored {w['blocks_stored']:>8} removed {w['blocks_removed']:>8} gaps {w['gaps']} "
+                   f"malformed {w['malformed']}")
+    for text, ids, options in queries:
+        click.echo(f"explain {text!r} ({len(ids)} tokens):")
+        for result in explain_prompt(fleet, ids, **options):
+            click.echo(f"  {result['message']}")
+
+
+def _ui(attacher, sink, duration, tokenizer) -> None:
+    from kvtui.app.fleet_app import FleetApp
+    from kvtui.feed import EventFeed
+
+    feed = EventFeed()
+    feed.put("header", sink.header)
+    sink.listeners.append(feed.put_event)
+    app = FleetApp(source="attach", feed=feed, attacher=attacher, tokenizer=tokenizer, duration=duration)
+    attacher.start()
+    try:
+        app.run()
+    finally:
+        attacher.stop()
+
+
+COMMANDS = [attach]

@@ -1,0 +1,327 @@
+"""`Attacher`: subscribes to vLLM / SGLang KV-event publishers and emits normalised attach events.
+
+One thread owns every socket. For each source it connects a SUB socket (or, with --bind, binds one that many
+servers connect to), applies each batch in sequence order, and on a gap (or at start, when the source has a
+replay endpoint) fetches the missing batches from the publisher's ROUTER with a fresh DEALER: request
+`[b"", start_seq]`, replies `[b"", topic, seq, payload]` (vLLM >= 0.26, SGLang) or `[b"", seq, payload]`
+(older vLLM), ended by seq 0xff..ff. Restarts (the live sequence going back), gaps replay cannot fill, and
+malformed or oversized messages become events (`attach_gap`, `attach_malformed`): counted and shown, never a
+crash. Events go to a `TraceSink` (engine/trace.py, torch-free): its listeners are the UI feed and the -o file.
+The event types are engine/attach_schema.py.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import zmq
+
+from kvtui.sources.endpoints import Source
+from kvtui.sources.sequence import DUPLICATE, GAP, NEXT, RESTART, SeqTracker
+from kvtui.sources.wire import END_SEQ, Batch, WireError, decode_payload, decode_seq
+
+DRAIN_PER_SOCKET = 2000  # messages taken from one socket before the others get a turn
+
+
+@dataclass
+class Stream:
+    """One publisher's sequence of batches (a source; with --bind, one peer and topic on the bound socket)."""
+
+    source: Source
+    name: str
+    tracker: SeqTracker = field(default_factory=SeqTracker)
+    workers: dict = field(default_factory=dict)  # rank -> worker id
+
+
+@dataclass
+class Counters:
+    messages: int = 0
+    events: int = 0
+    blocks: int = 0
+    malformed: int = 0
+    gaps: int = 0
+    lost: int = 0
+    restarts: int = 0
+
+
+class Attacher:
+    def __init__(self, sources: list[Source], sink, *, tokenizer=None, replay_timeout: float = 2.0,
+                 metrics_every: float = 2.0, context: zmq.Context | None = None):
+        self.sources = sources
+        self.sink = sink
+        self.tokenizer = tokenizer  # anything with .decode([id]) (optional, --tokenizer)
+        self._texts: dict[int, str] = {}
+        self.replay_timeout = replay_timeout
+        self.metrics_every = metrics_every
+        self.ctx = context or zmq.Context.instance()
+        self.counters = Counters()
+        self.notices: queue.SimpleQueue = queue.SimpleQueue()  # (severity, text) for the UI
+        self._streams: dict[tuple, Stream] = {}
+        self._sockets: dict[zmq.Socket, Source] = {}
+        self._metrics: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._metrics_thread: threading.Thread | None = None
+        self.ready = threading.Event()  # sockets open, first replays done (tests wait for it)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="kvtui-attach", daemon=True)
+        self._thread.start()
+        if any(s.metrics for s in self.sources):
+            self._metrics_thread = threading.Thread(target=self._poll_metrics, name="kvtui-metrics", daemon=True)
+            self._metrics_thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self) -> None:
+        """The receive loop (the attach thread; tests may call it on their own thread)."""
+        try:
+            self._open()
+        except zmq.ZMQError as exc:
+            self.notices.put(("error", f"cannot open the sockets: {exc}"))
+            self.ready.set()
+            return
+        for source in self.sources:
+            if source.replay and not source.bind:
+                self._initial_replay(source)
+        self.ready.set()
+        poller = zmq.Poller()
+        for sock in self._sockets:
+            poller.register(sock, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                ready = dict(poller.poll(50))
+                for sock in ready:
+                    self._drain(sock, self._sockets[sock])
+                self._emit_metrics()
+        finally:
+            for sock in self._sockets:
+                sock.close(linger=0)
+
+    # ------------------------------------------------------------------ sockets
+    def _open(self) -> None:
+        for source in self.sources:
+            sock = self.ctx.socket(zmq.SUB)
+            sock.setsockopt(zmq.RCVHWM, 0)  # never drop what arrived while a replay ran
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SUBSCRIBE, source.topic.encode())
+            if source.bind:
+                sock.bind(source.endpoint)
+            else:
+                sock.connect(source.endpoint)
+            self._sockets[sock] = source
+
+    def _drain(self, sock: zmq.Socket, source: Source) -> None:
+        for _ in range(DRAIN_PER_SOCKET):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=not source.bind)
+            except zmq.Again:
+                return
+            peer = ""
+            if source.bind:
+                peer = frames[0].get("Peer-Address") or ""
+                frames = [f.bytes for f in frames]
+            self.on_message(source, frames, peer)
+
+    # ------------------------------------------------------------------ one live message
+    def on_message(self, source: Source, frames: list[bytes], peer: str = "") -> None:
+        self.counters.messages += 1
+        size = sum(len(f) for f in frames)
+        if len(frames) != 3:
+            return self._malformed(source, f"{len(frames)} frames (expected topic, seq, payload)", size)
+        topic, seq_frame, payload = frames
+        try:
+            seq = decode_seq(seq_frame)
+            batch = decode_payload(payload)
+        except WireError as exc:
+            return self._malformed(source, str(exc), size)
+        stream = self._stream(source, peer, topic)
+        kind = stream.tracker.classify(seq)
+        if kind == RESTART:
+            self._restart(stream, seq)
+            kind = stream.tracker.classify(seq)
+        stream.tracker.saw_live(seq)
+        if kind == DUPLICATE:
+            return
+        if kind == GAP:
+            first = stream.tracker.applied + 1
+            self._recover(stream, first, seq, "late_join" if first == 0 else "gap")
+        self._apply(stream, seq, batch)
+
+    def _stream(self, source: Source, peer: str, topic: bytes) -> Stream:
+        key = (source.endpoint, peer, topic)
+        stream = self._streams.get(key)
+        if stream is None:
+            name = source.name
+            if source.bind:
+                name = f"{peer or '?'}" + (f"/{topic.decode('utf-8', 'replace')}" if topic else "")
+            stream = self._streams[key] = Stream(source, name)
+        return stream
+
+    def _malformed(self, source: Source, reason: str, size: int) -> None:
+        self.counters.malformed += 1
+        self.sink.emit("attach_malformed", source=source.endpoint, reason=reason, size=size)
+
+    def _restart(self, stream: Stream, seq: int) -> None:
+        self.counters.restarts += 1
+        self.sink.emit("attach_gap", source=stream.source.endpoint, kind="restart",
+                       expected=stream.tracker.applied + 1, got=seq, recovered=0, lost=0)
+        for worker in stream.workers.values():
+            self.sink.emit("kv_all_cleared", worker=worker, cause="restart")
+        stream.tracker.restart()
+
+    # ------------------------------------------------------------------ replay
+    def _initial_replay(self, source: Source) -> None:
+        """At start: everything still in the publisher's buffer (events are deltas; there is no snapshot)."""
+        stream = self._stream(source, "", source.topic.encode())
+        batches, answered = self._fetch(source, 0)
+        if not answered:
+            return
+        if batches:
+            first = batches[0][0]
+            if first > 0:
+                self._gap_event(stream, "late_join", 0, first, 0, first)
+            for seq, batch in batches:
+                self._apply(stream, seq, batch)
+
+    def _recover(self, stream: Stream, first: int, upto: int, kind: str) -> None:
+        """Batches first .. upto-1 are missing: fetch them, apply those in order, count the rest as lost."""
+        recovered = 0
+        if stream.source.replay:
+            batches, _ = self._fetch(stream.source, first)
+            for seq, batch in batches:
+                if first <= seq < upto and seq > stream.tracker.applied:
+                    self._apply(stream, seq, batch)
+                    recovered += 1
+        self._gap_event(stream, kind, first, upto, recovered, (upto - first) - recovered)
+
+    def _gap_event(self, stream: Stream, kind: str, first: int, got: int, recovered: int, lost: int) -> None:
+        self.counters.gaps += 1
+        self.counters.lost += lost
+        self.sink.emit("attach_gap", source=stream.source.endpoint, kind=kind, expected=first, got=got,
+                       recovered=recovered, lost=lost)
+
+    def _fetch(self, source: Source, start: int) -> tuple[list[tuple[int, Batch]], bool]:
+        """Ask the replay endpoint for every buffered batch from `start`: ([(seq, batch)], whether it answered)."""
+        dealer = self.ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        out: list[tuple[int, Batch]] = []
+        answered = False
+        try:
+            dealer.connect(source.replay)
+            dealer.send_multipart([b"", start.to_bytes(8, "big")])
+            deadline = time.monotonic() + self.replay_timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not dealer.poll(int(left * 1000)):
+                    self.notices.put(("warning", f"{source.name}: the replay endpoint {source.replay} did not "
+                                                 f"finish answering within {self.replay_timeout:g}s"))
+                    break
+                frames = dealer.recv_multipart()
+                answered = True
+                deadline = time.monotonic() + self.replay_timeout  # a long replay is fine while it flows
+                if frames and frames[0] == b"":
+                    frames = frames[1:]
+                if len(frames) == 3:
+                    frames = frames[1:]  # [topic, seq, payload] (vLLM >= 0.26, SGLang) -> [seq, payload]
+                if len(frames) != 2:
+                    self._malformed(source, f"replay reply of {len(frames)} frames", sum(map(len, frames)))
+                    continue
+                if frames[0] == END_SEQ:
+                    break
+                try:
+                    out.append((decode_seq(frames[0]), decode_payload(frames[1])))
+                except WireError as exc:
+                    self._malformed(source, f"replay: {exc}", len(frames[1]))
+        except zmq.ZMQError as exc:
+            self.notices.put(("warning", f"{source.name}: replay from {source.replay} failed: {exc}"))
+        finally:
+            dealer.close(linger=0)
+        out.sort(key=lambda item: item[0])
+        return out, answered
+
+    # ------------------------------------------------------------------ applying a batch
+    def _worker(self, stream: Stream, rank: int | None) -> str:
+        worker = stream.workers.get(rank)
+        if worker is None:
+            source = stream.source
+            own = rank is None or rank == (source.dp_rank or 0)
+            worker = stream.name if own and len(stream.workers) == 0 else f"{stream.name}#r{rank}"
+            stream.workers[rank] = worker
+            self.sink.emit("attach_worker", worker=worker, source=source.endpoint, name=stream.name, rank=rank,
+                           replay=source.replay, metrics=source.metrics, blocks=source.blocks)
+        return worker
+
+    def _apply(self, stream: Stream, seq: int, batch: Batch) -> None:
+        stream.tracker.mark_applied(seq)
+        worker = self._worker(stream, batch.rank if batch.rank is not None else stream.source.dp_rank)
+        emit, counters = self.sink.emit, self.counters
+        for event in batch.events:
+            kind = event["kind"]
+            counters.events += 1
+            if kind == "stored":
+                counters.blocks += len(event["hashes"])
+                fields = {k: v for k, v in event.items() if k != "kind"}
+                if self.tokenizer is not None:
+                    fields["texts"] = [self._text(t) for t in event["token_ids"]]
+                emit("kv_block_stored", worker=worker, wire_seq=seq, engine_ts=batch.ts, **fields)
+            elif kind == "removed":
+                counters.blocks += len(event["hashes"])
+                emit("kv_block_removed", worker=worker, hashes=event["hashes"], group=event["group"],
+                     medium=event["medium"], wire_seq=seq, engine_ts=batch.ts)
+            else:
+                emit("kv_all_cleared", worker=worker, cause="cleared")
+
+    def _text(self, token_id: int) -> str:
+        text = self._texts.get(token_id)
+        if text is None:
+            try:
+                text = self.tokenizer.decode([token_id])
+            except Exception:  # an id outside the tokenizer's vocabulary: show the id
+                text = f"<{token_id}>"
+            self._texts[token_id] = text
+        return text
+
+    # ------------------------------------------------------------------ /metrics
+    def _poll_metrics(self) -> None:
+        from kvtui.sources.prometheus import fetch, summarize
+
+        urls = {}
+        for source in self.sources:
+            if source.metrics:
+                urls.setdefault(source.metrics, []).append(source)
+        failed: set[str] = set()
+        while not self._stop.is_set():
+            for url, sources in urls.items():
+                try:
+                    ranks = summarize(fetch(url, timeout=min(2.0, self.metrics_every)))
+                except (OSError, ValueError) as exc:
+                    if url not in failed:
+                        self.notices.put(("warning", f"metrics {url}: {exc}"))
+                        failed.add(url)
+                    continue
+                failed.discard(url)
+                for source in sources:
+                    self._metrics.put((source, ranks))
+            self._stop.wait(self.metrics_every)
+
+    def _emit_metrics(self) -> None:
+        while True:
+            try:
+                source, ranks = self._metrics.get_nowait()
+            except queue.Empty:
+                return
+            self.emit_metrics(source, ranks)
+
+    def emit_metrics(self, source: Source, ranks: dict[str, dict]) -> None:
+        for rank, facts in sorted(ranks.items()):
+            if source.dp_rank is not None and rank not in ("", str(source.dp_rank)):
+                continue  # another rank's server samples: that rank's own source reports them
+            self.sink.emit("attach_metrics", source=source.endpoint, rank=rank, facts=facts)

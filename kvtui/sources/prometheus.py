@@ -1,0 +1,130 @@
+"""A server's Prometheus `/metrics` page, read for what a KV-event stream cannot tell: KV usage, token hit
+rate, TTFT, preemptions, queue lengths and the pool size.
+
+vLLM: `vllm:kv_cache_usage_perc` (0..1), `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`
+(token counters), `vllm:num_preemptions_total`, `vllm:time_to_first_token_seconds` (histogram),
+`vllm:num_requests_running` / `vllm:num_requests_waiting`, `vllm:cache_config_info` (labels carry
+num_gpu_blocks and block_size). SGLang: `sglang:token_usage`, `sglang:cache_hit_rate`,
+`sglang:time_to_first_token_seconds`. A data-parallel vLLM labels each sample with `engine="<rank>"`: such
+samples are kept per rank. Counters and histograms are cumulative, so rates come from two readings.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import urllib.request
+
+_SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$')
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_text(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of every sample line; comments and lines that do not parse are skipped."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        name, labels, value = match.groups()
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        out.append((name, dict(_LABEL.findall(labels or "")), number))
+    return out
+
+
+def _rank_of(labels: dict[str, str]) -> str:
+    engine = labels.get("engine") or labels.get("dp_rank") or ""
+    return engine if engine.isdigit() else ""
+
+
+def summarize(text: str) -> dict[str, dict]:
+    """Per rank ("" when the samples carry no rank label): the facts the fleet view shows, as plain numbers.
+
+    Keys (each present only if the page has it): kv_usage (0..1), prefix_queries, prefix_hits (token counters),
+    hit_rate (0..1, SGLang's own gauge), preemptions, running, waiting, num_gpu_blocks, block_size,
+    ttft_buckets ([[upper bound, cumulative count], ...], +Inf last as null), ttft_count, ttft_sum.
+    """
+    ranks: dict[str, dict] = {}
+    for name, labels, value in parse_text(text):
+        base = name.split(":", 1)[-1]
+        if not name.startswith(("vllm:", "sglang:")):
+            continue
+        out = ranks.setdefault(_rank_of(labels), {})
+        if base == "kv_cache_usage_perc" or base == "gpu_cache_usage_perc" or base == "token_usage":
+            out["kv_usage"] = value
+        elif base in ("prefix_cache_queries_total", "prefix_cache_queries"):
+            out["prefix_queries"] = out.get("prefix_queries", 0.0) + value
+        elif base in ("prefix_cache_hits_total", "prefix_cache_hits"):
+            out["prefix_hits"] = out.get("prefix_hits", 0.0) + value
+        elif base == "cache_hit_rate":
+            out["hit_rate"] = value
+        elif base in ("num_preemptions_total", "num_preemptions"):
+            out["preemptions"] = out.get("preemptions", 0.0) + value
+        elif base == "num_requests_running":
+            out["running"] = out.get("running", 0.0) + value
+        elif base in ("num_requests_waiting", "num_queue_reqs"):
+            out["waiting"] = out.get("waiting", 0.0) + value
+        elif base == "cache_config_info":
+            for key in ("num_gpu_blocks", "block_size"):
+                if labels.get(key, "").isdigit():
+                    out[key] = int(labels[key])
+        elif base == "time_to_first_token_seconds_bucket" and "le" in labels:
+            le = labels["le"]
+            bound = None if le in ("+Inf", "Inf") else float(le)
+            buckets = out.setdefault("_ttft", {})
+            buckets[bound] = buckets.get(bound, 0.0) + value
+        elif base == "time_to_first_token_seconds_count":
+            out["ttft_count"] = out.get("ttft_count", 0.0) + value
+        elif base == "time_to_first_token_seconds_sum":
+            out["ttft_sum"] = out.get("ttft_sum", 0.0) + value
+    for out in ranks.values():
+        buckets = out.pop("_ttft", None)
+        if buckets:
+            finite = sorted(b for b in buckets if b is not None)
+            out["ttft_buckets"] = [[b, buckets[b]] for b in finite] + ([[None, buckets[None]]]
+                                                                        if None in buckets else [])
+    return ranks
+
+
+def token_hit_rate(facts: dict, before: dict | None = None) -> float | None:
+    """Hit tokens / queried tokens (vLLM's counters; over the interval since `before` when given), or SGLang's
+    own hit-rate gauge."""
+    if "prefix_queries" in facts:
+        queries, hits = facts["prefix_queries"], facts.get("prefix_hits", 0.0)
+        if before and "prefix_queries" in before:
+            queries, hits = queries - before["prefix_queries"], hits - before.get("prefix_hits", 0.0)
+        return hits / queries if queries > 0 else None
+    return facts.get("hit_rate")
+
+
+def histogram_quantile(q: float, buckets: list) -> float | None:
+    """Prometheus' histogram_quantile: linear inside the bucket the q-th observation falls in; the largest
+    finite bound when it falls in +Inf. `buckets`: [[upper bound or None for +Inf, cumulative count], ...]."""
+    if not buckets:
+        return None
+    total = buckets[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound is None or math.isinf(bound):
+                return lower_bound
+            if count == lower_count:
+                return bound
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+        lower_bound, lower_count = (bound if bound is not None else lower_bound), count
+    return lower_bound
+
+
+def fetch(url: str, timeout: float = 2.0) -> str:
+    """The page's text (raises OSError / ValueError when the server does not answer)."""
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (the user's own URL)
+        return response.read(8 << 20).decode("utf-8", "replace")

@@ -1,0 +1,176 @@
+"""The KV-event wire of vLLM and SGLang, decoded into plain records (no engine code, no torch).
+
+A publisher's PUB socket sends three frames per message: the topic, the sequence number (8 bytes big-endian,
+from 0 per publisher; a restart starts again at 0) and a msgpack payload `[ts, events, rank]`. The rank is
+vLLM's `data_parallel_rank` or SGLang's `attn_dp_rank`, and may be nil (or, with msgspec's omit_defaults,
+missing). Each event is a tagged union in one of two layouts:
+
+  map    vLLM >= 0.24 and SGLang 0.5.23: {"type": "BlockStored", field: value, ...}; fields at their default
+         are left out, unknown keys are ignored;
+  array  vLLM <= 0.23: ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
+         lora_name, extra_keys, group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window]; trailing elements
+         past these are ignored, missing trailing ones take their defaults.
+
+Hashes are opaque. vLLM sends a u64 (the last 8 bytes of a SHA-256, often >= 2^63) or the raw bytes; SGLang a
+signed int64. All become u64 (bytes: their last 8 bytes, as vLLM's own int conversion does), written as 16 hex
+digits. SGLang's EAGLE caches store token pairs (token, next token): the first of each pair is the token at
+that position. We never recompute an engine's hashes: prompts are matched by the token ids in the chain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+END_SEQ = b"\xff" * 8  # the replay stream's end marker
+MAX_PAYLOAD_BYTES = 32 << 20  # a bigger message is counted as malformed ("oversized") and dropped
+U64 = (1 << 64) - 1
+
+_decode = msgspec.msgpack.Decoder().decode
+_ARRAY_STORED = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
+                 "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
+_ARRAY_REMOVED = ("block_hashes", "medium", "group_idx")
+
+
+class WireError(ValueError):
+    """A message that does not follow the wire format; the text says what was wrong."""
+
+
+@dataclass
+class Batch:
+    ts: float
+    events: list[dict]  # normalised: see `normalise_event`
+    rank: int | None
+    layout: str  # "map", "array" or "empty" (a batch with no events)
+
+
+def hash_hex(value: Any) -> str:
+    """An engine's block hash as 16 hex digits of a u64 (ints masked to 64 bits, bytes: their last 8)."""
+    if type(value) is int:
+        return f"{value & U64:016x}"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        if not raw:
+            raise WireError("an empty block hash")
+        return f"{int.from_bytes(raw[-8:], 'big'):016x}"
+    raise WireError(f"a block hash must be an integer or bytes, got {type(value).__name__}")
+
+
+def decode_seq(frame: bytes) -> int:
+    if len(frame) != 8:
+        raise WireError(f"sequence frame of {len(frame)} bytes (expected 8)")
+    return int.from_bytes(frame, "big")
+
+
+def decode_payload(payload: bytes) -> Batch:
+    """One message's payload: `[ts, events, rank]`, events in either layout (see the module doc)."""
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise WireError(f"oversized payload ({len(payload):,} bytes > {MAX_PAYLOAD_BYTES:,})")
+    try:
+        obj = _decode(payload)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise WireError(f"payload is not msgpack ({exc})") from None
+    if not isinstance(obj, list) or len(obj) < 2:
+        raise WireError("payload is not an array [ts, events, rank]")
+    ts, events = obj[0], obj[1]
+    rank = obj[2] if len(obj) > 2 else None
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        raise WireError(f"batch timestamp is not a number: {ts!r}")
+    if not isinstance(events, list):
+        raise WireError("batch events is not an array")
+    if rank is not None and type(rank) is not int:
+        raise WireError(f"batch rank is not an integer or nil: {rank!r}")
+    out = [normalise_event(e) for e in events]
+    layout = "empty" if not events else ("map" if isinstance(events[0], dict) else "array")
+    return Batch(float(ts), [e for e in out if e is not None], rank, layout)
+
+
+def normalise_event(raw: Any) -> dict | None:
+    """One wire event as a dict with `kind` ("stored" | "removed" | "cleared") and normalised fields;
+    None for an event type this kvtui does not know (a newer engine), which is skipped."""
+    if isinstance(raw, dict):
+        tag, fields = raw.get("type"), raw
+    elif isinstance(raw, list) and raw and isinstance(raw[0], str):
+        tag = raw[0]
+        names = _ARRAY_STORED if tag == "BlockStored" else _ARRAY_REMOVED if tag == "BlockRemoved" else ()
+        fields = dict(zip(names, raw[1:]))
+    else:
+        raise WireError(f"an event is neither a tagged map nor a tagged array: {str(raw)[:60]}")
+    if tag == "BlockStored":
+        return _stored(fields)
+    if tag == "BlockRemoved":
+        return {"kind": "removed", "hashes": _hashes(fields), "medium": _opt_str(fields, "medium"),
+                "group": _group(fields)}
+    if tag == "AllBlocksCleared":
+        return {"kind": "cleared"}
+    if not isinstance(tag, str):
+        raise WireError(f"event tag is not a string: {tag!r}")
+    return None
+
+
+def _stored(f: dict) -> dict:
+    hashes = _hashes(f)
+    parent = f.get("parent_block_hash")
+    tokens = f.get("token_ids")
+    if not isinstance(tokens, list):
+        raise WireError("BlockStored: token_ids is not an array")
+    pairs = bool(tokens) and isinstance(tokens[0], list)
+    if pairs:  # SGLang EAGLE: (token, next token) per position
+        tokens = [t[0] if isinstance(t, list) and t else t for t in tokens]
+    if not all(type(t) is int for t in tokens):
+        raise WireError("BlockStored: token_ids holds something other than integers")
+    size = f.get("block_size")
+    if type(size) is not int or size <= 0:
+        raise WireError(f"BlockStored: block_size is not a positive integer: {size!r}")
+    if len(tokens) != size * len(hashes):
+        raise WireError(f"BlockStored: {len(tokens)} token ids for {len(hashes)} blocks of {size}")
+    lora = f.get("lora_name")
+    lora_id = f.get("lora_id")
+    out = {"kind": "stored", "hashes": hashes, "parent": None if parent is None else hash_hex(parent),
+           "token_ids": tokens, "block_size": size, "medium": _opt_str(f, "medium"), "group": _group(f),
+           "lora": lora if isinstance(lora, str) else (str(lora_id) if type(lora_id) is int else None),
+           "salt": _opt_str(f, "cache_salt")}
+    if pairs:
+        out["token_pairs"] = True
+    extra = f.get("extra_keys")
+    if extra:
+        out["extra_keys"] = _jsonable(extra)
+    kind = f.get("kv_cache_spec_kind")
+    if isinstance(kind, str):
+        out["spec_kind"] = kind
+    window = f.get("kv_cache_spec_sliding_window")
+    if type(window) is int:
+        out["sliding_window"] = window
+    return out
+
+
+def _hashes(f: dict) -> list[str]:
+    hashes = f.get("block_hashes")
+    if not isinstance(hashes, list):
+        raise WireError("block_hashes is not an array")
+    return [hash_hex(h) for h in hashes]
+
+
+def _group(f: dict) -> int:
+    group = f.get("group_idx")
+    return group if type(group) is int else 0
+
+
+def _opt_str(f: dict, key: str) -> str | None:
+    value = f.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _jsonable(value: Any) -> Any:
+    """extra_keys (LoRA names, (mm id, offset) pairs, salts, embedding digests) made JSON-safe: bytes as hex."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (int, float, str, bool)):
+        return value
+    return str(value)

@@ -1,0 +1,277 @@
+"""`FleetState`: the reducer of attach events (engine/attach_schema.py) into what the fleet views draw.
+
+Separate from `CacheState` on purpose: an attached vLLM / SGLang engine publishes a hash space, not physical
+blocks. What it has: which worker holds which block (keyed by worker, group and hash), the chain of hashes
+(parent_block_hash), the token ids of every stored block, and, from /metrics, KV usage, hit rate, TTFT and
+preemptions. What it lacks and we do not invent: physical block ids, ref counts, locks, block tables and
+requests (`LACKS` says so in the views).
+
+Blocks are tree nodes keyed by (group, hash): replicas that compute the same hash for the same prefix (vLLM's
+default SHA-256 and SGLang's hashes are stable across processes) share a node, so a prefix duplicated across
+replicas is one node held by several workers. A node remembers when each worker removed it, so the miss
+explainer can say "removed at t". Nodes no worker holds are forgotten oldest first past `GONE_MEMORY`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+GPU = "GPU"
+RATE_WINDOW = 5  # seconds of trace time the stored/removed rates average over
+GONE_MEMORY = 200_000  # removed nodes remembered for the miss explainer
+HAS = ("blocks by hash per worker", "the prefix chain (parent hashes)", "token ids of stored blocks",
+       "KV usage, token hit rate, TTFT, preemptions (from /metrics)")
+LACKS = ("physical block ids", "ref counts", "locks", "block tables", "requests")
+
+
+@dataclass
+class Node:
+    group: int
+    hash: str
+    parent: str | None
+    token_ids: tuple
+    lora: str | None = None
+    salt: str | None = None
+    extra: object = None
+    texts: list | None = None
+    t: float = 0.0  # first stored
+    holders: dict = field(default_factory=dict)  # worker -> set of media
+    removed: dict = field(default_factory=dict)  # worker -> t of its last removal
+
+
+@dataclass
+class Worker:
+    worker: str
+    source: str
+    name: str
+    rank: int | None = None
+    blocks: int | None = None  # GPU blocks, when the source was told (blocks=)
+    held: dict = field(default_factory=dict)  # (group, hash) -> set of media
+    resident: int = 0  # blocks held on the GPU
+    stored: int = 0  # blocks stored (events x hashes)
+    removed: int = 0
+    cleared: int = 0
+    block_size: int | None = None
+    buckets: dict = field(default_factory=dict)  # int(t) -> [stored, removed]
+
+    def rates(self, now: float) -> tuple[float, float]:
+        """Blocks stored and removed per second over the last RATE_WINDOW seconds of trace time."""
+        start = now - RATE_WINDOW
+        stored = removed = 0
+        for second, (s, r) in self.buckets.items():
+            if second >= start:
+                stored += s
+                removed += r
+        span = min(RATE_WINDOW, max(now, 1e-9))
+        return stored / span, removed / span
+
+
+@dataclass
+class SourceCounts:
+    gaps: int = 0
+    lost: int = 0
+    restarts: int = 0
+    malformed: int = 0
+
+
+class FleetState:
+    def __init__(self, header: dict | None = None):
+        self.header = header or {}
+        self.workers: dict[str, Worker] = {}
+        self.sources: dict[str, SourceCounts] = {}
+        self.nodes: dict[tuple, Node] = {}
+        self.children: dict[tuple, dict] = {}  # (group, parent hash or None) -> {hash: None} (insertion order)
+        self.metrics: dict[tuple, dict] = {}  # (source, rank label) -> latest facts
+        self.metrics_before: dict[tuple, dict] = {}  # the reading before (for rates over the interval)
+        self.gone: OrderedDict = OrderedDict()  # nodes no worker holds, oldest first
+        self.index = 0
+        self.t = 0.0
+        self.version = 0  # bumps when the tree changes (views rebuild their rows)
+        self.notes: list[str] = []  # gaps, restarts and malformed messages, newest last (bounded)
+
+    # ------------------------------------------------------------------ folding events
+    def apply(self, event: dict) -> None:
+        handler = _HANDLERS.get(event["type"])
+        if handler is not None:
+            handler(self, event)
+        self.index += 1
+        self.t = event["t"]
+
+    def apply_all(self, events) -> None:
+        apply = self.apply
+        for event in events:
+            apply(event)
+
+    def _worker(self, wid: str) -> Worker:
+        worker = self.workers.get(wid)
+        if worker is None:  # an event before its attach_worker (a hand-written trace): still counted
+            worker = self.workers[wid] = Worker(wid, "", wid)
+        return worker
+
+    def _source(self, source: str) -> SourceCounts:
+        counts = self.sources.get(source)
+        if counts is None:
+            counts = self.sources[source] = SourceCounts()
+        return counts
+
+    def _on_attach_worker(self, e: dict) -> None:
+        worker = self._worker(e["worker"])
+        worker.source, worker.name, worker.rank, worker.blocks = e["source"], e["name"], e.get("rank"), e.get(
+            "blocks")
+        self._source(e["source"])
+
+    def _on_kv_block_stored(self, e: dict) -> None:
+        worker = self._worker(e["worker"])
+        group, size, medium = e["group"], e["block_size"], e.get("medium") or GPU
+        tokens, texts = e["token_ids"], e.get("texts")
+        parent = e.get("parent")
+        nodes, held, t = self.nodes, worker.held, e["t"]
+        extra = e.get("extra_keys")
+        for i, h in enumerate(e["hashes"]):
+            key = (group, h)
+            node = nodes.get(key)
+            if node is None:
+                node = nodes[key] = Node(group, h, parent, tuple(tokens[i * size:(i + 1) * size]), e.get("lora"),
+                                         e.get("salt"), extra[i] if extra and i < len(extra) else None,
+                                         texts[i * size:(i + 1) * size] if texts else None, t)
+                self.children.setdefault((group, parent), {})[h] = None
+            elif not node.holders:
+                self.gone.pop(key, None)
+            media = node.holders.get(worker.worker)
+            if media is None:
+                media = node.holders[worker.worker] = held[key] = set()
+            if medium not in media:
+                media.add(medium)
+                if medium == GPU:
+                    worker.resident += 1
+            parent = h
+        n = len(e["hashes"])
+        worker.stored += n
+        worker.block_size = size
+        self._bucket(worker, t)[0] += n
+        self.version += 1
+
+    def _on_kv_block_removed(self, e: dict) -> None:
+        worker = self._worker(e["worker"])
+        group, medium, t = e["group"], e.get("medium") or GPU, e["t"]
+        for h in e["hashes"]:
+            self._drop(worker, (group, h), medium, t)
+        worker.removed += len(e["hashes"])
+        self._bucket(worker, t)[1] += len(e["hashes"])
+        self.version += 1
+
+    def _on_kv_all_cleared(self, e: dict) -> None:
+        worker = self._worker(e["worker"])
+        t = e["t"]
+        for key in list(worker.held):
+            for medium in list(worker.held.get(key, ())):
+                self._drop(worker, key, medium, t)
+        worker.cleared += 1
+        if e["cause"] == "restart":
+            self._note(f"{worker.worker}: publisher restarted, its cache starts empty")
+        self.version += 1
+
+    def _drop(self, worker: Worker, key: tuple, medium: str, t: float) -> None:
+        media = worker.held.get(key)
+        if media is None or medium not in media:
+            return  # a removal of a block we never saw stored (joined late, or lost in a gap)
+        media.discard(medium)
+        if medium == GPU:
+            worker.resident -= 1
+        if media:
+            return
+        del worker.held[key]
+        node = self.nodes[key]
+        del node.holders[worker.worker]
+        node.removed[worker.worker] = t
+        if not node.holders:
+            self.gone[key] = None
+            while len(self.gone) > GONE_MEMORY:
+                old, _ = self.gone.popitem(last=False)
+                self._forget(old)
+
+    def _forget(self, key: tuple) -> None:
+        node = self.nodes.pop(key)
+        siblings = self.children.get((node.group, node.parent))
+        if siblings is not None:
+            siblings.pop(node.hash, None)
+
+    @staticmethod
+    def _bucket(worker: Worker, t: float) -> list:
+        second = int(t)
+        bucket = worker.buckets.get(second)
+        if bucket is None:
+            bucket = worker.buckets[second] = [0, 0]
+            for old in [s for s in worker.buckets if s < second - RATE_WINDOW - 1]:
+                del worker.buckets[old]
+        return bucket
+
+    def _on_attach_gap(self, e: dict) -> None:
+        counts = self._source(e["source"])
+        if e["kind"] == "restart":
+            counts.restarts += 1
+        else:
+            counts.gaps += 1
+            counts.lost += e["lost"]
+        if e["kind"] == "restart" or e["lost"]:
+            what = "restarted" if e["kind"] == "restart" else \
+                f"{e['kind'].replace('_', ' ')}: {e['lost']} batch(es) lost, {e['recovered']} replayed"
+            self._note(f"{e['source']} {what} (seq {e['expected']} -> {e['got']})")
+
+    def _on_attach_malformed(self, e: dict) -> None:
+        self._source(e["source"]).malformed += 1
+        self._note(f"{e['source']}: malformed message ({e['reason']})")
+
+    def _on_attach_metrics(self, e: dict) -> None:
+        key = (e["source"], e["rank"])
+        if key in self.metrics:
+            self.metrics_before[key] = self.metrics[key]
+        self.metrics[key] = e["facts"]
+
+    def _note(self, text: str) -> None:
+        self.notes.append(f"{self.t:.2f}s {text}")
+        del self.notes[:-50]
+
+    # ------------------------------------------------------------------ reading
+    def facts(self, worker: Worker) -> tuple[dict, dict | None]:
+        """The latest /metrics facts of a worker's server (its rank's samples when labelled), and the ones
+        before them."""
+        for rank in (str(worker.rank) if worker.rank is not None else "", ""):
+            key = (worker.source, rank)
+            if key in self.metrics:
+                return self.metrics[key], self.metrics_before.get(key)
+        return {}, None
+
+    def capacity(self, worker: Worker) -> int | None:
+        """GPU blocks of the worker, when known (blocks= option, else vLLM's cache_config_info)."""
+        return worker.blocks or self.facts(worker)[0].get("num_gpu_blocks")
+
+    def holders_of(self, key: tuple) -> list[str]:
+        node = self.nodes.get(key)
+        return sorted(node.holders) if node is not None else []
+
+
+_HANDLERS = {name[len("_on_"):]: fn for name, fn in vars(FleetState).items() if name.startswith("_on_")}
+
+
+def replay_fleet(header: dict, events) -> FleetState:
+    state = FleetState(header)
+    state.apply_all(events)
+    return state
+
+
+def workers_summary(state: FleetState) -> list[dict]:
+    """One object per worker, for `kvtui stats --json` of an attach trace."""
+    out = []
+    for worker in state.workers.values():
+        counts = state.sources.get(worker.source, SourceCounts())
+        out.append({"source": worker.source, "name": worker.name, "worker": worker.worker, "rank": worker.rank,
+                    "resident_blocks": worker.resident, "blocks_stored": worker.stored,
+                    "blocks_removed": worker.removed, "gaps": counts.gaps, "lost_batches": counts.lost,
+                    "restarts": counts.restarts, "malformed": counts.malformed})
+    return out
+
+
+def is_attach_trace(header: dict) -> bool:
+    return header.get("kind") == "attach"

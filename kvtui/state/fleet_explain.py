@@ -1,0 +1,184 @@
+"""The miss explainer for attached vLLM / SGLang caches: a prompt's token ids against every worker's blocks.
+
+We never recompute an engine's hashes (we could not: seeds, algorithms and extra keys differ); a prompt is
+matched by the token ids each stored block carries, walking the chain of parent hashes from the root, one block
+at a time, on the worker's own blocks. For each worker: how many leading blocks are cached, and why the match
+stops:
+
+  full_match    every full block of the prompt is cached
+  block_floor   the rest is shorter than a block: engines cache whole blocks only
+  divergent     a cached block starts like the prompt's but differs at `position` (both tokens shown)
+  removed       the worker held exactly this block and removed it at `t`
+  elsewhere     this worker lacks the block but others hold it (a router could send the prompt there)
+  lora / salt   the worker holds these tokens for another LoRA adapter / cache salt
+  extra_keys    the cached block was hashed with extra keys (multimodal ids, salt, LoRA) the prompt lacks
+  group         these tokens are cached in another KV-cache group (hybrid models) than the one asked
+  cache_end     the worker holds nothing below the matched prefix
+  empty         the worker holds no block at all (or never said its block size)
+"""
+
+from __future__ import annotations
+
+from kvtui.state.fleet import FleetState, Node, Worker
+
+
+def explain_prompt(state: FleetState, token_ids: list[int], *, lora: str | None = None, salt: str | None = None,
+                   group: int | None = None) -> list[dict]:
+    """One explanation per worker (in worker order)."""
+    return [explain_worker(state, worker, token_ids, lora=lora, salt=salt, group=group)
+            for worker in state.workers.values()]
+
+
+def _flat(value) -> list:
+    if isinstance(value, list):
+        return [x for v in value for x in _flat(v)]
+    return [value]
+
+
+def _identity_ok(node: Node, lora: str | None, salt: str | None) -> str | None:
+    """None when the block is for this adapter and salt; else which of them differs."""
+    if node.lora != lora:
+        return "lora"
+    if node.salt != salt:
+        return "salt"
+    if node.extra is not None:
+        extras = [x for x in _flat(node.extra) if x is not None and x != node.lora]
+        if extras and not (salt is not None and salt in extras):
+            return "extra_keys"
+    return None
+
+
+def _common(a: tuple, b: tuple) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _text(node: Node, i: int) -> str | None:
+    return node.texts[i] if node.texts and i < len(node.texts) else None
+
+
+def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, lora=None, salt=None,
+                   group=None) -> dict:
+    name = worker.worker
+    size = worker.block_size
+    groups = sorted({key[0] for key in worker.held})
+    g = group if group is not None else (groups[0] if groups else 0)
+    out = {"worker": name, "group": g, "block_size": size, "matched_blocks": 0, "matched_tokens": 0,
+           "prompt_tokens": len(token_ids), "reason": "empty", "detail": {}}
+    if not size or not worker.held:
+        out["message"] = f"{name}: holds no block" + ("" if size else " (block size unknown)")
+        return out
+    parent, pos = None, 0
+    nodes = state.nodes
+    while True:
+        if pos + size > len(token_ids):
+            out["reason"] = "full_match" if pos == len(token_ids) else "block_floor"
+            out["detail"] = {"position": pos, "left": len(token_ids) - pos}
+            break
+        want = tuple(token_ids[pos:pos + size])
+        kids = [nodes[(g, h)] for h in state.children.get((g, parent), ())]
+        mine = [n for n in kids if name in n.holders]
+        equal = [n for n in mine if n.token_ids == want]
+        good = [n for n in equal if _identity_ok(n, lora, salt) is None]
+        if good:
+            parent = good[0].hash
+            pos += size
+            out["matched_blocks"] += 1
+            continue
+        out["detail"] = {"position": pos, "block": pos // size}
+        if equal:
+            node = equal[0]
+            out["reason"] = _identity_ok(node, lora, salt)
+            out["detail"].update(cached_lora=node.lora, cached_salt=node.salt, cached_extra=node.extra,
+                                 lora=lora, salt=salt)
+            break
+        removed = [n for n in kids if n.token_ids == want and name in n.removed]
+        if removed:
+            out["reason"] = "removed"
+            out["detail"]["t"] = removed[0].removed[name]
+            break
+        others = sorted({w for n in kids if n.token_ids == want for w in n.holders})
+        if others:
+            out["reason"] = "elsewhere"
+            out["detail"]["holders"] = others
+            break
+        if mine:
+            best = max(mine, key=lambda n: _common(n.token_ids, want))
+            k = _common(best.token_ids, want)
+            out["reason"] = "divergent"
+            out["detail"].update(position=pos + k, prompt_token=want[k], cached_token=best.token_ids[k],
+                                 cached_text=_text(best, k))
+            break
+        other_groups = [x for x in groups if x != g and any(
+            nodes[(x, h)].token_ids == want and name in nodes[(x, h)].holders
+            for h in state.children.get((x, parent), ()))]
+        if pos == 0 and other_groups:
+            out["reason"] = "group"
+            out["detail"]["groups"] = other_groups
+            break
+        out["reason"] = "cache_end"
+        break
+    out["matched_tokens"] = out["matched_blocks"] * size
+    out["message"] = _message(out)
+    return out
+
+
+def _message(o: dict) -> str:
+    d, n = o["detail"], f"{o['matched_blocks']} block(s) = {o['matched_tokens']}/{o['prompt_tokens']} tokens cached"
+    reason = o["reason"]
+    why = {
+        "full_match": "every full block cached",
+        "block_floor": f"the last {d.get('left')} token(s) do not fill a block of {o['block_size']}: "
+                       "only whole blocks are cached",
+        "removed": f"block {d.get('block')} was cached here and removed at {d.get('t', 0):.2f}s",
+        "elsewhere": f"block {d.get('block')} is not here but on {', '.join(d.get('holders', []))}",
+        "lora": f"block {d.get('block')} is cached for LoRA {d.get('cached_lora')!r}, not {d.get('lora')!r}",
+        "salt": f"block {d.get('block')} is cached under salt {d.get('cached_salt')!r}, not {d.get('salt')!r}",
+        "extra_keys": f"block {d.get('block')} was hashed with extra keys {d.get('cached_extra')!r} "
+                      "(multimodal ids, salt or LoRA) that this prompt lacks",
+        "group": f"these tokens are cached in group(s) {d.get('groups')}, not group {o['group']}",
+        "cache_end": f"nothing cached after block {d.get('block', 0) - 1}" if d.get("block") else
+                     "none of its blocks starts the prompt",
+    }.get(reason)
+    if reason == "divergent":
+        text = f" {d['cached_text']!r}" if d.get("cached_text") is not None else ""
+        why = (f"first differing token at position {d['position']}: prompt has {d['prompt_token']}, "
+               f"the cache has {d['cached_token']}{text}")
+    return f"{o['worker']}: {n}; {why}"
+
+
+class QueryError(ValueError):
+    """A prompt query that cannot be read; the text says why."""
+
+
+def parse_query(text: str, tokenizer=None) -> tuple[list[int], dict]:
+    """`[salt=S] [lora=NAME] [group=G] | PROMPT`, or just PROMPT. PROMPT is token ids (`1 2 3`, or `ids: 1,2,3`)
+    or, with a tokenizer, text (encoded without special tokens). Returns (token ids, options)."""
+    options: dict = {}
+    if "|" in text:
+        head, _, text = text.partition("|")
+        for part in head.split():
+            key, sep, value = part.partition("=")
+            if not sep or key not in ("salt", "lora", "group"):
+                raise QueryError(f"{part!r}: options before | are salt=S, lora=NAME, group=G")
+            if key == "group":
+                if not value.isdigit():
+                    raise QueryError(f"group={value!r}: a group is a number")
+                options[key] = int(value)
+            else:
+                options[key] = value
+    body = text.strip()
+    if body.startswith("ids:"):
+        body = body[4:]
+    words = body.replace(",", " ").split()
+    if words and all(w.isdigit() for w in words):
+        return [int(w) for w in words], options
+    if tokenizer is None:
+        raise QueryError("type token ids (e.g. 1 2 3), or start kvtui attach with --tokenizer to type text")
+    if not body:
+        raise QueryError("the prompt is empty")
+    return list(tokenizer.encode(text.strip(), add_special_tokens=False)), options
