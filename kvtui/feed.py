@@ -27,6 +27,15 @@ def _leave_a_core_for_the_ui() -> None:
         torch.set_num_threads(cores - 1)
 
 
+def plain_if_no_template(engine, prompt):
+    """Chat messages for a model without a chat template (a base model such as Gemma 3 270M) go in as plain text:
+    their contents, one per line (a made-up template would only give the base model junk to continue)."""
+    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt) \
+            and engine.tokenizer is not None and not getattr(engine.tokenizer, "chat_template", None):
+        return "\n".join(str(m.get("content", "")) for m in prompt)
+    return prompt
+
+
 class EventFeed:
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -128,6 +137,9 @@ class EngineWorker(Controller):
 
         emit_roofline(engine)  # this machine's roofline for the model, measured once (the roofline view)
         self.feed.notice(f"model {self.model} ready: type a prompt and press Enter")
+        if engine.tokenizer is not None and not getattr(engine.tokenizer, "chat_template", None):
+            self.feed.notice(f"{self.model} has no chat template (a base model): every prompt goes in as plain "
+                             "text, chat messages included")
         return engine
 
     def _run(self) -> None:
@@ -163,7 +175,7 @@ class EngineWorker(Controller):
         try:
             if command[0] == "submit":
                 _, prompt, max_tokens = command
-                engine.submit(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0))
+                engine.submit(plain_if_no_template(engine, prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0))
             elif command[0] == "edit":
                 _, rid, position, text, kind = command
                 ids = [] if kind == "delete" else engine.tokenizer.encode(text, add_special_tokens=False)

@@ -4,7 +4,7 @@ and the live edits (replace, insert, delete a token; fork a request) sent to the
 from __future__ import annotations
 
 from textual.binding import Binding
-from textual.widgets import Input
+from textual.widgets import Input, Label
 
 from kvtui.timeline import Timeline
 from kvtui.widgets.token_strip import TokenStrip
@@ -19,7 +19,10 @@ LIVE_BINDINGS = [
     Binding("p", "focus_prompt", "prompt", show=False, id="live.prompt"),
     Binding("ctrl+t", "toggle_chat", "chat/plain prompt", show=False, id="live.chat"),
     Binding("F", "follow", "follow live", show=False, id="live.follow"),
+    Binding("s", "abort_request", "stop (abort) request", show=False, id="live.abort"),
 ]
+# the prompt bar's sampling boxes: id -> (label, placeholder); empty = the default (greedy, no seed, --max-tokens)
+SAMPLING_INPUTS = {"temperature": ("temp", "0"), "seed": ("seed", "none"), "max-tokens": ("max", "")}
 
 
 class LiveMixin:
@@ -85,12 +88,38 @@ class LiveMixin:
                     timeout=2)
         self.refresh_views()
 
+    def _sampling_inputs(self):
+        for name, (label, placeholder) in SAMPLING_INPUTS.items():
+            yield Label(label, classes="sampling-label")
+            yield Input(placeholder=placeholder or str(self.max_tokens), id=name, classes="sampling")
+
+    def _sampling(self) -> tuple[float, int | None, int] | None:
+        """(temperature, seed, max tokens) from the prompt bar, or None after saying what is wrong."""
+        values = {name: self.query_one(f"#{name}", Input).value.strip() for name in SAMPLING_INPUTS}
+        try:
+            temperature = float(values["temperature"] or 0)
+            seed = int(values["seed"]) if values["seed"] else None
+            max_tokens = int(values["max-tokens"]) if values["max-tokens"] else self.max_tokens
+        except ValueError:
+            self.notify(f"temperature is a number, seed and max tokens whole numbers (got temp "
+                        f"{values['temperature']!r}, seed {values['seed']!r}, max {values['max-tokens']!r})",
+                        severity="error", timeout=5)
+            return None
+        if temperature < 0 or max_tokens < 1:
+            self.notify("temperature must be >= 0 (0 = greedy) and max tokens >= 1", severity="error", timeout=5)
+            return None
+        return temperature, seed, max_tokens
+
     def _submit_prompt(self, text: str, box: Input) -> None:
         """The prompt box was submitted: send `text` to the engine and select the request it starts."""
         if not text.strip():
             return
+        sampling = self._sampling()
+        if sampling is None:
+            return
+        temperature, seed, max_tokens = sampling
         prompt = [{"role": "user", "content": text}] if self.chat else text
-        self.controller.submit(prompt, self.max_tokens)
+        self.controller.submit(prompt, max_tokens, temperature=temperature, seed=seed)
         self._select_next_arrival = True
         box.value = ""
 
@@ -131,6 +160,16 @@ class LiveMixin:
         pos = self.query_one("#token-strip", TokenStrip).position()
         self.controller.edit(req.request_id, pos, "", "delete")
         self.notify(f"delete position {pos} of {req.request_id}", timeout=2)
+
+    def action_abort_request(self) -> None:
+        if not self._require_live("stop a request"):
+            return
+        req = self.view.request
+        if req.status == "finished":
+            self.notify(f"{req.request_id} has already finished", severity="warning", timeout=3)
+            return
+        self.controller.abort(req.request_id)
+        self.notify(f"stop {req.request_id}: it finishes with reason 'aborted'", timeout=2)
 
     def action_fork(self) -> None:
         if not self._require_live("fork"):

@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
-from kvtui.app.live import LIVE_BINDINGS, LiveMixin
+from kvtui.app.live import LIVE_BINDINGS, SAMPLING_INPUTS, LiveMixin
 from kvtui.app.loading import LoadingMixin
 from kvtui.app.playback import PLAYBACK_BINDINGS, PlaybackMixin
 from kvtui.app.selection import TAB_FOCUS, SelectionMixin
@@ -147,7 +147,9 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
                 yield TokenStrip(id="token-strip")
         yield Input(id="small-input", classes="hidden")
         if self.live:
-            yield Input(placeholder=self._prompt_placeholder(), id="prompt")
+            with Horizontal(id="prompt-bar"):
+                yield Input(placeholder=self._prompt_placeholder(), id="prompt")
+                yield from self._sampling_inputs()
         yield Scrubber(id="scrubber")
         yield Footer()
 
@@ -269,6 +271,9 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         text = message.value
         if message.input.id == "prompt":
             self._submit_prompt(text, message.input)
+            return
+        if message.input.id in SAMPLING_INPUTS:  # Enter in temperature / seed / max tokens: back to the prompt
+            self.query_one("#prompt", Input).focus()
             return
         mode = self.input_mode
         self._close_input()
