@@ -64,7 +64,10 @@ class EventFeed:
 class Controller:
     """What the live UI asks of an engine. This base does nothing (a replay, or a test that pumps events)."""
 
-    def submit(self, prompt: str | list, max_tokens: int = 64) -> None: ...
+    def submit(self, prompt: str | list, max_tokens: int = 64, temperature: float = 0.0,
+               seed: int | None = None) -> None: ...
+
+    def abort(self, request_id: str) -> None: ...
 
     def edit(self, request_id: str, position: int, text: str, kind: str) -> None: ...
 
@@ -78,9 +81,14 @@ class RecordingController(Controller):
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.sampling: list[dict] = []  # temperature and seed of each submit, in order
 
-    def submit(self, prompt, max_tokens: int = 64) -> None:
+    def submit(self, prompt, max_tokens: int = 64, temperature: float = 0.0, seed: int | None = None) -> None:
         self.calls.append(("submit", prompt, max_tokens))
+        self.sampling.append({"temperature": temperature, "seed": seed})
+
+    def abort(self, request_id) -> None:
+        self.calls.append(("abort", request_id))
 
     def edit(self, request_id, position, text, kind) -> None:
         self.calls.append(("edit", request_id, position, text, kind))
@@ -106,8 +114,11 @@ class EngineWorker(Controller):
         self.thread.start()
 
     # --- called from the UI thread: only enqueue
-    def submit(self, prompt, max_tokens: int = 64) -> None:
-        self.commands.put(("submit", prompt, max_tokens))
+    def submit(self, prompt, max_tokens: int = 64, temperature: float = 0.0, seed: int | None = None) -> None:
+        self.commands.put(("submit", prompt, max_tokens, temperature, seed))
+
+    def abort(self, request_id) -> None:
+        self.commands.put(("abort", request_id))
 
     def edit(self, request_id, position, text, kind) -> None:
         self.commands.put(("edit", request_id, position, text, kind))
@@ -174,8 +185,11 @@ class EngineWorker(Controller):
 
         try:
             if command[0] == "submit":
-                _, prompt, max_tokens = command
-                engine.submit(plain_if_no_template(engine, prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0))
+                _, prompt, max_tokens, temperature, seed = command
+                engine.submit(plain_if_no_template(engine, prompt),
+                              SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed))
+            elif command[0] == "abort":
+                engine.abort(command[1])
             elif command[0] == "edit":
                 _, rid, position, text, kind = command
                 ids = [] if kind == "delete" else engine.tokenizer.encode(text, add_special_tokens=False)

@@ -1,0 +1,88 @@
+"""Live mode's prompt bar (temperature, seed, max tokens) and stopping a request: the app side with a recording
+controller, the engine side through the worker's command handler on a real tiny model."""
+
+from __future__ import annotations
+
+import pytest
+from tiny_models import random_prompts, tiny_model
+
+from engine.engine import Engine, EngineConfig
+from kvtui.app import KvtuiApp
+from kvtui.feed import EngineWorker, EventFeed, RecordingController
+
+pytestmark = pytest.mark.anyio
+SIZE = (120, 36)
+
+
+def live_app(feed, controller) -> KvtuiApp:
+    return KvtuiApp(source="fake-engine", live=True, feed=feed, controller=controller, clock=lambda: 0.0,
+                    frame_rate=None, max_tokens=32)
+
+
+async def test_prompt_bar_sends_temperature_seed_and_max_tokens(small_trace):
+    header, _ = small_trace
+    feed, controller = EventFeed(), RecordingController()
+    app = live_app(feed, controller)
+    async with app.run_test(size=SIZE) as pilot:
+        feed.put("header", header)
+        app.pump()
+        await pilot.click("#prompt")
+        await pilot.press(*"hi", "enter")  # empty boxes: greedy, no seed, the --max-tokens default
+        assert controller.calls[-1] == ("submit", [{"role": "user", "content": "hi"}], 32)
+        assert controller.sampling[-1] == {"temperature": 0.0, "seed": None}
+        await pilot.click("#temperature")
+        await pilot.press(*"0.8", "tab", *"7", "tab", *"5", "enter")  # Enter in a box goes back to the prompt
+        assert app.focused.id == "prompt"
+        await pilot.press(*"again", "enter")
+        assert controller.calls[-1] == ("submit", [{"role": "user", "content": "again"}], 5)
+        assert controller.sampling[-1] == {"temperature": 0.8, "seed": 7}
+        # a bad value is named, and nothing is sent
+        app.query_one("#seed").value = "x1"
+        await pilot.click("#prompt")
+        await pilot.press(*"no", "enter")
+        await pilot.pause()
+        assert controller.calls[-1][1] != [{"role": "user", "content": "no"}]
+        assert any("seed 'x1'" in n.message for n in app._notifications)
+
+
+async def test_s_stops_the_selected_running_request(small_trace):
+    header, events = small_trace
+    feed, controller = EventFeed(), RecordingController()
+    app = live_app(feed, controller)
+    first_token = next(i for i, ev in enumerate(events) if ev["type"] == "token_emitted")
+    rid = events[first_token]["request_id"]
+    async with app.run_test(size=SIZE) as pilot:
+        feed.put("header", header)
+        for ev in events[:first_token + 1]:
+            feed.put_event(ev)
+        app.pump()
+        await pilot.press("escape")
+        app.select_request(rid)
+        await pilot.press("s")
+        assert controller.calls[-1] == ("abort", rid)
+        finished = next(ev["request_id"] for ev in events if ev["type"] == "request_finished")
+        for ev in events[first_token + 1:]:
+            feed.put_event(ev)
+        app.pump()
+        app.select_request(finished)
+        await pilot.press("s")  # a finished request is not sent again
+        assert controller.calls[-1] == ("abort", rid)
+
+
+def test_the_worker_submits_with_sampling_and_aborts():
+    engine = Engine.from_model(tiny_model(), config=EngineConfig(device="cpu", num_blocks=32))
+    worker = EngineWorker(EventFeed(), "tiny", None)
+    (prompt,) = random_prompts([12])
+    worker._execute(engine, ("submit", prompt, 5, 0.9, 1234))
+    worker._execute(engine, ("submit", prompt, 5, 0.9, 1234))
+    (a, b) = list(engine.requests)
+    assert engine.requests[a].params.temperature == 0.9 and engine.requests[a].params.seed == 1234
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(a).token_ids == engine.output(b).token_ids  # same seed, same sample
+    worker._execute(engine, ("submit", prompt, 50, 0.0, None))
+    c = list(engine.requests)[-1]
+    engine.step()
+    worker._execute(engine, ("abort", c))
+    out = engine.output(c)
+    assert out.finish_reason == "aborted" and len(out.token_ids) < 50 and not engine.has_unfinished()
