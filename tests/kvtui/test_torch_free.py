@@ -56,6 +56,7 @@ import tempfile, os
 with tempfile.TemporaryDirectory() as tmp:
     cli("export", TRACE, "--perfetto", os.path.join(tmp, "t.pftrace"))
     assert os.path.getsize(os.path.join(tmp, "t.pftrace")) > 1000
+assert "web browser" in cli("serve", "--help")
 
 from kvtui.loader import load_trace
 from kvtui.state import replay
