@@ -166,4 +166,17 @@ def _ui(attacher, sink, duration, tokenizer) -> None:
         attacher.stop()
 
 
+
+def replay_attach(trace: str, header: dict) -> None:
+    """`kvtui replay` of an attach trace: the fleet views, at the end of the recording (g: go to a %)."""
+    from kvtui.app.fleet_app import FleetApp
+    from kvtui.loader import load_trace
+
+    loaded = load_trace(trace)
+    if loaded.error is not None:
+        click.echo(f"{trace}, line {loaded.error.line}: {loaded.error.message} (showing the "
+                   f"{len(loaded.events)} events before it)", err=True)
+    FleetApp(source=trace, header=header, events=loaded.events).run()
+
+
 COMMANDS = [attach]

@@ -70,6 +70,10 @@ def replay(trace, check, from_start):
         if loaded.error is not None:
             sys.exit(1)
         return
+    if header.get("kind") == "attach":  # recorded by `kvtui attach -o`: the fleet views
+        from kvtui.commands.attach_commands import replay_attach
+
+        return replay_attach(trace, header)
     from kvtui.app import KvtuiApp
 
     KvtuiApp(source=trace, trace_path=trace, open_interesting=not from_start).run()
