@@ -64,12 +64,19 @@ class EventFeed:
 class Controller:
     """What the live UI asks of an engine. This base does nothing (a replay, or a test that pumps events)."""
 
+    dead: str | None = None  # why the engine stopped, once it has (the prompt box says so)
+
     def submit(self, prompt: str | list, max_tokens: int = 64, temperature: float = 0.0,
                seed: int | None = None) -> None: ...
 
     def abort(self, request_id: str) -> None: ...
 
-    def edit(self, request_id: str, position: int, text: str, kind: str) -> None: ...
+    def edit(self, request_id: str, position: int, text: str, kind: str, num_tokens: int = 1,
+             expected_token: int | None = None) -> None:
+        """Edit tokens [position, position + num_tokens) (replace, delete) or insert before position.
+
+        `expected_token`: the token id the view showed at `position`; the engine refuses the edit when its
+        request has moved on (the view was behind it)."""
 
     def fork(self, request_id: str, n: int = 1) -> None: ...
 
@@ -90,24 +97,35 @@ class RecordingController(Controller):
     def abort(self, request_id) -> None:
         self.calls.append(("abort", request_id))
 
-    def edit(self, request_id, position, text, kind) -> None:
-        self.calls.append(("edit", request_id, position, text, kind))
+    def edit(self, request_id, position, text, kind, num_tokens=1, expected_token=None) -> None:
+        self.calls.append(("edit", request_id, position, text, kind, num_tokens, expected_token))
 
     def fork(self, request_id, n=1) -> None:
         self.calls.append(("fork", request_id, n))
 
 
 class EngineWorker(Controller):
-    """Loads the engine and runs it on a daemon thread; commands arrive through a queue."""
+    """Loads the engine and runs it on a daemon thread; commands arrive through a queue.
 
-    def __init__(self, feed: EventFeed, model: str, engine_config, save_trace: str | None = None):
-        """`engine_config`: an `EngineConfig`, or a dict of its fields (None values left at their defaults)."""
+    `stop` (the app quitting) ends the loop between two steps, aborts what is still running (each request gets
+    its `request_finished`, reason aborted), closes the trace files and joins the thread: a trace saved with
+    --save-trace is complete and readable. If loading or a step fails, the worker reports it once as
+    ("dead", reason) on the feed and `dead` says why."""
+
+    STOP_TIMEOUT = 30.0  # seconds `stop` waits for the step in flight
+
+    def __init__(self, feed: EventFeed, model: str, engine_config, save_trace: str | None = None,
+                 engine_factory=None):
+        """`engine_config`: an `EngineConfig`, or a dict of its fields (None values left at their defaults).
+        `engine_factory`: builds the engine instead of loading `model` (tests: a tiny model)."""
         self.feed = feed
         self.model = model
         self.engine_config = engine_config
         self.save_trace = save_trace
+        self.engine_factory = engine_factory
         self.commands: queue.Queue = queue.Queue()
         self._stop = threading.Event()
+        self.dead = None
         self.thread = threading.Thread(target=self._run, name="kvtui-engine", daemon=True)
 
     def start(self) -> None:
@@ -120,26 +138,32 @@ class EngineWorker(Controller):
     def abort(self, request_id) -> None:
         self.commands.put(("abort", request_id))
 
-    def edit(self, request_id, position, text, kind) -> None:
-        self.commands.put(("edit", request_id, position, text, kind))
+    def edit(self, request_id, position, text, kind, num_tokens=1, expected_token=None) -> None:
+        self.commands.put(("edit", request_id, position, text, kind, num_tokens, expected_token))
 
     def fork(self, request_id, n=1) -> None:
         self.commands.put(("fork", request_id, n))
 
     def stop(self) -> None:
+        """Stop after the step in flight and wait for the thread (the trace is closed when this returns)."""
         self._stop.set()
         self.commands.put(("stop",))
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(self.STOP_TIMEOUT)
 
     # --- the worker thread
     def _load(self):
         from engine.engine import Engine, EngineConfig
 
-        self.feed.notice(f"loading model {self.model}… (the first run of the embedded model takes ~30 s)")
-        _leave_a_core_for_the_ui()
-        config = self.engine_config
-        if isinstance(config, dict):
-            config = EngineConfig(**{k: v for k, v in config.items() if v is not None})
-        engine = Engine.load(model=self.model, config=config, progress=self.feed.notice)
+        if self.engine_factory is not None:
+            engine = self.engine_factory()
+        else:
+            self.feed.notice(f"loading model {self.model}… (the first run of the embedded model takes ~30 s)")
+            _leave_a_core_for_the_ui()
+            config = self.engine_config
+            if isinstance(config, dict):
+                config = EngineConfig(**{k: v for k, v in config.items() if v is not None})
+            engine = Engine.load(model=self.model, config=config, progress=self.feed.notice)
         engine.trace.listeners.append(self.feed.put_event)
         if self.save_trace:
             engine.add_trace_file(self.save_trace)
@@ -153,12 +177,22 @@ class EngineWorker(Controller):
                              "text, chat messages included")
         return engine
 
+    def _die(self, reason: str) -> None:
+        self.dead = reason
+        self.feed.put("dead", reason)
+
     def _run(self) -> None:
         try:
             engine = self._load()
         except Exception as exc:  # unknown model, no hub, bad dtype...: say so, never crash the UI
-            self.feed.notice(f"could not load model {self.model!r}: {exc}", "error")
+            self._die(f"could not load model {self.model!r}: {exc}")
             return
+        try:
+            self._loop(engine)
+        finally:
+            self._shut_down(engine)
+
+    def _loop(self, engine) -> None:
         while not self._stop.is_set():
             busy = engine.has_unfinished()
             try:
@@ -167,17 +201,28 @@ class EngineWorker(Controller):
                 command = None
             if command is not None:
                 if command[0] == "stop":
-                    break
+                    return
                 self._execute(engine, command)
-            if engine.has_unfinished():
+            if engine.has_unfinished() and not self._stop.is_set():
                 try:
                     engine.step()
                 except Exception as exc:
                     self.feed.notice(f"engine step failed: {exc}\n{traceback.format_exc(limit=3)}", "error")
-                    break
+                    self._die(f"the engine stopped: a step failed ({type(exc).__name__}: {exc})")
+                    return
+
+    def _shut_down(self, engine) -> None:
+        """Abort what still runs (so the trace says how each request ended), then close the trace files."""
+        if self.dead is None:
+            for request_id, req in list(engine.requests.items()):
+                if req.finish_reason is None:
+                    try:
+                        engine.abort(request_id)
+                    except Exception:  # noqa: BLE001 (closing the trace matters more)
+                        break
         try:
-            engine.trace.flush()
-        except Exception:
+            engine.trace.close()
+        except Exception:  # noqa: BLE001
             pass
 
     def _execute(self, engine, command: tuple) -> None:
@@ -191,13 +236,39 @@ class EngineWorker(Controller):
             elif command[0] == "abort":
                 engine.abort(command[1])
             elif command[0] == "edit":
-                _, rid, position, text, kind = command
-                ids = [] if kind == "delete" else engine.tokenizer.encode(text, add_special_tokens=False)
-                if kind != "delete" and not ids:
-                    raise ValueError("the replacement text encodes to no tokens")
-                engine.edit(rid, position, ids, kind=kind)
+                _, rid, position, text, kind, num_tokens, expected = command
+                apply_live_edit(engine, rid, position, text, kind, num_tokens, expected)
             elif command[0] == "fork":
                 _, rid, n = command
                 engine.fork(rid, n)
-        except Exception as exc:  # out of range, unknown request, not implemented yet: a notification
+        except Exception as exc:  # out of range, unknown request, a stale view: a notification
             self.feed.notice(f"{command[0]} failed: {exc}", "error")
+
+
+def apply_live_edit(engine, request_id: str, position: int, text: str, kind: str, num_tokens: int = 1,
+                    expected_token: int | None = None) -> None:
+    """One edit from the live UI: replace tokens [position, position + num_tokens) by `text`, whatever its
+    length in tokens; insert `text` before position; or delete num_tokens tokens.
+
+    engine.edit's replace swaps as many tokens as it is given, so a replacement of another length is a delete
+    and an insert at the same position, both before the next step (in the prompt the insert goes first, so the
+    prompt is never empty in between). The first call carries `expected_token`: a stale view is refused before
+    anything changes."""
+    ids = [] if kind == "delete" else engine.tokenizer.encode(text, add_special_tokens=False)
+    if kind != "delete" and not ids:
+        raise ValueError("the text encodes to no tokens: type something to put there")
+    if kind == "insert":
+        engine.edit(request_id, position, ids, kind="insert", expected_token=expected_token)
+    elif kind == "delete":
+        engine.edit(request_id, position, num_tokens, kind="delete", expected_token=expected_token)
+    elif len(ids) == num_tokens:
+        engine.edit(request_id, position, ids, kind="replace", expected_token=expected_token)
+    else:
+        prompt_len = len(engine.requests[request_id].prompt_token_ids)
+        if position < prompt_len:  # later prompt tokens stay: insert, then delete what was selected
+            engine.edit(request_id, position, ids, kind="insert", expected_token=expected_token)
+            gone = min(num_tokens, prompt_len - position)  # generated tokens go with any prompt edit
+            engine.edit(request_id, position + len(ids), gone, kind="delete")
+        else:  # in the generated part everything after the edit is dropped anyway: delete, then insert
+            engine.edit(request_id, position, num_tokens, kind="delete", expected_token=expected_token)
+            engine.edit(request_id, position, ids, kind="insert")

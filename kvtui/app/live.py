@@ -7,6 +7,7 @@ from textual.binding import Binding
 from textual.widgets import Input, Label
 
 from kvtui.timeline import Timeline
+from kvtui.widgets.base import TextLine
 from kvtui.widgets.token_strip import TokenStrip
 
 FEED_BATCH = 50_000  # most items drained per frame: a backlog is caught up over several frames
@@ -28,6 +29,9 @@ SAMPLING_INPUTS = {"temperature": ("temp", "0"), "seed": ("seed", "none"), "max-
 class LiveMixin:
     """The part of `KvtuiApp` that talks to a running engine (through `feed` and `controller`)."""
 
+    engine_dead: str | None = None  # why the engine worker stopped, once it has
+    _pending_edit: tuple[str, int, int, int] | None = None  # (request, start, count, token id) of the open edit
+
     # ------------------------------------------------------------------ the feed
     def pump(self) -> bool:
         """Drain the feed into the timeline (live mode). Returns whether anything changed."""
@@ -48,6 +52,10 @@ class LiveMixin:
                 batch = []
                 severity, text = payload
                 self.notify(text, severity=severity, timeout=8 if severity == "error" else 4)
+            elif kind == "dead":
+                self._ingest(batch)
+                batch = []
+                self._engine_died(payload)
         self._ingest(batch)
         return True
 
@@ -110,9 +118,23 @@ class LiveMixin:
             return None
         return temperature, seed, max_tokens
 
+    def _engine_died(self, reason: str) -> None:
+        """The engine worker stopped for good: say so in a notice, the status line and the prompt box."""
+        self.engine_dead = reason
+        self.notify(f"{reason}. Nothing more will run; the trace so far stays browsable.", severity="error",
+                    timeout=15)
+        if self.live:
+            prompt = self.query_one("#prompt", Input)
+            prompt.placeholder = f"the engine stopped: {reason} (quit and start kvtui again)"
+            prompt.disabled = True
+            self.query_one("#status", TextLine).set(self.status_text())
+
     def _submit_prompt(self, text: str, box: Input) -> None:
         """The prompt box was submitted: send `text` to the engine and select the request it starts."""
         if not text.strip():
+            return
+        if self.engine_dead:
+            self.notify(f"the engine stopped ({self.engine_dead}): prompts go nowhere", severity="error")
             return
         sampling = self._sampling()
         if sampling is None:
@@ -128,38 +150,76 @@ class LiveMixin:
         if not self.live:
             self.notify(f"{what} needs live mode (kvtui live); this is a replay", severity="warning", timeout=3)
             return False
+        if self.engine_dead:
+            self.notify(f"{what}: the engine stopped ({self.engine_dead})", severity="error", timeout=5)
+            return False
         if self.view.request is None:
             self.notify(f"{what}: no request selected", severity="warning", timeout=3)
             return False
         return True
 
+    def _edit_target(self, what: str) -> tuple[str, int, int, int] | None:
+        """(request, start, count, token id at start) of the selection, as the live engine has it now.
+
+        An edit goes to the engine's present, so a view scrubbed back first jumps to live; if the selected
+        tokens are not the same there (generation moved on, an edit landed), nothing is sent and a notice says
+        why. The engine checks the token id again when the edit arrives."""
+        strip = self.query_one("#token-strip", TokenStrip)
+        rid = self.view.request_id
+        start, end = strip.selection()
+        seen = list(self.view.request.token_ids[start:end])
+        if self.timeline is not None and (not self.following or self.cursor != len(self.timeline)):
+            self.action_follow()
+            live = self.state.requests.get(rid) if self.state is not None else None
+            if live is None or live.token_ids[start:end] != seen:
+                now = "nothing (the request is gone)" if live is None else repr("".join(live.texts[start:end]))
+                self.notify(f"{what}: jumped to live, where positions {start}-{end - 1} of {rid} now hold {now}, "
+                            f"not what was selected: look and select again", severity="warning", timeout=8)
+                return None
+            self.notify(f"{what}: jumped to live first (edits apply to the engine's present)", timeout=3)
+        if not seen:
+            return None
+        return rid, start, end - start, seen[0]
+
     def action_begin_edit(self, kind: str) -> None:
         if not self._require_live(f"{kind} a token"):
             return
         self.action_show_tab("tokens")
-        req = self.view.request
-        pos = self.query_one("#token-strip", TokenStrip).position()
-        what = f"replace {req.texts[pos]!r} at position {pos}" if kind == "replace" else \
-            f"insert before position {pos} ({req.texts[pos]!r})"
-        self._open_input(kind, f"{what} with this text; Enter applies, Esc cancels")
+        target = self._edit_target(kind)
+        if target is None:
+            return
+        rid, start, count, _ = target
+        texts = self.view.request.texts
+        if kind == "replace":
+            where = f"position {start}" if count == 1 else f"positions {start}-{start + count - 1}"
+            what = (f"replace {''.join(texts[start:start + count])!r} ({where}, {count} token"
+                    f"{'s' if count > 1 else ''}) with this text, any length")
+        else:
+            what = f"insert before position {start} ({texts[start]!r}) this text"
+        self._pending_edit = target
+        self._open_input(kind, f"{what}; Enter applies, Esc cancels")
 
     def _edit_text(self, mode: str, text: str) -> None:
-        """The small input was submitted in replace or insert mode: send the edit at the token cursor."""
-        if self.view.request is None:
+        """The small input was submitted in replace or insert mode: send the edit chosen when it opened."""
+        target, self._pending_edit = self._pending_edit, None
+        if target is None:
             return
         if not text:
-            self.notify("nothing to insert: type the new text", severity="warning", timeout=3)
+            self.notify(f"nothing to {mode}: type the new text", severity="warning", timeout=3)
             return
-        pos = self.query_one("#token-strip", TokenStrip).position()
-        self.controller.edit(self.view.request_id, pos, text, mode)
+        rid, start, count, token_id = target
+        self.controller.edit(rid, start, text, mode, num_tokens=count if mode == "replace" else 1,
+                             expected_token=token_id)
 
     def action_delete_token(self) -> None:
         if not self._require_live("delete a token"):
             return
-        req = self.view.request
-        pos = self.query_one("#token-strip", TokenStrip).position()
-        self.controller.edit(req.request_id, pos, "", "delete")
-        self.notify(f"delete position {pos} of {req.request_id}", timeout=2)
+        target = self._edit_target("delete")
+        if target is None:
+            return
+        rid, start, count, token_id = target
+        self.controller.edit(rid, start, "", "delete", num_tokens=count, expected_token=token_id)
+        self.notify(f"delete {count} token{'s' if count > 1 else ''} at position {start} of {rid}", timeout=2)
 
     def action_abort_request(self) -> None:
         if not self._require_live("stop a request"):

@@ -233,10 +233,14 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             done, total, n = self.loading
             return f" loading {source}… {100 * done / max(1, total):.0f}% · {n:,} events"
         if tl is None or state is None:
+            if self.live and self.engine_dead:
+                return f" kvtui {mode} · {source} · ENGINE STOPPED: {self.engine_dead}"
             return (f" kvtui {mode} · {source} · waiting for the engine…" if self.live
                     else f" replay {source} · no trace loaded")
         if self.live:
             play = "following" if self.following else "paused (F: follow)"
+            if self.engine_dead:
+                play = "ENGINE STOPPED"
         else:
             play = "▶" if self.playing else "⏸"
         last = state.last_event["type"] if state.last_event else "start"
@@ -316,4 +320,4 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         return "\n".join(rows)
 
     def on_unmount(self) -> None:
-        self.controller.stop()
+        self.controller.stop()  # the live engine: stops after the step in flight, closes its trace, joins

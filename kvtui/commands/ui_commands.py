@@ -39,7 +39,10 @@ def live(model, max_tokens, save_trace, **options):
     worker = EngineWorker(feed, model, config, save_trace=save_trace)
     app = KvtuiApp(source=model, live=True, feed=feed, controller=worker, max_tokens=max_tokens)
     worker.start()
-    app.run()
+    try:
+        app.run()
+    finally:
+        worker.stop()  # after the app is gone too (it stops it on unmount): the saved trace is closed whole
 
 
 @click.command()

@@ -1,8 +1,9 @@
 """The token strip: the selected request's sequence (prompt + generated), wrapped, with a cursor.
 
 Alternating shades show token boundaries (blue: prompt, green: generated); each line starts with the position
-of its first token. The cursor picks the token to replace, insert before, or delete. After an edit, positions
-before the edit point m keep their K/V (underlined green); from m on everything is recomputed (yellow).
+of its first token. The cursor picks the token to replace, insert before, or delete; shift+arrows extend a
+selection from it (replace and delete act on the whole selection). After an edit, positions before the edit
+point m keep their K/V (underlined green); from m on everything is recomputed (yellow).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ PROMPT = (Style(color="#e8e8f0", bgcolor="#2c3e5c"), Style(color="#e8e8f0", bgco
 GENERATED = (Style(color="#e8f0e8", bgcolor="#2c5236"), Style(color="#e8f0e8", bgcolor="#3a6a46"))
 RECOMPUTED = Style(color="#111111", bgcolor="#e5c07b")
 CURSOR_STYLE = Style(color="#111111", bgcolor="#ffffff", bold=True)
+SELECTED = Style(color="#111111", bgcolor="#b8b8c8")
 
 
 class TokenStrip(LineView):
@@ -31,6 +33,8 @@ class TokenStrip(LineView):
         Binding("down", "move_line(1)", "line down", show=False, id="tokens.down"),
         Binding("home", "jump(0)", "first token", show=False, id="tokens.home"),
         Binding("end", "jump(-1)", "last token", show=False, id="tokens.end"),
+        Binding("shift+left", "extend(-1)", "select left", show=False, id="tokens.select_left"),
+        Binding("shift+right", "extend(1)", "select right", show=False, id="tokens.select_right"),
     ]
 
     class CursorMoved(Message):
@@ -41,6 +45,8 @@ class TokenStrip(LineView):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.cursor: int | None = None  # None: the last token (follows generation)
+        self.anchor: int | None = None  # the other end of a shift+arrow selection (None: just the cursor)
+        self._anchor_request: str | None = None  # the request the selection was made in
         self._layout_key: tuple | None = None
         self._layout: list[list[tuple[int, str]]] = []
 
@@ -83,6 +89,15 @@ class TokenStrip(LineView):
             return 0
         return req.num_tokens - 1 if self.cursor is None else max(0, min(self.cursor, req.num_tokens - 1))
 
+    def selection(self) -> tuple[int, int]:
+        """[start, end) of the selected tokens: the cursor's token, or the shift+arrow range."""
+        pos = self.position()
+        req = self.view.request
+        if self.anchor is None or req is None or not req.num_tokens or req.request_id != self._anchor_request:
+            return pos, pos + 1
+        anchor = max(0, min(self.anchor, req.num_tokens - 1))
+        return min(pos, anchor), max(pos, anchor) + 1
+
     def render_row(self, row: int, width: int) -> Strip:
         state, req = self.view.state, self.view.request
         if state is None or req is None:
@@ -101,6 +116,7 @@ class TokenStrip(LineView):
         line = lines[index]
         m = self._edit_point()
         cursor = self.position()
+        start, end = self.selection()
         segs = [Segment(f"{line[0][0] if line else 0:>{MARGIN - 1}} ", DIM)]
         for pos, shown in line:
             palette = PROMPT if pos < req.prompt_len else GENERATED
@@ -111,6 +127,8 @@ class TokenStrip(LineView):
                 style = style + Style(underline=True)
             if pos == cursor:
                 style = CURSOR_STYLE
+            elif start <= pos < end:
+                style = SELECTED
             segs.append(Segment(shown, style))
         return pad(segs, width)
 
@@ -132,6 +150,9 @@ class TokenStrip(LineView):
             part = "prompt" if pos < req.prompt_len else "generated"
             segs.append(Segment(f"pos {pos} {show_text(req.texts[pos])!r} id {req.token_ids[pos]} ({part}, {where})",
                                 BOLD))
+            start, end = self.selection()
+            if end - start > 1:
+                segs.append(Segment(f" · selected {start}-{end - 1} ({end - start} tokens; shift+←→)", DIM))
         return segs
 
     def _edit_line(self) -> list[Segment]:
@@ -163,9 +184,25 @@ class TokenStrip(LineView):
         self.post_message(self.CursorMoved(self.cursor))
 
     def action_move(self, delta: int) -> None:
+        self.anchor = None
         self.set_cursor(self.position() + delta)
 
+    def action_extend(self, delta: int) -> None:
+        """shift+arrow: grow or shrink the selection from where it started."""
+        if self.anchor is None or self.view.request_id != self._anchor_request:
+            self.anchor = self.position()
+            self._anchor_request = self.view.request_id
+        self.set_cursor(self.position() + delta)
+        if self.cursor is None and self.view.request is not None:  # at the end: keep the cursor there
+            self.cursor = self.view.request.num_tokens - 1
+
+    def selected_text(self) -> str:
+        req = self.view.request
+        start, end = self.selection()
+        return "".join(req.texts[start:end]) if req is not None else ""
+
     def action_move_line(self, delta: int) -> None:
+        self.anchor = None
         lines = self.layout(self.content_width())
         cursor = self.position()
         for i, line in enumerate(lines):
@@ -178,6 +215,7 @@ class TokenStrip(LineView):
                 return
 
     def action_jump(self, where: int) -> None:
+        self.anchor = None
         req = self.view.request
         self.set_cursor(where if where >= 0 or req is None else req.num_tokens - 1)
 

@@ -190,11 +190,12 @@ async def test_live_edit_sends_command_and_shows_the_invalidation(small_trace):
         await pilot.press("6", "home", "right", "right", "r")
         assert app.input_mode == "replace"
         await pilot.press(*" dog", "enter")
-        assert controller.calls[-1] == ("edit", rid, 2, " dog", "replace")
+        token = app.view.request.token_ids[2]
+        assert controller.calls[-1] == ("edit", rid, 2, " dog", "replace", 1, token)
         await pilot.press("i", *"x", "enter")
-        assert controller.calls[-1] == ("edit", rid, 2, "x", "insert")
+        assert controller.calls[-1] == ("edit", rid, 2, "x", "insert", 1, token)
         await pilot.press("d")
-        assert controller.calls[-1] == ("edit", rid, 2, "", "delete")
+        assert controller.calls[-1] == ("edit", rid, 2, "", "delete", 1, token)
         await pilot.press("f")
         assert controller.calls[-1] == ("fork", rid, 1)
         # the engine answers with edit + invalidate: the pool marks kept / dropped blocks, the strip the boundary
