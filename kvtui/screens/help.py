@@ -29,8 +29,10 @@ shows the cache exactly as it was after that event.
    stopped (divergent token, block floor, evicted, salt, short prompt, ...).
 4. **Metrics** - hit rates and KV memory over time; formula bytes next to pool bytes.
 5. **Rings** - sliding-window layers: W slots per request, the write head `▼`, the position in each slot.
-6. **Tokens** - the selected request's tokens with boundaries and positions; move the cursor and
-   `r` replace, `i` insert before, `d` delete (live mode), `f` fork.
+6. **Tokens** - the selected request's tokens with boundaries and positions; move the cursor (shift+arrows
+   select a range) and `r` replace the selection by typed text of any length, `i` insert before, `d` delete
+   the selection (live mode), `f` fork. An edit goes to the engine's present: scrubbed back, the view jumps
+   to live first, and the engine refuses an edit whose token it no longer has there.
 
 ## Concepts
 - **KV cache**: in a causal decoder K/V of position j depend only on tokens <= j, so they are computed once
@@ -42,7 +44,8 @@ shows the cache exactly as it was after that event.
 - **Hit rates**: token = hit tokens / prompt tokens that could match; request = requests with any hit /
   requests; block = block hits / block lookups. Cumulative and over a window of recent requests.
 - **TTFT** = queueing + prefill + sampling up to the first token. **TPOT** = (t_last - t_first) / (n - 1),
-  undefined for one token. **ITL** = gap between consecutive tokens of one request.
+  undefined for one token. **ITL** = gap between consecutive tokens of one request. Percentiles interpolate
+  (p50 of 1, 2, 3, 4 is 2.5), the same as `kvtui stats`; an edited request counts with its latest run.
 - **Edit boundary**: editing position m keeps the K/V of positions < m in every layer (whole blocks before
   m's block; the valid part of m's block, copied first if shared) and recomputes from m on.
 - **Ring window**: window W = the current token plus the W-1 before it; slot = position mod W, so writing

@@ -64,8 +64,8 @@ class ChartsView(LineView):
         n_hits, n_steps = state.n_hits, state.n_steps
         out: list[tuple] = []
         n = (state.hit_rates or {}).get("window", {}).get("n", "N")
-        out.append(("head", f"hit rates over time ({n_hits} samples; windowed = last {n} requests; re-admissions "
-                            f"after an edit or preemption are not counted)"))
+        out.append(("head", f"hit rates over time ({n_hits} samples; windowed = last {n} lookups; an edit is a new "
+                            f"lookup, a preempted request's readmission is not)"))
         if not n_hits:
             out.append(("text", "  no hit_rates events yet"))
         for label, i, color in (("token (cum)", 1, "#4e9ad6"), ("token (window)", 4, "#8fc3ee"),

@@ -159,7 +159,8 @@ class TokenStrip(LineView):
         state, req = self.view.state, self.view.request
         inv = state.last_invalidate
         if inv is None or inv["request_id"] != req.request_id:
-            return [Segment("←→↑↓ move · r replace · i insert before · d delete · f fork (live mode)", DIM)]
+            return [Segment("←→↑↓ move · shift+←→ select · r replace · i insert before · d delete · f fork (live)",
+                            DIM)]
         edit = req.edits[-1] if req.edits else {}
         copied = ",".join(f"P{a}→P{b}" for a, b in inv["copied"]) or "-"
         return [Segment(f"edit {edit.get('kind', '?')}@{edit.get('position', '?')}", Style(color="#c26fd1", bold=True)),
