@@ -7,6 +7,8 @@ import re
 
 import click
 
+from kvtui.commands.publish_option import open_publisher, publish_option
+
 from kvtui.commands import compare_commands
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -123,7 +125,8 @@ def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, tr
               help="Workload JSON (see fixtures/workloads/).")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Trace file to write (JSONL).")
 @engine_options
-def record(workload, out, model, **options):
+@publish_option
+def record(workload, out, model, publish, **options):
     """Run a WORKLOAD headless and write its trace to OUT."""
     from engine.workload import WorkloadError, load_workload, run_workload
 
@@ -131,8 +134,12 @@ def record(workload, out, model, **options):
         spec = load_workload(workload)
     except WorkloadError as exc:
         raise click.ClickException(str(exc)) from None
+    publisher = open_publisher(publish) if publish else None  # a bad address fails before the model loads
     engine = load_engine(model, engine_config(spec.engine, **options))
     engine.add_trace_file(out)
+    if publisher is not None:
+        engine.trace.listeners.append(publisher)
+        click.echo(f"publishing vLLM KV events on {publisher.endpoint}", err=True)
     from kvtui.machine_probe import emit_roofline
 
     emit_roofline(engine)  # this machine's roofline for the model, once, for the roofline view
@@ -152,6 +159,8 @@ def record(workload, out, model, **options):
         raise click.ClickException(str(exc)) from None
     finally:
         engine.close()
+        if publisher is not None:
+            publisher.close()
     click.echo(f"wrote {out}", err=True)
 
 

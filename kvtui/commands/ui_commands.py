@@ -8,6 +8,7 @@ import sys
 import click
 
 from kvtui.commands.engine_commands import engine_config, engine_options
+from kvtui.commands.publish_option import PublishingFeed, open_publisher, publish_option
 
 
 def _check_model_path(model: str) -> None:
@@ -26,7 +27,8 @@ def _check_model_path(model: str) -> None:
 @click.option("--max-tokens", type=int, default=64, show_default=True, help="Tokens to generate per prompt.")
 @click.option("--save-trace", type=click.Path(dir_okay=False), default=None,
               help="Also write everything the UI sees to this trace file.")
-def live(model, max_tokens, save_trace, **options):
+@publish_option
+def live(model, max_tokens, save_trace, publish, **options):
     """Open the live UI: type prompts, watch the cache, edit tokens."""
     from kvtui.app import KvtuiApp
     from kvtui.feed import EngineWorker, EventFeed
@@ -35,7 +37,8 @@ def live(model, max_tokens, save_trace, **options):
         raise click.UsageError(f"--max-tokens must be at least 1 (got {max_tokens})")
     _check_model_path(model)
     config = engine_config(**options)
-    feed = EventFeed()
+    publisher = open_publisher(publish) if publish else None
+    feed = EventFeed() if publisher is None else PublishingFeed(publisher)
     worker = EngineWorker(feed, model, config, save_trace=save_trace)
     app = KvtuiApp(source=model, live=True, feed=feed, controller=worker, max_tokens=max_tokens)
     worker.start()
@@ -43,6 +46,8 @@ def live(model, max_tokens, save_trace, **options):
         app.run()
     finally:
         worker.stop()  # after the app is gone too (it stops it on unmount): the saved trace is closed whole
+        if publisher is not None:
+            publisher.close()
 
 
 @click.command()
