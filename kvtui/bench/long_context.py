@@ -80,7 +80,7 @@ def run_long_context(prefill_lengths=(2048, 8192, 16384), decode_after: int = 81
     generator = torch.Generator().manual_seed(11)
     one = SamplingParams(max_tokens=1, ignore_eos=True)
     progress("warming up")
-    warm = torch.randint(3, 256, (256,), generator=generator).tolist()
+    warm = torch.randint(3, 256, (min(256, *prefill_lengths),), generator=generator).tolist()
     engine.generate([warm], one)
     _hf_prefill(model, torch.tensor([warm]))
     pairs = []

@@ -140,4 +140,36 @@ def prefix_bench(model, workloads, repeats, threads, **options):
     click.echo(format_prefix(run_prefix(engine, workloads or DEFAULT_WORKLOADS, repeats, progress=_say)))
 
 
-ENGINE_BENCHES = [long_bench, overhead_bench, mixed_bench, prefix_bench]
+@click.command("decode", short_help="Decode tok/s at batch sizes B and the share of memory bandwidth used.")
+@engine_options
+@click.option("--batches", default="1,8,64", show_default=True, callback=_ints, help="Batch sizes.")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Prompt length of every request.")
+@click.option("--steps", type=click.IntRange(min=2), default=64, show_default=True, help="Decode steps timed.")
+@click.option("--peak-tbs", type=float, default=4.8, show_default=True,
+              help="The memory's peak bandwidth in TB/s (H200 HBM3e: 4.8).")
+@click.option("--copy-tbs", type=float, default=None,
+              help="A measured device-copy bandwidth in TB/s to compare with as well (H200: about 4.3).")
+@THREADS
+def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threads, **options):
+    """Decode throughput at each batch size; each step reads every weight and every sequence's K/V once, so
+    bytes per step / step time is the bandwidth the engine draws, shown against the memory's peak.
+
+    \b
+    Examples:
+      kvtui bench decode -m random:llama:1b --dtype bfloat16 --device cuda --copy-tbs 4.3
+      kvtui bench decode -m random:llama:tiny --batches 1,4 --prompt-tokens 64 --steps 8 --peak-tbs 0.02
+    """
+    from kvtui.bench.decode import format_decode, measure_decode
+
+    _threads(threads)
+    need = max(batches) * (prompt_tokens + steps + 8)
+    engine = load_engine(model, engine_config({"prefix_cache": False, "max_num_seqs": max(batches),
+                                               "num_blocks": -(-need // 16) + max(batches) + 8, "block_size": 16},
+                                              **options))
+    click.echo(f"decode on {engine.shape.name} ({engine.shape.dtype}, {engine.cache.kv.kv.device})", err=True)
+    click.echo(format_decode(measure_decode(engine, batches, prompt_tokens, steps, progress=_say), peak_tbs,
+                             copy_tbs))
+
+
+ENGINE_BENCHES = [long_bench, overhead_bench, mixed_bench, prefix_bench, decode_bench]

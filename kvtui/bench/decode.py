@@ -1,0 +1,99 @@
+"""`kvtui bench decode`: decode throughput at batch sizes B, and the fraction of the memory bandwidth it uses.
+
+For each B: B prompts are prefilled, then `steps` decode steps are timed (each step ends with the sampled
+tokens on the host, so it is synchronised). A decode step must read every weight once and every running
+sequence's K/V once, so bytes per step = weight bytes + sum over sequences of context x KV bytes per token
+(ModelShape.kv_bytes_per_token). Achieved bandwidth = bytes per step / seconds per step, reported against the
+machine's peak (--peak-tbs; the H200's HBM3e is 4.8 TB/s nominal, about 4.3 TB/s measured by a device copy).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from engine.request import SamplingParams
+
+
+@dataclass
+class DecodeRow:
+    batch: int
+    context: int  # mean context over the timed steps
+    step_s: float
+    bytes_per_step: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.batch / self.step_s
+
+    @property
+    def bandwidth(self) -> float:  # bytes / s
+        return self.bytes_per_step / self.step_s
+
+
+def weight_bytes(model) -> int:
+    seen, total = set(), 0
+    for p in model.parameters():  # tied embeddings count once
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    return total
+
+
+def _sync(engine) -> None:
+    if engine.cache.kv.kv.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure_decode(engine, batches=(1, 8, 64), prompt_tokens: int = 512, steps: int = 64,
+                   progress: Callable[[str], None] = lambda msg: None) -> list[DecodeRow]:
+    vocab = engine.model.config.vocab_size
+    weights = weight_bytes(engine.model)
+    per_token = engine.shape.kv_bytes_per_token()
+    generator = torch.Generator().manual_seed(9)
+    rows = []
+    engine.generate([torch.randint(100, vocab, (32,), generator=generator).tolist()],
+                    SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
+    for batch in batches:
+        progress(f"batch {batch}: prefill {batch} x {prompt_tokens} tokens, then {steps} decode steps")
+        params = SamplingParams(max_tokens=steps + 4, ignore_eos=True)
+        ids = [engine.submit(torch.randint(100, vocab, (prompt_tokens,), generator=generator).tolist(), params)
+               for _ in range(batch)]
+        while any(not engine.requests[i].output_token_ids for i in ids):
+            engine.step()
+        engine.step()  # every request decodes from here on
+        _sync(engine)
+        times = []
+        contexts = []
+        for _ in range(steps):
+            contexts.append(sum(engine.requests[i].num_tokens for i in ids))
+            start = time.perf_counter()
+            engine.step()
+            times.append(time.perf_counter() - start)
+        for i in ids:
+            engine.abort(i)
+        step_s = statistics.median(times)
+        context = statistics.mean(contexts)
+        rows.append(DecodeRow(batch, int(context / batch), step_s, weights + context * per_token))
+    return rows
+
+
+def format_decode(rows: list[DecodeRow], peak_tbs: float, copy_tbs: float | None) -> str:
+    head = f"{'batch':>5} {'context':>7} {'step ms':>8} {'tok/s':>9} {'GB/step':>8} {'TB/s':>6} {'of peak':>8}"
+    if copy_tbs:
+        head += f" {'of copy':>8}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        tbs = r.bandwidth / 1e12
+        line = (f"{r.batch:>5} {r.context:>7} {r.step_s * 1000:>8.2f} {r.tokens_per_s:>9.1f} "
+                f"{r.bytes_per_step / 1e9:>8.3f} {tbs:>6.2f} {tbs / peak_tbs:>8.1%}")
+        if copy_tbs:
+            line += f" {tbs / copy_tbs:>8.1%}"
+        lines.append(line)
+    lines.append(f"bytes per step = weights + every sequence's K/V read once; peak {peak_tbs} TB/s"
+                 + (f", measured copy {copy_tbs} TB/s" if copy_tbs else ""))
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""State kept between steps: device block tables (paged_kv.BlockTables), the cached req.tokens, batched argmax."""
+
+import torch
+from tiny_models import random_prompts, tiny_model
+
+from engine.engine import Engine, EngineConfig, SamplingParams
+from engine.paged_kv import BlockTables
+from engine.request import Request
+from engine.sampling import sample
+from engine.scheduler import ScheduledChunk
+
+
+def _request(table):
+    return Request("r", [1, 2, 3], SamplingParams(), 0.0, block_table=list(table))
+
+
+def test_block_table_tensor_follows_appends_copy_on_write_and_cuts():
+    tables, req = BlockTables(torch.device("cpu")), _request([4, 5, 6])
+    assert tables.get(req).tolist() == [4, 5, 6] and tables.first_block(req) == 4
+    first = tables.known["r"][1]
+    req.block_table += [7] * 20  # grows past the buffer: a bigger one, old entries kept
+    assert tables.get(req).tolist() == [4, 5, 6] + [7] * 20 and tables.first_block(req) is None
+    req.block_table[1] = 9  # copy-on-write replaced an entry in place: made again
+    assert tables.get(req).tolist()[:3] == [4, 9, 6]
+    del req.block_table[2:]  # an edit cut it
+    assert tables.get(req).tolist() == [4, 9]
+    req.block_table[:] = [10, 11]
+    req.block_table.append(12)
+    assert tables.get(req).tolist() == [10, 11, 12] and tables.first_block(req) == 10
+    assert first is not tables.known["r"][1]
+
+
+def test_unchanged_table_reuses_its_tensor_and_stale_requests_are_forgotten():
+    tables, req = BlockTables(torch.device("cpu")), _request([1, 2])
+    assert tables.get(req).data_ptr() == tables.get(req).data_ptr()
+    for i in range(40):
+        tables.get(Request(f"x{i}", [1], SamplingParams(), 0.0, block_table=[i]))
+    tables.keep_only(["r"])
+    assert set(tables.known) == {"r"}
+
+
+def test_tokens_are_cached_until_a_list_is_replaced_or_grows():
+    req = Request("r", [1, 2, 3], SamplingParams(), 0.0)
+    tokens = req.tokens
+    assert tokens == [1, 2, 3] and req.tokens is tokens
+    req.output_token_ids.append(4)
+    assert req.tokens == [1, 2, 3, 4] and tokens == [1, 2, 3]  # a caller's old list never changes
+    req.prompt_token_ids, req.output_token_ids = [9, 8], [7]  # an edit replaces both
+    assert req.tokens == [9, 8, 7]
+    req.output_token_ids = [6]  # same length, another list
+    assert req.tokens == [9, 8, 6]
+    assert [req.token_slice(a, b) for a, b in ((0, 1), (1, 3), (2, 3), (0, 3))] == [[9], [8, 6], [6], [9, 8, 6]]
+
+
+def test_greedy_rows_carry_the_batch_argmax_and_sampled_rows_do_not_need_it():
+    model = tiny_model("llama-gqa")
+    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64))
+    reqs = [Request(f"r{i}", p, SamplingParams(), 0.0) for i, p in enumerate(random_prompts([5, 9, 3]))]
+    for req in reqs:
+        for logical in range(engine.cache.pool.blocks_for(req.num_tokens)):
+            req.block_table.append(engine.cache.pool.allocate(req.request_id, logical))
+    chunks = [ScheduledChunk(r, 0, r.num_tokens) for r in reqs]
+    rows = engine.runner.forward_rows(chunks)
+    assert [row.greedy for row in rows] == [int(torch.argmax(row)) for row in rows]
+    assert [sample(row, SamplingParams(), None) for row in rows] == [row.greedy for row in rows]
+    row = rows[0].clone()  # a row without the attribute still samples
+    assert sample(row, SamplingParams(), None) == rows[0].greedy
+
+
+def test_decode_of_one_sequence_in_consecutive_blocks_reads_a_view_and_stays_exact():
+    from reference import no_cache_logits
+
+    model = tiny_model("llama-gqa")
+    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, prefix_cache=False))
+    out = engine.generate(random_prompts([13]), SamplingParams(max_tokens=6, return_logits=True))[0]
+    assert engine.runner.tables.known[out.request_id][2] is not None  # its table was one run of blocks
+    ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)
+    assert (out.logits - ref[12:18]).abs().max().item() <= 1e-4
