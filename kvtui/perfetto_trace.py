@@ -1,7 +1,7 @@
 """A kvtui trace as a Perfetto trace (protobuf), built with the `perfetto` package's `TraceProtoBuilder`.
 
 Open the file in https://ui.perfetto.dev (Open trace file). What it holds:
-- one track per request, named by its id: `queued` slices (arrival or preemption to admission), one slice per
+- one track per request, named by its id (under a "requests" track): `queued` slices (arrival or preemption to admission), one slice per
   prefill chunk and per decode step (the engine step's wall time, positions as arguments), and instant events
   for edits, preemptions, prefix misses (with their reason) and invalidations;
 - counter tracks: free / used / cached blocks and tokens per step (sampled at every engine step), and the three
@@ -36,7 +36,7 @@ class _Builder:
 
     def __init__(self, title: str):
         self.builder = TraceProtoBuilder()
-        self.uuids: dict[str, int] = {}
+        self.uuids: dict[str | tuple[str, str], int] = {}
         self.first = True
         self._track(ROOT_UUID, title, parent=None)
 
@@ -58,14 +58,18 @@ class _Builder:
         if counter:
             desc.counter.CopyFrom(CounterDescriptor(unit_name=unit) if unit else CounterDescriptor())
 
-    def track(self, name: str, counter: bool = False, unit: str = "") -> int:
-        uuid = self.uuids.get(name)
+    def track(self, key: str | tuple[str, str], counter: bool = False, unit: str = "") -> int:
+        """A track by key: a name (under the root), or ("request", id): the track named `id` under "requests"."""
+        uuid = self.uuids.get(key)
         if uuid is None:
-            uuid = self.uuids[name] = len(self.uuids) + 2
-            self._track(uuid, name, ROOT_UUID, counter, unit)
+            parent, name = ROOT_UUID, key
+            if isinstance(key, tuple):
+                parent, name = self.track("requests"), key[1]
+            uuid = self.uuids[key] = len(self.uuids) + 2
+            self._track(uuid, name, parent, counter, unit)
         return uuid
 
-    def event(self, track: str, t: float, kind: int, name: str = "", args: dict | None = None) -> None:
+    def event(self, track: str | tuple[str, str], t: float, kind: int, name: str = "", args: dict | None = None) -> None:
         uuid = self.track(track)  # the track's descriptor goes before its first event
         packet = self._packet()
         packet.timestamp = _ns(t)
@@ -86,7 +90,7 @@ class _Builder:
             else:
                 ann.string_value = str(value)
 
-    def slice(self, track: str, t0: float, t1: float, name: str, args: dict | None = None) -> None:
+    def slice(self, track: str | tuple[str, str], t0: float, t1: float, name: str, args: dict | None = None) -> None:
         self.event(track, t0, SLICE_BEGIN, name, args)
         self.event(track, max(t0, t1), SLICE_END)
 
@@ -100,8 +104,9 @@ class _Builder:
         ev.double_counter_value = float(value)
 
 
-def request_track(request_id: str) -> str:
-    return f"request {request_id}"
+def request_track(request_id: str) -> tuple[str, str]:
+    """A request's track: named by its id, under the "requests" track."""
+    return ("request", request_id)
 
 
 def build_perfetto(header: dict, events: list[dict], title: str = "kvtui") -> bytes:

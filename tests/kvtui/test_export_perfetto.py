@@ -23,7 +23,9 @@ def read_back(data: bytes):
         assert packet.trusted_packet_sequence_id == 1
         if packet.HasField("track_descriptor"):
             desc = packet.track_descriptor
-            names[desc.uuid] = desc.name
+            # a request's track is named by its id under "requests"; read back as "request <id>"
+            parent = names.get(desc.parent_uuid) if desc.HasField("parent_uuid") else None
+            names[desc.uuid] = f"request {desc.name}" if parent == "requests" else desc.name
             if desc.HasField("counter"):
                 counters.add(desc.name)
         elif packet.HasField("track_event"):
@@ -52,7 +54,9 @@ def test_export_reads_back_with_every_track(tmp_path):
     names, counters, tracks = read_back(out.read_bytes())
 
     requests = [ev["request_id"] for ev in events if ev["type"] == "request_arrived"]
-    assert {f"request {rid}" for rid in requests} <= set(names.values())
+    # every request has a track named exactly its id, under the "requests" track
+    assert {n[len("request "):] for n in names.values() if n.startswith("request ")} - {"hit rate"} == \
+        set(requests)
     assert set(COUNTERS) <= counters
 
     # one slice per prefill chunk and decode step on its request's track, begin before end, balanced
