@@ -11,9 +11,13 @@ from rich.style import Style
 from textual.strip import Strip
 
 from kvtui.state import Ring
+from kvtui.state.ring_memory import human_bytes, ring_memory
 from kvtui.widgets.base import BOLD, DIM, HEADING, LineView, owner_style, pad
 
 ROWS_PER_RING = 4
+HEAD_ROWS = 4  # the heading, then ring memory vs full attention (a line and two bars)
+RING_BAR = Style(color="#61afef")
+FULL_BAR = Style(color="#e06c75")
 SLOT_STYLE = Style(color="#dddddd", bgcolor="#2f3b4f")
 NEW_STYLE = Style(color="#111111", bgcolor="#e5c07b", bold=True)
 HEAD_STYLE = Style(color="#e5c07b", bold=True)
@@ -44,7 +48,7 @@ class RingView(LineView):
         return self._rings
 
     def row_count(self, width: int) -> int:
-        return 1 + max(1, len(self.rings()) * ROWS_PER_RING)
+        return HEAD_ROWS + max(1, len(self.rings()) * ROWS_PER_RING)
 
     def render_row(self, row: int, width: int) -> Strip:
         state = self.view.state
@@ -53,12 +57,14 @@ class RingView(LineView):
             kinds = sum(1 for w in windows if w)
             return pad([Segment(f"window layers: {kinds} of {len(windows)}  · slot = position mod W · window = "
                                 f"current token + W-1 before it", HEADING)], width)
+        if row < HEAD_ROWS:
+            return self._memory_row(row, width)
         rings = self.rings()
         if not rings:
             return pad([Segment("no ring writes in this trace (the model has no sliding-window layers)", DIM)]
-                       if row == 1 else [], width)
-        ring = rings[(row - 1) // ROWS_PER_RING]
-        part = (row - 1) % ROWS_PER_RING
+                       if row == HEAD_ROWS else [], width)
+        ring = rings[(row - HEAD_ROWS) // ROWS_PER_RING]
+        part = (row - HEAD_ROWS) % ROWS_PER_RING
         cell = max(4, len(str(max(ring.slots) if ring.slots else 0)) + 2)
         per_line = max(1, (width - 2) // cell)
         slots = ring.slots[:per_line]
@@ -93,3 +99,28 @@ class RingView(LineView):
             shown = ", ".join(map(str, evicted[-6:]))
             text += f" · fell out of the window: {'…, ' if len(evicted) > 6 else ''}{shown}"
         return pad([Segment(text, DIM)], width)
+
+    def _memory_row(self, row: int, width: int) -> Strip:
+        """Ring memory vs what full attention would hold on the window layers, for the selected request (or the
+        first one with rings): equal up to W tokens, then the ring stays flat while full attention grows."""
+        state = self.view.state
+        rings = self.rings()
+        req = self.view.request or (state.requests.get(rings[0].request_id) if rings else None)
+        # positions computed: what the request reports, or what its rings have seen (whichever is further)
+        seen = [max(r.slots) + 1 for r in rings if req is not None and r.request_id == req.request_id]
+        memory = ring_memory(state.header, max([req.num_computed, *seen])) if req is not None else None
+        if memory is None or not memory.context:
+            return pad([], width)
+        if row == 1:
+            ratio = f" ({memory.full_bytes / memory.ring_bytes:.1f}x)" if memory.ring_bytes else ""
+            return pad([Segment(f"{req.request_id} at {memory.context} tokens: ", BOLD),
+                        Segment(f"full attention would hold {human_bytes(memory.full_bytes)}{ratio} on the "
+                                f"{memory.window_layers} window layers, rings {human_bytes(memory.ring_bytes)} "
+                                f"(saved {human_bytes(memory.saved)}; the {memory.full_layers} full layers page "
+                                f"{human_bytes(memory.paged_bytes)})", DIM)], width)
+        room = max(10, width - 30)
+        top = max(memory.full_bytes, memory.ring_bytes) or 1
+        label, value, style = (("rings", memory.ring_bytes, RING_BAR) if row == 2 else
+                               ("full attention", memory.full_bytes, FULL_BAR))
+        return pad([Segment(f" {label:<15}", DIM), Segment("█" * max(1, round(room * value / top)), style),
+                    Segment(f" {human_bytes(value)}", DIM)], width)

@@ -81,11 +81,12 @@ def test_ring_view_shows_slots_and_head(small_trace):
     header, events = small_trace
     state = replay(header, events[:200])
     ring = next(iter(state.rings.values()))
-    out = lines(RingView(View(state, ring.request_id)), 5)
+    out = lines(RingView(View(state, ring.request_id)), 8)
     assert "slot = position mod W" in out[0]
-    assert out[1].startswith(ring.request_id) and f"W={ring.window}" in out[1]
-    assert "▼" in out[2]
-    shown = [int(x) for x in out[3].split() if x.isdigit()]
+    assert "full attention would hold" in out[1]  # rows 1-3: ring memory vs full attention (test_ring_memory.py)
+    assert out[4].startswith(ring.request_id) and f"W={ring.window}" in out[4]
+    assert "▼" in out[5]
+    shown = [int(x) for x in out[6].split() if x.isdigit()]
     assert shown == [p for p in ring.slots if p >= 0]
 
 
