@@ -39,12 +39,12 @@ def _identity_ok(node: Node, lora: str | None, salt: str | None) -> str | None:
     """None when the block is for this adapter and salt; else which of them differs."""
     if node.lora != lora:
         return "lora"
-    if node.salt != salt:
-        return "salt"
-    if node.extra is not None:
-        extras = [x for x in _flat(node.extra) if x is not None and x != node.lora]
-        if extras and not (salt is not None and salt in extras):
-            return "extra_keys"
+    extras = [x for x in _flat(node.extra) if x is not None and x != node.lora] if node.extra is not None else []
+    salted_in_extras = salt is not None and salt in extras  # vLLM carries the salt among the extra keys
+    if node.salt != salt and not (node.salt is None and salted_in_extras):
+        return "salt" if node.salt is not None or not extras else "extra_keys"
+    if extras and not salted_in_extras:
+        return "extra_keys"
     return None
 
 
@@ -103,11 +103,9 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
             break
         others = sorted({w for n in kids if n.token_ids == want for w in n.holders})
         if others:
-            out["reason"] = "elsewhere"
             out["detail"]["holders"] = others
-            break
-        if mine:
-            best = max(mine, key=lambda n: _common(n.token_ids, want))
+        best = max(mine, key=lambda n: _common(n.token_ids, want)) if mine else None
+        if best is not None and (_common(best.token_ids, want) or not others):
             k = _common(best.token_ids, want)
             out["reason"] = "divergent"
             out["detail"].update(position=pos + k, prompt_token=want[k], cached_token=best.token_ids[k],
@@ -119,6 +117,9 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
         if pos == 0 and other_groups:
             out["reason"] = "group"
             out["detail"]["groups"] = other_groups
+            break
+        if others:
+            out["reason"] = "elsewhere"
             break
         out["reason"] = "cache_end"
         break
@@ -148,6 +149,8 @@ def _message(o: dict) -> str:
         text = f" {d['cached_text']!r}" if d.get("cached_text") is not None else ""
         why = (f"first differing token at position {d['position']}: prompt has {d['prompt_token']}, "
                f"the cache has {d['cached_token']}{text}")
+        if d.get("holders"):
+            why += f" (block {d['block']} is on {', '.join(d['holders'])})"
     return f"{o['worker']}: {n}; {why}"
 
 

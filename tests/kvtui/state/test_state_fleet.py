@@ -1,0 +1,112 @@
+"""FleetState (attach events -> workers, residency, the hash tree) and the fleet miss explainer."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtui.state.fleet import FleetState, workers_summary
+from kvtui.state.fleet_explain import QueryError, explain_prompt, parse_query
+
+
+class Fleet:
+    def __init__(self):
+        self.state = FleetState({"kind": "attach"})
+        self.seq = 0
+
+    def emit(self, etype, t=None, **fields):
+        self.state.apply({"seq": self.seq, "t": float(self.seq if t is None else t), "type": etype, **fields})
+        self.seq += 1
+
+    def worker(self, name, source=None):
+        self.emit("attach_worker", worker=name, source=source or f"tcp://h:{name}", name=name, rank=0)
+
+    def store(self, w, hashes, tokens, parent=None, size=2, **kw):
+        self.emit("kv_block_stored", worker=w, hashes=hashes, parent=parent, token_ids=tokens, block_size=size,
+                  group=kw.pop("group", 0), wire_seq=0, engine_ts=0.0, **kw)
+
+    def remove(self, w, hashes, **kw):
+        self.emit("kv_block_removed", worker=w, hashes=hashes, group=kw.pop("group", 0), wire_seq=0,
+                  engine_ts=0.0, **kw)
+
+
+@pytest.fixture
+def fleet():
+    f = Fleet()
+    for w in ("a", "b", "c"):
+        f.worker(w)
+    f.store("a", ["01", "02"], [1, 2, 3, 4])
+    f.store("b", ["01"], [1, 2])
+    f.store("b", ["03"], [3, 9], parent="01")
+    f.store("c", ["11"], [1, 2], lora="sql")
+    return f
+
+
+def test_residency_tiers_and_clear(fleet):
+    s = fleet.state
+    fleet.store("a", ["02"], [3, 4], parent="01", medium="CPU")  # offloaded copy: not a second GPU block
+    assert s.workers["a"].resident == 2 and s.holders_of((0, "01")) == ["a", "b"]
+    fleet.remove("a", ["02"])  # GPU copy gone, CPU copy stays
+    assert s.workers["a"].resident == 1 and s.holders_of((0, "02")) == ["a"]
+    fleet.remove("a", ["99"])  # never seen: ignored
+    fleet.emit("kv_all_cleared", worker="a", cause="cleared")
+    assert s.workers["a"].resident == 0 and s.holders_of((0, "01")) == ["b"] and not s.workers["a"].held
+    summary = {w["name"]: w for w in workers_summary(s)}
+    assert summary["a"]["blocks_stored"] == 3 and summary["a"]["blocks_removed"] == 2
+    assert summary["b"]["resident_blocks"] == 2
+
+
+def test_stream_troubles_are_counted_per_source(fleet):
+    fleet.emit("attach_gap", source="tcp://h:a", kind="gap", expected=3, got=5, recovered=1, lost=1)
+    fleet.emit("attach_gap", source="tcp://h:a", kind="restart", expected=6, got=0, recovered=0, lost=0)
+    fleet.emit("attach_malformed", source="tcp://h:a", reason="2 frames", size=9)
+    a = {w["name"]: w for w in workers_summary(fleet.state)}["a"]
+    assert (a["gaps"], a["lost_batches"], a["restarts"], a["malformed"]) == (1, 1, 1, 1)
+    assert any("malformed" in n for n in fleet.state.notes)
+
+
+def reasons(fleet, ids, **kw):
+    return {r["worker"]: (r["reason"], r["matched_blocks"]) for r in explain_prompt(fleet.state, ids, **kw)}
+
+
+def test_explainer_reasons(fleet):
+    got = reasons(fleet, [1, 2, 3, 4])
+    assert got == {"a": ("full_match", 2), "b": ("divergent", 1), "c": ("lora", 0)}
+    b = explain_prompt(fleet.state, [1, 2, 3, 4])[1]
+    assert b["detail"]["position"] == 3 and b["detail"]["prompt_token"] == 4 and b["detail"]["cached_token"] == 9
+    assert reasons(fleet, [1, 2, 3, 4, 5])["a"] == ("block_floor", 2)
+    assert reasons(fleet, [1, 2], lora="sql")["c"] == ("full_match", 1)
+    assert reasons(fleet, [1, 2, 7, 7])["a"] == ("divergent", 1)  # differs at its block's first token
+    assert reasons(fleet, [1, 2, 3, 9, 5, 5])["b"] == ("cache_end", 2)
+    fleet.remove("a", ["02"])
+    a = explain_prompt(fleet.state, [1, 2, 3, 4])[0]
+    assert a["reason"] == "removed" and a["detail"]["t"] == fleet.seq - 1
+    assert reasons(fleet, [1, 2, 3, 9])["a"] == ("elsewhere", 1)
+
+
+def test_explainer_salt_extra_keys_group_and_empty():
+    f = Fleet()
+    for w in ("s", "v", "h", "e"):
+        f.worker(w)
+    f.store("s", ["01"], [1, 2], salt="tenant-a")
+    f.store("v", ["02"], [1, 2], extra_keys=[["tenant-b"]])
+    f.store("h", ["03"], [1, 2], group=1)
+    got = reasons(f, [1, 2])
+    assert got == {"s": ("salt", 0), "v": ("extra_keys", 0), "h": ("full_match", 1), "e": ("empty", 0)}
+    assert reasons(f, [1, 2], salt="tenant-a")["s"] == ("full_match", 1)
+    assert reasons(f, [1, 2], salt="tenant-b")["v"] == ("full_match", 1)
+    assert reasons(f, [1, 2], group=0)["h"] == ("group", 0)
+
+
+def test_parse_query():
+    assert parse_query("1 2 3") == ([1, 2, 3], {})
+    assert parse_query("salt=x group=1 | ids: 4,5") == ([4, 5], {"salt": "x", "group": 1})
+    with pytest.raises(QueryError, match="--tokenizer"):
+        parse_query("hello world")
+    with pytest.raises(QueryError, match="options before"):
+        parse_query("color=red | 1 2")
+
+    class Tok:
+        def encode(self, text, add_special_tokens=False):
+            return [len(w) for w in text.split()]
+
+    assert parse_query("lora=x | hi there", Tok()) == ([2, 5], {"lora": "x"})
