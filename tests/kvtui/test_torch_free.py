@@ -101,3 +101,63 @@ def test_stats_schema_replay_and_the_replay_ui_need_no_torch():
     result = run_without_torch(VIEWER)
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
     assert "torch-free viewing ok" in result.stdout
+
+
+ATTACH = '''
+import asyncio, os, sys, tempfile, threading, time
+
+import msgspec
+import zmq
+from click.testing import CliRunner
+
+from kvtui.cli import main
+
+ctx = zmq.Context.instance()
+pub, router = ctx.socket(zmq.PUB), ctx.socket(zmq.ROUTER)
+pub.bind("tcp://127.0.0.1:*")
+router.bind("tcp://127.0.0.1:*")
+endpoint, replay = (s.getsockopt_string(zmq.LAST_ENDPOINT) for s in (pub, router))
+payload = msgspec.msgpack.encode([0.0, [{"type": "BlockStored", "block_hashes": [2**64 - 3], "parent_block_hash": None,
+                                         "token_ids": [1, 2], "block_size": 2, "lora_id": None, "medium": "GPU",
+                                         "lora_name": None}], 0])
+
+
+def serve():  # the replay endpoint answers the late joiner with batch 0
+    client, _, start = router.recv_multipart()
+    router.send_multipart([client, b"", b"", (0).to_bytes(8, "big"), payload])
+    router.send_multipart([client, b"", b"", b"\\xff" * 8, b""])
+
+
+threading.Thread(target=serve, daemon=True).start()
+out = os.path.join(tempfile.mkdtemp(), "fleet.jsonl")
+result = CliRunner().invoke(main, ["attach", f"{endpoint},replay={replay},name=w", "--headless", "--duration",
+                                   "1", "-o", out, "--explain", "1 2 3"], catch_exceptions=False)
+assert result.exit_code == 0 and "w: 1 block(s) = 2/3 tokens cached" in result.output, result.output
+result = CliRunner().invoke(main, ["replay", out, "--check"], catch_exceptions=False)
+assert result.exit_code == 0, result.output
+
+from kvtui.app.fleet_app import FleetApp
+from kvtui.loader import load_trace
+
+loaded = load_trace(out)
+
+
+async def run_app():
+    app = FleetApp(source=out, header=loaded.header, events=loaded.events, frame_rate=None)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("2", "1")
+        await pilot.pause()
+        assert app.fleet.workers["w"].resident == 1
+
+
+asyncio.run(run_app())
+leaked = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED)
+assert not leaked, leaked
+print("torch-free attach ok")
+'''
+
+
+def test_attach_and_its_replay_need_no_torch():
+    result = run_without_torch(ATTACH)
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    assert "torch-free attach ok" in result.stdout
