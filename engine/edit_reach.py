@@ -10,7 +10,6 @@ the embedded causal LM (or any other) and all-MiniLM-L6-v2, a BERT encoder shipp
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,8 +54,8 @@ def encoder_dir() -> Path:
 
 
 def load_encoder():
-    """(model, tokenizer, name) of all-MiniLM-L6-v2 from site-packages: offline, safetensors only (never pickle)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    """(model, tokenizer, name) of all-MiniLM-L6-v2 from site-packages: a local folder (no hub), safetensors only
+    (never pickle)."""
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging
 
