@@ -288,9 +288,19 @@ def stats(trace_file, as_json):
         click.echo(f"warning: {trace_file}: {trace.error}; summarising the {len(trace.events)} events before it",
                    err=True)
     summary = summarize(trace.header, trace.events)
+    workers = None
+    if trace.header.get("kind") == "attach":  # recorded by `kvtui attach -o`: one summary per worker
+        from kvtui.state.fleet import format_workers, replay_fleet, workers_summary
+
+        workers = workers_summary(replay_fleet(trace.header, trace.events))
     if as_json:
         error = None if trace.error is None else str(trace.error)
-        click.echo(json.dumps(stats_json(trace_file, trace.header, trace.events, summary, error), indent=1))
+        out = stats_json(trace_file, trace.header, trace.events, summary, error)
+        if workers is not None:
+            out["workers"] = workers
+        click.echo(json.dumps(out, indent=1))
+    elif workers is not None:
+        click.echo(format_workers(workers))
     else:
         click.echo(format_stats(summary))
 

@@ -273,5 +273,16 @@ def workers_summary(state: FleetState) -> list[dict]:
     return out
 
 
-def is_attach_trace(header: dict) -> bool:
-    return header.get("kind") == "attach"
+def format_workers(workers: list[dict]) -> str:
+    """`kvtui stats` of an attach trace: the workers table."""
+    head = (f"{'worker':<24} {'source':<26} {'rank':>4} {'resident':>8} {'stored':>8} {'removed':>8} {'gaps':>5} "
+            f"{'lost':>5} {'restarts':>8} {'malformed':>9}")
+    lines = [head, "-" * len(head)]
+    for w in workers:
+        lines.append(f"{w['worker']:<24} {w['source']:<26} {w['rank'] if w['rank'] is not None else '-':>4} "
+                     f"{w['resident_blocks']:>8} {w['blocks_stored']:>8} {w['blocks_removed']:>8} {w['gaps']:>5} "
+                     f"{w['lost_batches']:>5} {w['restarts']:>8} {w['malformed']:>9}")
+    lines += ["", "resident = blocks on the GPU at the end of the trace; stored / removed = block hashes in "
+                  "BlockStored / BlockRemoved events; gaps, lost batches, restarts and malformed messages are "
+                  "counted per source (its publisher's stream)."]
+    return "\n".join(lines)

@@ -83,3 +83,16 @@ async def test_fleet_app_replays_the_recording(recorded):
         assert "removed at" in str(app.query_one("#explain-out").render())
     cells = worker_cells(app.fleet, app.fleet.workers["sgl"])
     assert cells["resident"] == 2 and cells["capacity"] is None
+
+
+def test_stats_json_has_the_workers(recorded):
+    out, _ = recorded
+    result = CliRunner().invoke(main, ["stats", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    workers = {w["name"]: w for w in json.loads(result.output)["workers"]}
+    assert workers["sgl"] == {"source": workers["sgl"]["source"], "name": "sgl", "worker": "sgl", "rank": 0,
+                              "resident_blocks": 2, "blocks_stored": 3, "blocks_removed": 1, "gaps": 0,
+                              "lost_batches": 0, "restarts": 0, "malformed": 0}
+    assert workers["sgl"]["source"].startswith("tcp://127.0.0.1:")
+    text = CliRunner().invoke(main, ["stats", str(out)]).output
+    assert "resident" in text and "vllm" in text
