@@ -115,8 +115,10 @@ class MaskView(LineView):
             c = max(0, min(pos // keys_per_col, ncols - len(label)))
             if len(label) <= ncols and all(a == " " for a in axis[c:c + len(label)]):
                 axis[c:c + len(label)] = list(label)[:ncols - c]
-        scale = f"keys (1 column = {keys_per_col} keys)" if keys_per_col > 1 else "keys"
-        rows.append(pad([Segment(scale.rjust(LEFT - 1)[:LEFT - 1] + " ", DIM), Segment("".join(axis), DIM)], width))
+        if keys_per_col > 1 or q_per_row > 1:
+            rows.append(pad([Segment(f"  1 column = {keys_per_col} key{'s' if keys_per_col > 1 else ''}, 1 row = "
+                                     f"{q_per_row} quer{'ies' if q_per_row > 1 else 'y'}", DIM)], width))
+        rows.append(pad([Segment("keys".rjust(LEFT - 1) + " ", DIM), Segment("".join(axis), DIM)], width))
         for q0 in range(chunk.start, chunk.end, q_per_row):
             q1 = min(chunk.end, q0 + q_per_row)
             label = f"q {q0}" if q1 - q0 == 1 else f"q {q0}-{q1 - 1}"
