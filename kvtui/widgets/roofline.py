@@ -79,12 +79,25 @@ class RooflineView(LineView):
                 f"{_si(roof.flops_per_token, 'FLOP')} per token / {_si(roof.peak_flops, 'FLOP/s')} = "
                 f"{_time(roof.per_token)} per token · ridge at {roof.ridge:,.0f} tokens per step")], width))
         out.append(pad([Segment("measured     ", BOLD), Segment(self._summary(points, roof))], width))
+        out.append(pad([Segment("per request  ", BOLD), Segment(self._requests())], width))
         out.append(pad([Segment("decode steps read every weight once however long the context: TPOT stays flat.",
                                 DIM)], width))
         out.append(pad([Segment("a T-token prefill costs T x the compute per token past the ridge: TTFT grows "
                                 "with the prompt.", DIM)], width))
         out += self._chart(points, roof, width)
         return out
+
+    def _requests(self) -> str:
+        """Finished requests by prompt length: TTFT follows the prompt, TPOT does not."""
+        state = self.view.state
+        done = [r for r in (state.requests.values() if state is not None else ()) if r.ttft is not None]
+        if not done:
+            return "no finished request yet"
+        done.sort(key=lambda r: (r.prompt_len, r.request_id))
+        if len(done) > 4:  # the shortest, two between, the longest
+            done = [done[0], done[len(done) // 3], done[2 * len(done) // 3], done[-1]]
+        return " · ".join(f"{r.prompt_len} prompt tokens: TTFT {_time(r.ttft)}, TPOT "
+                          f"{_time(r.tpot) if r.tpot is not None else '-'}" for r in done)
 
     @staticmethod
     def _summary(points: list[StepPoint], roof) -> str:

@@ -88,7 +88,10 @@ def test_render_names_the_floor_the_slope_and_every_step():
     assert text[2].startswith("compute      270.0 MFLOP per token / 50.0 GFLOP/s = 5.4ms per token · ridge at 8")
     steps = [ev for ev in events if ev["type"] == "step"]
     assert text[3].startswith(f"measured     {len(steps)} steps · decode: median")
-    chart = "\n".join(text[6:])
+    finished = [ev for ev in events if ev["type"] == "request_finished"]
+    shortest = min(finished, key=lambda ev: (ev["num_prompt_tokens"], ev["request_id"]))
+    assert text[4].startswith(f"per request  {shortest['num_prompt_tokens']} prompt tokens: TTFT ")
+    chart = "\n".join(text[7:])
     assert "─" in chart and "╱" in chart and "●" in chart and "▲" in chart
     assert f"(step {steps[-1]['step']}: {steps[-1]['num_tokens']} tokens" in text[-1]
 
