@@ -143,17 +143,19 @@ class Engine:
         started = self.trace.now()
         chunks = self.scheduler.schedule()
         if not chunks:
-            if self.scheduler.running or self.scheduler.waiting:
+            if (self.scheduler.running or self.scheduler.waiting) and not self.scheduler.preempted_this_step:
                 raise RuntimeError("the scheduler could not place any request: the pool is too small for them")
             return []
         step = self._step
         self._step += 1
-        logits = self.runner.forward_rows(chunks)  # greedy rows carry their argmax: one device sync per step
+        # a decode computes the last token of a request that has generated: classified before sampling adds one
+        decodes = [c.num_tokens == 1 and bool(c.request.output_token_ids) for c in chunks]
+        logits = self.runner.forward(chunks)
         finished = []
-        for chunk, row in zip(chunks, logits):
+        for chunk, row, is_decode in zip(chunks, logits, decodes):
             req = chunk.request
             req.num_computed += chunk.num_tokens
-            if chunk.num_tokens == 1 and req.output_token_ids:
+            if is_decode:
                 self.trace.emit("decode", request_id=req.request_id, step=step, position=chunk.start)
             else:
                 self.trace.emit("prefill_chunk", request_id=req.request_id, step=step, start=chunk.start,
@@ -165,8 +167,7 @@ class Engine:
             if req.status is Status.RUNNING:
                 self.cache.cache_blocks(req)
         self.trace.emit("step", step=step, num_tokens=sum(c.num_tokens for c in chunks),
-                        num_prefill=sum(1 for c in chunks if c.num_tokens > 1 or not c.request.output_token_ids),
-                        num_decode=sum(1 for c in chunks if c.num_tokens == 1 and c.request.output_token_ids),
+                        num_prefill=len(chunks) - sum(decodes), num_decode=sum(decodes),
                         duration=round(self.trace.now() - started, 6), free_blocks=self.cache.num_free())
         self.trace.flush()
         return finished
@@ -202,7 +203,7 @@ class Engine:
         req.finish_reason = reason
         self.scheduler.finish(req)
         self.cache.free(req)
-        if self.shape.forced_window is not None and req.num_tokens >= 2:  # sinks change the answer: by how much
+        if self.shape.forced_window is not None and req.output_token_ids:  # sinks change the answer: by how much
             self.trace.emit("sink_divergence", **sink_divergence(req, self.runner, self.cache.rings))
         req.num_computed = 0
         self.trace.emit("request_finished", request_id=req.request_id, reason=reason,
@@ -280,14 +281,14 @@ class Engine:
         req.generation_start = len(edited.generated)
         req.logits = []
         req.finish_reason = None
-        req.matched_before = False  # the edited prompt is a new lookup for the hit rates (a preemption is not)
         req.arrival_time = self.trace.now()  # TTFT after an edit runs from the edit
         req.first_token_time = req.last_token_time = None
         if req.status is Status.FINISHED:
             self.scheduler.add(req)
             req.status = Status.WAITING
         event = self.trace.emit("invalidate", request_id=request_id, **cut,
-                                recompute_tokens=req.num_tokens - cut["first_recomputed"])
+                                recompute_tokens=req.num_tokens - cut["first_recomputed"],
+                                status="running" if req.status is Status.RUNNING else "waiting")
         self.trace.flush()
         return event
 

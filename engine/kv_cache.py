@@ -131,10 +131,13 @@ class KVCacheManager:
             match.detail = {**match.detail, "reused_partial": same}
             if match.num_tokens == match.matchable_tokens:  # every token but the last came from the cache
                 match.reason = "full_match"
-        req.num_computed = req.num_cached = match.num_tokens
-        req.blocks_in_tree = len(match.blocks)
-        fields = match.event_fields(req.request_id, self.token_text)
         first_time = not req.matched_before
+        req.num_computed = match.num_tokens
+        if first_time:  # cached tokens: what the cache served at the first lookup (a readmission re-matches
+            req.num_cached = match.num_tokens  # its own blocks, which the cache did not serve)
+        req.blocks_in_tree = len(match.blocks)
+        req.attached = True
+        fields = match.event_fields(req.request_id, self.token_text)
         if not first_time:
             fields["detail"] = {**fields["detail"], "readmission": True}  # not counted again in hit rates
         self.trace.emit("prefix_match", **fields)
@@ -195,10 +198,11 @@ class KVCacheManager:
         if self.radix is not None:
             self._keep_tail(req)
             if req.lock_node is not None:
-                self.radix.unlock(req.lock_node)
+                self.radix.unlock(req.lock_node, req.request_id)
         req.lock_node = None
         self.pool.release_table(req.block_table, req.request_id)
         req.blocks_in_tree = 0
+        req.attached = False
         self.rings.free(req.request_id)
 
     def _keep_tail(self, req: Request) -> bool:
@@ -228,20 +232,24 @@ class KVCacheManager:
             child.block_table.append(physical)
         if parent.status is Status.RUNNING:
             if self.radix is not None and parent.lock_node is not None:
-                self.radix.lock(parent.lock_node)
+                self.radix.lock(parent.lock_node, child.request_id)
                 child.lock_node = parent.lock_node
             child.blocks_in_tree = parent.blocks_in_tree
             child.matched_before = True
+            child.attached = True
             self.rings.fork(parent.request_id, child.request_id)
 
     def truncate(self, req: Request, edited: EditedSequence) -> dict:
         """Carry out an edit: keep the K/V of [0, keep), release the rest, and set the request's new tokens.
 
+        A request that holds its cache (running, or waiting after an earlier edit) keeps what stays valid; a
+        finished one re-attaches its cached prefix now, under its own lock, exactly as its readmission will use
+        it, so the figures are what happens. The edited sequence is a new lookup for the hit rates.
         Returns the fields of the `invalidate` event: kept, dropped and copied blocks, first recomputed position.
         """
-        running = req.status is Status.RUNNING
+        holding = req.attached
         keep = edits.keep_point(req.num_computed, edited)
-        if running:  # window layers restart where their rings are exact (engine/ring.py)
+        if holding:  # window layers restart where their rings are exact (engine/ring.py)
             keep = self.rings.resume(req, keep, edited.tokens)
         table, rid = req.block_table, req.request_id
         original = list(table)
@@ -255,7 +263,7 @@ class KVCacheManager:
                 dst = self.pool.copy_on_write(table, plan.partial, rid, keep % self.block_size)
             except OutOfBlocks:  # no block for the copy: recompute m's block from its start instead
                 keep = plan.partial * self.block_size
-                if running:
+                if holding:
                     keep = self.rings.resume(req, keep, edited.tokens)
                 plan = edits.plan_table(keep, len(table), self.block_size)
             else:
@@ -266,13 +274,13 @@ class KVCacheManager:
         dropped = [b for b in original if b not in kept and not (copied and b == copied[0][0])]
         req.prompt_token_ids, req.output_token_ids = edited.prompt, edited.generated
         req.num_computed = keep
-        if running:
+        req.matched_before = False  # the edited sequence is a new lookup (a preemption's readmission is not)
+        if holding:
             self._relock_kept(req)
         elif req.status is Status.FINISHED:
-            # its blocks went to the cache at finish: readmission will find the kept prefix there
-            probe = self.probe(edited.tokens, req.cache_salt)
-            keep = min(probe.num_tokens, len(edited.tokens) - 1)
-            kept = list(probe.blocks)
+            self.admit(req)  # prefix_match, ring_resume, shares and locks: what the readmission will use
+            keep = req.num_computed
+            kept = req.block_table[:keep // self.block_size]
         req.num_cached = min(req.num_cached, keep)
         return {"kept": kept, "dropped": dropped, "copied": copied, "first_recomputed": keep}
 
@@ -285,9 +293,9 @@ class KVCacheManager:
         old = req.lock_node
         req.lock_node = self.radix.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
                                           [self.token_text(t) for t in tokens])
-        self.radix.lock(req.lock_node)
+        self.radix.lock(req.lock_node, req.request_id)
         if old is not None:
-            self.radix.unlock(old)
+            self.radix.unlock(old, req.request_id)
         req.blocks_in_tree = full
 
     def evict(self, num_blocks: int) -> list[int]:

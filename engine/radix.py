@@ -163,7 +163,7 @@ class RadixCache:
             node.hit_count += 1
             node.last_access = now
             self.trace.emit("radix_hit", node_id=node.node_id, request_id=request_id, blocks=used)
-        self.lock(path[-1][0])
+        self.lock(path[-1][0], request_id)
         return path[-1][0]
 
     def insert(self, token_ids: Sequence[int], blocks: Sequence[int], cache_salt: str | None = None,
@@ -194,22 +194,31 @@ class RadixCache:
             child.last_access = now
             node, i = child, i + used
         if locked is not None:
-            self.lock(node)  # lock the new path first so nothing on it is ever unlocked in between
-            self.unlock(locked)
+            self.lock(node, request_id)  # lock the new path first so nothing on it is ever unlocked in between
+            self.unlock(locked, request_id)
         return node
 
-    def lock(self, node: Node) -> None:
-        """A running request uses the path from the root to `node`: none of it may be evicted."""
+    def lock(self, node: Node, request_id: str | None = None) -> None:
+        """A running request uses the path from the root to `node`: none of it may be evicted (event radix_lock:
+        every node on the path gains one lock ref)."""
+        if node is self.root:
+            return
+        handle = node
         while node is not self.root:
             node.lock_ref += 1
             node = node.parent
+        self.trace.emit("radix_lock", node_id=handle.node_id, request_id=request_id, lock_ref=handle.lock_ref)
 
-    def unlock(self, node: Node) -> None:
+    def unlock(self, node: Node, request_id: str | None = None) -> None:
+        if node is self.root:
+            return
+        handle = node
         while node is not self.root:
             if node.lock_ref <= 0:
                 raise RuntimeError(f"radix node {node.node_id} unlocked more often than locked")
             node.lock_ref -= 1
             node = node.parent
+        self.trace.emit("radix_unlock", node_id=handle.node_id, request_id=request_id, lock_ref=handle.lock_ref)
 
     def _add_node(self, parent, keys, contents, blocks, token_ids, texts, first, cache_salt, request_id) -> Node:
         bs = self.block_size
@@ -230,7 +239,7 @@ class RadixCache:
         token_texts = (list(texts[first * bs:(first + len(blocks)) * bs]) if texts is not None
                        else [self.token_text(t) for t in node.token_ids])
         self.trace.emit("radix_insert", node_id=node.node_id, parent_id=parent.node_id, blocks=list(blocks),
-                        token_ids=list(node.token_ids), texts=token_texts, request_id=request_id)
+                        token_ids=list(node.token_ids), texts=token_texts, request_id=request_id, hashes=list(keys))
         return node
 
     def _split(self, node: Node, at: int) -> Node:

@@ -151,6 +151,8 @@ class RingStore:
         for pool in self.pool:
             pool[:, :, child.row] = pool[:, :, parent.row]
         child.head, child.keys = parent.head, list(parent.keys)
+        self.trace.emit("ring_resume", request_id=child_id, wanted=child.head, position=child.head, source="fork",
+                        recompute_tokens=0, reason="none")
 
     def _resumable_in_ring(self, state: RingState | None, position: int) -> bool:
         if state is None or position > state.head:

@@ -4,7 +4,10 @@ Each step: running requests first (oldest first; a decode takes 1 token, an unfi
 then waiting requests are admitted in arrival order while the token budget (`max_batched_tokens`) and the
 pool allow. Requests join and leave only at step boundaries. When a running request needs a block and none
 is free (or evictable), the most recently admitted running request is preempted: its blocks go back to the
-pool and it is recomputed from scratch when readmitted, so its tokens stay exact.
+pool (the full ones it computed stay cached in the prefix tree), and when readmitted it matches the cache like
+any prompt and recomputes the rest, so its tokens stay exact. As in vLLM, a step that preempted admits nobody
+(the victim would come straight back and be preempted again), and a victim already scheduled in this step
+gives its tokens back to the step's budget.
 """
 
 from __future__ import annotations
@@ -38,9 +41,16 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._admissions = 0
+        self._preempted = False  # this step preempted someone: admit nobody
+        self._refund = 0  # tokens of victims that were already scheduled in this step
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
+
+    @property
+    def preempted_this_step(self) -> bool:
+        """The last `schedule` preempted someone (and so admitted nobody): an empty step is not a dead end."""
+        return self._preempted
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -48,16 +58,20 @@ class Scheduler:
     def schedule(self) -> list[ScheduledChunk]:
         budget = self.max_batched_tokens
         chunks: list[ScheduledChunk] = []
+        self._preempted, self._refund = False, 0
         for request in sorted(self.running, key=lambda r: r.admitted_order):
             if budget == 0:
                 break
             if request.status is not Status.RUNNING:  # preempted earlier in this loop
                 continue
             n = self._reserve(request, min(request.num_to_compute, budget), chunks)
+            budget += self._refund
+            self._refund = 0
             if n:
                 chunks.append(ScheduledChunk(request, request.num_computed, n))
                 budget -= n
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        while (self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
+               and not self._preempted):
             request = self.waiting[0]
             if not self._can_admit(request, budget):
                 break
@@ -76,6 +90,7 @@ class Scheduler:
         request.admitted_order = self._admissions
         self._admissions += 1
         self.running.append(request)
+        self.trace.emit("request_scheduled", request_id=request.request_id, num_computed=request.num_computed)
 
     def _can_admit(self, request: Request, budget: int) -> bool:
         return self.cache.can_admit(request, budget)
@@ -85,7 +100,8 @@ class Scheduler:
         request.admitted_order = self._admissions
         self._admissions += 1
         self.running.append(request)
-        self.cache.admit(request)
+        if not request.attached:  # an edited finished request re-attached its cached prefix at the edit
+            self.cache.admit(request)
         self.trace.emit("request_scheduled", request_id=request.request_id, num_computed=request.num_computed)
 
     def _reserve(self, request: Request, n: int, scheduled: list[ScheduledChunk], may_preempt: bool = True) -> int:
@@ -109,14 +125,15 @@ class Scheduler:
         for chunk in scheduled:
             if chunk.request is victim:
                 scheduled.remove(chunk)
+                self._refund += chunk.num_tokens
                 break
         return victim
 
     def preempt(self, request: Request) -> None:
+        self._preempted = True
         self.cache.free(request)
         self.trace.emit("request_preempted", request_id=request.request_id, num_tokens=request.num_tokens)
-        request.num_computed = 0
-        request.num_cached = 0
+        request.num_computed = 0  # num_cached stays: it counts what the cache served at first admission
         request.status = Status.WAITING
         self.running.remove(request)
         self.waiting.appendleft(request)

@@ -124,6 +124,7 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "token_ids": (_LIST, "token ids the node covers"),
         "texts": (_LIST, "decoded text of each token"),
         "request_id": (_STR + "?", "request whose blocks were inserted"),
+        "hashes": (_LIST + "?", "chained hash (key) of each block, in order"),
     },
     "radix_split": {
         "node_id": (_INT, "node that was split; keeps the first `at` blocks"),
@@ -132,6 +133,17 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "radix_evict": {
         "node_id": (_INT, "node removed from the tree (all its blocks evicted)"),
+    },
+    "radix_lock": {
+        "node_id": (_INT, "the request's handle: it and every node above it gain one lock ref (no eviction)"),
+        "request_id": (_STR + "?", "the request that uses the path"),
+        "lock_ref": (_INT, "the handle's lock refs after the lock"),
+    },
+    "radix_unlock": {
+        "node_id": (_INT, "the handle: it and every node above it lose one lock ref"),
+        "request_id": (_STR + "?", "the request that stopped using the path (finished, preempted, edited, "
+                                   "or moved its handle down the path)"),
+        "lock_ref": (_INT, "the handle's lock refs after the unlock"),
     },
     "radix_hit": {
         "node_id": (_INT, "node whose blocks a request reused"),
@@ -168,6 +180,8 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "copied": (_LIST, "[src, dst] pairs: m's block copied before its valid part was kept"),
         "first_recomputed": (_INT, "first position recomputed (m)"),
         "recompute_tokens": (_INT, "tokens to prefill again"),
+        "status": (_STR + "?", "the request after the edit: running (recomputes next step) or waiting (queued; a "
+                               "finished request re-attaches its cached prefix at the edit)"),
     },
     # --- sliding-window rings --------------------------------------------------------------------------
     "ring_write": {
@@ -181,10 +195,11 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         # sink slots 0..S-1 and the ring proper is slots S + position mod W)
     },
     "ring_resume": {
-        "request_id": (_STR, "request whose window-layer rings restart (edit, prefix hit)"),
+        "request_id": (_STR, "request whose window-layer rings restart (edit, prefix hit, fork)"),
         "wanted": (_INT, "position the cache could otherwise resume at (edit point, prefix match)"),
         "position": (_INT, "exact restart point chosen: window layers need that layer's K/V of the W-1 positions before it"),
-        "source": (_STR, "ring (its own ring still holds them) | snapshot (saved at a block boundary) | start"),
+        "source": (_STR, "ring (its own ring still holds them) | snapshot (saved at a block boundary) | start | "
+                         "fork (a copy of its parent's rings)"),
         "recompute_tokens": (_INT, "wanted - position: extra tokens recomputed through all layers"),
         "reason": (_STR, "window when position < wanted, else none"),
     },

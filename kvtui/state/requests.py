@@ -99,7 +99,8 @@ class RequestsReducer:
             ids, texts = list(parent.token_ids), list(parent.texts)
         self.requests[rid] = Request(
             rid, ordinal, prompt_len, ids, texts, max_tokens=ev.get("max_tokens", 0), cache_salt=ev.get("cache_salt"),
-            parent_id=ev.get("parent_id"), arrived=ev["t"], marks=[(ev["t"], "arrived", self.step)], owner=self._gen)
+            parent_id=ev.get("parent_id"), arrived=ev["t"], marks=[(ev["t"], "arrived", self.step)], owner=self._gen,
+            cached_tokens=parent.cached_tokens if parent is not None else 0)  # a fork inherits what its parent got
 
     def _on_request_scheduled(self, ev: dict) -> None:
         req = self._req(ev["request_id"])
@@ -115,6 +116,7 @@ class RequestsReducer:
         req = self._req(ev["request_id"])
         if req is not None:
             req.status = PREEMPTED
+            req.num_computed = 0
             req.marks.append((ev["t"], "preempted", self.step))
 
     def _on_prefill_chunk(self, ev: dict) -> None:
@@ -122,6 +124,7 @@ class RequestsReducer:
         req = self._req(rid)
         if req is not None:
             req.status = RUNNING
+            req.num_computed = ev["end"]
             req.marks.append((ev["t"], "prefill", step))
         bs = self.block_size
         self._mark_writing(rid, step, ev["start"] // bs, max(ev["start"], ev["end"] - 1) // bs)
@@ -131,6 +134,7 @@ class RequestsReducer:
         req = self._req(rid)
         if req is not None:
             req.status = RUNNING
+            req.num_computed = ev["position"] + 1
             req.marks.append((ev["t"], "decode", step))
         logical = ev["position"] // self.block_size
         self._mark_writing(rid, step, logical, logical)
@@ -163,6 +167,7 @@ class RequestsReducer:
         req = self._req(rid)
         if req is not None:
             req.status = FINISHED
+            req.num_computed = 0
             req.finished = ev["t"]
             req.reason = ev["reason"]
             req.cached_tokens = ev["cached_tokens"]
@@ -170,12 +175,14 @@ class RequestsReducer:
                 req.ttft = ev["ttft"]
             req.tpot = ev.get("tpot")
             req.marks.append((ev["t"], "finished", self.step))
-            self._unlock_all(rid, req)  # finished requests no longer lock their radix path
 
     def _on_prefix_match(self, ev: dict) -> None:
         req = self._req(ev["request_id"])
         if req is not None:
             req.match = ev
+            req.num_computed = ev["matched_tokens"]  # the cached prefix is valid K/V from the start
+            if not (ev.get("detail") or {}).get("readmission"):
+                req.cached_tokens = ev["matched_tokens"]  # what the cache served at the first lookup
 
     # ------------------------------------------------------------------ edits
     def _on_edit(self, ev: dict) -> None:
@@ -187,24 +194,30 @@ class RequestsReducer:
         new_ids, new_texts, n_del = list(ev["token_ids"]), list(ev["texts"]), ev["num_deleted"]
         if kind == "insert":
             n_del = 0
-        end = m + n_del
-        if m < req.prompt_len:
-            # Inside the prompt: the prompt changes and the generated tokens are discarded.
-            prompt_ids = req.token_ids[:req.prompt_len]
-            prompt_texts = req.texts[:req.prompt_len]
-            prompt_ids[m:min(end, req.prompt_len)] = new_ids
-            prompt_texts[m:min(end, req.prompt_len)] = new_texts
-            req.token_ids, req.texts = prompt_ids, prompt_texts
-            req.prompt_len = len(prompt_ids)
-        else:
-            # Inside the generated part: the sequence up to and including the edit is the new context.
-            req.token_ids[m:] = new_ids
-            req.texts[m:] = new_texts
+        # the same rule as engine/edits.py apply_edit
+        ids = req.token_ids[:m] + new_ids + req.token_ids[m + n_del:]
+        texts = req.texts[:m] + new_texts + req.texts[m + n_del:]
+        in_prompt = m < req.prompt_len or req.num_tokens == req.prompt_len
+        if in_prompt:  # in the prompt (or nothing generated yet): the prompt changes, generated tokens go
+            keep = max(m + len(new_ids), req.prompt_len + len(new_ids) - n_del)
+        else:  # in the generated part: the sequence up to and including the edit is the new context
+            keep = m + len(new_ids)
+        req.token_ids, req.texts = ids[:keep], texts[:keep]
+        if in_prompt:
+            req.prompt_len = keep
         req.num_output = max(0, len(req.token_ids) - req.prompt_len)
         req.last_token = None  # no inter-token latency across an edit
-        req.status = RUNNING if req.status != FINISHED else WAITING
         req.marks.append((ev["t"], "edit", self.step))
         req.edits.append(ev)
 
     def _on_invalidate(self, ev: dict) -> None:
         self.last_invalidate = ev
+        req = self._req(ev["request_id"])
+        if req is None:
+            return
+        status = ev.get("status")
+        if status is None:  # traces from before the field: a running request kept running, others queued
+            status = RUNNING if req.status == RUNNING else WAITING
+        req.status = status
+        req.num_computed = ev["first_recomputed"]
+        req.cached_tokens = min(req.cached_tokens, ev["first_recomputed"])

@@ -57,6 +57,8 @@ class RingsReducer:
             ring = self.rings[key] = ring.copy()
             ring.owner = self._gen
         start, end = ev["start"], ev["end"]
+        if start == 0:  # a fresh ring (first prefill, or a restart from the start): nothing in it is valid
+            ring.slots = [-1] * len(ring.slots)
         slots = ring.slots
         written = [p for p in range(start, min(end, sinks))] + list(range(max(start, sinks, end - window), end))
         for pos in written:
@@ -71,9 +73,30 @@ class RingsReducer:
 
     # --- window layers restarting (after an edit or a hit) and attention-sink divergence: kept on the request
     def _on_ring_resume(self, ev: dict) -> None:
-        req = self._req(ev["request_id"])
+        """The rings now hold exactly the window before `position` (and the sinks): what the restart kept."""
+        rid, position = ev["request_id"], ev["position"]
+        req = self._req(rid)
         if req is not None:
             req.ring_resume = ev
+        for group, (window, sinks) in enumerate(self._ring_groups()):
+            key = (rid, group)
+            ring = self.rings.get(key)
+            if ring is None or ring.window != window or ring.sinks != sinks:
+                ring = self.rings[key] = Ring(rid, group, window, [-1] * (sinks + window), owner=self._gen,
+                                              sinks=sinks)
+            elif ring.owner != self._gen:
+                ring = self.rings[key] = ring.copy()
+                ring.owner = self._gen
+            ring.slots = [-1] * len(ring.slots)
+            for pos in [*range(min(sinks, position)), *range(max(sinks, position - window), position)]:
+                ring.slots[ring.slot_of(pos)] = pos
+            ring.head = ring.slot_of(position) if position >= sinks else position
+
+    def _ring_groups(self) -> list[tuple[int, int]]:
+        """(window, sink slots) of each ring group, in the engine's order: distinct windows by first layer."""
+        model = self.header.get("model") or {}
+        windows = [w for w in dict.fromkeys(model.get("windows") or ()) if w is not None]
+        return [(w, int(model.get("sink_tokens") or 0)) for w in windows]
 
     def _on_sink_divergence(self, ev: dict) -> None:
         req = self._req(ev["request_id"])

@@ -1,5 +1,6 @@
 """The radix tree reducer: the prefix tree's nodes (runs of whole blocks and their tokens), their hits and the
-lock refs running requests hold on them, and the recent evictions.
+lock refs requests hold on them (radix_lock / radix_unlock, exactly as the engine counts them), and the recent
+evictions.
 
 Nodes are copied on write, like requests: `_node` copies one the first time this state mutates it. The root
 is node 0 and holds no blocks.
@@ -10,7 +11,6 @@ from __future__ import annotations
 import copy as _copy
 from dataclasses import dataclass, field
 
-from kvtui.state.requests import FINISHED, Request
 
 
 @dataclass(slots=True)
@@ -24,7 +24,7 @@ class RadixNode:
     texts: list[str]
     children: list[int] = field(default_factory=list)
     hits: int = 0
-    lockers: list[str] = field(default_factory=list)  # running requests that use it (lock refs)
+    lockers: list[str] = field(default_factory=list)  # one entry per lock ref: the requests whose path holds it
     created: float = 0.0
     last_access: float = 0.0
     mark: str = ""  # the last thing that happened to it: insert | hit | split
@@ -101,24 +101,33 @@ class TreeReducer:
             node = nxt
 
     # ------------------------------------------------------------------ lock refs
-    def _lock(self, rid: str | None, node_id: int) -> None:
-        """A running request holds a lock ref on the nodes it uses until it finishes."""
-        req = self._req(rid) if rid else None
-        if req is None or req.status == FINISHED:
-            return
-        if node_id not in req.locked:
-            req.locked.append(node_id)
-        node = self._node(node_id)
-        if node is not None and rid not in node.lockers:
+    def _on_radix_lock(self, ev: dict) -> None:
+        """A request uses the path from the root to `node_id`: every node on it gains one lock ref."""
+        rid, node_id = ev.get("request_id") or "?", ev["node_id"]
+        walk = node_id
+        while walk:  # the root (0) holds no blocks and no locks
+            node = self._node(walk)
+            if node is None:
+                break
             node.lockers.append(rid)
+            walk = node.parent_id
+        req = self._req(rid)
+        if req is not None:
+            req.locked.append(node_id)
 
-    def _unlock_all(self, rid: str, req: Request) -> None:
-        """Drop every lock ref request `rid` holds (it finished)."""
-        for node_id in req.locked:
-            node = self._node(node_id)
-            if node is not None and rid in node.lockers:
+    def _on_radix_unlock(self, ev: dict) -> None:
+        rid, node_id = ev.get("request_id") or "?", ev["node_id"]
+        walk = node_id
+        while walk:
+            node = self._node(walk)
+            if node is None:
+                break
+            if rid in node.lockers:
                 node.lockers.remove(rid)
-        req.locked = []
+            walk = node.parent_id
+        req = self._req(rid)
+        if req is not None and node_id in req.locked:
+            req.locked.remove(node_id)
 
     # ------------------------------------------------------------------ events
     def _trim_node(self, node_id: int, p: int, seq: int) -> None:
@@ -137,7 +146,6 @@ class TreeReducer:
     def _on_radix_insert(self, ev: dict) -> None:
         node_id, parent_id = ev["node_id"], ev["parent_id"]
         t = ev["t"]
-        rid = ev.get("request_id")
         self.nodes[node_id] = RadixNode(node_id, parent_id, list(ev["blocks"]), list(ev["token_ids"]),
                                         list(ev["texts"]), created=t, last_access=t, mark="insert",
                                         mark_seq=ev["seq"], owner=self._gen)
@@ -146,7 +154,8 @@ class TreeReducer:
             parent.children.append(node_id)
         for p in ev["blocks"]:
             self.block_node[p] = node_id
-        self._lock(rid, node_id)
+        for p, key in zip(ev["blocks"], ev.get("hashes") or ()):
+            self.block_hash[p] = key
 
     def _on_radix_split(self, ev: dict) -> None:
         node = self._node(ev["node_id"])
@@ -164,8 +173,11 @@ class TreeReducer:
                 grandchild.parent_id = new_id
         for p in child.blocks:
             self.block_node[p] = new_id
-        for rid in child.lockers:
-            self._lock(rid, new_id)
+        for rid in set(child.lockers):  # a request whose handle was this node now holds the suffix (engine/radix.py)
+            req = self.requests.get(rid)
+            if req is not None and node.node_id in req.locked:
+                req = self._req(rid)
+                req.locked = [new_id if n == node.node_id else n for n in req.locked]
         node.blocks, node.token_ids, node.texts = node.blocks[:at], node.token_ids[:cut], node.texts[:cut]
         node.children = [new_id]
         node.mark, node.mark_seq = "split", ev["seq"]
@@ -195,4 +207,3 @@ class TreeReducer:
         node.hits += 1
         node.last_access = ev["t"]
         node.mark, node.mark_seq = "hit", ev["seq"]
-        self._lock(ev["request_id"], node.node_id)

@@ -114,7 +114,7 @@ class RadixTreeView(LineView):
         node = self.selected(state)
         if node is not None:
             segs.append(Segment(f" · n{node.node_id}: {len(node.token_ids)} tok in {len(node.blocks)} block{'s' * (len(node.blocks) != 1)}"
-                                + (f", locked by {', '.join(node.lockers)}" if node.lockers else "")
+                                + (f", locked by {', '.join(dict.fromkeys(node.lockers))}" if node.lockers else "")
                                 + " (Enter: see in pool)", DIM))
         return segs
 

@@ -1,0 +1,130 @@
+"""Each divergence between the view and the engine that a review found, held fixed: the events say what happened.
+
+The differential oracle (tests/oracle.py) checks all of it after every rule of the stateful test; these pin the
+reported cases one by one, so a regression names itself.
+"""
+
+import pytest
+from oracle import Witness, differences
+from tiny_models import random_prompts, tiny_model
+
+from engine.engine import Engine, EngineConfig, SamplingParams
+from engine.request import Status
+
+
+def make(arch="llama-gqa", **config):
+    extra = {"sliding_window": 3} if arch == "mistral-mqa" else {}
+    engine = Engine.from_model(tiny_model(arch, **extra), config=EngineConfig(**{"block_size": 4, **config}))
+    events: list[dict] = []
+    engine.trace.listeners.append(events.append)
+    return engine, events, Witness(engine)
+
+
+def of(events, kind):
+    return [e for e in events if e["type"] == kind]
+
+
+def test_a_fork_holds_its_own_lock_on_the_path_and_the_view_counts_it():
+    engine, events, witness = make(num_blocks=32)
+    rid = engine.submit(random_prompts([13])[0], SamplingParams(max_tokens=4))
+    for _ in range(2):
+        engine.step()
+    engine.fork(rid, 1)
+    node = engine.requests[rid].lock_node
+    assert node.lock_ref == 2
+    state = witness.state()
+    assert len(state.nodes[node.node_id].lockers) == 2 and differences(engine, state) == []
+    assert [e["request_id"] for e in of(events, "radix_lock")][-1] != rid  # the child's own lock event
+
+
+def test_an_edit_releases_the_locks_it_no_longer_needs():
+    engine, events, witness = make(num_blocks=32)
+    rid = engine.submit(random_prompts([13])[0], SamplingParams(max_tokens=4))
+    for _ in range(3):
+        engine.step()
+    engine.edit(rid, 2, [9], "replace")  # inside block 0: no whole block stays
+    state = witness.state()
+    assert all(not n.lockers for i, n in state.nodes.items() if i) and differences(engine, state) == []
+
+
+def test_editing_a_waiting_request_keeps_it_waiting_in_the_view():
+    engine, events, witness = make(num_blocks=32, max_num_seqs=1)
+    first = engine.submit(random_prompts([9])[0], SamplingParams(max_tokens=3))
+    second = engine.submit(random_prompts([9], seed=1)[0], SamplingParams(max_tokens=3))
+    engine.step()
+    assert engine.requests[second].status is Status.WAITING
+    event = engine.edit(second, 2, [5], "replace")
+    assert event["status"] == "waiting" and witness.state().requests[second].status == "waiting"
+    assert differences(engine, witness.state()) == []
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.output(first).finish_reason == engine.output(second).finish_reason == "length"
+
+
+def test_a_one_token_prefill_after_a_full_match_counts_as_a_prefill():
+    engine, events, _ = make(num_blocks=32)
+    prompt = random_prompts([9])[0]
+    engine.generate([prompt], SamplingParams(max_tokens=2))
+    engine.submit(prompt, SamplingParams(max_tokens=2))  # 8 of 9 tokens cached: a 1-token prefill
+    engine.step()
+    assert of(events, "prefill_chunk")[-1]["end"] - of(events, "prefill_chunk")[-1]["start"] == 1
+    step = of(events, "step")[-1]
+    assert (step["num_prefill"], step["num_decode"]) == (1, 0)
+
+
+def test_cached_tokens_count_what_the_cache_served_at_the_first_admission():
+    # 3 prompts in 10 blocks: preemptions; a readmitted request re-matches its own blocks, which do not count
+    engine, events, witness = make(num_blocks=10, max_batched_tokens=64)
+    outs = engine.generate(random_prompts([12, 10, 14], seed=1), SamplingParams(max_tokens=12))
+    assert of(events, "request_preempted")
+    assert [o.cached_tokens for o in outs] == [0, 0, 0]  # different prompts: nothing shared
+    assert all(e["cached_tokens"] <= e["num_prompt_tokens"] for e in of(events, "request_finished"))
+    assert differences(engine, witness.state()) == []
+
+
+def test_a_step_that_preempts_admits_nobody_and_refunds_the_victims_tokens():
+    engine, events, _ = make(num_blocks=10, max_batched_tokens=64)
+    engine.generate(random_prompts([12, 10, 14], seed=1), SamplingParams(max_tokens=12))
+    preempted_steps = set()
+    step = 0
+    for e in events:
+        if e["type"] == "step":
+            step = e["step"] + 1
+        elif e["type"] == "request_preempted":
+            preempted_steps.add(step)
+    admitted_steps, step = set(), 0
+    for e in events:
+        if e["type"] == "step":
+            step = e["step"] + 1
+        elif e["type"] == "request_scheduled":
+            admitted_steps.add(step)
+    assert preempted_steps and not preempted_steps & admitted_steps
+    assert len(of(events, "request_preempted")) <= 7  # 11 before the rule, in the same 24 steps
+
+
+def test_the_invalidate_of_a_finished_request_says_where_it_actually_resumes():
+    engine, events, witness = make("mistral-mqa", num_blocks=64)
+    prompt = random_prompts([30], seed=3)[0]
+    rid = engine.submit(prompt, SamplingParams(max_tokens=4))
+    while engine.has_unfinished():
+        engine.step()
+    event = engine.edit(rid, 14, [5], "replace")
+    assert event["status"] == "waiting"
+    engine.step()
+    chunk = [e for e in of(events, "prefill_chunk") if e["request_id"] == rid][-1]
+    assert chunk["start"] == event["first_recomputed"] == engine.requests[rid].num_cached
+    assert event["first_recomputed"] == of(events, "ring_resume")[-1]["position"] <= 14
+    assert differences(engine, witness.state()) == []
+
+
+@pytest.mark.parametrize("arch", ["llama-gqa", "mistral-mqa"])
+def test_aborts_of_waiting_and_running_requests_leave_the_view_true(arch):
+    engine, events, witness = make(arch, num_blocks=16, max_num_seqs=1, window=6, sink_tokens=1)
+    running = engine.submit(random_prompts([9])[0], SamplingParams(max_tokens=5))
+    waiting = engine.submit(random_prompts([9], seed=2)[0], SamplingParams(max_tokens=5))
+    engine.step()
+    engine.abort(waiting)  # never ran: no sink_divergence to compute, and no crash
+    engine.step()
+    engine.abort(running)
+    assert {engine.output(r).finish_reason for r in (running, waiting)} == {"aborted"}
+    assert differences(engine, witness.state()) == []
