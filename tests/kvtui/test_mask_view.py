@@ -124,3 +124,26 @@ async def test_k_opens_the_mask_panel_and_follows_the_cursor():
         await pilot.pause()
         assert not isinstance(app.screen, PanelScreen)
         assert "step 7" in str(app.query_one("#status").render())
+
+
+def test_gemma3_fixture_past_its_window():
+    """The recorded Gemma 3 270M trace (15 window layers W=512, 3 full): the chunk 512..622 after two chunks of
+    256 sees the whole prefix in the full layers, and only the last 512 keys in the window layers."""
+    from pathlib import Path
+
+    from kvtui.loader import load_trace
+
+    trace = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "gemma3_hybrid_window.jsonl"
+    loaded = load_trace(str(trace))
+    lines = mask_lines(loaded.header, loaded.events, step_end(loaded.events, 2))
+    assert "story prefill 512..622 (110 queries) · keys 0..621 · 512 cached before this step" in lines[3]
+    assert lines[4].startswith("  full attention · layers 5, 11, 17 ·")
+    window = next(i for i, line in enumerate(lines) if line.startswith("  sliding window W=512 · layers 0, 1,"))
+    assert lines[window + 1].startswith("  ring: wrote positions 512..621 into 512 slots")
+    assert "overwrote 0..109 (110 fell" in lines[window + 1]  # (the line is cut at 100 cells)
+    full_rows = lines[7:window]
+    window_rows = lines[window + 4:]
+    assert len(full_rows) == len(window_rows) == 11  # 110 queries, 10 per row
+    assert not any("·" in row for row in full_rows)  # full attention drops nothing
+    dots = [row[10:].count("·") for row in window_rows]
+    assert dots[0] == 0 and dots == sorted(dots) and dots[-1] >= 13  # the band slides right: q - 512 < k
