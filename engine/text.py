@@ -25,6 +25,9 @@ class TokenText:
         items = list(prompt)
         if items and all(isinstance(m, dict) for m in items):
             self._need_tokenizer("chat messages")
+            if not getattr(self.tokenizer, "chat_template", None):
+                raise ValueError("this model has no chat template (a base model such as Gemma 3 270M): send plain "
+                                 "text, not chat messages")
             text = self.tokenizer.apply_chat_template(items, tokenize=False, add_generation_prompt=True)
             return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if all(isinstance(t, int) and not isinstance(t, bool) for t in items):

@@ -128,3 +128,8 @@ def test_preemption_recomputes_exactly(engine):
     tight = small.generate(prompts, params)
     assert any(e["type"] == "request_preempted" for e in events), "the test must exercise preemption"
     assert [o.token_ids for o in tight] == [o.token_ids for o in roomy]
+
+
+def test_chat_messages_are_refused_with_a_reason(engine):
+    with pytest.raises(ValueError, match="no chat template"):
+        engine.submit([{"role": "user", "content": "Hi"}])
