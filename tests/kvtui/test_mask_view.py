@@ -13,7 +13,7 @@ from kvtui.screens.panel import PanelScreen
 from kvtui.state import replay
 from kvtui.timeline import Timeline
 from kvtui.widgets.base import View
-from kvtui.widgets.mask import MaskView
+from kvtui.widgets.mask import REGION_STYLE, MaskView
 
 
 def step_end(events, step: int) -> int:
@@ -147,3 +147,26 @@ def test_gemma3_fixture_past_its_window():
     assert not any("·" in row for row in full_rows)  # full attention drops nothing
     dots = [row[10:].count("·") for row in window_rows]
     assert dots[0] == 0 and dots == sorted(dots) and dots[-1] >= 13  # the band slides right: q - 512 < k
+
+
+def test_sink_columns_stay_visible_outside_the_window():
+    """fixtures/traces/streaming_sinks.jsonl: SmolLM2 with 4 attention sinks and a forced window of 32."""
+    from pathlib import Path
+
+    from kvtui.loader import load_trace
+
+    trace = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "streaming_sinks.jsonl"
+    loaded = load_trace(str(trace))
+    lines = mask_lines(loaded.header, loaded.events, step_end(loaded.events, 5))
+    assert lines[4].startswith("  sliding window W=32 + 4 sinks · layers 0, 1, 2,")
+    # keys 0-3 (sinks), 4..18 dropped (18 = 50 - 32), 19..50 the band
+    row = lines.index("     q 50 " + "█" * 4 + "·" * 15 + "█" * 32)
+    view = MaskView()
+    view.events = loaded.events
+    view.view = View(replay(loaded.header, loaded.events[:step_end(loaded.events, 5)]))
+    cells = [(seg.text, seg.style.color.name if seg.style and seg.style.color else None)
+             for seg in view.render_row(row, 100) for _ in seg.text]
+    colors = [color for _, color in cells[10:61]]
+    assert colors[:4] == [REGION_STYLE[SINK].color.name] * 4
+    assert colors[4:19] == [REGION_STYLE[MASKED].color.name] * 15
+    assert colors[19:50] == [REGION_STYLE[CACHED].color.name] * 31 and colors[50] == REGION_STYLE[CHUNK].color.name
