@@ -8,7 +8,9 @@ caught up over several frames, the UI stays responsive) and shows the attacher's
 
 from __future__ import annotations
 
+import gc
 import time
+from collections import deque
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -23,8 +25,26 @@ from kvtui.widgets.fleet_table import FleetTableView
 from kvtui.widgets.fleet_tree import FleetTreeView
 
 FRAME_BUDGET = 0.015  # seconds of each frame spent folding events in (the rest draws)
-CHUNK = 2000
+CHUNK = 64  # feed items per drain: an item is an event or a list of them
+SLICE = 256  # events folded between two looks at the clock
 TREE_EVERY = 1.0  # seconds between prefix-tree rebuilds while events flow
+
+
+class FeedBatcher:
+    """A TraceSink listener that hands events to the feed a list at a time (the attacher flushes it after each
+    few messages): one queue operation per batch instead of per event."""
+
+    def __init__(self, feed: EventFeed):
+        self.feed = feed
+        self.buffer: list[dict] = []
+
+    def __call__(self, event: dict) -> None:
+        self.buffer.append(event)
+
+    def flush(self) -> None:
+        if self.buffer:
+            self.feed.put("events", self.buffer)
+            self.buffer = []
 
 
 class FleetApp(App):
@@ -58,6 +78,7 @@ class FleetApp(App):
         self.cursor = 0
         self.started = time.monotonic()
         self._tree_at = 0.0
+        self._pending: deque[list[dict]] = deque()  # received, not yet folded (over a frame's budget)
         self._goto_open = False
         if events is not None:
             self.fleet = FleetState(header)
@@ -89,6 +110,7 @@ class FleetApp(App):
     # ------------------------------------------------------------------ live
     def tick(self) -> None:
         changed = self.pump()
+        gc.freeze()  # what survived is long-lived (events, blocks): collections scan only what came since
         if self.attacher is not None:
             while not self.attacher.notices.empty():
                 severity, text = self.attacher.notices.get()
@@ -99,28 +121,48 @@ class FleetApp(App):
             self.refresh_views()
 
     def pump(self, budget: float = FRAME_BUDGET) -> bool:
-        """Fold queued events in until the frame budget is spent. Returns whether anything changed."""
+        """Fold queued events in, SLICE at a time, until the frame budget is spent; the rest waits for the next
+        frame. Returns whether anything changed."""
         if self.feed is None:
             return False
         deadline = time.perf_counter() + budget
         changed = False
+        pending = self._pending
         while time.perf_counter() < deadline:
-            items = self.feed.drain(CHUNK)
-            if not items:
-                break
+            if not pending:
+                items = self.feed.drain(CHUNK)
+                if not items:
+                    break
+                for kind, payload in items:
+                    if kind == "events":
+                        pending.append(payload)
+                    elif kind == "event":
+                        pending.append([payload])
+                    elif kind == "header":
+                        self._fold_pending()
+                        self.fleet, self.cursor = FleetState(payload), 0
+                    elif kind == "notice":
+                        severity, text = payload
+                        self.notify(text, severity=severity)
+                continue
+            events = pending.popleft()
+            if len(events) > SLICE:
+                pending.appendleft(events[SLICE:])
+                events = events[:SLICE]
+            if self.fleet is None:
+                self.fleet = FleetState({})
+            self.fleet.apply_all(events)
+            self.cursor += len(events)
             changed = True
-            for kind, payload in items:
-                if kind == "event":
-                    if self.fleet is None:
-                        self.fleet = FleetState({})
-                    self.fleet.apply(payload)
-                    self.cursor += 1
-                elif kind == "header":
-                    self.fleet, self.cursor = FleetState(payload), 0
-                elif kind == "notice":
-                    severity, text = payload
-                    self.notify(text, severity=severity)
         return changed
+
+    def _fold_pending(self) -> None:
+        while self._pending:
+            events = self._pending.popleft()
+            if self.fleet is None:
+                self.fleet = FleetState({})
+            self.fleet.apply_all(events)
+            self.cursor += len(events)
 
     # ------------------------------------------------------------------ drawing
     def refresh_views(self, force: bool = False) -> None:

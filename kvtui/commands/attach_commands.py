@@ -152,12 +152,14 @@ def _headless(attacher, sink, duration, queries) -> None:
 
 
 def _ui(attacher, sink, duration, tokenizer) -> None:
-    from kvtui.app.fleet_app import FleetApp
+    from kvtui.app.fleet_app import FeedBatcher, FleetApp
     from kvtui.feed import EventFeed
 
     feed = EventFeed()
     feed.put("header", sink.header)
-    sink.listeners.append(feed.put_event)
+    batcher = FeedBatcher(feed)
+    sink.listeners.append(batcher)
+    attacher.after_messages.append(batcher.flush)
     app = FleetApp(source="attach", feed=feed, attacher=attacher, tokenizer=tokenizer, duration=duration)
     attacher.start()
     try:
@@ -177,6 +179,26 @@ def replay_attach(trace: str, header: dict) -> None:
         click.echo(f"{trace}, line {loaded.error.line}: {loaded.error.message} (showing the "
                    f"{len(loaded.events)} events before it)", err=True)
     FleetApp(source=trace, header=header, events=loaded.events).run()
+
+
+
+@click.command("attach", short_help="Sustained ZeroMQ attach ingest with the fleet UI open.")
+@click.option("--rate", type=float, default=120_000, show_default=True,
+              help="Block events per second the publisher offers.")
+@click.option("--seconds", type=float, default=10.0, show_default=True, help="How long to measure.")
+@click.option("--pool", type=int, default=20_000, show_default=True,
+              help="Blocks the publisher keeps resident (then one removal per store).")
+@click.option("--run", "run_blocks", type=int, default=1, show_default=True,
+              help="Blocks per BlockStored event: 1 as SGLang publishes, more as vLLM stores a prompt's run.")
+def attach_bench(rate, seconds, pool, run_blocks):
+    """Sustained ingest of KV events from a publisher process over loopback ZeroMQ with the fleet UI open
+    (headless, 200x60, 30 frames/s): received and applied block events per second, frame times (target
+    <= 33 ms), and a same-run baseline (decode + fold, one thread, no sockets, no UI)."""
+    from kvtui.bench.attach import format_result, run
+
+    if rate <= 0 or seconds <= 0 or pool <= 0 or run_blocks <= 0:
+        raise click.UsageError("--rate, --seconds, --pool and --run must be positive")
+    click.echo(format_result(run(rate, seconds, pool, run_blocks)))
 
 
 COMMANDS = [attach]

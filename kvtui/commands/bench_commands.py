@@ -7,6 +7,8 @@ import time
 
 import click
 
+from kvtui.commands.attach_commands import attach_bench
+
 from kvtui.commands.bench_engine_commands import ENGINE_BENCHES
 from kvtui.commands.engine_commands import check_device, engine_config, engine_options, load_engine
 
@@ -171,5 +173,6 @@ def live_bench(model, device, seconds, size, max_tokens, num_blocks):
 
 for _command in ENGINE_BENCHES:  # long, overhead, mixed, prefix (kvtui/commands/bench_engine_commands.py)
     bench.add_command(_command)
+bench.add_command(attach_bench)  # kvtui/commands/attach_commands.py
 
 COMMANDS = [bench]

@@ -65,6 +65,7 @@ class Attacher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._metrics_thread: threading.Thread | None = None
+        self.after_messages: list = []  # called after each batch of messages (a feed batcher flushes there)
         self.ready = threading.Event()  # sockets open, first replays done (tests wait for it)
 
     # ------------------------------------------------------------------ lifecycle
@@ -91,6 +92,7 @@ class Attacher:
         for source in self.sources:
             if source.replay and not source.bind:
                 self._initial_replay(source)
+        self._after()
         self.ready.set()
         poller = zmq.Poller()
         for sock in self._sockets:
@@ -101,6 +103,7 @@ class Attacher:
                 for sock in ready:
                     self._drain(sock, self._sockets[sock])
                 self._emit_metrics()
+                self._after()
         finally:
             for sock in self._sockets:
                 sock.close(linger=0)
@@ -118,8 +121,14 @@ class Attacher:
                 sock.connect(source.endpoint)
             self._sockets[sock] = source
 
+    def _after(self) -> None:
+        for callback in self.after_messages:
+            callback()
+
     def _drain(self, sock: zmq.Socket, source: Source) -> None:
-        for _ in range(DRAIN_PER_SOCKET):
+        for i in range(DRAIN_PER_SOCKET):
+            if i:
+                self._after()
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=not source.bind)
             except zmq.Again:

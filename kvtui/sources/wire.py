@@ -20,7 +20,7 @@ that position. We never recompute an engine's hashes: prompts are matched by the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -64,10 +64,84 @@ def decode_seq(frame: bytes) -> int:
     return int.from_bytes(frame, "big")
 
 
+class _Stored(msgspec.Struct, tag="BlockStored"):
+    block_hashes: list[Union[int, bytes]]
+    parent_block_hash: Union[int, bytes, None]
+    token_ids: list[int]
+    block_size: int
+    lora_id: Optional[int] = None
+    medium: Optional[str] = None
+    lora_name: Optional[str] = None
+    cache_salt: Optional[str] = None
+    extra_keys: Optional[list] = None
+    group_idx: Optional[int] = None
+    kv_cache_spec_kind: Optional[str] = None
+    kv_cache_spec_sliding_window: Optional[int] = None
+
+
+class _Removed(msgspec.Struct, tag="BlockRemoved"):
+    block_hashes: list[Union[int, bytes]]
+    medium: Optional[str] = None
+    group_idx: Optional[int] = None
+
+
+class _Cleared(msgspec.Struct, tag="AllBlocksCleared"):
+    pass
+
+
+class _MapBatch(msgspec.Struct, array_like=True):
+    ts: float
+    events: list[Union[_Stored, _Removed, _Cleared]]
+    rank: Optional[int] = None
+
+
+_decode_map_batch = msgspec.msgpack.Decoder(_MapBatch).decode
+
+
+def _fast(payload: bytes) -> Batch | None:
+    """The common case (map layout, known events, plain token ids) decoded and checked in C by msgspec; None
+    sends the payload down the general path (array layout, token pairs, unknown events, anything odd)."""
+    try:
+        batch = _decode_map_batch(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    out = []
+    for e in batch.events:
+        cls = type(e)
+        if cls is _Stored:
+            size, hashes = e.block_size, e.block_hashes
+            if size <= 0 or len(e.token_ids) != size * len(hashes):
+                return None
+            parent = e.parent_block_hash
+            event = {"kind": "stored", "hashes": [f"{h & U64:016x}" if type(h) is int else hash_hex(h)
+                                                  for h in hashes],
+                     "parent": None if parent is None else hash_hex(parent), "token_ids": e.token_ids,
+                     "block_size": size, "medium": e.medium, "group": e.group_idx or 0,
+                     "lora": e.lora_name if e.lora_name is not None else (
+                         None if e.lora_id is None else str(e.lora_id)), "salt": e.cache_salt}
+            if e.extra_keys:
+                event["extra_keys"] = _jsonable(e.extra_keys)
+            if e.kv_cache_spec_kind is not None:
+                event["spec_kind"] = e.kv_cache_spec_kind
+            if e.kv_cache_spec_sliding_window is not None:
+                event["sliding_window"] = e.kv_cache_spec_sliding_window
+            out.append(event)
+        elif cls is _Removed:
+            out.append({"kind": "removed", "hashes": [f"{h & U64:016x}" if type(h) is int else hash_hex(h)
+                                                      for h in e.block_hashes],
+                        "medium": e.medium, "group": e.group_idx or 0})
+        else:
+            out.append({"kind": "cleared"})
+    return Batch(batch.ts, out, batch.rank, "map" if out else "empty")
+
+
 def decode_payload(payload: bytes) -> Batch:
     """One message's payload: `[ts, events, rank]`, events in either layout (see the module doc)."""
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise WireError(f"oversized payload ({len(payload):,} bytes > {MAX_PAYLOAD_BYTES:,})")
+    fast = _fast(payload)
+    if fast is not None:
+        return fast
     try:
         obj = _decode(payload)
     except (msgspec.DecodeError, ValueError) as exc:

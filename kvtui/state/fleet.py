@@ -25,7 +25,7 @@ HAS = ("blocks by hash per worker", "the prefix chain (parent hashes)", "token i
 LACKS = ("physical block ids", "ref counts", "locks", "block tables", "requests")
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     group: int
     hash: str
@@ -85,6 +85,8 @@ class FleetState:
         self.metrics: dict[tuple, dict] = {}  # (source, rank label) -> latest facts
         self.metrics_before: dict[tuple, dict] = {}  # the reading before (for rates over the interval)
         self.gone: OrderedDict = OrderedDict()  # nodes no worker holds, oldest first
+        self.orphans: dict[tuple, None] = {}  # nodes whose parent block was never seen (or was forgotten)
+        self.held_nodes = 0  # nodes at least one worker holds
         self.index = 0
         self.t = 0.0
         self.version = 0  # bumps when the tree changes (views rebuild their rows)
@@ -128,20 +130,31 @@ class FleetState:
         parent = e.get("parent")
         nodes, held, t = self.nodes, worker.held, e["t"]
         extra = e.get("extra_keys")
+        wid, children, lora, salt = worker.worker, self.children, e.get("lora"), e.get("salt")
         for i, h in enumerate(e["hashes"]):
             key = (group, h)
             node = nodes.get(key)
             if node is None:
-                node = nodes[key] = Node(group, h, parent, tuple(tokens[i * size:(i + 1) * size]), e.get("lora"),
-                                         e.get("salt"), extra[i] if extra and i < len(extra) else None,
-                                         texts[i * size:(i + 1) * size] if texts else None, t)
-                self.children.setdefault((group, parent), {})[h] = None
+                node = nodes[key] = Node(group, h, parent, tuple(tokens[i * size:(i + 1) * size]), lora, salt,
+                                         extra[i] if extra and i < len(extra) else None,
+                                         texts[i * size:(i + 1) * size] if texts else None, t, {}, {})
+                kids = children.get((group, parent))
+                if kids is None:
+                    children[(group, parent)] = {h: None}
+                else:
+                    kids[h] = None
+                if parent is not None and (group, parent) not in nodes:
+                    self.orphans[key] = None
             elif not node.holders:
                 self.gone.pop(key, None)
-            media = node.holders.get(worker.worker)
+            if not node.holders:
+                self.held_nodes += 1
+            media = node.holders.get(wid)
             if media is None:
-                media = node.holders[worker.worker] = held[key] = set()
-            if medium not in media:
+                node.holders[wid] = held[key] = {medium}
+                if medium == GPU:
+                    worker.resident += 1
+            elif medium not in media:
                 media.add(medium)
                 if medium == GPU:
                     worker.resident += 1
@@ -186,6 +199,7 @@ class FleetState:
         del node.holders[worker.worker]
         node.removed[worker.worker] = t
         if not node.holders:
+            self.held_nodes -= 1
             self.gone[key] = None
             while len(self.gone) > GONE_MEMORY:
                 old, _ = self.gone.popitem(last=False)
@@ -193,9 +207,12 @@ class FleetState:
 
     def _forget(self, key: tuple) -> None:
         node = self.nodes.pop(key)
+        self.orphans.pop(key, None)
         siblings = self.children.get((node.group, node.parent))
         if siblings is not None:
             siblings.pop(node.hash, None)
+        for child in self.children.pop(key, {}):  # their parent is gone from memory: they hang loose
+            self.orphans[(node.group, child)] = None
 
     @staticmethod
     def _bucket(worker: Worker, t: float) -> list:

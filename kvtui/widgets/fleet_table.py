@@ -62,7 +62,7 @@ def fleet_lines(fleet: FleetState | None) -> list[list[Segment]]:
     if fleet is None:
         return [[Segment("waiting for the first event…", DIM)]]
     total = sum(w.resident for w in fleet.workers.values())
-    unique = sum(1 for n in fleet.nodes.values() if n.holders)
+    unique = fleet.held_nodes
     lines = [[Segment(f"{len(fleet.workers)} workers · {total:,} resident blocks · {unique:,} distinct "
                       f"(group, hash) blocks held · {total - unique:,} duplicate copies across workers", BOLD)],
              [Segment("an attached engine publishes: " + ", ".join(HAS), DIM)],

@@ -16,7 +16,7 @@ from textual.strip import Strip
 from kvtui.state.fleet import FleetState, Node
 from kvtui.widgets.base import DIM, HEADING, LineView, pad, show_text
 
-MAX_ROWS = 20_000
+MAX_ROWS = 2_000  # rows built per rebuild (the first ones, depth first): a frame stays cheap
 DUP = Style(color="#111111", bgcolor="#e5c07b", bold=True)
 GONE = Style(color="#7f7f7f", strike=True)
 
@@ -48,8 +48,7 @@ def tree_rows(fleet: FleetState, limit: int = MAX_ROWS) -> list[TreeRow]:
     rows: list[TreeRow] = []
     groups = sorted({key[0] for key in fleet.nodes})
     roots = [(g, fleet.nodes[(g, h)], False) for g in groups for h in fleet.children.get((g, None), ())]
-    roots += [(n.group, n, True) for n in fleet.nodes.values() if n.parent is not None
-              and (n.group, n.parent) not in fleet.nodes]
+    roots += [(key[0], fleet.nodes[key], True) for key in fleet.orphans if key in fleet.nodes]
     stack = [(0, g, n, orphan) for g, n, orphan in reversed(roots)]
     while stack and len(rows) < limit:
         depth, group, node, orphan = stack.pop()

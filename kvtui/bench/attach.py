@@ -1,0 +1,195 @@
+"""Sustained attach ingest with the UI open: `kvtui bench attach [--rate 150000] [--seconds 10]`.
+
+A publisher in another process (as a vLLM / SGLang server is) sends SGLang-style batches over ZeroMQ on
+loopback, paced at --rate block events per second: one hash per BlockStored (16 token ids, chained on the
+previous block of its 32-block prompt), and once the pool of --pool blocks is full one BlockRemoved of the
+oldest block per store. This process runs the real attacher (SUB socket, sequence tracking, decode, normalise,
+TraceSink) feeding the real FleetApp headless at 200x60 with its 30 frames/s timer; the tabs are cycled once a
+second. Every frame is timed as `tick` (drain, fold, refresh) + the screen update, as `kvtui bench live` does.
+
+Reported: offered, received (attacher) and applied (UI reducer) block events per second, the backlog left at
+the end, frame time p50/p95/max, and a baseline from the same run: decode + normalise + fold of the same
+payloads in one thread with no sockets and no UI (the ceiling of this machine for this Python code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import statistics
+import time
+
+import msgspec
+
+BLOCK = 16
+CHAIN = 32
+BATCH = 500  # events per message (a server's step publishes a batch)
+
+
+def make_batches(n_blocks: int, pool: int, run: int = 1, seed: int = 0) -> list[bytes]:
+    """Encoded payloads with `n_blocks` block events in all: BlockStored events of `run` chained blocks each
+    (SGLang: 1; vLLM stores a run of a prompt's blocks in one event), and once `pool` blocks are resident one
+    BlockRemoved of the oldest block per block stored (one hash per event, as vLLM removes)."""
+    from collections import deque
+
+    encode = msgspec.msgpack.Encoder().encode
+    out, batch, live = [], [], deque()
+    h = seed * 10_000_000 + 1
+    made = 0
+    parent = None
+    while made < n_blocks:
+        hashes = list(range(h, h + run))
+        batch.append({"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
+                      "token_ids": [(x * 7 + i) % 50_000 for x in hashes for i in range(BLOCK)],
+                      "block_size": BLOCK, "lora_id": None, "medium": "GPU"})
+        live.extend(hashes)
+        h += run
+        parent = None if (h // run) % (CHAIN // run or 1) == 0 else hashes[-1]
+        made += run
+        while len(live) > pool:
+            batch.append({"type": "BlockRemoved", "block_hashes": [live.popleft()], "medium": "GPU"})
+            made += 1
+        if len(batch) >= BATCH:
+            out.append(encode([time.time(), batch, 0]))
+            batch = []
+    if batch:
+        out.append(encode([time.time(), batch, 0]))
+    return out
+
+
+def _publisher(endpoint: str, rate: float, seconds: float, pool: int, run: int, ready, port_out) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.XPUB)  # a PUB that also reports the subscriber joining
+    pub.set_hwm(1_000_000)
+    pub.bind(endpoint)
+    port_out.put(pub.getsockopt_string(zmq.LAST_ENDPOINT))
+    payloads = make_batches(int(rate * seconds), pool, run)
+    per_message = rate * seconds / max(1, len(payloads))  # block events per message
+    pub.recv()  # the subscription
+    ready.set()
+    start = time.perf_counter()
+    for seq, payload in enumerate(payloads):
+        due = start + seq * per_message / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        pub.send_multipart((b"", seq.to_bytes(8, "big"), payload))
+    time.sleep(1.0)
+    pub.close(linger=2000)
+    ctx.term()
+
+
+def baseline(n_events: int, pool: int, run: int = 1) -> float:
+    """Block events per second through decode + normalise + fold, one thread, no sockets, no UI."""
+    from kvtui.sources.wire import decode_payload
+    from kvtui.state.fleet import FleetState
+
+    payloads = make_batches(n_events, pool, run, seed=1)
+    fleet = FleetState({})
+    seq = blocks = 0
+    t0 = time.perf_counter()
+    for wire_seq, payload in enumerate(payloads):
+        for e in decode_payload(payload).events:
+            kind = e.pop("kind")
+            etype = "kv_block_stored" if kind == "stored" else "kv_block_removed"
+            fleet.apply({"seq": seq, "t": time.perf_counter() - t0, "type": etype, "worker": "w",
+                         "wire_seq": wire_seq, "engine_ts": 0.0, **e})
+            seq += 1
+            blocks += len(e["hashes"])
+    return blocks / (time.perf_counter() - t0)
+
+
+def _pcts(values: list[float]) -> str:
+    if not values:
+        return "n=0"
+    ordered = sorted(values)
+    return (f"p50 {statistics.median(ordered) * 1000:.1f} ms · p95 "
+            f"{ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1000:.1f} ms · max "
+            f"{ordered[-1] * 1000:.1f} ms (n={len(ordered)})")
+
+
+def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, int] = (200, 60)) -> dict:
+    from textual.screen import Screen
+
+    from engine.trace import TraceSink
+    from kvtui.app.fleet_app import FeedBatcher, FleetApp
+    from kvtui.feed import EventFeed
+    from kvtui.sources.attach import Attacher
+    from kvtui.sources.endpoints import parse_source
+
+    mp = multiprocessing.get_context("spawn")
+    ready, ports = mp.Event(), mp.Queue()
+    proc = mp.Process(target=_publisher, args=("tcp://127.0.0.1:*", rate, seconds, pool, run, ready, ports),
+                      daemon=True)
+    proc.start()
+    endpoint = ports.get(timeout=60)
+    sink, feed = TraceSink(), EventFeed()
+    batcher = FeedBatcher(feed)
+    sink.listeners.append(batcher)
+    attacher = Attacher([parse_source(f"{endpoint},name=bench")], sink)
+    attacher.after_messages.append(batcher.flush)
+    app = FleetApp(source="bench", feed=feed, attacher=attacher, frame_rate=30.0)
+    ticks, frames = [], []
+    state = {"last_tick": 0.0, "on": False}
+    original_tick, original_paint = app.tick, Screen._on_timer_update
+
+    def timed_tick() -> None:
+        t0 = time.perf_counter()
+        original_tick()
+        state["last_tick"] = time.perf_counter() - t0
+        if state["on"]:
+            ticks.append(state["last_tick"])
+
+    def timed_paint(screen) -> None:
+        t0 = time.perf_counter()
+        original_paint(screen)
+        if state["on"]:
+            frames.append(state["last_tick"] + time.perf_counter() - t0)
+            state["last_tick"] = 0.0
+
+    app.tick = timed_tick
+    Screen._on_timer_update = timed_paint
+    out: dict = {}
+
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            attacher.start()
+            if not ready.wait(60):
+                raise SystemExit("the publisher did not see the subscriber within 60 s")
+            state["on"] = True
+            start = time.perf_counter()
+            i = 0
+            while time.perf_counter() - start < seconds:
+                await asyncio.sleep(1.0)
+                i += 1
+                await pilot.press("2" if i % 2 else "1")  # the tree and the fleet table, in turn
+            elapsed = time.perf_counter() - start
+            state["on"] = False
+            fleet = app.fleet
+            applied = sum(w.stored + w.removed for w in fleet.workers.values()) if fleet else 0
+            out["offered_blocks_per_s"] = rate
+            out["received_blocks_per_s"] = attacher.counters.blocks / elapsed
+            out["applied_blocks_per_s"] = applied / elapsed
+            out["applied_events_per_s"] = app.cursor / elapsed
+            out["backlog_blocks"] = attacher.counters.blocks - applied
+            out["gaps"] = attacher.counters.gaps
+            attacher.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        Screen._on_timer_update = original_paint
+        proc.join(10)
+    out["tick"] = _pcts(ticks)
+    out["frame"] = _pcts(frames)
+    out["frames_over_33ms"] = sum(f > 0.033 for f in frames)
+    out["baseline_blocks_per_s"] = baseline(min(int(rate * seconds), 300_000), pool, run)
+    out["applied_vs_baseline"] = out["applied_blocks_per_s"] / out["baseline_blocks_per_s"]
+    return out
+
+
+def format_result(result: dict) -> str:
+    return "\n".join(f"{key:>20}: {value if isinstance(value, str) else f'{value:,.2f}'}"
+                     for key, value in result.items())
