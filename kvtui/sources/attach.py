@@ -230,8 +230,9 @@ class Attacher:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not dealer.poll(int(left * 1000)):
+                    what = "finish answering" if answered else "answer (is the server up, replay_endpoint set?)"
                     self.notices.put(("warning", f"{source.name}: the replay endpoint {source.replay} did not "
-                                                 f"finish answering within {self.replay_timeout:g}s"))
+                                                 f"{what} within {self.replay_timeout:g}s"))
                     break
                 frames = dealer.recv_multipart()
                 answered = True
