@@ -143,3 +143,34 @@ def test_three_publishers_at_once_vllm_new_vllm_old_and_sglang(harness):
     # the same hash (u64 from vLLM, -1 as int64 from SGLang) for the same first block: one node, three holders
     assert h.fleet.holders_of((0, "ffffffffffffffff")) == ["p0", "p1", "p2"]
     assert h.attacher.counters.malformed == 0
+
+
+class FakeTokenizer:
+    def decode(self, ids):
+        return "".join(chr(ord("a") + i % 26) for i in ids)
+
+
+@pytest.mark.anyio
+async def test_live_fleet_app_with_a_tokenizer(harness):
+    from kvtui.app.fleet_app import FeedBatcher, FleetApp
+    from kvtui.feed import EventFeed
+
+    pub = Publisher(LOOP, replay=LOOP)
+    h = harness([pub])
+    h.attacher.tokenizer = FakeTokenizer()
+    feed = EventFeed()
+    batcher = FeedBatcher(feed)
+    h.sink.listeners.append(batcher)
+    h.attacher.after_messages.append(batcher.flush)
+    app = FleetApp(source="attach", feed=feed, attacher=h.attacher, tokenizer=None, frame_rate=None)
+    async with app.run_test(size=(140, 30)) as pilot:
+        h.start()
+        pub.publish(VBatch(0.0, [stored(1, None, [0, 1]), stored(2, 1, [2, 3])], 0))
+        assert wait_for(lambda: h.fleet.workers.get("p0") and h.fleet.workers["p0"].stored == 2)
+        app.tick()
+        assert app.fleet is not None and app.fleet.workers["p0"].resident == 2
+        await pilot.press("2")
+        await pilot.pause()
+        rows = [app.query_one("#fleet-tree").render_line(y).text for y in range(3)]
+        assert any("[p0] 2 blk" in r and "abcd" in r for r in rows), rows
+    assert h.types("kv_block_stored")[0]["texts"] == ["a", "b"]
