@@ -30,13 +30,13 @@ def _visible(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None)
     return allowed
 
 
-def _context(cache: torch.Tensor, blocks: torch.Tensor, length: int, first_slot: int | None) -> torch.Tensor:
-    """[1, Hkv, length, D]: the first `length` positions of a sequence: a view when its blocks are consecutive,
-    else gathered a whole block at a time."""
-    num_blocks, size = blocks.shape[0], cache.shape[1]
+def _context(blocks_view: torch.Tensor, blocks: torch.Tensor, length: int, first_slot: int | None) -> torch.Tensor:
+    """[1, Hkv, length, D]: the first `length` positions of a sequence from a layer's [Hkv, blocks, size, D]: a
+    view when its blocks are consecutive, else one index_select of whole blocks."""
+    hkv, _, size, dim = blocks_view.shape
     if first_slot is not None:
-        return cache.view(-1, *cache.shape[2:])[first_slot:first_slot + length].transpose(0, 1).unsqueeze(0)
-    return cache[blocks].view(num_blocks * size, *cache.shape[2:])[:length].transpose(0, 1).unsqueeze(0)
+        return blocks_view.view(hkv, -1, dim)[:, first_slot:first_slot + length].unsqueeze(0)
+    return blocks_view.index_select(1, blocks).view(hkv, -1, dim)[:, :length].unsqueeze(0)
 
 
 def _prefill(batch: PagedBatch, seg: PrefillSegment, window: int | None, query, key, value, k_blocks, v_blocks,
@@ -62,18 +62,20 @@ def _prefill(batch: PagedBatch, seg: PrefillSegment, window: int | None, query, 
 def _decode(batch: PagedBatch, group: DecodeGroup, window: int | None, query, k_blocks, v_blocks, scaling,
             softcap) -> torch.Tensor:
     n, width = group.blocks.shape
-    size = k_blocks.shape[1]
+    size = k_blocks.shape[2]
     length = group.longest if group.uniform else width * size
     if group.first_slot is not None:  # one sequence in consecutive blocks: a view of the slab, nothing copied
         k = _context(k_blocks, group.blocks[0], length, group.first_slot)
         v = _context(v_blocks, group.blocks[0], length, group.first_slot)
-    else:  # [N, B, size, Hkv, D] -> [N, Hkv, L, D]
-        k = k_blocks[group.blocks].view(n, width * size, *k_blocks.shape[2:])[:, :length].transpose(1, 2)
-        v = v_blocks[group.blocks].view(n, width * size, *v_blocks.shape[2:])[:, :length].transpose(1, 2)
+    else:  # [Hkv, N x B, size, D] -> [N, Hkv, L, D]
+        hkv, dim = k_blocks.shape[0], k_blocks.shape[3]
+        flat = group.blocks.reshape(-1)
+        k = k_blocks.index_select(1, flat).view(hkv, n, width * size, dim)[:, :, :length].transpose(0, 1)
+        v = v_blocks.index_select(1, flat).view(hkv, n, width * size, dim)[:, :, :length].transpose(0, 1)
     hkv = k.shape[1]
     # [N, Hq, 1, D] as [N, Hkv, Hq / Hkv, D]: each KV head's query heads are its queries (no repeat, no GQA path)
     q = query[0][:, group.q_index].transpose(0, 1).reshape(n, hkv, -1, query.shape[3])
-    key = ("decode", window)
+    key = ("decode", id(group), window)
     if key not in batch.masks:
         if window is None and group.uniform:
             batch.masks[key] = None  # every query sees its whole context and nothing is padding
@@ -95,18 +97,18 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         return ring_attention(batch.rings, layer, query, key, value, scaling, softcap), None
     window = batch.windows[layer]
     k_cache, v_cache = batch.kv.keys(layer), batch.kv.values(layer)
-    # query [1, Hq, T, D]; key/value [1, Hkv, T, D] -> slots take [T, Hkv, D]
-    k_cache[batch.write_slots] = key[0].transpose(0, 1)
-    v_cache[batch.write_slots] = value[0].transpose(0, 1)
-    size = batch.kv.block_size
-    k_blocks = k_cache.view(-1, size, *k_cache.shape[1:])  # [blocks, block_size, Hkv, D]
-    v_blocks = v_cache.view(-1, size, *v_cache.shape[1:])
+    # query [1, Hq, T, D]; key/value [1, Hkv, T, D] -> the caches' [Hkv, slots, D] take [Hkv, T, D]
+    k_cache[:, batch.write_slots] = key[0]
+    v_cache[:, batch.write_slots] = value[0]
+    hkv, _, dim = k_cache.shape
+    k_blocks = k_cache.view(hkv, -1, batch.kv.block_size, dim)  # [Hkv, blocks, block_size, D]
+    v_blocks = v_cache.view(hkv, -1, batch.kv.block_size, dim)
     out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [T, Hq, D]
     for seg in batch.prefills:
         attended = _prefill(batch, seg, window, query, key, value, k_blocks, v_blocks, scaling, softcap)
         out[seg.q_start:seg.q_end] = attended[0].transpose(0, 1)
-    if batch.decode is not None:
-        out[batch.decode.q_index] = _decode(batch, batch.decode, window, query, k_blocks, v_blocks, scaling, softcap)
+    for group in batch.decodes:
+        out[group.q_index] = _decode(batch, group, window, query, k_blocks, v_blocks, scaling, softcap)
     return out.unsqueeze(0), None
 
 

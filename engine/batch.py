@@ -35,13 +35,13 @@ class PrefillSegment:
 
 @dataclass
 class DecodeGroup:
-    """One query token per sequence; all run in one attention call over their blocks (padded to the longest)."""
+    """One query token per sequence; a group runs in one attention call over its blocks (padded to its longest:
+    the runner groups decodes of similar context lengths)."""
 
     q_index: torch.Tensor  # [N] rows of the flat batch
     positions: torch.Tensor  # [N] position of each query token
     blocks: torch.Tensor  # [N, B_max] physical blocks of each sequence (padding repeats block 0)
-    context_len: torch.Tensor  # [N] valid context length = position + 1
-    longest: int  # max context_len
+    longest: int  # the longest context (max position + 1)
     uniform: bool = False  # all contexts have the same length (no padding to mask)
     first_slot: int | None = None  # one sequence whose blocks are consecutive from this slot: read a view
 
@@ -84,7 +84,7 @@ class PagedBatch:
     windows: tuple[int | None, ...]
     write_slots: torch.Tensor | None  # [T] slot of each token of the flat batch (None: no paged layer)
     prefills: list[PrefillSegment] = field(default_factory=list)
-    decode: DecodeGroup | None = None
+    decodes: list[DecodeGroup] = field(default_factory=list)  # decode tokens, grouped by context length
     masks: dict = field(default_factory=dict)  # (segment or "decode", window) -> mask, built once per forward
     rings: RingBatch | None = None  # window layers: their rings and what each request reads and writes there
     forced_window: int | None = None  # EngineConfig(window=W): windows differ from the model's on purpose

@@ -1,6 +1,8 @@
 """The K/V tensors of the block pool: one slab per full-attention layer, KV heads only (never repeated).
 
-Layout: `kv[layer_slot, 0 or 1, slot, kv_head, head_dim]` where slot = physical block x block_size + offset.
+Layout: `kv[layer_slot, 0 or 1, kv_head, slot, head_dim]` where slot = physical block x block_size + offset:
+each head's positions are rows of one matrix, so a sequence's context is [kv_heads, L, head_dim] as attention
+reads it (a view when its blocks are consecutive, else one index_select of whole blocks).
 Its size is exactly 2 x paged layers x kv_heads x head_dim x elem_bytes x block_size x num_blocks.
 """
 
@@ -18,23 +20,24 @@ class PagedKV:
         self.num_blocks = num_blocks
         # full-attention layer index -> row in the slab; window layers keep their K/V elsewhere (rings)
         self.layer_slot = {layer: i for i, layer in enumerate(shape.paged_layers)}
-        self.kv = torch.zeros(len(self.layer_slot), 2, num_blocks * block_size, shape.kv_heads, shape.head_dim,
+        self.kv = torch.zeros(len(self.layer_slot), 2, shape.kv_heads, num_blocks * block_size, shape.head_dim,
                               dtype=dtype, device=device)
+        self._views = {layer: (self.kv[i, 0], self.kv[i, 1]) for layer, i in self.layer_slot.items()}
 
     @property
     def nbytes(self) -> int:
         return self.kv.numel() * self.kv.element_size()
 
     def keys(self, layer: int) -> torch.Tensor:
-        return self.kv[self.layer_slot[layer], 0]
+        return self._views[layer][0]
 
     def values(self, layer: int) -> torch.Tensor:
-        return self.kv[self.layer_slot[layer], 1]
+        return self._views[layer][1]
 
     def copy_block(self, src: int, dst: int, num_tokens: int) -> None:
         """Copy-on-write: the first `num_tokens` slots of block src into block dst, in every layer."""
         s, d = src * self.block_size, dst * self.block_size
-        self.kv[:, :, d:d + num_tokens] = self.kv[:, :, s:s + num_tokens]
+        self.kv[:, :, :, d:d + num_tokens] = self.kv[:, :, :, s:s + num_tokens]
 
     def slots(self, table: list[int], start: int, end: int) -> torch.Tensor:
         """Slot index of positions [start, end) of a sequence whose block table is `table`."""

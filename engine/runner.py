@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import torch
@@ -12,6 +13,20 @@ from engine.model import needs_separate_forwards
 from engine.paged_kv import BlockTables, PagedKV
 from engine.ring import RingStore
 from engine.scheduler import ScheduledChunk
+
+
+def length_buckets(positions: list[int], most: int = 4, spread: float = 1.5) -> list[list[int]]:
+    """Decodes grouped by context length, longest first, so a short context is not padded to a long one: a
+    group takes contexts down to 1/spread of its longest; at most `most` groups (each is one attention call
+    per layer), the last takes the rest. Indices into `positions`."""
+    order = sorted(range(len(positions)), key=lambda i: -positions[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups) == most or (positions[i] + 1) * spread >= positions[groups[-1][0]] + 1):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 class ModelRunner:
@@ -31,7 +46,7 @@ class ModelRunner:
         positions: list[int] = []
         writes: list[torch.Tensor | list[int]] = []  # slot tensors of prefill chunks, slot lists of decodes
         prefills: list[PrefillSegment] = []
-        decode_rows, decode_pos, decode_tables = [], [], []
+        decode_rows, decode_pos, decode_tables, decode_reqs = [], [], [], []
         chunk_rows = []
         paged = bool(self.kv.layer_slot)  # False: every layer keeps its K/V in rings, nothing to read or write
         size = self.kv.block_size
@@ -50,7 +65,7 @@ class ModelRunner:
                 else:
                     writes.append([block * size + start % size])
                 decode_rows.append(row)
-                decode_req = req
+                decode_reqs.append(req)
                 decode_pos.append(start)
                 decode_tables.append(self.tables.get(req)[:start // size + 1])
             else:
@@ -58,34 +73,31 @@ class ModelRunner:
                 writes.append(self.kv.slots_of(table, start, start + n))
                 first = self.tables.first_block(req)
                 prefills.append(PrefillSegment(row, row + n, start, table, None if first is None else first * size))
-        decode = None
-        if decode_rows:
-            longest = max(decode_pos) + 1
-            uniform = min(decode_pos) + 1 == longest
-            blocks = decode_tables[0][None] if len(decode_tables) == 1 else \
-                torch.nn.utils.rnn.pad_sequence(decode_tables, batch_first=True)
-            decode = DecodeGroup(
-                q_index=torch.tensor(decode_rows, device=self.device),
-                positions=torch.tensor(decode_pos, device=self.device),
-                blocks=blocks,
-                context_len=torch.tensor(decode_pos, device=self.device) + 1,
-                longest=longest,
-                uniform=uniform,
+        decodes = []
+        for bucket in length_buckets(decode_pos):
+            pos = [decode_pos[i] for i in bucket]
+            tables = [decode_tables[i] for i in bucket]
+            group = DecodeGroup(
+                q_index=torch.tensor([decode_rows[i] for i in bucket], device=self.device),
+                positions=torch.tensor(pos, device=self.device),
+                blocks=tables[0][None] if len(tables) == 1 else torch.nn.utils.rnn.pad_sequence(tables, True),
+                longest=max(pos) + 1,
+                uniform=min(pos) == max(pos),
             )
-            if len(decode_rows) == 1:
-                first = self.tables.first_block(decode_req)
-                decode.first_slot = None if first is None else first * size
+            if len(bucket) == 1:
+                first = self.tables.first_block(decode_reqs[bucket[0]])
+                group.first_slot = None if first is None else first * size
+            decodes.append(group)
         paged_writes = None
         if writes:
             parts = [w if isinstance(w, torch.Tensor) else torch.tensor(w, device=self.device) for w in writes]
             paged_writes = parts[0] if len(parts) == 1 else torch.cat(parts)
         batch = PagedBatch(kv=self.kv, windows=self.windows, write_slots=paged_writes,
-                           prefills=prefills, decode=decode,
+                           prefills=prefills, decodes=decodes,
                            rings=self.rings.plan(chunks, chunk_rows) if self.rings is not None else None,
                            forced_window=self.rings.shape.forced_window if self.rings is not None else None)
         self.tables.keep_only(chunk.request.request_id for chunk in chunks)
-        ids = torch.tensor([token_ids], device=self.device)
-        pos = torch.tensor([positions], device=self.device)
+        ids, pos = torch.tensor([token_ids, positions], device=self.device).split(1)
         return ids, pos, batch
 
     @torch.inference_mode()
@@ -111,11 +123,12 @@ class ModelRunner:
 
     def _forward(self, chunks: list[ScheduledChunk], all_logits: bool) -> torch.Tensor:
         ids, pos, batch = self.build_batch(chunks)
-        if all_logits:
-            keep = 0
+        if all_logits or all(c.num_tokens == 1 for c in chunks):
+            keep = 0  # every row (decodes only: one row per chunk already)
+        elif len(chunks) == 1:
+            keep = 1  # the last row
         else:
-            ends = torch.tensor([c.num_tokens for c in chunks]).cumsum(0) - 1
-            keep = ends.to(self.device)
+            keep = torch.tensor(list(itertools.accumulate(c.num_tokens for c in chunks)), device=self.device) - 1
         timing = self.model_seconds is not None
         if timing:
             self._sync()
