@@ -278,10 +278,10 @@ class Attacher:
             counters.events += 1
             if kind == "stored":
                 counters.blocks += len(event["hashes"])
-                fields = {k: v for k, v in event.items() if k != "kind"}
+                del event["kind"]
                 if self.tokenizer is not None:
-                    fields["texts"] = [self._text(t) for t in event["token_ids"]]
-                emit("kv_block_stored", worker=worker, wire_seq=seq, engine_ts=batch.ts, **fields)
+                    event["texts"] = [self._text(t) for t in event["token_ids"]]
+                emit("kv_block_stored", worker=worker, wire_seq=seq, engine_ts=batch.ts, **event)
             elif kind == "removed":
                 counters.blocks += len(event["hashes"])
                 emit("kv_block_removed", worker=worker, hashes=event["hashes"], group=event["group"],
