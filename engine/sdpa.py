@@ -55,10 +55,14 @@ def chunk_over_prefix(q: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.T
     causal. Same result as one masked SDPA over the P + n keys, with the causal half of the self part skipped."""
     groups = q.shape[1] // k_self.shape[1]
     if softcap is None and q.device.type == "cpu" and _CPU_FLASH is not None:
-        out_p, lse_p = _CPU_FLASH(q, _repeat_heads(k_prefix, groups), _repeat_heads(v_prefix, groups), scale=scaling)
+        # the prefix part has no mask, so a KV head's query heads can be its queries: no copy of the prefix K/V
+        _, hq, n, dim = q.shape
+        hkv = k_prefix.shape[1]
+        stacked = q.reshape(1, hkv, groups * n, dim)
+        out_p, lse_p = _CPU_FLASH(stacked, k_prefix, v_prefix, scale=scaling)
         out_s, lse_s = _CPU_FLASH(q, _repeat_heads(k_self, groups), _repeat_heads(v_self, groups), is_causal=True,
                                   scale=scaling)
-        return merge(out_p, lse_p, out_s, lse_s)
+        return merge(out_p.reshape(1, hq, n, dim), lse_p.reshape(1, hq, n), out_s, lse_s)
     k, v = torch.cat([k_prefix, k_self], dim=2), torch.cat([v_prefix, v_self], dim=2)
     if softcap is None and q.device.type == "cuda":
         from torch.nn.attention.bias import causal_lower_right
