@@ -1,0 +1,23 @@
+"""`kvtui bench attach` runs end to end (a short, slow run: speed is the benchmark's business, not a test's)."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from kvtui.bench.attach import make_batches
+from kvtui.cli import main
+from kvtui.sources.wire import decode_payload
+
+
+def test_bench_payloads_are_the_wire_and_count_their_blocks():
+    payloads = make_batches(2_000, pool=300, run=4)
+    events = [e for p in payloads for e in decode_payload(p).events]
+    assert 2_000 <= sum(len(e["hashes"]) for e in events) < 2_000 + 2 * 4  # the last run may overshoot
+    assert {e["kind"] for e in events} == {"stored", "removed"}
+
+
+def test_bench_attach_runs():
+    result = CliRunner().invoke(main, ["bench", "attach", "--seconds", "1.5", "--rate", "3000", "--pool", "500"])
+    assert result.exit_code == 0, result.output
+    for key in ("received_blocks_per_s", "applied_blocks_per_s", "frame", "baseline_blocks_per_s"):
+        assert key in result.output
