@@ -5,6 +5,7 @@
     ui                   replay ingest, trace parsing, seek and frame times on a big trace kvtui bench ui
     frames               each view's full-screen render, and a live-mode frame             kvtui bench frames
     live                 frame times of the live app while the real engine decodes         kvtui bench live
+    attach               ZeroMQ ingest of vLLM/SGLang KV events with the fleet UI open      kvtui bench attach
 
 Nothing here is imported until a bench command runs: the engine-side modules import torch at the top.
 """
