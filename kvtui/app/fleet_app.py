@@ -117,8 +117,8 @@ class FleetApp(App):
                 self.notify(text, severity=severity, timeout=6)
         if self.duration is not None and time.monotonic() - self.started >= self.duration:
             self.exit()
-        if changed:
-            self.refresh_views()
+        if changed or (self.attacher is not None and self.fleet is not None):
+            self.refresh_views()  # live: rates decay while nothing arrives
 
     def pump(self, budget: float = FRAME_BUDGET) -> bool:
         """Fold queued events in, SLICE at a time, until the frame budget is spent; the rest waits for the next
@@ -166,6 +166,8 @@ class FleetApp(App):
 
     # ------------------------------------------------------------------ drawing
     def refresh_views(self, force: bool = False) -> None:
+        if self.fleet is not None and self.attacher is not None:
+            self.fleet.now = max(self.fleet.t, self.attacher.sink.now())
         self.query_one("#fleet-status", TextLine).set(self.status_text())
         tab = self.query_one("#fleet-tabs", TabbedContent).active
         if tab == "fleet":

@@ -89,6 +89,7 @@ class FleetState:
         self.held_nodes = 0  # nodes at least one worker holds
         self.index = 0
         self.t = 0.0
+        self.now: float | None = None  # live: the clock of the stream (rates decay when events stop)
         self.version = 0  # bumps when the tree changes (views rebuild their rows)
         self.notes: list[str] = []  # gaps, restarts and malformed messages, newest last (bounded)
 

@@ -25,7 +25,7 @@ def _pct(value) -> str:
 def worker_cells(fleet: FleetState, worker: Worker) -> dict:
     """The facts of one row, as plain values (tests read these; the view formats them)."""
     facts, before = fleet.facts(worker)
-    stored, removed = worker.rates(fleet.t)
+    stored, removed = worker.rates(fleet.now if fleet.now is not None else fleet.t)
     buckets = facts.get("ttft_buckets") or []
     counts = fleet.sources.get(worker.source)
     return {"worker": worker.worker, "rank": worker.rank, "resident": worker.resident,
