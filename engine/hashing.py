@@ -50,6 +50,17 @@ def block_hashes(token_ids: Sequence[int], block_size: int, cache_salt: str | No
     return keys, contents
 
 
+def extend_block_hashes(token_ids: Sequence[int], block_size: int, num_blocks: int, keys: list[str],
+                        contents: list[str], cache_salt: str | None = None) -> None:
+    """Grow (keys, contents) of `block_hashes` in place to the first `num_blocks` blocks: each block is hashed
+    once over a request's life, not the whole chain again whenever one more block fills."""
+    parent = contents[-1] if contents else root_hash()
+    for i in range(len(contents), num_blocks):
+        parent = chain_hash(parent, token_ids[i * block_size:(i + 1) * block_size])
+        contents.append(parent)
+        keys.append(salted(parent, cache_salt))
+
+
 def root_key(cache_salt: str | None) -> str:
     """Where a tail at position 0 hangs: no block before it, so the root and the salt name it."""
     return f"root|{cache_salt or ''}"

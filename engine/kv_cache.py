@@ -34,7 +34,7 @@ from engine import edits
 from engine.blocks import BlockPool, OutOfBlocks
 from engine.config import EngineConfig
 from engine.edits import EditedSequence
-from engine.hashing import root_key
+from engine.hashing import extend_block_hashes, root_key
 from engine.metrics import HitRateTracker
 from engine.miss_explainer import PrefixMatch
 from engine.model import ModelShape
@@ -188,8 +188,14 @@ class KVCacheManager:
             return
         tokens = req.tokens[:full * self.block_size]
         req.lock_node = self.radix.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
-                                          [self.token_text(t) for t in tokens], locked=req.lock_node)
+                                          locked=req.lock_node, hashes=self._hashes(req, tokens, full))
         req.blocks_in_tree = full
+
+    def _hashes(self, req: Request, tokens: list[int], num_blocks: int) -> tuple[list[str], list[str]]:
+        """The request's block hash chain, grown to `num_blocks` (each block hashed once)."""
+        extend_block_hashes(tokens, self.block_size, num_blocks, req.block_keys, req.block_contents,
+                            req.cache_salt)
+        return req.block_keys, req.block_contents
 
     def free(self, req: Request) -> None:
         """Finish or preemption: cache what it computed, drop its lock, release its blocks (cached ones stay)
@@ -273,6 +279,7 @@ class KVCacheManager:
         self.pool.release_table(table, rid, plan.first_released)
         dropped = [b for b in original if b not in kept and not (copied and b == copied[0][0])]
         req.prompt_token_ids, req.output_token_ids = edited.prompt, edited.generated
+        del req.block_keys[keep // self.block_size:], req.block_contents[keep // self.block_size:]  # tokens changed
         req.num_computed = keep
         req.matched_before = False  # the edited sequence is a new lookup (a preemption's readmission is not)
         if holding:
@@ -292,7 +299,7 @@ class KVCacheManager:
         tokens = req.tokens[:full * self.block_size]
         old = req.lock_node
         req.lock_node = self.radix.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
-                                          [self.token_text(t) for t in tokens])
+                                          hashes=self._hashes(req, tokens, full))
         self.radix.lock(req.lock_node, req.request_id)
         if old is not None:
             self.radix.unlock(old, req.request_id)

@@ -168,15 +168,19 @@ class RadixCache:
 
     def insert(self, token_ids: Sequence[int], blocks: Sequence[int], cache_salt: str | None = None,
                request_id: str | None = None, texts: Sequence[str] | None = None,
-               locked: Node | None = None) -> Node:
+               locked: Node | None = None, hashes: tuple[list[str], list[str]] | None = None) -> Node:
         """Put the full blocks of a sequence (its token ids and block table) into the tree; idempotent.
 
         Returns the node that ends the sequence's path of full blocks. With `locked` (the request's current
-        handle) the lock moves from it to the returned node, which becomes the new handle.
+        handle) the lock moves from it to the returned node, which becomes the new handle. `hashes`: the
+        sequence's (keys, contents) already computed (at least n blocks); texts are decoded for new nodes only.
         """
         bs = self.block_size
         n = min(len(token_ids) // bs, len(blocks))
-        keys, contents = block_hashes(token_ids[:n * bs], bs, cache_salt)
+        if hashes is not None and len(hashes[0]) >= n:
+            keys, contents = hashes[0][:n], hashes[1][:n]
+        else:
+            keys, contents = block_hashes(token_ids[:n * bs], bs, cache_salt)
         now = self.clock()
         node, i = self.root, 0
         while i < n:

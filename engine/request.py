@@ -82,6 +82,8 @@ class Request:
     blocks_in_tree: int = 0  # leading blocks of block_table already inserted in the prefix tree
     matched_before: bool = False  # the prefix lookup was counted in the hit rates already
     attached: bool = False  # holds its cached prefix (admitted, or an edited finished request re-attached)
+    block_keys: list[str] = field(default_factory=list)  # chained hash of each full block so far: hashed once
+    block_contents: list[str] = field(default_factory=list)  # the same chain without the cache salt
 
     _tokens: tuple | None = field(default=None, repr=False, compare=False)  # (prompt, len, output, len, list)
 
