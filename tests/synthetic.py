@@ -36,6 +36,7 @@ class _Req:
     first: float | None = None
     last: float | None = None
     cached_tokens: int = 0
+    handle: int = 0  # deepest tree node it locked at admission (radix_lock), 0 = none
 
 
 class SyntheticEngine:
@@ -189,6 +190,9 @@ class SyntheticEngine:
             self.node_access[nid] = self.t
             self.node_locks[nid] = self.node_locks.get(nid, 0) + 1
             parent_h, node, matched = h, nid, (i + 1) * bs
+        if node:  # the request uses the matched path until it finishes or is preempted, as the engine does
+            req.handle = node
+            self.emit("radix_lock", node_id=node, request_id=req.rid, lock_ref=self.node_locks.get(node, 1))
         if not reason:
             reason = "full_match" if req.prompt_len - matched <= 1 else "block_floor"
             detail = {"position": matched, "block_size": bs}
@@ -319,7 +323,13 @@ class SyntheticEngine:
         self._ring(req, m, len(req.tokens))
         self._emit_token(req)
 
+    def _unlock(self, req: _Req) -> None:
+        if req.handle:
+            self.emit("radix_unlock", node_id=req.handle, request_id=req.rid, lock_ref=0)
+            req.handle = 0
+
     def _finish(self, req: _Req) -> None:
+        self._unlock(req)
         n = req.generated
         tpot = (req.last - req.first) / (n - 1) if n > 1 else None
         self.emit("request_finished", request_id=req.rid, reason="length", num_prompt_tokens=req.prompt_len,
@@ -344,6 +354,7 @@ class SyntheticEngine:
             position = len(req.tokens) - 1  # the last token's K/V is written now
             if not self._ensure_blocks(req, position + 1) or not self._cow(req, position):
                 self.running.remove(req)
+                self._unlock(req)
                 self.emit("request_preempted", request_id=req.rid, num_tokens=len(req.tokens))
                 for logical in range(len(req.table) - 1, -1, -1):
                     self._release(req, logical)
