@@ -111,13 +111,22 @@ async def test_a_dead_engine_is_shown_and_the_prompt_box_says_so(small_trace):
         assert app.input_mode is None and not controller.calls
 
 
-def _tiny_engine(save_blocks: int = 256):
+def _slow_tiny_engine():
+    """A tiny model whose steps take at least 10 ms: 1000 tokens last 10 s, so the quit lands mid-generation."""
     from tiny_models import tiny_model
 
     from engine.engine import Engine, EngineConfig
 
-    return Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(device="cpu", block_size=16,
-                                                                          num_blocks=save_blocks))
+    engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(device="cpu", block_size=16,
+                                                                            num_blocks=256))
+    step = engine.step
+
+    def slow_step():
+        time.sleep(0.01)
+        return step()
+
+    engine.step = slow_step
+    return engine
 
 
 async def test_quitting_mid_generation_stops_the_worker_and_leaves_a_whole_trace(tmp_path):
@@ -125,7 +134,7 @@ async def test_quitting_mid_generation_stops_the_worker_and_leaves_a_whole_trace
 
     trace = tmp_path / "live.jsonl"
     feed = EventFeed()
-    worker = EngineWorker(feed, "tiny", None, save_trace=str(trace), engine_factory=_tiny_engine)
+    worker = EngineWorker(feed, "tiny", None, save_trace=str(trace), engine_factory=_slow_tiny_engine)
     app = live_app(feed, worker)
     worker.start()
     async with app.run_test(size=SIZE) as pilot:
