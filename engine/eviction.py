@@ -11,7 +11,9 @@ Ties go to the deeper block.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from engine.radix import Node
@@ -43,10 +45,40 @@ def priority(node: Node, policy: str, block_size: int) -> tuple:
     return ((node.hit_count + 1) * recompute_cost(position, block_size), node.last_access, node.node_id)
 
 
-def candidates(nodes, root: Node, ref_counts: Sequence[int]) -> list[Node]:
-    """Leaves whose last block could be evicted now."""
-    return [node for node in nodes if node is not root and not node.children and not node.lock_ref
-            and ref_counts[node.blocks[-1]] == 0]
+class EvictionQueue:
+    """Leaves that may be evictable, in a heap by priority: the next victim in O(log n) instead of a scan of the
+    tree. Entries are checked when popped (a node may have been locked, used, grown a child or changed its
+    priority since it was offered), so offering too often is harmless and offering too rarely is the only
+    bug: the tree offers a node whenever it may have become a candidate (its last block cached, its lock refs
+    at 0, its last child or last block evicted, a split)."""
+
+    def __init__(self, policy: str, block_size: int):
+        self.policy, self.block_size = policy, block_size
+        self._heap: list[tuple] = []
+        self._tick = itertools.count()
+
+    def offer(self, node: Node) -> None:
+        heapq.heappush(self._heap, (priority(node, self.policy, self.block_size), next(self._tick), node))
+
+    def pop(self, is_candidate: Callable[[Node], bool], population: int,
+            everyone: Callable[[], list[Node]]) -> Node | None:
+        """The candidate with the smallest priority, or None. When stale entries outnumber the tree's
+        `population` of nodes four to one, the heap is rebuilt from `everyone` (amortised O(1) per offer)."""
+        if len(self._heap) > 64 and len(self._heap) > 4 * population:
+            self._heap = []
+            for node in everyone():
+                if is_candidate(node):
+                    self.offer(node)
+        while self._heap:
+            prio, _, node = heapq.heappop(self._heap)
+            if not is_candidate(node):
+                continue
+            current = priority(node, self.policy, self.block_size)
+            if current != prio:  # touched since it was offered: back in at its place
+                heapq.heappush(self._heap, (current, next(self._tick), node))
+                continue
+            return node
+        return None
 
 
 def count_evictable(root: Node, ref_counts: Sequence[int]) -> int:

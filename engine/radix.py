@@ -76,6 +76,7 @@ class RadixCache:
         # Keys of evicted blocks -> (seq and t of the block_evicted event, policy); bounded, oldest dropped.
         self.evicted: OrderedDict[str, tuple[int, float, str]] = OrderedDict()
         self._evicted_memory = evicted_memory
+        self._victims = eviction.EvictionQueue(self.policy, self.block_size)
 
     # --- queries ------------------------------------------------------------------------------------------
     def holds(self, physical: int) -> bool:
@@ -221,6 +222,8 @@ class RadixCache:
             if node.lock_ref <= 0:
                 raise RuntimeError(f"radix node {node.node_id} unlocked more often than locked")
             node.lock_ref -= 1
+            if not node.lock_ref:
+                self._victims.offer(node)
             node = node.parent
         self.trace.emit("radix_unlock", node_id=handle.node_id, request_id=request_id, lock_ref=handle.lock_ref)
 
@@ -261,6 +264,7 @@ class RadixCache:
         self.nodes[node.node_id] = node
         for physical in prefix.blocks:
             self._node_of[physical] = prefix
+        self._victims.offer(node)  # the suffix sits deeper now: its priority moved
         self.trace.emit("radix_split", node_id=prefix.node_id, new_node_id=node.node_id, at=at)
         return prefix
 
@@ -270,6 +274,7 @@ class RadixCache:
         if node is None:
             return False
         self.trace.emit("block_cached", physical=physical, hash=node.keys[node.blocks.index(physical)])
+        self._victims.offer(node)
         return True
 
     def num_evictable(self) -> int:
@@ -278,10 +283,12 @@ class RadixCache:
 
     def evict_one(self) -> int | None:
         """Reclaim the policy's choice among the last blocks of unlocked leaves; the pool frees it."""
-        found = eviction.candidates(self.nodes.values(), self.root, self.pool.ref_counts)
-        if not found:
-            return None
-        return self._evict_last_block(min(found, key=lambda n: eviction.priority(n, self.policy, self.block_size)))
+        victim = self._victims.pop(self._evictable, len(self.nodes), lambda: list(self.nodes.values()))
+        return None if victim is None else self._evict_last_block(victim)
+
+    def _evictable(self, node: Node) -> bool:
+        return (self.nodes.get(node.node_id) is node and node is not self.root and not node.children
+                and not node.lock_ref and bool(node.blocks) and self.pool.ref_counts[node.blocks[-1]] == 0)
 
     def evict(self, num_blocks: int) -> list[int]:
         """Evict up to `num_blocks` cached blocks now and put them on the pool's free list (tests, CLI)."""
@@ -311,4 +318,7 @@ class RadixCache:
             del node.parent.children[first_key]
             del self.nodes[node.node_id]
             self.trace.emit("radix_evict", node_id=node.node_id)
+            self._victims.offer(node.parent)  # it may be a leaf now
+        else:
+            self._victims.offer(node)  # its new last block
         return physical

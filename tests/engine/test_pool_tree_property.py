@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from engine.blocks import BlockPool
-from engine.eviction import POLICIES
+from engine.eviction import POLICIES, priority
 from engine.hashing import block_hashes
 from engine.radix import Node, RadixCache
 from engine.trace import TraceSink
@@ -60,6 +60,10 @@ class PoolTree(RuleBasedStateMachine):
             physical = event["physical"]
             assert self.pool.ref_counts[physical] == 0
             assert node.lock_ref == 0 and not node.children and node.blocks[-1] == physical
+            # the eviction heap picks what a scan of every leaf would: the policy's minimum
+            leaves = [n for n in self.cache.nodes.values() if n is not self.cache.root and not n.children
+                      and not n.lock_ref and self.pool.ref_counts[n.blocks[-1]] == 0]
+            assert node is min(leaves, key=lambda n: priority(n, self.cache.policy, self.bs))
 
     def _copy(self, src: int, dst: int, num_tokens: int) -> None:
         self.content[dst][:num_tokens] = self.content[src][:num_tokens]
