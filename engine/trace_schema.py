@@ -211,6 +211,16 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "window": (_INT, "W"),
         "argmax_changed": (_INT, "compared positions whose greedy token differs from full attention"),
     },
+    # --- the machine -----------------------------------------------------------------------------------
+    "roofline": {
+        "device": (_STR, "device the model runs on (cpu, cuda:0)"),
+        "dtype": (_STR, "dtype of the weights and of the matmul measured"),
+        "mem_bandwidth": (_FLOAT, "bytes/s of a large tensor copy on that device, measured at start"),
+        "peak_flops": (_FLOAT, "FLOP/s of a square matmul in that dtype on that device, measured at start"),
+        "weight_bytes": (_INT, "bytes of the weights one forward reads (a decode step's memory floor)"),
+        "flops_per_token": (_INT, "2 x weights multiplied per token (a prefill token's compute cost)"),
+        "threads": (_INT + "?", "CPU threads torch used"),
+    },
 }
 
 # What `kvtui attach` records from vLLM / SGLang publishers (engine/attach_schema.py): same file format.
