@@ -74,12 +74,15 @@ class MixedResult:
 
 
 def run_mixed(engine, count: int = 64, shortest: int = 16, longest: int = 512, max_tokens: int = 32,
-              repeats: int = 1, progress: Callable[[str], None] = lambda msg: None) -> MixedResult:
+              repeats: int = 1, progress: Callable[[str], None] = lambda msg: None,
+              generate_batch_too: bool = True) -> MixedResult:
     model = engine.model
     prompts = mixed_prompts(model.config.vocab_size, count, shortest, longest)
     systems = {"kvtui engine": lambda: ours(engine, prompts, max_tokens),
                "transformers padded generate": lambda: padded_generate(model, prompts, max_tokens),
                "transformers generate_batch": lambda: generate_batch(model, prompts, max_tokens)}
+    if not generate_batch_too:
+        del systems["transformers generate_batch"]
     result = MixedResult(count, (shortest, longest), max_tokens)
     progress("warming up")
     ours(engine, prompts[:2], 2)

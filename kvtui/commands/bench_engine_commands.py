@@ -98,8 +98,10 @@ def overhead_bench(model, contexts, steps, threads, **options):
 @click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
               help="Tokens generated per request.")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Rounds.")
+@click.option("--generate-batch/--no-generate-batch", default=True, show_default=True,
+              help="Also run transformers' generate_batch (slow on a CPU: minutes for what takes seconds here).")
 @THREADS
-def mixed_bench(model, count, lengths, max_tokens, repeats, threads, **options):
+def mixed_bench(model, count, lengths, max_tokens, repeats, generate_batch, threads, **options):
     """Every prompt at once: our continuous batching vs transformers' generate on one left-padded batch and
     vs its own continuous batching (generate_batch). Targets: >= 1.5x and >= 2x their throughput.
 
@@ -115,7 +117,8 @@ def mixed_bench(model, count, lengths, max_tokens, repeats, threads, **options):
         raise click.BadParameter("give two numbers, shortest,longest", param_hint="--lengths")
     _threads(threads)
     engine = load_engine(model, engine_config({"prefix_cache": False, "max_num_seqs": count}, **options))
-    click.echo(format_mixed(run_mixed(engine, count, lengths[0], lengths[1], max_tokens, repeats, progress=_say)))
+    click.echo(format_mixed(run_mixed(engine, count, lengths[0], lengths[1], max_tokens, repeats, progress=_say,
+                                      generate_batch_too=generate_batch)))
 
 
 @click.command("prefix", short_help="Shared-prefix workloads: throughput and TTFT, prefix cache on vs off.")
