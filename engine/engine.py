@@ -150,7 +150,7 @@ class Engine:
         self._step += 1
         # a decode computes the last token of a request that has generated: classified before sampling adds one
         decodes = [c.num_tokens == 1 and bool(c.request.output_token_ids) for c in chunks]
-        logits = self.runner.forward(chunks)
+        logits = self.runner.forward_rows(chunks)  # greedy rows carry their argmax: one device sync per step
         finished = []
         for chunk, row, is_decode in zip(chunks, logits, decodes):
             req = chunk.request
