@@ -81,6 +81,15 @@ class EvictionQueue:
         return None
 
 
+def evict_to_free_list(pool, evict_one: Callable[[], int | None], num_blocks: int) -> list[int]:
+    """Evict up to `num_blocks` cached blocks now and put them on the pool's free list (tests, CLI)."""
+    evicted = []
+    while len(evicted) < num_blocks and (physical := evict_one()) is not None:
+        pool.free.append(physical)
+        evicted.append(physical)
+    return evicted
+
+
 def count_evictable(root: Node, ref_counts: Sequence[int]) -> int:
     """Tree blocks that repeated evictions would reclaim now (exact: walks the tree)."""
     total, order, stack = 0, [], [root]

@@ -34,6 +34,7 @@ from engine import edits
 from engine.blocks import BlockPool, OutOfBlocks
 from engine.config import EngineConfig
 from engine.edits import EditedSequence
+from engine.eviction import evict_to_free_list
 from engine.hashing import extend_block_hashes, root_key
 from engine.metrics import HitRateTracker
 from engine.miss_explainer import PrefixMatch
@@ -307,11 +308,7 @@ class KVCacheManager:
 
     def evict(self, num_blocks: int) -> list[int]:
         """Evict up to `num_blocks` cached blocks now (tails first) onto the free list (tests, CLI)."""
-        evicted = []
-        while len(evicted) < num_blocks and (physical := self.evict_one()) is not None:
-            self.pool.free.append(physical)
-            evicted.append(physical)
-        return evicted
+        return evict_to_free_list(self.pool, self.evict_one, num_blocks)
 
     # --- the pool's BlockCache ----------------------------------------------------------------------------
     def holds(self, physical: int) -> bool:

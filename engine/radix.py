@@ -292,11 +292,7 @@ class RadixCache:
 
     def evict(self, num_blocks: int) -> list[int]:
         """Evict up to `num_blocks` cached blocks now and put them on the pool's free list (tests, CLI)."""
-        evicted = []
-        while len(evicted) < num_blocks and (physical := self.evict_one()) is not None:
-            self.pool.free.append(physical)
-            evicted.append(physical)
-        return evicted
+        return eviction.evict_to_free_list(self.pool, self.evict_one, num_blocks)
 
     def _evict_last_block(self, node: Node) -> int:
         physical, key = node.blocks[-1], node.keys[-1]

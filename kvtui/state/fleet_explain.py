@@ -19,6 +19,7 @@ stops:
 
 from __future__ import annotations
 
+from engine.miss_explainer import common_prefix
 from kvtui.state.fleet import FleetState, Node, Worker
 
 
@@ -46,15 +47,6 @@ def _identity_ok(node: Node, lora: str | None, salt: str | None) -> str | None:
     if extras and not salted_in_extras:
         return "extra_keys"
     return None
-
-
-def _common(a: tuple, b: tuple) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _text(node: Node, i: int) -> str | None:
@@ -104,9 +96,9 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
         others = sorted({w for n in kids if n.token_ids == want for w in n.holders})
         if others:
             out["detail"]["holders"] = others
-        best = max(mine, key=lambda n: _common(n.token_ids, want)) if mine else None
-        if best is not None and (_common(best.token_ids, want) or not others):
-            k = _common(best.token_ids, want)
+        best = max(mine, key=lambda n: common_prefix(n.token_ids, want)) if mine else None
+        if best is not None and (common_prefix(best.token_ids, want) or not others):
+            k = common_prefix(best.token_ids, want)
             out["reason"] = "divergent"
             out["detail"].update(position=pos + k, prompt_token=want[k], cached_token=best.token_ids[k],
                                  cached_text=_text(best, k))
