@@ -30,10 +30,11 @@ class EditedSequence:
 
 
 def apply_edit(prompt: list[int], generated: list[int], position: int, token_ids: list[int] | int,
-               kind: str) -> EditedSequence:
+               kind: str, num_replaced: int | None = None) -> EditedSequence:
     """Apply one edit to prompt + generated.
 
-    replace: tokens [m, m + len(token_ids)) become token_ids. insert: token_ids go before position m.
+    replace: tokens [m, m + len(token_ids)) become token_ids (with num_replaced: tokens [m, m + num_replaced),
+    so a selection becomes text of any length in one edit). insert: token_ids go before position m.
     delete: `token_ids` tokens (a count, or a list whose length is the count) go from position m.
     In the prompt, generated tokens are dropped and generation restarts after the edited prompt. In the
     generated part, the edited sequence up to and including the edit becomes the context.
@@ -59,10 +60,10 @@ def apply_edit(prompt: list[int], generated: list[int], position: int, token_ids
     else:
         if not new:
             raise EditError("replace needs at least one token")
-        if not 0 <= position or position + len(new) > length:
-            raise EditError(f"cannot replace {len(new)} token(s) at position {position}: the sequence has "
+        deleted = len(new) if num_replaced is None else num_replaced
+        if deleted < 1 or not 0 <= position or position + deleted > length:
+            raise EditError(f"cannot replace {deleted} token(s) at position {position}: the sequence has "
                             f"{length} tokens (positions 0-{length - 1})")
-        deleted = len(new)
     edited = sequence[:position] + new + sequence[position + deleted:]
     if position < len(prompt) or not generated:
         # the prompt keeps everything before m and what was typed, even where the edit ran past its old end

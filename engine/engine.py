@@ -251,12 +251,14 @@ class Engine:
         return children
 
     def edit(self, request_id: str, position: int, token_ids: list[int] | int | str,
-             kind: str = "replace", expected_token: int | None = None) -> dict:
+             kind: str = "replace", expected_token: int | None = None, num_replaced: int | None = None) -> dict:
         """Edit a running, waiting or finished request at position m: keep the K/V of [0, m), recompute from m.
 
         token_ids: the new tokens (ids, or text to tokenize); for delete, how many tokens (or a list of that
-        length). expected_token: the token id the caller saw at m; a request that moved on since (a live view
-        behind the engine) is refused with EditError instead of edited somewhere else.
+        length). num_replaced: for replace, how many tokens from m the new ones stand for (default: as many as
+        given), so a selection becomes text of any length in one edit. expected_token: the token id the caller
+        saw at m; a request that moved on since (a live view behind the engine) is refused with EditError
+        instead of edited somewhere else.
         Returns the `invalidate` event (kept, dropped and copied blocks, recompute cost).
         """
         req = self._request(request_id)
@@ -269,7 +271,7 @@ class Engine:
                                 "behind the engine; look again and retry")
         if not isinstance(token_ids, int):
             token_ids = self.text.edit_tokens(token_ids)
-        edited = apply_edit(req.prompt_token_ids, req.output_token_ids, position, token_ids, kind)
+        edited = apply_edit(req.prompt_token_ids, req.output_token_ids, position, token_ids, kind, num_replaced)
         capacity = self.cache.pool.num_blocks * self.cache.block_size
         if len(edited.tokens) + req.params.max_tokens > capacity:
             raise EditError(f"the edited sequence ({len(edited.tokens)} tokens) + max_tokens does not fit the pool "

@@ -250,10 +250,8 @@ def apply_live_edit(engine, request_id: str, position: int, text: str, kind: str
     """One edit from the live UI: replace tokens [position, position + num_tokens) by `text`, whatever its
     length in tokens; insert `text` before position; or delete num_tokens tokens.
 
-    engine.edit's replace swaps as many tokens as it is given, so a replacement of another length is a delete
-    and an insert at the same position, both before the next step (in the prompt the insert goes first, so the
-    prompt is never empty in between). The first call carries `expected_token`: a stale view is refused before
-    anything changes."""
+    A replacement of another length is one edit (engine.edit's num_replaced). Every edit carries
+    `expected_token`: a stale view is refused before anything changes."""
     ids = [] if kind == "delete" else engine.tokenizer.encode(text, add_special_tokens=False)
     if kind != "delete" and not ids:
         raise ValueError("the text encodes to no tokens: type something to put there")
@@ -261,14 +259,6 @@ def apply_live_edit(engine, request_id: str, position: int, text: str, kind: str
         engine.edit(request_id, position, ids, kind="insert", expected_token=expected_token)
     elif kind == "delete":
         engine.edit(request_id, position, num_tokens, kind="delete", expected_token=expected_token)
-    elif len(ids) == num_tokens:
-        engine.edit(request_id, position, ids, kind="replace", expected_token=expected_token)
-    else:
-        prompt_len = len(engine.requests[request_id].prompt_token_ids)
-        if position < prompt_len:  # later prompt tokens stay: insert, then delete what was selected
-            engine.edit(request_id, position, ids, kind="insert", expected_token=expected_token)
-            gone = min(num_tokens, prompt_len - position)  # generated tokens go with any prompt edit
-            engine.edit(request_id, position + len(ids), gone, kind="delete")
-        else:  # in the generated part everything after the edit is dropped anyway: delete, then insert
-            engine.edit(request_id, position, num_tokens, kind="delete", expected_token=expected_token)
-            engine.edit(request_id, position, ids, kind="insert")
+    else:  # the selection becomes the typed tokens, however many: one edit
+        engine.edit(request_id, position, ids, kind="replace", num_replaced=num_tokens,
+                    expected_token=expected_token)

@@ -175,3 +175,24 @@ def test_an_edit_that_expects_another_token_is_refused_and_changes_nothing():
     assert engine.requests[rid].prompt_token_ids == list(range(5, 15))
     event = engine.edit(rid, 3, [40], expected_token=8)
     assert event["first_recomputed"] == 3 and engine.requests[rid].prompt_token_ids[3] == 40
+
+
+def test_a_selection_becomes_text_of_another_length_in_one_edit(model):
+    """replace with num_replaced: one token becomes three (and three become one) in a single edit event."""
+    from oracle import Witness, differences
+
+    engine = make_engine(model)
+    witness = Witness(engine)
+    rid = engine.submit(random_prompts([PROMPT_LEN])[0], SamplingParams(max_tokens=5, return_logits=True))
+    for _ in range(3):
+        engine.step()
+    before = list(engine.requests[rid].prompt_token_ids)
+    engine.edit(rid, 6, [7, 8, 9], "replace", num_replaced=1)
+    assert engine.requests[rid].prompt_token_ids == before[:6] + [7, 8, 9] + before[7:]
+    engine.edit(rid, 6, [5], "replace", num_replaced=3)
+    assert engine.requests[rid].prompt_token_ids == before[:6] + [5] + before[7:]
+    assert differences(engine, witness.state()) == []
+    out = run_to_end(engine, rid)
+    assert_matches_cold_run(model, out, out.token_ids)
+    with pytest.raises(EditError):
+        engine.edit(rid, len(engine.requests[rid].tokens) - 1, [1], "replace", num_replaced=2)
