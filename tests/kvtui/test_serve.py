@@ -90,8 +90,8 @@ def _wait_for_text(driver, needle: str, timeout: float = 60) -> str:
                          f"{text[-600:]!r}")
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                    reason=f"{CHROMIUM} is absent: install Debian's chromium and chromium-driver "
+@pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+                    reason=f"{CHROMIUM} or {CHROMEDRIVER} is absent: install Debian's chromium and chromium-driver "
                            "(apt-get install -y chromium chromium-driver) to run the browser test")
 def test_the_ui_in_a_headless_browser(tmp_path):
     from selenium import webdriver
