@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import statistics
 import time
 
 import msgspec
+
+from kvtui.bench.live import _pcts  # frame times reported as `kvtui bench live` reports them
 
 BLOCK = 16
 CHAIN = 32
@@ -100,15 +101,6 @@ def baseline(n_events: int, pool: int, run: int = 1) -> float:
             seq += 1
             blocks += len(e["hashes"])
     return blocks / (time.perf_counter() - t0)
-
-
-def _pcts(values: list[float]) -> str:
-    if not values:
-        return "n=0"
-    ordered = sorted(values)
-    return (f"p50 {statistics.median(ordered) * 1000:.1f} ms · p95 "
-            f"{ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1000:.1f} ms · max "
-            f"{ordered[-1] * 1000:.1f} ms (n={len(ordered)})")
 
 
 def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, int] = (200, 60)) -> dict:
