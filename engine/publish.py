@@ -154,7 +154,7 @@ def parse_publish(text: str) -> dict:
         key, sep, value = part.partition("=")
         if not sep or key not in ("replay", "topic", "rank") or not value:
             raise ValueError(f"--publish {text!r}: option {part!r} is not replay=, topic= or rank=")
-        out[key] = int(value) if key == "rank" and value.isdigit() else value
         if key == "rank" and not value.isdigit():
             raise ValueError(f"--publish {text!r}: rank= must be a number")
+        out[key] = int(value) if key == "rank" else value
     return out
