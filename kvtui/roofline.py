@@ -96,14 +96,6 @@ class RooflineScan:
         return self.points[:bisect_left(self.indices, cursor + 1)]
 
 
-def median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def log_position(value: float, lo: float, hi: float, cells: int) -> int:
     """Cell 0..cells-1 of `value` on a log axis from lo to hi."""
     if value <= lo or hi <= lo:

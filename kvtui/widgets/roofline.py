@@ -11,7 +11,8 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-from kvtui.roofline import RooflineScan, StepPoint, log_position, median
+from engine.metrics import percentile
+from kvtui.roofline import RooflineScan, StepPoint, log_position
 from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, LineView, fmt_bytes, fmt_seconds, pad
 
 CHART_ROWS = 14
@@ -107,11 +108,11 @@ class RooflineView(LineView):
         prefill = [p for p in points if p.kind == "prefill"]
         parts = [f"{len(points)} steps"]
         if decode:
-            floor = (f" = {median(decode) / roof.memory_floor:,.1f}x the floor" if roof and roof.memory_floor > 0
-                     else "")
-            parts.append(f"decode: median {_time(median(decode))} per step{floor}")
+            step = percentile(decode, 50)
+            floor = f" = {step / roof.memory_floor:,.1f}x the floor" if roof and roof.memory_floor > 0 else ""
+            parts.append(f"decode: median {_time(step)} per step{floor}")
         if prefill:
-            per_token = median([p.duration / p.tokens for p in prefill if p.tokens])
+            per_token = percentile([p.duration / p.tokens for p in prefill if p.tokens], 50)
             big = max(prefill, key=lambda p: p.tokens)
             parts.append(f"prefill: median {_time(per_token)} per token, {big.tokens} tokens took "
                          f"{_time(big.duration)}")
