@@ -152,10 +152,8 @@ class FleetState:
                 self.held_nodes += 1
             media = node.holders.get(wid)
             if media is None:
-                node.holders[wid] = held[key] = {medium}
-                if medium == GPU:
-                    worker.resident += 1
-            elif medium not in media:
+                media = node.holders[wid] = held[key] = set()
+            if medium not in media:
                 media.add(medium)
                 if medium == GPU:
                     worker.resident += 1
