@@ -73,8 +73,8 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
             break
         want = tuple(token_ids[pos:pos + size])
         kids = [nodes[(g, h)] for h in state.children.get((g, parent), ())]
-        mine = [n for n in kids if name in n.holders]
-        equal = [n for n in mine if n.token_ids == want]
+        same = [n for n in kids if n.token_ids == want]  # this block of the prompt, on any worker
+        equal = [n for n in same if name in n.holders]
         good = [n for n in equal if _identity_ok(n, lora, salt) is None]
         if good:
             parent = good[0].hash
@@ -88,25 +88,25 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
             out["detail"].update(cached_lora=node.lora, cached_salt=node.salt, cached_extra=node.extra,
                                  lora=lora, salt=salt)
             break
-        removed = [n for n in kids if n.token_ids == want and name in n.removed]
+        removed = [n for n in same if name in n.removed]
         if removed:
             out["reason"] = "removed"
             out["detail"]["t"] = removed[0].removed[name]
             break
-        others = sorted({w for n in kids if n.token_ids == want for w in n.holders})
+        others = sorted({w for n in same for w in n.holders})
         if others:
             out["detail"]["holders"] = others
-        best = max(mine, key=lambda n: common_prefix(n.token_ids, want)) if mine else None
-        if best is not None and (common_prefix(best.token_ids, want) or not others):
-            k = common_prefix(best.token_ids, want)
+        mine = [(common_prefix(n.token_ids, want), n) for n in kids if name in n.holders]
+        k, best = max(mine, key=lambda m: m[0]) if mine else (0, None)
+        if best is not None and (k or not others):
             out["reason"] = "divergent"
             out["detail"].update(position=pos + k, prompt_token=want[k], cached_token=best.token_ids[k],
                                  cached_text=_text(best, k))
             break
         other_groups = [x for x in groups if x != g and any(
             nodes[(x, h)].token_ids == want and name in nodes[(x, h)].holders
-            for h in state.children.get((x, parent), ()))]
-        if pos == 0 and other_groups:
+            for h in state.children.get((x, parent), ()))] if pos == 0 else []
+        if other_groups:
             out["reason"] = "group"
             out["detail"]["groups"] = other_groups
             break
