@@ -28,10 +28,6 @@ class PrefillSegment:
     blocks: torch.Tensor  # [ceil(end / block_size)] the sequence's physical blocks up to the chunk's end
     first_slot: int | None = None  # the blocks are consecutive from this slot: read the prefix as a view
 
-    @property
-    def context_len(self) -> int:
-        return self.start + self.q_end - self.q_start
-
 
 @dataclass
 class DecodeGroup:

@@ -41,20 +41,17 @@ def salted(content: str, cache_salt: str | None) -> str:
 def block_hashes(token_ids: Sequence[int], block_size: int, cache_salt: str | None = None,
                  adapter_id: str | None = None) -> tuple[list[str], list[str]]:
     """(keys, contents) of every full block of `token_ids`."""
-    keys, contents = [], []
-    parent = root_hash(adapter_id)
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = chain_hash(parent, token_ids[start:start + block_size])
-        contents.append(parent)
-        keys.append(salted(parent, cache_salt))
+    keys: list[str] = []
+    contents: list[str] = []
+    extend_block_hashes(token_ids, block_size, len(token_ids) // block_size, keys, contents, cache_salt, adapter_id)
     return keys, contents
 
 
 def extend_block_hashes(token_ids: Sequence[int], block_size: int, num_blocks: int, keys: list[str],
-                        contents: list[str], cache_salt: str | None = None) -> None:
+                        contents: list[str], cache_salt: str | None = None, adapter_id: str | None = None) -> None:
     """Grow (keys, contents) of `block_hashes` in place to the first `num_blocks` blocks: each block is hashed
     once over a request's life, not the whole chain again whenever one more block fills."""
-    parent = contents[-1] if contents else root_hash()
+    parent = contents[-1] if contents else root_hash(adapter_id)
     for i in range(len(contents), num_blocks):
         parent = chain_hash(parent, token_ids[i * block_size:(i + 1) * block_size])
         contents.append(parent)

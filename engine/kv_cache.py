@@ -82,10 +82,11 @@ class KVCacheManager:
             return 0
         return self.radix.num_cached() + len(self.tails.evictable())
 
-    def _match(self, tokens: list[int], cache_salt: str | None) -> PrefixMatch:
+    def _match(self, tokens: list[int], cache_salt: str | None,
+               hashes: tuple[list[str], list[str]] | None = None) -> PrefixMatch:
         if self.radix is None:
             return PrefixMatch.disabled(len(tokens), self.block_size)
-        return self.radix.match(tokens, cache_salt)
+        return self.radix.match(tokens, cache_salt, hashes)
 
     def _partial(self, match: PrefixMatch, tokens: list[int], cache_salt: str | None) -> tuple[int, int] | None:
         """A cached block (tail or tree) whose first tokens continue the match: (physical, tokens reused).
@@ -107,8 +108,11 @@ class KVCacheManager:
     # --- admission ----------------------------------------------------------------------------------------
     def admit(self, req: Request) -> None:
         """Share the longest cached prefix the request can use exactly, lock its path, explain, count the hit."""
-        match = self._match(req.tokens, req.cache_salt)
-        partial = self._partial(match, req.tokens, req.cache_salt)
+        tokens = req.tokens
+        matchable = max(len(tokens) - 1, 0) // self.block_size
+        hashes = self._hashes(req, tokens, matchable) if self.radix is not None else None  # the request's chain
+        match = self._match(tokens, req.cache_salt, hashes)
+        partial = self._partial(match, tokens, req.cache_salt)
         whole = match.num_tokens
         # window layers restart where their rings are exact (engine/ring.py): a ring_resume event, and a ring row
         usable = self.rings.resume(req, whole + (partial[1] if partial else 0))
@@ -222,10 +226,11 @@ class KVCacheManager:
         if self.holds(physical) or self.pool.ref_counts[physical] != 1:
             return False
         if full:
-            found = self.radix.full_path(req.tokens, full, req.cache_salt)
-            if found is None:
+            keys = self._hashes(req, req.tokens, full)[0][:full]
+            parent = self.radix.full_path(keys)
+            if parent is None:
                 return False  # its whole blocks are not all cached: nothing would ever reach the tail
-            parent_key, parent = found
+            parent_key = keys[-1]
         else:
             parent_key, parent = root_key(req.cache_salt), self.radix.root
         return self.tails.add(parent_key, parent.node_id, physical,

@@ -39,12 +39,9 @@ class PagedKV:
         s, d = src * self.block_size, dst * self.block_size
         self.kv[:, :, :, d:d + num_tokens] = self.kv[:, :, :, s:s + num_tokens]
 
-    def slots(self, table: list[int], start: int, end: int) -> torch.Tensor:
-        """Slot index of positions [start, end) of a sequence whose block table is `table`."""
-        return self.slots_of(torch.tensor(table, dtype=torch.long, device=self.kv.device), start, end)
-
     def slots_of(self, table: torch.Tensor, start: int, end: int) -> torch.Tensor:
-        """The same from the table as a tensor on the slab's device."""
+        """Slot index of positions [start, end) of a sequence whose block table (a tensor on the slab's device)
+        is `table`."""
         positions = torch.arange(start, end, device=table.device)
         return table[positions // self.block_size] * self.block_size + positions % self.block_size
 

@@ -86,15 +86,20 @@ class RadixCache:
     def num_cached(self) -> int:
         return sum(1 for b in self._node_of if self.pool.ref_counts[b] == 0)
 
-    def match(self, token_ids: Sequence[int], cache_salt: str | None = None) -> PrefixMatch:
-        """Longest cached prefix of whole blocks, never covering the last token. Changes nothing."""
+    def match(self, token_ids: Sequence[int], cache_salt: str | None = None,
+              hashes: tuple[list[str], list[str]] | None = None) -> PrefixMatch:
+        """Longest cached prefix of whole blocks, never covering the last token. Changes nothing. `hashes`: the
+        sequence's (keys, contents), when the caller already has them for every matchable block."""
         bs, n_prompt = self.block_size, len(token_ids)
         max_blocks = max(n_prompt - 1, 0) // bs
         result = PrefixMatch([], "", {}, n_prompt, bs, cache_salt)
         if max_blocks == 0:
             result.reason, result.detail = "short_prompt", {"prompt_tokens": n_prompt, "block_size": bs}
             return result
-        keys, contents = block_hashes(token_ids[:max_blocks * bs], bs, cache_salt)
+        if hashes is not None and len(hashes[0]) >= max_blocks:
+            keys, contents = hashes[0][:max_blocks], hashes[1][:max_blocks]
+        else:
+            keys, contents = block_hashes(token_ids[:max_blocks * bs], bs, cache_salt)
         path = self.walk(keys)
         result.nodes = [node for node, _ in path]
         result.blocks = [b for node, used in path for b in node.blocks[:used]]
@@ -134,14 +139,10 @@ class RadixCache:
                 found = (physical, same)
         return found
 
-    def full_path(self, token_ids: Sequence[int], num_blocks: int,
-                  cache_salt: str | None) -> tuple[str, Node] | None:
-        """(key, node) of the last of the first `num_blocks` blocks when all of them are in the tree, else None."""
-        keys, _ = block_hashes(token_ids[:num_blocks * self.block_size], self.block_size, cache_salt)
+    def full_path(self, keys: Sequence[str]) -> Node | None:
+        """The node holding the last of the blocks `keys` names when every one of them is in the tree, else None."""
         path = self.walk(keys)
-        if sum(used for _, used in path) != num_blocks:
-            return None
-        return keys[-1], path[-1][0]
+        return path[-1][0] if path and sum(used for _, used in path) == len(keys) else None
 
     # --- admission, growth, locks -------------------------------------------------------------------------
     def acquire(self, match: PrefixMatch, request_id: str) -> Node:

@@ -73,7 +73,7 @@ class Scheduler:
         while (self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
                and not self._preempted):
             request = self.waiting[0]
-            if not self._can_admit(request, budget):
+            if not self.cache.can_admit(request, budget):
                 break
             self.waiting.popleft()
             self._admit(request)
@@ -91,9 +91,6 @@ class Scheduler:
         self._admissions += 1
         self.running.append(request)
         self.trace.emit("request_scheduled", request_id=request.request_id, num_computed=request.num_computed)
-
-    def _can_admit(self, request: Request, budget: int) -> bool:
-        return self.cache.can_admit(request, budget)
 
     def _admit(self, request: Request) -> None:
         request.status = Status.RUNNING
