@@ -142,15 +142,15 @@ class Attacher:
     # ------------------------------------------------------------------ one live message
     def on_message(self, source: Source, frames: list[bytes], peer: str = "") -> None:
         self.counters.messages += 1
-        size = sum(len(f) for f in frames)
         if len(frames) != 3:
-            return self._malformed(source, f"{len(frames)} frames (expected topic, seq, payload)", size)
+            return self._malformed(source, f"{len(frames)} frames (expected topic, seq, payload)",
+                                   sum(map(len, frames)))
         topic, seq_frame, payload = frames
         try:
             seq = decode_seq(seq_frame)
             batch = decode_payload(payload)
         except WireError as exc:
-            return self._malformed(source, str(exc), size)
+            return self._malformed(source, str(exc), sum(map(len, frames)))
         stream = self._stream(source, peer, topic)
         kind = stream.tracker.classify(seq)
         if kind == RESTART:
