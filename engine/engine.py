@@ -80,7 +80,7 @@ class Engine:
         token_ids = self.encode(prompt)
         if not token_ids:
             raise ValueError("the prompt is empty")
-        capacity = self.cache.pool.num_blocks * self.cache.block_size
+        capacity = self.cache.capacity_tokens
         if len(token_ids) + params.max_tokens > capacity:
             raise ValueError(f"prompt ({len(token_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the KV "
                              f"pool ({self.cache.pool.num_blocks} blocks x {self.cache.block_size} = {capacity} tokens); "
@@ -272,7 +272,7 @@ class Engine:
         if not isinstance(token_ids, int):
             token_ids = self.text.edit_tokens(token_ids)
         edited = apply_edit(req.prompt_token_ids, req.output_token_ids, position, token_ids, kind, num_replaced)
-        capacity = self.cache.pool.num_blocks * self.cache.block_size
+        capacity = self.cache.capacity_tokens
         if len(edited.tokens) + req.params.max_tokens > capacity:
             raise EditError(f"the edited sequence ({len(edited.tokens)} tokens) + max_tokens does not fit the pool "
                             f"of {capacity} tokens")

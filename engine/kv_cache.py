@@ -73,6 +73,11 @@ class KVCacheManager:
             match.partial_tokens = partial[1]
         return match
 
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens the whole pool holds: no sequence (prompt + max_tokens) may need more."""
+        return self.pool.num_blocks * self.block_size
+
     def num_free(self) -> int:
         return self.pool.num_free()
 
