@@ -151,6 +151,20 @@ class LineView(ScrollView, can_focus=True):
             self.scroll_to(y=row - height + 1, animate=False)
 
 
+class BuiltLinesView(LineView):
+    """A view of a few dozen lines built all at once: subclasses implement `_lines(width)` (cached per frame)."""
+
+    def _lines(self, width: int) -> list[Strip]:
+        return []
+
+    def row_count(self, width: int) -> int:
+        return len(self._lines(width))
+
+    def render_row(self, row: int, width: int) -> Strip:
+        lines = self._lines(width)
+        return lines[row] if row < len(lines) else Strip.blank(width)
+
+
 class TextLine(Widget):
     """A fixed-height text widget that repaints without a relayout (Static.update relayouts the screen, which
     costs tens of ms per frame at 200x60 when it happens every frame)."""

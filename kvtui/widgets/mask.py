@@ -15,7 +15,7 @@ from rich.style import Style
 from textual.strip import Strip
 
 from kvtui.masks import CACHED, CHUNK, MASKED, SINK, LayerKind, StepMasks, cell, layer_kinds, step_masks
-from kvtui.widgets.base import BOLD, DIM, HEADING, LineView, owner_style, pad
+from kvtui.widgets.base import BOLD, DIM, HEADING, BuiltLinesView, owner_style, pad
 
 MAX_QUERY_ROWS = 12
 LEFT = 10  # query label cells
@@ -32,7 +32,7 @@ def _layers(layers: tuple[int, ...]) -> str:
     return f"layer{'s' if len(layers) > 1 else ''} {shown}{', …' if len(layers) > 8 else ''}"
 
 
-class MaskView(LineView):
+class MaskView(BuiltLinesView):
     """Reads the event list it is given (`events`) backwards from the state's cursor to the step's chunks."""
 
     def __init__(self, **kwargs):
@@ -40,13 +40,6 @@ class MaskView(LineView):
         self.events: list[dict] = []
         self._key: tuple | None = None
         self._rows: list[Strip] = []
-
-    def row_count(self, width: int) -> int:
-        return len(self._lines(width))
-
-    def render_row(self, row: int, width: int) -> Strip:
-        lines = self._lines(width)
-        return lines[row] if row < len(lines) else Strip.blank(width)
 
     def _lines(self, width: int) -> list[Strip]:
         state = self.view.state

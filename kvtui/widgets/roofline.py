@@ -13,7 +13,7 @@ from textual.strip import Strip
 
 from engine.metrics import percentile
 from kvtui.roofline import RooflineScan, StepPoint, log_position
-from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, LineView, fmt_bytes, fmt_seconds, pad
+from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, BuiltLinesView, fmt_bytes, fmt_seconds, pad
 
 CHART_ROWS = 14
 LABEL = 9  # y-axis label cells
@@ -37,7 +37,7 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.0f} {unit}"
 
 
-class RooflineView(LineView):
+class RooflineView(BuiltLinesView):
     """Reads the event list it is given (`events`) up to the state's cursor; keeps its scan between frames."""
 
     def __init__(self, **kwargs):
@@ -46,13 +46,6 @@ class RooflineView(LineView):
         self.scan = RooflineScan()
         self._key: tuple | None = None
         self._rows: list[Strip] = []
-
-    def row_count(self, width: int) -> int:
-        return len(self._lines(width))
-
-    def render_row(self, row: int, width: int) -> Strip:
-        lines = self._lines(width)
-        return lines[row] if row < len(lines) else Strip.blank(width)
 
     # ------------------------------------------------------------------ building the lines (cached per frame)
     def _lines(self, width: int) -> list[Strip]:
