@@ -22,6 +22,12 @@ def live_app(feed, controller) -> KvtuiApp:
                     frame_rate=None)
 
 
+def feed_trace(feed: EventFeed, header: dict, events: list[dict]) -> None:
+    feed.put("header", header)
+    for ev in events:
+        feed.put_event(ev)
+
+
 def _first_request_with(events, n_tokens: int) -> str:
     lengths: dict[str, int] = {}
     for ev in events:
@@ -35,9 +41,7 @@ async def test_shift_arrows_select_a_range_and_the_box_says_what_goes(small_trac
     feed, controller = EventFeed(), RecordingController()
     app = live_app(feed, controller)
     async with app.run_test(size=SIZE) as pilot:
-        feed.put("header", header)
-        for ev in events:
-            feed.put_event(ev)
+        feed_trace(feed, header, events)
         app.pump()
         rid = _first_request_with(events, 6)
         app.select_request(rid)
@@ -65,9 +69,7 @@ async def test_editing_while_scrubbed_back_jumps_to_live_or_says_why_not(small_t
     feed, controller = EventFeed(), RecordingController()
     app = live_app(feed, controller)
     async with app.run_test(size=SIZE) as pilot:
-        feed.put("header", header)
-        for ev in events:
-            feed.put_event(ev)
+        feed_trace(feed, header, events)
         app.pump()
         await pilot.press("escape")
         # scrubbed back to before the edit, the token at m is the old one; at live it was replaced
@@ -96,9 +98,7 @@ async def test_a_dead_engine_is_shown_and_the_prompt_box_says_so(small_trace):
     feed, controller = EventFeed(), RecordingController()
     app = live_app(feed, controller)
     async with app.run_test(size=SIZE) as pilot:
-        feed.put("header", header)
-        for ev in events[:50]:
-            feed.put_event(ev)
+        feed_trace(feed, header, events[:50])
         feed.put("dead", "the engine stopped: a step failed (RuntimeError: out of memory)")
         app.pump()
         await pilot.pause()
