@@ -13,7 +13,7 @@ sockets to it, so one kvtui receives from many servers.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 OPTIONS = ("replay", "name", "metrics", "topic", "blocks")
 _TCP = re.compile(r"^tcp://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.*-]+):(\d{1,5})$")
@@ -35,8 +35,7 @@ class Source:
     dp_rank: int | None = None  # set by --dp-size expansion
 
     def as_dict(self) -> dict:
-        return {"endpoint": self.endpoint, "name": self.name, "replay": self.replay, "metrics": self.metrics,
-                "topic": self.topic, "blocks": self.blocks, "bind": self.bind, "dp_rank": self.dp_rank}
+        return asdict(self)
 
 
 def check_tcp(endpoint: str, what: str = "endpoint") -> tuple[str, int]:
