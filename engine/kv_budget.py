@@ -42,6 +42,10 @@ class ConfigShape:
             return "MHA"
         return "MQA" if kv == 1 else f"GQA {self.q_heads // kv}:1"
 
+    def bytes_per_token_layer(self, elem: float, kv_heads: int | None = None) -> float:
+        """2 (K and V) x kv_heads x head_dim x bytes per element: one token in one layer."""
+        return 2 * (self.kv_heads if kv_heads is None else kv_heads) * self.head_dim * elem
+
 
 def _field(config: dict, key: str):
     for name in _ALIASES.get(key, (key,)):
@@ -135,7 +139,7 @@ def element_bytes(dtype: str) -> float:
 def kv_bytes(shape: ConfigShape, tokens: list[int], elem: float, kv_heads: int | None = None,
              block_size: int = 0, windows: bool = True) -> float:
     """Bytes of the K/V of sequences of `tokens` lengths; block_size > 0 rounds full layers up to whole blocks."""
-    per_token_layer = 2 * (shape.kv_heads if kv_heads is None else kv_heads) * shape.head_dim * elem
+    per_token_layer = shape.bytes_per_token_layer(elem, kv_heads)
     total = 0.0
     for t in tokens:
         paged = -(-t // block_size) * block_size if block_size else t
@@ -180,7 +184,7 @@ def format_budget(shape: ConfigShape, tokens: list[int], dtype: str, block_size:
             continue
         seen.add(kv)
         mark = "  <- this model" if kv == shape.kv_heads else ""
-        per_token = 2 * kv * shape.head_dim * elem * shape.layers
+        per_token = shape.bytes_per_token_layer(elem, kv) * shape.layers
         row = f"{label:15}{kv:>9}  {human(per_token):>12}  {human(kv_bytes(shape, tokens, elem, kv)):>12}"
         if n_window:
             row += f"  {human(kv_bytes(shape, tokens, elem, kv, windows=False)):>16}"
