@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from kvtui.feed import EventFeed
-from kvtui.state.fleet import FleetState
+from kvtui.state.fleet import FleetState, replay_fleet
 from kvtui.state.fleet_explain import QueryError, explain_prompt, parse_query
 from kvtui.widgets.base import TextLine, update_if_changed
 from kvtui.widgets.fleet_table import FleetTableView
@@ -81,8 +81,7 @@ class FleetApp(App):
         self._pending: deque[list[dict]] = deque()  # received, not yet folded (over a frame's budget)
         self._goto_open = False
         if events is not None:
-            self.fleet = FleetState(header)
-            self.fleet.apply_all(events)
+            self.fleet = replay_fleet(header, events)
             self.cursor = len(events)
 
     def compose(self) -> ComposeResult:
@@ -149,20 +148,19 @@ class FleetApp(App):
             if len(events) > SLICE:
                 pending.appendleft(events[SLICE:])
                 events = events[:SLICE]
-            if self.fleet is None:
-                self.fleet = FleetState({})
-            self.fleet.apply_all(events)
-            self.cursor += len(events)
+            self._fold(events)
             changed = True
         return changed
 
     def _fold_pending(self) -> None:
         while self._pending:
-            events = self._pending.popleft()
-            if self.fleet is None:
-                self.fleet = FleetState({})
-            self.fleet.apply_all(events)
-            self.cursor += len(events)
+            self._fold(self._pending.popleft())
+
+    def _fold(self, events: list[dict]) -> None:
+        if self.fleet is None:
+            self.fleet = FleetState({})
+        self.fleet.apply_all(events)
+        self.cursor += len(events)
 
     # ------------------------------------------------------------------ drawing
     def refresh_views(self, force: bool = False) -> None:
@@ -234,8 +232,7 @@ class FleetApp(App):
             self.notify(f"not a percentage: {text!r}", severity="warning", timeout=3)
             return
         k = round(len(self.events) * max(0.0, min(100.0, percent)) / 100)
-        self.fleet = FleetState(self.fleet.header if self.fleet else {})
-        self.fleet.apply_all(self.events[:k])
+        self.fleet = replay_fleet(self.fleet.header if self.fleet else {}, self.events[:k])
         self.cursor = k
         self.refresh_views(force=True)
 
