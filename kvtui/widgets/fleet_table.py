@@ -9,7 +9,7 @@ from rich.style import Style
 from textual.strip import Strip
 
 from kvtui.sources.prometheus import histogram_quantile, token_hit_rate
-from kvtui.state.fleet import HAS, LACKS, FleetState, Worker
+from kvtui.state.fleet import HAS, LACKS, FleetState, SourceCounts, Worker
 from kvtui.widgets.base import BOLD, DIM, HEADING, LineView, fmt_seconds, owner_style, pad
 
 BAR = 12
@@ -27,14 +27,13 @@ def worker_cells(fleet: FleetState, worker: Worker) -> dict:
     facts, before = fleet.facts(worker)
     stored, removed = worker.rates(fleet.now if fleet.now is not None else fleet.t)
     buckets = facts.get("ttft_buckets") or []
-    counts = fleet.sources.get(worker.source)
+    counts = fleet.sources.get(worker.source) or SourceCounts()
     return {"worker": worker.worker, "rank": worker.rank, "resident": worker.resident,
             "capacity": fleet.capacity(worker), "stored_per_s": stored, "removed_per_s": removed,
             "kv_usage": facts.get("kv_usage"), "hit_rate": token_hit_rate(facts, before),
             "ttft": [histogram_quantile(q, buckets) for q in (0.5, 0.95, 0.99)],
             "preemptions": facts.get("preemptions"),
-            "gaps": counts.gaps if counts else 0, "lost": counts.lost if counts else 0,
-            "restarts": counts.restarts if counts else 0, "malformed": counts.malformed if counts else 0}
+            "gaps": counts.gaps, "lost": counts.lost, "restarts": counts.restarts, "malformed": counts.malformed}
 
 
 def occupancy_bar(resident: int, capacity: int | None) -> str:
