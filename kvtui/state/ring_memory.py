@@ -43,10 +43,3 @@ def ring_memory(header: dict, context: int) -> RingMemory | None:
         full_bytes=len(window_sizes) * context * per_token,
         paged_bytes=full * context * per_token,
     )
-
-
-def human_bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"

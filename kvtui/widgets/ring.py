@@ -11,8 +11,8 @@ from rich.style import Style
 from textual.strip import Strip
 
 from kvtui.state import Ring
-from kvtui.state.ring_memory import human_bytes, ring_memory
-from kvtui.widgets.base import BOLD, DIM, HEADING, LineView, owner_style, pad
+from kvtui.state.ring_memory import ring_memory
+from kvtui.widgets.base import BOLD, DIM, HEADING, LineView, fmt_bytes, owner_style, pad
 
 ROWS_PER_RING = 4
 HEAD_ROWS = 4  # the heading, then ring memory vs full attention (a line and two bars)
@@ -114,13 +114,13 @@ class RingView(LineView):
         if row == 1:
             ratio = f" ({memory.full_bytes / memory.ring_bytes:.1f}x)" if memory.ring_bytes else ""
             return pad([Segment(f"{req.request_id} at {memory.context} tokens: ", BOLD),
-                        Segment(f"full attention would hold {human_bytes(memory.full_bytes)}{ratio} on the "
-                                f"{memory.window_layers} window layers, rings {human_bytes(memory.ring_bytes)} "
-                                f"(saved {human_bytes(memory.saved)}; the {memory.full_layers} full layers page "
-                                f"{human_bytes(memory.paged_bytes)})", DIM)], width)
+                        Segment(f"full attention would hold {fmt_bytes(memory.full_bytes)}{ratio} on the "
+                                f"{memory.window_layers} window layers, rings {fmt_bytes(memory.ring_bytes)} "
+                                f"(saved {fmt_bytes(memory.saved)}; the {memory.full_layers} full layers page "
+                                f"{fmt_bytes(memory.paged_bytes)})", DIM)], width)
         room = max(10, width - 30)
         top = max(memory.full_bytes, memory.ring_bytes) or 1
         label, value, style = (("rings", memory.ring_bytes, RING_BAR) if row == 2 else
                                ("full attention", memory.full_bytes, FULL_BAR))
         return pad([Segment(f" {label:<15}", DIM), Segment("█" * max(1, round(room * value / top)), style),
-                    Segment(f" {human_bytes(value)}", DIM)], width)
+                    Segment(f" {fmt_bytes(value)}", DIM)], width)
