@@ -42,19 +42,16 @@ class LiveMixin:
         for kind, payload in items:
             if kind == "event":
                 batch.append(payload)
-            elif kind == "header":
-                self._ingest(batch)
-                batch = []
+                continue
+            self._ingest(batch)  # the events before a header, notice or death land first
+            batch = []
+            if kind == "header":
                 self.timeline = Timeline(payload)
                 self.state, self.cursor = self.timeline.tip, 0
             elif kind == "notice":
-                self._ingest(batch)
-                batch = []
                 severity, text = payload
                 self.notify(text, severity=severity, timeout=8 if severity == "error" else 4)
             elif kind == "dead":
-                self._ingest(batch)
-                batch = []
                 self._engine_died(payload)
         self._ingest(batch)
         return True
