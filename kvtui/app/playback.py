@@ -69,10 +69,7 @@ class PlaybackMixin:
         if self.timeline is None:
             return
         self.playing = self.following = False
-        if delta > 0:
-            target = self.timeline.next_marker("step", self.cursor)
-        else:
-            target = self.timeline.prev_marker("step", self.cursor)
+        target = self._marker("step", delta)
         self.seek(target if target is not None else (len(self.timeline) if delta > 0 else 0))
 
     def action_seek_fraction(self, fraction: float) -> None:
@@ -83,8 +80,7 @@ class PlaybackMixin:
     def action_seek_marker(self, kind: str, direction: int) -> None:
         if self.timeline is None:
             return
-        target = (self.timeline.next_marker(kind, self.cursor) if direction > 0
-                  else self.timeline.prev_marker(kind, self.cursor))
+        target = self._marker(kind, direction)
         if target is None:
             self.notify(f"no {'next' if direction > 0 else 'previous'} {kind}", timeout=2)
             return
@@ -94,6 +90,11 @@ class PlaybackMixin:
         if "request_id" in event:
             self.view.request_id = event["request_id"]
             self.refresh_views()
+
+    def _marker(self, kind: str, direction: int) -> int | None:
+        """The next (direction > 0) or previous `kind` marker from the cursor, None when there is none."""
+        find = self.timeline.next_marker if direction > 0 else self.timeline.prev_marker
+        return find(kind, self.cursor)
 
     def action_speed(self, direction: int) -> None:
         i = min(range(len(SPEEDS)), key=lambda j: abs(SPEEDS[j] - self.speed))
