@@ -72,9 +72,7 @@ class RooflineScan:
         self.events: list[dict] | None = None
         self.scanned = 0
         self.points: list[StepPoint] = []
-        self.indices: list[int] = []  # points' cursor positions, for bisect
         self.roofline: Roofline | None = None
-        self.roofline_index: int | None = None
 
     def update(self, events: list[dict]) -> None:
         if events is not self.events:
@@ -86,14 +84,13 @@ class RooflineScan:
             if etype == "step":
                 self.points.append(StepPoint(i + 1, ev["step"], ev["num_tokens"], ev["num_prefill"],
                                              ev["num_decode"], ev["duration"]))
-                self.indices.append(i + 1)
             elif etype == "roofline" and self.roofline is None:
-                self.roofline, self.roofline_index = Roofline.from_event(ev), i + 1
+                self.roofline = Roofline.from_event(ev)
         self.scanned = len(events)
 
     def upto(self, cursor: int) -> list[StepPoint]:
         """The steps visible after `cursor` events."""
-        return self.points[:bisect_left(self.indices, cursor + 1)]
+        return self.points[:bisect_left(self.points, cursor + 1, key=lambda p: p.index)]
 
 
 def log_position(value: float, lo: float, hi: float, cells: int) -> int:
