@@ -94,7 +94,6 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         self.chat = live  # an instruct model answers a chat message; ctrl+t sends plain text instead
         self.view = View(self.state)
         self.input_mode: str | None = None  # "replace" | "insert" | "goto" while the small input is open
-        self.token_position = 0
         self._select_next_arrival = False
         if live and timeline is not None:
             self.state = timeline.tip

@@ -55,5 +55,4 @@ class SelectionMixin:
         self.select_request(message.request_id)
 
     def on_token_strip_cursor_moved(self, message: TokenStrip.CursorMoved) -> None:
-        self.token_position = message.position
         self.query_one("#token-strip", TokenStrip).refresh()
