@@ -24,7 +24,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from kvtui.app.live import LIVE_BINDINGS, SAMPLING_INPUTS, LiveMixin
 from kvtui.app.loading import LoadingMixin
 from kvtui.app.playback import PLAYBACK_BINDINGS, PlaybackMixin
-from kvtui.app.selection import TAB_FOCUS, SelectionMixin
+from kvtui.app.selection import SelectionMixin
 from kvtui.feed import Controller, EventFeed
 from kvtui.opening import interesting_request, opening_cursor
 from kvtui.screens.help import HelpScreen
@@ -260,15 +260,13 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         small = self.query_one("#small-input", Input)
         small.add_class("hidden")
         self.input_mode = None
-        tab = self.query_one("#tabs", TabbedContent).active
-        self.query_one(TAB_FOCUS.get(tab, "#pool-grid")).focus()
+        self.focus_tab()
 
     def action_leave_input(self) -> None:
         if self.input_mode is not None:
             self._close_input()
         elif isinstance(self.focused, Input):
-            tab = self.query_one("#tabs", TabbedContent).active
-            self.query_one(TAB_FOCUS.get(tab, "#pool-grid")).focus()
+            self.focus_tab()
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
         text = message.value

@@ -19,8 +19,13 @@ class SelectionMixin:
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
-        self.query_one(TAB_FOCUS[tab]).focus()
+        self.focus_tab()
         self.refresh_views()
+
+    def focus_tab(self) -> None:
+        """Focus the main view of the tab shown."""
+        tab = self.query_one("#tabs", TabbedContent).active
+        self.query_one(TAB_FOCUS.get(tab, "#pool-grid")).focus()
 
     def on_tabbed_content_tab_activated(self, _message) -> None:
         self.refresh_views()
