@@ -2,7 +2,7 @@
 
 `EventFeed` is the thread-safe hand-over: the engine thread `put`s items, the UI drains them in batches once
 per frame (a timer), so a flat-out engine never floods the event loop. Items are (kind, payload):
-("header", dict), ("event", dict), ("notice", (severity, text)).
+("header", dict), ("event", dict), ("notice", (severity, text)), ("dead", reason).
 `EngineWorker` owns the engine: it is not thread-safe, so every call (load, submit, edit, fork, step) happens on
 the worker thread, fed by a command queue. Tests use `EventFeed` alone and pump it by hand.
 """
