@@ -152,10 +152,6 @@ def tpot(token_times: Sequence[float]) -> float | None:
     return (token_times[-1] - token_times[0]) / (len(token_times) - 1)
 
 
-def inter_token_latencies(token_times: Sequence[float]) -> list[float]:
-    return [b - a for a, b in zip(token_times, token_times[1:])]
-
-
 @dataclass
 class RequestLatency:
     arrived: float
