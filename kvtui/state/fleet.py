@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import msgspec
+
 GPU = "GPU"
 RATE_WINDOW = 5  # seconds of trace time the stored/removed rates average over
 GONE_MEMORY = 200_000  # removed nodes remembered for the miss explainer
@@ -25,19 +27,21 @@ HAS = ("blocks by hash per worker", "the prefix chain (parent hashes)", "token i
 LACKS = ("physical block ids", "ref counts", "locks", "block tables", "requests")
 
 
-@dataclass(slots=True)
-class Node:
+class Node(msgspec.Struct, gc=False):
+    """One block of one (group, hash). A msgspec struct, not a dataclass: built in C (a third of the time) and
+    not tracked by the garbage collector (it never takes part in a cycle), which matters at 100k blocks/s."""
+
     group: int
     hash: str
     parent: str | None
-    token_ids: tuple
+    token_ids: list  # the event's own list when it stored one block (never mutated), else a slice of it
     lora: str | None = None
     salt: str | None = None
     extra: object = None
     texts: list | None = None
     t: float = 0.0  # first stored
-    holders: dict = field(default_factory=dict)  # worker -> set of media
-    removed: dict = field(default_factory=dict)  # worker -> t of its last removal
+    holders: dict = {}  # worker -> frozenset of media (a fresh dict per node)
+    removed: dict | None = None  # worker -> t of its last removal (made at the first removal)
 
 
 @dataclass
@@ -47,7 +51,8 @@ class Worker:
     name: str
     rank: int | None = None
     blocks: int | None = None  # GPU blocks, when the source was told (blocks=)
-    held: dict = field(default_factory=dict)  # (group, hash) -> set of media
+    held: int = 0  # blocks it holds (any medium); which ones: the nodes whose holders name it
+    held_by_group: dict = field(default_factory=dict)  # KV-cache group -> blocks held in it
     resident: int = 0  # blocks held on the GPU
     stored: int = 0  # blocks stored (events x hashes)
     removed: int = 0
@@ -81,7 +86,7 @@ class FleetState:
         self.workers: dict[str, Worker] = {}
         self.sources: dict[str, SourceCounts] = {}
         self.nodes: dict[tuple, Node] = {}
-        self.children: dict[tuple, dict] = {}  # (group, parent hash or None) -> {hash: None} (insertion order)
+        self.children: dict[tuple, list] = {}  # (group, parent hash or None) -> child hashes, first stored first
         self.metrics: dict[tuple, dict] = {}  # (source, rank label) -> latest facts
         self.metrics_before: dict[tuple, dict] = {}  # the reading before (for rates over the interval)
         self.gone: OrderedDict = OrderedDict()  # nodes no worker holds, oldest first
@@ -95,16 +100,21 @@ class FleetState:
 
     # ------------------------------------------------------------------ folding events
     def apply(self, event: dict) -> None:
+        self.t = event["t"]
         handler = _HANDLERS.get(event["type"])
         if handler is not None:
             handler(self, event)
         self.index += 1
-        self.t = event["t"]
 
     def apply_all(self, events) -> None:
-        apply = self.apply
+        """`apply` for each event (the same fold, its lookups hoisted: live attach folds 100k events a second)."""
+        handlers = _HANDLERS
         for event in events:
-            apply(event)
+            self.t = event["t"]
+            handler = handlers.get(event["type"])
+            if handler is not None:
+                handler(self, event)
+            self.index += 1
 
     def _worker(self, wid: str) -> Worker:
         worker = self.workers.get(wid)
@@ -125,92 +135,111 @@ class FleetState:
         self._source(e["source"])
 
     def _on_kv_block_stored(self, e: dict) -> None:
-        worker = self._worker(e["worker"])
-        group, size, medium = e["group"], e["block_size"], e.get("medium") or GPU
-        tokens, texts = e["token_ids"], e.get("texts")
-        parent = e.get("parent")
-        nodes, held, t = self.nodes, worker.held, e["t"]
-        extra = e.get("extra_keys")
-        wid, children, lora, salt = worker.worker, self.children, e.get("lora"), e.get("salt")
-        for i, h in enumerate(e["hashes"]):
+        worker = self.workers.get(e["worker"]) or self._worker(e["worker"])
+        group, size, hashes, tokens, t = e["group"], e["block_size"], e["hashes"], e["token_ids"], e["t"]
+        medium, parent, texts, extra = e.get("medium") or GPU, e.get("parent"), e.get("texts"), e.get("extra_keys")
+        nodes, children, wid, lora, salt = self.nodes, self.children, worker.worker, e.get("lora"), e.get("salt")
+        only = _ONLY.get(medium) or _only(medium)
+        gpu = medium == GPU
+        one = len(hashes) == 1  # SGLang stores one block per event: no slicing
+        new_holds = 0
+        for i, h in enumerate(hashes):
             key = (group, h)
             node = nodes.get(key)
             if node is None:
-                node = nodes[key] = Node(group, h, parent, tuple(tokens[i * size:(i + 1) * size]), lora, salt,
-                                         extra[i] if extra and i < len(extra) else None,
-                                         texts[i * size:(i + 1) * size] if texts else None, t, {}, {})
-                kids = children.get((group, parent))
+                lo, hi = i * size, (i + 1) * size
+                node = nodes[key] = Node(group, h, parent, tokens if one else tokens[lo:hi], lora,
+                                         salt, extra[i] if extra and i < len(extra) else None,
+                                         (texts if one else texts[lo:hi]) if texts else None, t)
+                node.holders[wid] = only
+                up = (group, parent)
+                kids = children.get(up)
                 if kids is None:
-                    children[(group, parent)] = {h: None}
+                    children[up] = [h]
                 else:
-                    kids[h] = None
-                if parent is not None and (group, parent) not in nodes:
+                    kids.append(h)
+                if parent is not None and up not in nodes:
                     self.orphans[key] = None
-            elif not node.holders:
-                self.gone.pop(key, None)
-            if not node.holders:
                 self.held_nodes += 1
-            media = node.holders.get(wid)
+                new_holds += 1
+                worker.resident += gpu
+                parent = h
+                continue
+            holders = node.holders
+            media = holders.get(wid)
             if media is None:
-                media = node.holders[wid] = held[key] = set()
-            if medium not in media:
-                media.add(medium)
-                if medium == GPU:
-                    worker.resident += 1
+                if not holders:
+                    self.gone.pop(key, None)
+                    self.held_nodes += 1
+                holders[wid] = only
+                new_holds += 1
+                worker.resident += gpu
+            elif medium not in media:
+                holders[wid] = media | only  # another tier (offloaded to CPU, say): media are frozensets
+                worker.resident += gpu
             parent = h
-        n = len(e["hashes"])
+        n = len(hashes)
         worker.stored += n
         worker.block_size = size
-        self._bucket(worker, t)[0] += n
+        if new_holds:
+            worker.held += new_holds
+            worker.held_by_group[group] = worker.held_by_group.get(group, 0) + new_holds
+        bucket = worker.buckets.get(int(t)) or self._bucket(worker, t)
+        bucket[0] += n
         self.version += 1
 
     def _on_kv_block_removed(self, e: dict) -> None:
-        worker = self._worker(e["worker"])
-        group, medium, t = e["group"], e.get("medium") or GPU, e["t"]
-        for h in e["hashes"]:
+        worker = self.workers.get(e["worker"]) or self._worker(e["worker"])
+        group, medium, t, hashes = e["group"], e.get("medium") or GPU, e["t"], e["hashes"]
+        for h in hashes:
             self._drop(worker, (group, h), medium, t)
-        worker.removed += len(e["hashes"])
-        self._bucket(worker, t)[1] += len(e["hashes"])
+        worker.removed += len(hashes)
+        bucket = worker.buckets.get(int(t)) or self._bucket(worker, t)
+        bucket[1] += len(hashes)
         self.version += 1
 
     def _on_kv_all_cleared(self, e: dict) -> None:
         worker = self._worker(e["worker"])
-        t = e["t"]
-        for key in list(worker.held):
-            for medium in list(worker.held.get(key, ())):
-                self._drop(worker, key, medium, t)
+        t, wid = e["t"], worker.worker
+        if worker.held:  # rare (a reset or a restart): a scan of the nodes instead of a per-worker index
+            for key, node in list(self.nodes.items()):
+                for medium in node.holders.get(wid, ()):
+                    self._drop(worker, key, medium, t)
         worker.cleared += 1
         if e["cause"] == "restart":
             self._note(f"{worker.worker}: publisher restarted, its cache starts empty")
         self.version += 1
 
     def _drop(self, worker: Worker, key: tuple, medium: str, t: float) -> None:
-        media = worker.held.get(key)
+        node = self.nodes.get(key)
+        media = node.holders.get(worker.worker) if node is not None else None
         if media is None or medium not in media:
             return  # a removal of a block we never saw stored (joined late, or lost in a gap)
-        media.discard(medium)
         if medium == GPU:
             worker.resident -= 1
-        if media:
+        if len(media) > 1:
+            node.holders[worker.worker] = media - _only(medium)
             return
-        del worker.held[key]
-        node = self.nodes[key]
         del node.holders[worker.worker]
-        node.removed[worker.worker] = t
+        if node.removed is None:
+            node.removed = {worker.worker: t}
+        else:
+            node.removed[worker.worker] = t
+        worker.held -= 1
+        worker.held_by_group[key[0]] -= 1
         if not node.holders:
             self.held_nodes -= 1
             self.gone[key] = None
-            while len(self.gone) > GONE_MEMORY:
-                old, _ = self.gone.popitem(last=False)
-                self._forget(old)
+            if len(self.gone) > GONE_MEMORY:
+                self._forget(self.gone.popitem(last=False)[0])
 
     def _forget(self, key: tuple) -> None:
         node = self.nodes.pop(key)
         self.orphans.pop(key, None)
         siblings = self.children.get((node.group, node.parent))
-        if siblings is not None:
-            siblings.pop(node.hash, None)
-        for child in self.children.pop(key, {}):  # their parent is gone from memory: they hang loose
+        if siblings is not None and node.hash in siblings:
+            siblings.remove(node.hash)
+        for child in self.children.pop(key, ()):  # their parent is gone from memory: they hang loose
             self.orphans[(node.group, child)] = None
 
     @staticmethod
@@ -266,6 +295,16 @@ class FleetState:
     def holders_of(self, key: tuple) -> list[str]:
         node = self.nodes.get(key)
         return sorted(node.holders) if node is not None else []
+
+
+_ONLY: dict[str, frozenset] = {}  # medium -> frozenset({medium}), shared by every holder on that one medium
+
+
+def _only(medium: str) -> frozenset:
+    media = _ONLY.get(medium)
+    if media is None:
+        media = _ONLY[medium] = frozenset((medium,))
+    return media
 
 
 _HANDLERS = {name[len("_on_"):]: fn for name, fn in vars(FleetState).items() if name.startswith("_on_")}

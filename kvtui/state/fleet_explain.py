@@ -57,7 +57,7 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
                    group=None) -> dict:
     name = worker.worker
     size = worker.block_size
-    groups = sorted({key[0] for key in worker.held})
+    groups = sorted(g for g, n in worker.held_by_group.items() if n)
     g = group if group is not None else (groups[0] if groups else 0)
     out = {"worker": name, "group": g, "block_size": size, "matched_blocks": 0, "matched_tokens": 0,
            "prompt_tokens": len(token_ids), "reason": "empty", "detail": {}}
@@ -71,7 +71,7 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
             out["reason"] = "full_match" if pos == len(token_ids) else "block_floor"
             out["detail"] = {"position": pos, "left": len(token_ids) - pos}
             break
-        want = tuple(token_ids[pos:pos + size])
+        want = list(token_ids[pos:pos + size])
         kids = [nodes[(g, h)] for h in state.children.get((g, parent), ())]
         same = [n for n in kids if n.token_ids == want]  # this block of the prompt, on any worker
         equal = [n for n in same if name in n.holders]
@@ -88,7 +88,7 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
             out["detail"].update(cached_lora=node.lora, cached_salt=node.salt, cached_extra=node.extra,
                                  lora=lora, salt=salt)
             break
-        removed = [n for n in same if name in n.removed]
+        removed = [n for n in same if n.removed and name in n.removed]
         if removed:
             out["reason"] = "removed"
             out["detail"]["t"] = removed[0].removed[name]
