@@ -2,8 +2,12 @@
 (`kvtui replay fleet.jsonl`): the same `FleetState` reducer folds both, so a recording shows what was seen.
 
 Tabs: 1 fleet (one row per worker), 2 prefix tree (block hashes, tokens, holders), 3 explain (a prompt against
-every worker's cache). Live, each frame drains the `EventFeed` within a time budget (a flood of events is
-caught up over several frames, the UI stays responsive) and shows the attacher's notices.
+every worker's cache). The views draw `FleetView`s (plain data, kvtui/state/fleet_view.py). Where they come from:
+  collector  `kvtui attach`: a collector process (kvtui/sources/collector.py) receives and folds the stream;
+             each frame takes the latest view it sent and asks for the next, never waiting for one;
+  feed       events emitted on another thread of this process, handed over in lists through an `EventFeed`
+             and folded here within a frame budget (tests, small streams);
+  replay     the whole trace, folded once (`g` goes to a percentage of it).
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from kvtui.feed import EventFeed
 from kvtui.state.fleet import FleetState, replay_fleet
-from kvtui.state.fleet_explain import QueryError, explain_prompt, parse_query
+from kvtui.state.fleet_explain import QueryError, parse_query
+from kvtui.state.fleet_view import FleetView, explain_text, fleet_view
 from kvtui.widgets.base import TextLine, update_if_changed
 from kvtui.widgets.fleet_table import FleetTableView
 from kvtui.widgets.fleet_tree import FleetTreeView
 
-FRAME_BUDGET = 0.015  # seconds of each frame spent folding events in (the rest draws)
+FRAME_BUDGET = 0.015  # feed: seconds of each frame spent folding events in (the rest draws)
 CHUNK = 64  # feed items per drain: an item is an event or a list of them
 SLICE = 256  # events folded between two looks at the clock
 TREE_EVERY = 1.0  # seconds between prefix-tree rebuilds while events flow
@@ -63,26 +68,34 @@ class FleetApp(App):
         Binding("escape", "leave_input", "leave input", show=False, id="fleet.escape"),
     ]
 
-    def __init__(self, *, source: str = "", feed: EventFeed | None = None, attacher=None, tokenizer=None,
-                 duration: float | None = None, header: dict | None = None, events: list[dict] | None = None,
-                 frame_rate: float | None = 30.0):
+    def __init__(self, *, source: str = "", collector=None, feed: EventFeed | None = None, attacher=None,
+                 tokenizer=None, duration: float | None = None, header: dict | None = None,
+                 events: list[dict] | None = None, frame_rate: float | None = 30.0):
         super().__init__()
         self.source = source
+        self.collector = collector  # a CollectorClient (live `kvtui attach`)
         self.feed = feed
-        self.attacher = attacher
-        self.tokenizer = tokenizer
+        self.attacher = attacher  # feed mode: its notices and clock
+        self.tokenizer = tokenizer  # text prompts to token ids for the explainer
         self.duration = duration
         self.frame_rate = frame_rate
         self.events = events  # replay: the whole trace
-        self.fleet: FleetState | None = None
-        self.cursor = 0
+        self.live = collector is not None or feed is not None
+        self.fleet: FleetState | None = None  # replay and feed: folded here
+        self.view: FleetView | None = None  # what the views show
         self.started = time.monotonic()
         self._tree_at = 0.0
         self._pending: deque[list[dict]] = deque()  # received, not yet folded (over a frame's budget)
-        self._goto_open = False
+        self._dead_told = False
         if events is not None:
             self.fleet = replay_fleet(header, events)
-            self.cursor = len(events)
+
+    @property
+    def cursor(self) -> int:
+        """Events folded so far (here, or by the collector)."""
+        if self.fleet is not None:
+            return self.fleet.index
+        return self.view.index if self.view is not None else 0
 
     def compose(self) -> ComposeResult:
         yield TextLine(id="fleet-status")
@@ -108,20 +121,46 @@ class FleetApp(App):
 
     # ------------------------------------------------------------------ live
     def tick(self) -> None:
-        changed = self.pump()
-        gc.freeze()  # what survived is long-lived (events, blocks): collections scan only what came since
+        if not self.is_running:
+            return  # a timer that fires while the app shuts down
+        if self.collector is not None:
+            changed = self._from_collector()
+        else:
+            changed = self.pump()
+            gc.freeze()  # what survived is long-lived (events, blocks): collections scan only what came since
         if self.attacher is not None:
             while not self.attacher.notices.empty():
                 severity, text = self.attacher.notices.get()
                 self.notify(text, severity=severity, timeout=6)
         if self.duration is not None and time.monotonic() - self.started >= self.duration:
             self.exit()
-        if changed or (self.attacher is not None and self.fleet is not None):
-            self.refresh_views()  # live: rates decay while nothing arrives
+        if changed or (self.live and self.fleet is not None):
+            self.refresh_views()  # feed: rates decay while nothing arrives
+
+    def _from_collector(self) -> bool:
+        """Take what the collector sent; ask for the next view (with the tree when that tab is due)."""
+        collector = self.collector
+        changed = False
+        for message in collector.poll():
+            if message[0] == "view":
+                changed = True
+            elif message[0] == "explained":
+                update_if_changed(self.query_one("#explain-out", Static), message[1])
+            elif message[0] == "notice":
+                self.notify(message[2], severity=message[1], timeout=6)
+        if collector.dead is not None and not self._dead_told:
+            self._dead_told = True
+            self.notify(f"{collector.dead}: the views stop here", severity="error", timeout=30)
+        collector.ask(with_tree=self._tree_due())
+        return changed
+
+    def _tree_due(self) -> bool:
+        return self.query_one("#fleet-tabs", TabbedContent).active == "tree" and \
+            time.monotonic() - self._tree_at >= TREE_EVERY
 
     def pump(self, budget: float = FRAME_BUDGET) -> bool:
-        """Fold queued events in, SLICE at a time, until the frame budget is spent; the rest waits for the next
-        frame. Returns whether anything changed."""
+        """Feed mode: fold queued events in, SLICE at a time, until the frame budget is spent; the rest waits
+        for the next frame. Returns whether anything changed."""
         if self.feed is None:
             return False
         deadline = time.perf_counter() + budget
@@ -139,7 +178,7 @@ class FleetApp(App):
                         pending.append([payload])
                     elif kind == "header":
                         self._fold_pending()
-                        self.fleet, self.cursor = FleetState(payload), 0
+                        self.fleet = FleetState(payload)
                     elif kind == "notice":
                         severity, text = payload
                         self.notify(text, severity=severity)
@@ -160,38 +199,47 @@ class FleetApp(App):
         if self.fleet is None:
             self.fleet = FleetState({})
         self.fleet.apply_all(events)
-        self.cursor += len(events)
 
     # ------------------------------------------------------------------ drawing
     def refresh_views(self, force: bool = False) -> None:
-        if self.fleet is not None and self.attacher is not None:
-            self.fleet.now = max(self.fleet.t, self.attacher.sink.now())
-        self.query_one("#fleet-status", TextLine).set(self.status_text())
         tab = self.query_one("#fleet-tabs", TabbedContent).active
+        if self.fleet is not None:  # folded here: build the view
+            if self.attacher is not None:
+                self.fleet.now = max(self.fleet.t, self.attacher.sink.now())
+            tree = tab == "tree" and (force or not self.live or time.monotonic() - self._tree_at >= TREE_EVERY)
+            self.view = fleet_view(self.fleet, tree=tree)
+        elif self.collector is not None:
+            self.view = self.collector.view
+        view = self.view
+        self.query_one("#fleet-status", TextLine).set(self.status_text())
         if tab == "fleet":
-            self.query_one("#fleet-table", FleetTableView).update_fleet(self.fleet)
-        elif tab == "tree":
-            now = time.monotonic()
-            if force or now - self._tree_at >= TREE_EVERY or self.feed is None:
-                self._tree_at = now
-                self.query_one("#fleet-tree", FleetTreeView).update_fleet(self.fleet, force=force)
+            self.query_one("#fleet-table", FleetTableView).update_fleet(view)
+        elif tab == "tree" and view is not None and view.tree is not None:
+            self._tree_at = time.monotonic()
+            self.query_one("#fleet-tree", FleetTreeView).update_fleet(view)
 
     def status_text(self) -> str:
-        fleet = self.fleet
-        mode = "LIVE attach" if self.feed is not None else "replay"
-        if fleet is None:
+        view = self.view
+        mode = "LIVE attach" if self.live else "replay"
+        if view is None:
             return f" {mode} · waiting for events…"
         total = f"/{len(self.events)}" if self.events is not None else ""
-        return (f" {mode} {self.source} · event {self.cursor}{total} · {fleet.t:.2f}s · "
-                f"{len(fleet.workers)} workers · {len(fleet.nodes):,} blocks known")
+        behind = ""
+        if self.collector is not None and self.collector.counters:
+            c = self.collector.counters
+            behind = f" · received {c['blocks']:,} block events in {c['messages']:,} messages"
+        return (f" {mode} {self.source} · event {view.index:,}{total} · {view.t:.2f}s · "
+                f"{len(view.workers)} workers · {view.nodes:,} blocks known{behind}")
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#fleet-tabs", TabbedContent).active = tab
         if tab == "explain":
             self.query_one("#explain-input", Input).focus()
+        self._tree_at = 0.0  # the tree now, not in a second
         self.refresh_views(force=True)
 
     def on_tabbed_content_tab_activated(self, _message) -> None:
+        self._tree_at = 0.0
         self.refresh_views(force=True)
 
     # ------------------------------------------------------------------ explain and go to
@@ -199,20 +247,17 @@ class FleetApp(App):
         if message.input.id == "goto-input":
             self._goto(message.value)
             return
-        update_if_changed(self.query_one("#explain-out", Static), self.explain_text(message.value))
-
-    def explain_text(self, text: str) -> str:
-        if self.fleet is None:
-            return "no events yet"
+        out = self.query_one("#explain-out", Static)
         try:
-            ids, options = parse_query(text, self.tokenizer)
+            ids, options = parse_query(message.value, self.tokenizer)
         except QueryError as exc:
-            return f"cannot explain: {exc}"
-        results = explain_prompt(self.fleet, ids, **options)
-        lines = [f"{len(ids)} prompt tokens against {len(results)} workers (matched by the token ids each "
-                 "stored block carries; hashes are never recomputed):", ""]
-        lines += [r["message"] for r in sorted(results, key=lambda r: -r["matched_tokens"])]
-        return "\n".join(lines)
+            update_if_changed(out, f"cannot explain: {exc}")
+            return
+        if self.collector is not None:
+            update_if_changed(out, "asking the collector…")
+            self.collector.explain(ids, options)
+        else:
+            update_if_changed(out, explain_text(self.fleet, ids, options))
 
     def action_goto(self) -> None:
         if self.events is None:
@@ -233,7 +278,6 @@ class FleetApp(App):
             return
         k = round(len(self.events) * max(0.0, min(100.0, percent)) / 100)
         self.fleet = replay_fleet(self.fleet.header if self.fleet else {}, self.events[:k])
-        self.cursor = k
         self.refresh_views(force=True)
 
     def action_leave_input(self) -> None:

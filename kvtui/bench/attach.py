@@ -3,14 +3,15 @@
 A publisher in another process (as a vLLM / SGLang server is) sends SGLang-style batches over ZeroMQ on
 loopback, paced at --rate block events per second: one hash per BlockStored (16 token ids, chained on the
 previous block of its 32-block prompt), and once the pool of --pool blocks is full one BlockRemoved of the
-oldest block per store. This process runs the real attacher (SUB socket, sequence tracking, decode, normalise,
-TraceSink) feeding the real FleetApp headless at 200x60 with its 30 frames/s timer; the tabs are cycled once a
-second. Every frame is timed as `tick` (drain, fold, refresh) + the screen update, as `kvtui bench live` does.
+oldest block per store. As `kvtui attach` runs: the real collector process (SUB socket, sequence tracking,
+decode, events, fold) and this process's real FleetApp, headless at 200x60 with its 30 frames/s timer, drawing
+the views the collector sends; the tabs are cycled once a second. Every frame is timed as `tick` (take the
+latest view, ask for the next, refresh) + the screen update, as `kvtui bench live` does.
 
-Reported: offered, received (attacher) and applied (UI reducer) block events per second, the backlog left at
-the end, frame time p50/p95/max, and a baseline from the same run (the mean of one before and one after):
-decode + normalise + fold of the same payloads in one thread with no sockets and no UI (the ceiling of this
-machine for this Python code, which shares one interpreter lock between the attacher and the UI).
+Reported: offered, received (collector) and applied (folded and shown in the UI's last view) block events per
+second, the backlog (offered by the end, not yet shown), frame time p50/p95/max, and a baseline from the same
+run (the mean of one before and one after): decode + events + fold of the same payloads in one thread with no
+sockets and no UI (the ceiling of one core of this machine for this Python code: the collector's share).
 """
 
 from __future__ import annotations
@@ -84,32 +85,31 @@ def _publisher(endpoint: str, rate: float, seconds: float, pool: int, run: int, 
 
 
 def baseline(n_events: int, pool: int, run: int = 1) -> float:
-    """Block events per second through decode + normalise + fold, one thread, no sockets, no UI."""
-    from kvtui.sources.wire import decode_payload
+    """Block events per second through decode + events + fold, one thread, no sockets, no UI."""
+    from engine.trace import TraceSink
+    from kvtui.sources.wire import attach_event, decode_payload
     from kvtui.state.fleet import FleetState
 
     payloads = make_batches(n_events, pool, run, seed=1)
-    fleet = FleetState({})
-    seq = blocks = 0
+    fleet, sink = FleetState({}), TraceSink()
+    sink.listeners.append(fleet.apply)
+    blocks = 0
     t0 = time.perf_counter()
     for wire_seq, payload in enumerate(payloads):
-        for e in decode_payload(payload).events:
-            kind = e.pop("kind")
-            etype = "kv_block_stored" if kind == "stored" else "kv_block_removed"
-            fleet.apply({"seq": seq, "t": time.perf_counter() - t0, "type": etype, "worker": "w",
-                         "wire_seq": wire_seq, "engine_ts": 0.0, **e})
-            seq += 1
-            blocks += len(e["hashes"])
+        batch = decode_payload(payload)
+        t = round(sink.now(), 6)
+        for record in batch.records:
+            sink.emit_event(attach_event(record, "w", wire_seq, batch.ts, t))
+        blocks += batch.blocks
     return blocks / (time.perf_counter() - t0)
 
 
 def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, int] = (200, 60)) -> dict:
     from textual.screen import Screen
 
-    from engine.trace import TraceSink
-    from kvtui.app.fleet_app import FeedBatcher, FleetApp
-    from kvtui.feed import EventFeed
-    from kvtui.sources.attach import Attacher
+    from kvtui.app.fleet_app import FleetApp
+    from kvtui.commands.attach_commands import attach_header
+    from kvtui.sources.collector import CollectorClient
     from kvtui.sources.endpoints import parse_source
 
     out: dict = {"_baseline_before": baseline(min(int(rate * seconds), 300_000), pool, run)}
@@ -119,12 +119,9 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
                       daemon=True)
     proc.start()
     endpoint = ports.get(timeout=60)
-    sink, feed = TraceSink(), EventFeed()
-    batcher = FeedBatcher(feed)
-    sink.listeners.append(batcher)
-    attacher = Attacher([parse_source(f"{endpoint},name=bench")], sink)
-    attacher.after_messages.append(batcher.flush)
-    app = FleetApp(source="bench", feed=feed, attacher=attacher, frame_rate=30.0)
+    sources = [parse_source(f"{endpoint},name=bench")]
+    collector = CollectorClient(sources, attach_header(sources, None))  # as `kvtui attach` runs
+    app = FleetApp(source="bench", collector=collector, frame_rate=30.0)
     ticks, frames = [], []
     state = {"last_tick": 0.0, "on": False}
     original_tick, original_paint = app.tick, Screen._on_timer_update
@@ -148,7 +145,6 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
 
     async def main() -> None:
         async with app.run_test(size=size) as pilot:
-            attacher.start()
             if not ready.wait(60):
                 raise SystemExit("the publisher did not see the subscriber within 60 s")
             state["on"] = True
@@ -160,15 +156,15 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
                 await pilot.press("2" if i % 2 else "1")  # the tree and the fleet table, in turn
             elapsed = time.perf_counter() - start
             state["on"] = False
-            fleet = app.fleet
-            applied = sum(w.stored + w.removed for w in fleet.workers.values()) if fleet else 0
+            view = collector.view  # what the UI had at the end (one request behind the collector)
+            applied = sum(c["stored"] + c["removed"] for c in view.workers) if view else 0
             out["offered_blocks_per_s"] = rate
-            out["received_blocks_per_s"] = attacher.counters.blocks / elapsed
+            out["received_blocks_per_s"] = collector.counters.get("blocks", 0) / elapsed
             out["applied_blocks_per_s"] = applied / elapsed
             out["applied_events_per_s"] = app.cursor / elapsed
-            out["backlog_blocks"] = attacher.counters.blocks - applied
-            out["gaps"] = attacher.counters.gaps
-            attacher.stop()
+            out["backlog_blocks"] = max(0, round(rate * elapsed) - applied)  # offered by now, not yet shown
+            counters = collector.stop()
+            out["gaps"] = counters.get("gaps", 0)
 
     try:
         asyncio.run(main())

@@ -76,18 +76,18 @@ def attach(sources, topic, bind, dp_size, metrics_url, tokenizer, out, headless,
         import zmq  # noqa: F401
     except ImportError:
         raise click.ClickException("kvtui attach needs pyzmq: pip install pyzmq msgspec") from None
-    from kvtui.sources.attach import Attacher
-
-    sink = TraceSink()
-    if out:
-        sink.add_writer(TraceWriter(out))
-    sink.set_header(attach_header(parsed, tokenizer))
-    attacher = Attacher(parsed, sink, tokenizer=tok, replay_timeout=replay_timeout)
+    header = attach_header(parsed, tokenizer)
     if headless:
-        _headless(attacher, sink, duration, queries)
+        from kvtui.sources.attach import Attacher
+
+        sink = TraceSink()
+        if out:
+            sink.add_writer(TraceWriter(out))
+        sink.set_header(header)
+        _headless(Attacher(parsed, sink, tokenizer=tok, replay_timeout=replay_timeout), sink, duration, queries)
+        sink.close()
     else:
-        _ui(attacher, sink, duration, tok)
-    sink.close()
+        _ui(parsed, header, out, tokenizer, tok, duration, replay_timeout)
     if out:
         click.echo(f"wrote {out}", err=True)
 
@@ -125,7 +125,7 @@ def _headless(attacher, sink, duration, queries) -> None:
     from kvtui.state.fleet_explain import explain_prompt
 
     fleet = FleetState(sink.header)
-    sink.listeners.append(fleet.apply)
+    sink.batch_listeners.append(fleet.apply_all)
     started = time.monotonic()
     attacher.start()
     try:
@@ -151,22 +151,19 @@ def _headless(attacher, sink, duration, queries) -> None:
             click.echo(f"  {result['message']}")
 
 
-def _ui(attacher, sink, duration, tokenizer) -> None:
-    from kvtui.app.fleet_app import FeedBatcher, FleetApp
-    from kvtui.feed import EventFeed
+def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeout) -> None:
+    """The fleet views; a collector process receives, folds and records (kvtui/sources/collector.py)."""
+    from kvtui.app.fleet_app import FleetApp
+    from kvtui.sources.collector import CollectorClient
 
-    feed = EventFeed()
-    feed.put("header", sink.header)
-    batcher = FeedBatcher(feed)
-    sink.listeners.append(batcher)
-    attacher.after_messages.append(batcher.flush)
-    app = FleetApp(source="attach", feed=feed, attacher=attacher, tokenizer=tokenizer, duration=duration)
-    attacher.start()
+    collector = CollectorClient(sources, header, out=out, tokenizer=tokenizer_name, replay_timeout=replay_timeout)
+    app = FleetApp(source="attach", collector=collector, tokenizer=tokenizer, duration=duration)
     try:
         app.run()
     finally:
-        attacher.stop()
-
+        collector.stop()  # after the message it is folding; the -o trace is closed when this returns
+    if collector.dead:
+        click.echo(f"warning: {collector.dead}", err=True)
 
 
 def replay_attach(trace: str, header: dict) -> None:

@@ -6,8 +6,12 @@ replay endpoint) fetches the missing batches from the publisher's ROUTER with a 
 `[b"", start_seq]`, replies `[b"", topic, seq, payload]` (vLLM >= 0.26, SGLang) or `[b"", seq, payload]`
 (older vLLM), ended by seq 0xff..ff. Restarts (the live sequence going back), gaps replay cannot fill, and
 malformed or oversized messages become events (`attach_gap`, `attach_malformed`): counted and shown, never a
-crash. Events go to a `TraceSink` (engine/trace.py, torch-free): its listeners are the UI feed and the -o file.
+crash. Events go to a `TraceSink` (engine/trace.py, torch-free): its listeners are the reducer and the -o file.
 The event types are engine/attach_schema.py.
+
+With the UI, all of this runs in a process of its own, the collector (kvtui/sources/collector.py), which also
+folds the events; the UI process only draws what the collector sends it. Each event's `t` is when its message
+arrived.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import zmq
 
 from kvtui.sources.endpoints import Source
 from kvtui.sources.sequence import DUPLICATE, GAP, NEXT, RESTART, SeqTracker
-from kvtui.sources.wire import END_SEQ, Batch, WireError, decode_payload, decode_seq
+from kvtui.sources.wire import END_SEQ, Batch, WireError, attach_event, decode_payload, decode_seq
 
 DRAIN_PER_SOCKET = 2000  # messages taken from one socket before the others get a turn
 
@@ -67,12 +71,17 @@ class Attacher:
         self._metrics_thread: threading.Thread | None = None
         self.after_messages: list = []  # called after each batch of messages (a feed batcher flushes there)
         self.ready = threading.Event()  # sockets open, first replays done (tests wait for it)
+        self.wake_fds: list[int] = []  # more file descriptors the loop polls (a collector's pipe to its UI)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
+        """The receive loop on a thread of its own, and the /metrics poller."""
         self._thread = threading.Thread(target=self.run, name="kvtui-attach", daemon=True)
         self._thread.start()
-        if any(s.metrics for s in self.sources):
+        self.start_metrics()
+
+    def start_metrics(self) -> None:
+        if any(s.metrics for s in self.sources) and self._metrics_thread is None:
             self._metrics_thread = threading.Thread(target=self._poll_metrics, name="kvtui-metrics", daemon=True)
             self._metrics_thread.start()
 
@@ -97,11 +106,14 @@ class Attacher:
         poller = zmq.Poller()
         for sock in self._sockets:
             poller.register(sock, zmq.POLLIN)
+        for fd in self.wake_fds:
+            poller.register(fd, zmq.POLLIN)
         try:
             while not self._stop.is_set():
                 ready = dict(poller.poll(50))
                 for sock in ready:
-                    self._drain(sock, self._sockets[sock])
+                    if sock in self._sockets:
+                        self._drain(sock, self._sockets[sock])
                 self._emit_metrics()
                 self._after()
         finally:
@@ -176,15 +188,24 @@ class Attacher:
 
     def _malformed(self, source: Source, reason: str, size: int) -> None:
         self.counters.malformed += 1
-        self.sink.emit("attach_malformed", source=source.endpoint, reason=reason, size=size)
+        self._event("attach_malformed", source=source.endpoint, reason=reason, size=size)
 
     def _restart(self, stream: Stream, seq: int) -> None:
         self.counters.restarts += 1
-        self.sink.emit("attach_gap", source=stream.source.endpoint, kind="restart",
-                       expected=stream.tracker.applied + 1, got=seq, recovered=0, lost=0)
+        self._event("attach_gap", source=stream.source.endpoint, kind="restart",
+                    expected=stream.tracker.applied + 1, got=seq, recovered=0, lost=0)
+        t = self._arrived()
         for worker in stream.workers.values():
-            self.sink.emit("kv_all_cleared", worker=worker, cause="restart")
+            self.sink.emit_event({"seq": 0, "t": t, "type": "kv_all_cleared", "worker": worker, "cause": "restart"})
         stream.tracker.restart()
+
+    # ------------------------------------------------------------------ events
+    def _arrived(self) -> float:
+        """The `t` of what arrives now (the sink's clock, as every trace's `t`)."""
+        return round(self.sink.now(), 6)
+
+    def _event(self, etype: str, **fields) -> None:
+        self.sink.emit_event({"seq": 0, "t": self._arrived(), "type": etype, **fields})
 
     # ------------------------------------------------------------------ replay
     def _initial_replay(self, source: Source) -> None:
@@ -214,8 +235,8 @@ class Attacher:
     def _gap_event(self, stream: Stream, kind: str, first: int, got: int, recovered: int, lost: int) -> None:
         self.counters.gaps += 1
         self.counters.lost += lost
-        self.sink.emit("attach_gap", source=stream.source.endpoint, kind=kind, expected=first, got=got,
-                       recovered=recovered, lost=lost)
+        self._event("attach_gap", source=stream.source.endpoint, kind=kind, expected=first, got=got,
+                    recovered=recovered, lost=lost)
 
     def _fetch(self, source: Source, start: int) -> tuple[list[tuple[int, Batch]], bool]:
         """Ask the replay endpoint for every buffered batch from `start`: ([(seq, batch)], whether it answered)."""
@@ -258,36 +279,31 @@ class Attacher:
         return out, answered
 
     # ------------------------------------------------------------------ applying a batch
-    def _worker(self, stream: Stream, rank: int | None) -> str:
+    def _worker(self, stream: Stream, rank: int | None, t: float) -> str:
         worker = stream.workers.get(rank)
         if worker is None:
             source = stream.source
             own = rank is None or rank == (source.dp_rank or 0)
             worker = stream.name if own and len(stream.workers) == 0 else f"{stream.name}#r{rank}"
             stream.workers[rank] = worker
-            self.sink.emit("attach_worker", worker=worker, source=source.endpoint, name=stream.name, rank=rank,
-                           replay=source.replay, metrics=source.metrics, blocks=source.blocks)
+            self.sink.emit_event({"seq": 0, "t": t, "type": "attach_worker", "worker": worker,
+                                  "source": source.endpoint, "name": stream.name, "rank": rank,
+                                  "replay": source.replay, "metrics": source.metrics, "blocks": source.blocks})
         return worker
 
     def _apply(self, stream: Stream, seq: int, batch: Batch) -> None:
         stream.tracker.mark_applied(seq)
-        worker = self._worker(stream, batch.rank if batch.rank is not None else stream.source.dp_rank)
-        emit, counters = self.sink.emit, self.counters
-        for event in batch.events:
-            kind = event["kind"]
-            counters.events += 1
-            if kind == "stored":
-                counters.blocks += len(event["hashes"])
-                del event["kind"]
-                if self.tokenizer is not None:
-                    event["texts"] = [self._text(t) for t in event["token_ids"]]
-                emit("kv_block_stored", worker=worker, wire_seq=seq, engine_ts=batch.ts, **event)
-            elif kind == "removed":
-                counters.blocks += len(event["hashes"])
-                emit("kv_block_removed", worker=worker, hashes=event["hashes"], group=event["group"],
-                     medium=event["medium"], wire_seq=seq, engine_ts=batch.ts)
-            else:
-                emit("kv_all_cleared", worker=worker, cause="cleared")
+        self.counters.events += len(batch.records)
+        self.counters.blocks += batch.blocks
+        t = self._arrived()
+        worker = self._worker(stream, batch.rank if batch.rank is not None else stream.source.dp_rank, t)
+        ts = batch.ts
+        events = [attach_event(record, worker, seq, ts, t) for record in batch.records]
+        if self.tokenizer is not None:
+            for event in events:
+                if "token_ids" in event:
+                    event["texts"] = [self._text(i) for i in event["token_ids"]]
+        self.sink.emit_events(events)
 
     def _text(self, token_id: int) -> str:
         text = self._texts.get(token_id)
@@ -334,4 +350,4 @@ class Attacher:
         for rank, facts in sorted(ranks.items()):
             if source.dp_rank is not None and rank not in ("", str(source.dp_rank)):
                 continue  # another rank's server samples: that rank's own source reports them
-            self.sink.emit("attach_metrics", source=source.endpoint, rank=rank, facts=facts)
+            self._event("attach_metrics", source=source.endpoint, rank=rank, facts=facts)

@@ -38,12 +38,51 @@ class WireError(ValueError):
     """A message that does not follow the wire format; the text says what was wrong."""
 
 
+# The records a payload decodes to: the map layout straight from msgspec (in C), the other layouts built by
+# `normalise_event`. Either way they leave `decode_payload` checked and normalised: hashes as 16 hex digits,
+# token ids plain ints. gc=False as in vLLM's own structs (they never take part in a cycle).
+class Stored(msgspec.Struct, tag="BlockStored", gc=False):
+    block_hashes: list[Union[int, bytes]]  # on the wire int or bytes; after decode_payload hex strings
+    parent_block_hash: Union[int, bytes, None]  # likewise
+    token_ids: list[int]
+    block_size: int
+    lora_id: Optional[int] = None
+    medium: Optional[str] = None
+    lora_name: Optional[str] = None
+    cache_salt: Optional[str] = None
+    extra_keys: Optional[list] = None
+    group_idx: Optional[int] = None
+    kv_cache_spec_kind: Optional[str] = None
+    kv_cache_spec_sliding_window: Optional[int] = None
+    token_pairs: bool = False  # not on the wire: SGLang's (token, next token) pairs were flattened
+
+
+class Removed(msgspec.Struct, tag="BlockRemoved", gc=False):
+    block_hashes: list[Union[int, bytes]]
+    medium: Optional[str] = None
+    group_idx: Optional[int] = None
+
+
+class Cleared(msgspec.Struct, tag="AllBlocksCleared", gc=False):
+    pass
+
+
+class _MapBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[Union[Stored, Removed, Cleared]]
+    rank: Optional[int] = None
+
+
+_decode_map_batch = msgspec.msgpack.Decoder(_MapBatch).decode
+
+
 @dataclass
 class Batch:
     ts: float
-    events: list[dict]  # normalised: see `normalise_event`
+    records: list  # Stored | Removed | Cleared, checked and normalised
     rank: int | None
     layout: str  # "map", "array" or "empty" (a batch with no events)
+    blocks: int = 0  # block hashes in its stored and removed records
 
 
 def hash_hex(value: Any) -> str:
@@ -64,75 +103,32 @@ def decode_seq(frame: bytes) -> int:
     return int.from_bytes(frame, "big")
 
 
-class _Stored(msgspec.Struct, tag="BlockStored"):
-    block_hashes: list[Union[int, bytes]]
-    parent_block_hash: Union[int, bytes, None]
-    token_ids: list[int]
-    block_size: int
-    lora_id: Optional[int] = None
-    medium: Optional[str] = None
-    lora_name: Optional[str] = None
-    cache_salt: Optional[str] = None
-    extra_keys: Optional[list] = None
-    group_idx: Optional[int] = None
-    kv_cache_spec_kind: Optional[str] = None
-    kv_cache_spec_sliding_window: Optional[int] = None
-
-
-class _Removed(msgspec.Struct, tag="BlockRemoved"):
-    block_hashes: list[Union[int, bytes]]
-    medium: Optional[str] = None
-    group_idx: Optional[int] = None
-
-
-class _Cleared(msgspec.Struct, tag="AllBlocksCleared"):
-    pass
-
-
-class _MapBatch(msgspec.Struct, array_like=True):
-    ts: float
-    events: list[Union[_Stored, _Removed, _Cleared]]
-    rank: Optional[int] = None
-
-
-_decode_map_batch = msgspec.msgpack.Decoder(_MapBatch).decode
-
-
 def _fast(payload: bytes) -> Batch | None:
-    """The common case (map layout, known events, plain token ids) decoded and checked in C by msgspec; None
-    sends the payload down the general path (array layout, token pairs, unknown events, anything odd)."""
+    """The common case (map layout, known events, plain token ids) decoded and type-checked in C by msgspec, then
+    checked and its hashes normalised here; None sends the payload down the general path (array layout, token
+    pairs, unknown events, anything odd), which raises the error a person can read."""
     try:
         batch = _decode_map_batch(payload)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    out = []
-    for e in batch.events:
-        cls = type(e)
-        if cls is _Stored:
-            size, hashes = e.block_size, e.block_hashes
-            if size <= 0 or len(e.token_ids) != size * len(hashes):
-                return None
-            parent = e.parent_block_hash
-            event = {"kind": "stored", "hashes": [f"{h & U64:016x}" if type(h) is int else hash_hex(h)
-                                                  for h in hashes],
-                     "parent": None if parent is None else hash_hex(parent), "token_ids": e.token_ids,
-                     "block_size": size, "medium": e.medium, "group": e.group_idx or 0,
-                     "lora": e.lora_name if e.lora_name is not None else (
-                         None if e.lora_id is None else str(e.lora_id)), "salt": e.cache_salt}
-            if e.extra_keys:
-                event["extra_keys"] = _jsonable(e.extra_keys)
-            if e.kv_cache_spec_kind is not None:
-                event["spec_kind"] = e.kv_cache_spec_kind
-            if e.kv_cache_spec_sliding_window is not None:
-                event["sliding_window"] = e.kv_cache_spec_sliding_window
-            out.append(event)
-        elif cls is _Removed:
-            out.append({"kind": "removed", "hashes": [f"{h & U64:016x}" if type(h) is int else hash_hex(h)
-                                                      for h in e.block_hashes],
-                        "medium": e.medium, "group": e.group_idx or 0})
-        else:
-            out.append({"kind": "cleared"})
-    return Batch(batch.ts, out, batch.rank, "map" if out else "empty")
+    blocks = 0
+    try:
+        for r in batch.events:
+            if type(r) is Cleared:
+                continue
+            hashes = r.block_hashes
+            if type(r) is Stored:
+                size = r.block_size
+                if size <= 0 or len(r.token_ids) != size * len(hashes):
+                    return None
+                parent = r.parent_block_hash
+                if parent is not None:
+                    r.parent_block_hash = f"{parent & U64:016x}" if type(parent) is int else hash_hex(parent)
+            r.block_hashes = [f"{h & U64:016x}" if type(h) is int else hash_hex(h) for h in hashes]
+            blocks += len(hashes)
+    except WireError:  # an empty bytes hash
+        return None
+    return Batch(batch.ts, batch.events, batch.rank, "map" if batch.events else "empty", blocks)
 
 
 def decode_payload(payload: bytes) -> Batch:
@@ -156,14 +152,15 @@ def decode_payload(payload: bytes) -> Batch:
         raise WireError("batch events is not an array")
     if rank is not None and type(rank) is not int:
         raise WireError(f"batch rank is not an integer or nil: {rank!r}")
-    out = [normalise_event(e) for e in events]
+    records = [r for r in map(normalise_event, events) if r is not None]
     layout = "empty" if not events else ("map" if isinstance(events[0], dict) else "array")
-    return Batch(float(ts), [e for e in out if e is not None], rank, layout)
+    blocks = sum(len(r.block_hashes) for r in records if type(r) is not Cleared)
+    return Batch(float(ts), records, rank, layout, blocks)
 
 
-def normalise_event(raw: Any) -> dict | None:
-    """One wire event as a dict with `kind` ("stored" | "removed" | "cleared") and normalised fields;
-    None for an event type this kvtui does not know (a newer engine), which is skipped."""
+def normalise_event(raw: Any) -> Stored | Removed | Cleared | None:
+    """One wire event (a tagged map or a tagged array) as a checked, normalised record; None for an event type
+    this kvtui does not know (a newer engine), which is skipped."""
     if isinstance(raw, dict):
         tag, fields = raw.get("type"), raw
     elif isinstance(raw, list) and raw and isinstance(raw[0], str):
@@ -175,16 +172,15 @@ def normalise_event(raw: Any) -> dict | None:
     if tag == "BlockStored":
         return _stored(fields)
     if tag == "BlockRemoved":
-        return {"kind": "removed", "hashes": _hashes(fields), "medium": _opt_str(fields, "medium"),
-                "group": _group(fields)}
+        return Removed(_hashes(fields), _opt_str(fields, "medium"), _group(fields))
     if tag == "AllBlocksCleared":
-        return {"kind": "cleared"}
+        return Cleared()
     if not isinstance(tag, str):
         raise WireError(f"event tag is not a string: {tag!r}")
     return None
 
 
-def _stored(f: dict) -> dict:
+def _stored(f: dict) -> Stored:
     hashes = _hashes(f)
     parent = f.get("parent_block_hash")
     tokens = f.get("token_ids")
@@ -200,24 +196,39 @@ def _stored(f: dict) -> dict:
         raise WireError(f"BlockStored: block_size is not a positive integer: {size!r}")
     if len(tokens) != size * len(hashes):
         raise WireError(f"BlockStored: {len(tokens)} token ids for {len(hashes)} blocks of {size}")
-    lora = f.get("lora_name")
-    lora_id = f.get("lora_id")
-    out = {"kind": "stored", "hashes": hashes, "parent": None if parent is None else hash_hex(parent),
-           "token_ids": tokens, "block_size": size, "medium": _opt_str(f, "medium"), "group": _group(f),
-           "lora": lora if isinstance(lora, str) else (str(lora_id) if type(lora_id) is int else None),
-           "salt": _opt_str(f, "cache_salt")}
-    if pairs:
-        out["token_pairs"] = True
-    extra = f.get("extra_keys")
-    if extra:
-        out["extra_keys"] = _jsonable(extra)
-    kind = f.get("kv_cache_spec_kind")
-    if isinstance(kind, str):
-        out["spec_kind"] = kind
-    window = f.get("kv_cache_spec_sliding_window")
-    if type(window) is int:
-        out["sliding_window"] = window
-    return out
+    lora, lora_id, window = f.get("lora_name"), f.get("lora_id"), f.get("kv_cache_spec_sliding_window")
+    return Stored(hashes, None if parent is None else hash_hex(parent), tokens, size,
+                  lora_id if type(lora_id) is int else None, _opt_str(f, "medium"),
+                  lora if isinstance(lora, str) else None, _opt_str(f, "cache_salt"),
+                  f.get("extra_keys") or None, _group(f), _opt_str(f, "kv_cache_spec_kind"),
+                  window if type(window) is int else None, pairs)
+
+
+def attach_event(record: Stored | Removed | Cleared, worker: str, wire_seq: int, engine_ts: float,
+                 t: float) -> dict:
+    """A record as an attach trace event (engine/attach_schema.py); `seq` is the sink's to number."""
+    if type(record) is Stored:
+        r = record
+        event = {"seq": 0, "t": t, "type": "kv_block_stored", "worker": worker, "wire_seq": wire_seq,
+                 "engine_ts": engine_ts, "hashes": r.block_hashes, "parent": r.parent_block_hash,
+                 "token_ids": r.token_ids, "block_size": r.block_size, "medium": r.medium,
+                 "group": r.group_idx or 0,
+                 "lora": r.lora_name if r.lora_name is not None else (None if r.lora_id is None else str(r.lora_id)),
+                 "salt": r.cache_salt}
+        if r.extra_keys:
+            event["extra_keys"] = _jsonable(r.extra_keys)
+        if r.kv_cache_spec_kind is not None:
+            event["spec_kind"] = r.kv_cache_spec_kind
+        if r.kv_cache_spec_sliding_window is not None:
+            event["sliding_window"] = r.kv_cache_spec_sliding_window
+        if r.token_pairs:
+            event["token_pairs"] = True
+        return event
+    if type(record) is Removed:
+        return {"seq": 0, "t": t, "type": "kv_block_removed", "worker": worker, "hashes": record.block_hashes,
+                "group": record.group_idx or 0, "medium": record.medium, "wire_seq": wire_seq,
+                "engine_ts": engine_ts}
+    return {"seq": 0, "t": t, "type": "kv_all_cleared", "worker": worker, "cause": "cleared"}
 
 
 def _hashes(f: dict) -> list[str]:

@@ -1,6 +1,7 @@
 """The fleet tab: one row per attached worker (resident blocks, occupancy where the pool size is known, stored
 and removed per second; KV usage, token hit rate, TTFT p50/p95/p99 and preemptions from /metrics; gaps, lost
-batches, restarts and malformed messages), and a line saying what an attached source has and lacks."""
+batches, restarts and malformed messages), and a line saying what an attached source has and lacks. It draws
+a `FleetView` (plain data, kvtui/state/fleet_view.py), built here in a replay or by the collector live."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-from kvtui.sources.prometheus import histogram_quantile, token_hit_rate
-from kvtui.state.fleet import HAS, LACKS, FleetState, SourceCounts, Worker
+from kvtui.state.fleet import HAS, LACKS
+from kvtui.state.fleet_view import FleetView
 from kvtui.widgets.base import BOLD, DIM, HEADING, LineView, fmt_seconds, owner_style, pad
 
 BAR = 12
@@ -22,20 +23,6 @@ def _pct(value) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def worker_cells(fleet: FleetState, worker: Worker) -> dict:
-    """The facts of one row, as plain values (tests read these; the view formats them)."""
-    facts, before = fleet.facts(worker)
-    stored, removed = worker.rates(fleet.now if fleet.now is not None else fleet.t)
-    buckets = facts.get("ttft_buckets") or []
-    counts = fleet.sources.get(worker.source) or SourceCounts()
-    return {"worker": worker.worker, "rank": worker.rank, "resident": worker.resident,
-            "capacity": fleet.capacity(worker), "stored_per_s": stored, "removed_per_s": removed,
-            "kv_usage": facts.get("kv_usage"), "hit_rate": token_hit_rate(facts, before),
-            "ttft": [histogram_quantile(q, buckets) for q in (0.5, 0.95, 0.99)],
-            "preemptions": facts.get("preemptions"),
-            "gaps": counts.gaps, "lost": counts.lost, "restarts": counts.restarts, "malformed": counts.malformed}
-
-
 def occupancy_bar(resident: int, capacity: int | None) -> str:
     if not capacity:
         return f"{'?':<{BAR}} (pool size unknown)"[:BAR + 6]
@@ -43,8 +30,7 @@ def occupancy_bar(resident: int, capacity: int | None) -> str:
     return f"{'█' * filled}{'░' * (BAR - filled)} {resident / capacity:>4.0%}"
 
 
-def row_segments(fleet: FleetState, worker: Worker, ordinal: int) -> list[Segment]:
-    c = worker_cells(fleet, worker)
+def row_segments(c: dict, ordinal: int) -> list[Segment]:
     ttft = "/".join(fmt_seconds(v) for v in c["ttft"]) if any(v is not None for v in c["ttft"]) else "-"
     stream = f"gaps {c['gaps']} lost {c['lost']} restarts {c['restarts']} malformed {c['malformed']}"
     trouble = c["lost"] or c["restarts"] or c["malformed"]
@@ -57,22 +43,22 @@ def row_segments(fleet: FleetState, worker: Worker, ordinal: int) -> list[Segmen
             Segment(stream, WARN if trouble else DIM)]
 
 
-def fleet_lines(fleet: FleetState | None) -> list[list[Segment]]:
-    if fleet is None:
+def fleet_lines(view: FleetView | None) -> list[list[Segment]]:
+    if view is None:
         return [[Segment("waiting for the first event…", DIM)]]
-    total = sum(w.resident for w in fleet.workers.values())
-    unique = fleet.held_nodes
-    lines = [[Segment(f"{len(fleet.workers)} workers · {total:,} resident blocks · {unique:,} distinct "
+    total = sum(c["resident"] for c in view.workers)
+    unique = view.unique
+    lines = [[Segment(f"{len(view.workers)} workers · {total:,} resident blocks · {unique:,} distinct "
                       f"(group, hash) blocks held · {total - unique:,} duplicate copies across workers", BOLD)],
              [Segment("an attached engine publishes: " + ", ".join(HAS), DIM)],
              [Segment("it lacks: " + ", ".join(LACKS) + " (not shown, not invented)", DIM)],
              [Segment(COLUMNS, HEADING)]]
-    for i, worker in enumerate(fleet.workers.values()):
-        lines.append(row_segments(fleet, worker, i))
-    if fleet.notes:
+    for i, cells in enumerate(view.workers):
+        lines.append(row_segments(cells, i))
+    if view.notes:
         lines.append([Segment("")])
         lines.append([Segment("stream notes (newest last):", HEADING)])
-        lines += [[Segment(note, WARN)] for note in fleet.notes[-12:]]
+        lines += [[Segment(note, WARN)] for note in view.notes]
     return lines
 
 
@@ -83,8 +69,8 @@ class FleetTableView(LineView):
         super().__init__(**kwargs)
         self.lines: list[list[Segment]] = fleet_lines(None)
 
-    def update_fleet(self, fleet: FleetState | None) -> None:
-        self.lines = fleet_lines(fleet)
+    def update_fleet(self, view: FleetView | None) -> None:
+        self.lines = fleet_lines(view)
         self.refresh_rows()
 
     def row_count(self, width: int) -> int:

@@ -1,0 +1,161 @@
+"""The collector: `kvtui attach`'s receiving, decoding and folding, in a process of its own.
+
+A fleet can publish far more than one Python thread can fold and draw at once (measured on a 2-core machine:
+decode ~2 us, event ~1 us and fold ~3 us per block; drawing takes a share of the same interpreter lock, and
+the two threads slowed each other down to ~45k blocks/s). So the UI process starts a collector and only
+draws: the collector runs the `Attacher` (sockets, sequence, replay, decode), folds its events into a
+`FleetState`, writes the -o trace, and answers the UI over a pipe with `FleetView`s (plain data,
+kvtui/state/fleet_view.py) and explanations. Two processes, two cores: frames stay short whatever arrives.
+
+Over the pipe (pickled tuples):
+  UI -> collector   ("view", with_tree) | ("explain", token_ids, options) | ("stop",)
+  collector -> UI   ("view", FleetView, counters) | ("explained", text) | ("notice", severity, text)
+                    | ("stopped", counters)   (the trace is closed; the collector exits)
+Requests are answered between two messages, never in the middle of one (the fold is not thread-safe and
+needs no lock this way): the pipe is one more file descriptor the attacher's loop polls.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from dataclasses import asdict
+
+STOP_TIMEOUT = 10.0  # seconds the UI waits for the collector to close its trace
+
+
+def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str | None,
+            replay_timeout: float) -> None:
+    """The collector process: attach, fold, answer the UI until it says stop (or goes away)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the UI, which then stops us in order
+    from engine.trace import TraceSink, TraceWriter
+    from kvtui.sources.attach import Attacher
+    from kvtui.state.fleet import FleetState
+
+    tok = None
+    if tokenizer:
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(tokenizer)
+        except Exception as exc:  # the UI process loaded it already; say why this one could not
+            conn.send(("notice", "warning", f"collector: tokenizer {tokenizer!r}: {str(exc).splitlines()[0]}"))
+    sink = TraceSink()
+    if out:
+        sink.add_writer(TraceWriter(out))
+    sink.set_header(header)
+    fleet = FleetState(sink.header)
+    sink.batch_listeners.append(fleet.apply_all)
+    attacher = Attacher(sources, sink, tokenizer=tok, replay_timeout=replay_timeout)
+    server = _Server(conn, attacher, fleet)
+    attacher.wake_fds.append(conn.fileno())
+    attacher.after_messages.append(server.serve)
+    attacher.start_metrics()
+    try:
+        attacher.run()
+    finally:
+        sink.close()
+        try:
+            conn.send(("stopped", asdict(attacher.counters)))
+        except OSError:  # the UI is gone
+            pass
+
+
+class _Server:
+    """Answers the UI's requests on the collector's only thread that folds (the attacher's loop)."""
+
+    def __init__(self, conn, attacher, fleet):
+        self.conn, self.attacher, self.fleet = conn, attacher, fleet
+
+    def serve(self) -> None:
+        from kvtui.state.fleet_view import explain_text, fleet_view
+
+        conn, attacher = self.conn, self.attacher
+        try:
+            while not attacher.notices.empty():
+                conn.send(("notice", *attacher.notices.get()))
+            while conn.poll(0):
+                request = conn.recv()
+                if request[0] == "view":
+                    self.fleet.now = max(self.fleet.t, attacher.sink.now())  # rates decay while nothing comes
+                    conn.send(("view", fleet_view(self.fleet, tree=request[1]), asdict(attacher.counters)))
+                elif request[0] == "explain":
+                    conn.send(("explained", explain_text(self.fleet, request[1], request[2])))
+                elif request[0] == "stop":
+                    attacher.stop()
+                    return
+        except (EOFError, OSError):  # the UI process ended without saying stop: end too
+            attacher.stop()
+
+
+class CollectorClient:
+    """The UI's end: starts the collector, asks for views without ever waiting on one (a frame polls), stops
+    it in order (so the -o trace is whole)."""
+
+    def __init__(self, sources: list, header: dict, *, out: str | None = None, tokenizer: str | None = None,
+                 replay_timeout: float = 2.0):
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process that runs threads and a terminal UI
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=collect, args=(child, sources, header, out, tokenizer, replay_timeout),
+                                   name="kvtui-collector", daemon=True)
+        self.process.start()
+        child.close()
+        self.view = None  # the latest FleetView
+        self.counters: dict = {}  # the attacher's: messages, events, blocks, malformed, gaps, lost, restarts
+        self.asked = False  # a view request is on its way
+        self.dead: str | None = None  # why the collector stopped answering, once it has
+        self.stopped = False
+
+    def ask(self, with_tree: bool) -> None:
+        """Ask for the next view, unless one is already on its way."""
+        if not self.asked and self.dead is None:
+            self._send(("view", with_tree))
+            self.asked = True
+
+    def explain(self, token_ids: list[int], options: dict) -> None:
+        self._send(("explain", token_ids, options))
+
+    def poll(self) -> list[tuple]:
+        """What the collector sent since the last call (views are kept in `view`), without waiting."""
+        out = []
+        try:
+            while self.conn.poll(0):
+                message = self.conn.recv()
+                if message[0] == "view":
+                    self.view, self.counters, self.asked = message[1], message[2], False
+                elif message[0] == "stopped":
+                    self.counters, self.stopped = message[1], True
+                out.append(message)
+        except (EOFError, OSError):
+            self._died()
+        if self.dead is None and not self.stopped and not self.process.is_alive():
+            self._died()
+        return out
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> dict:
+        """Stop the collector after the message it is folding; its trace is closed when this returns."""
+        if self.dead is None and not self.stopped:
+            self._send(("stop",))
+            deadline = time.monotonic() + timeout
+            while not self.stopped and self.dead is None and time.monotonic() < deadline:
+                if self.conn.poll(0.05):
+                    self.poll()
+                elif not self.process.is_alive():
+                    self.poll()
+                    break
+        self.process.join(2.0)
+        if self.process.is_alive():
+            self.process.terminate()
+        return self.counters
+
+    def _send(self, message: tuple) -> None:
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, OSError):
+            self._died()
+
+    def _died(self) -> None:
+        if self.dead is None and not self.stopped:
+            code = self.process.exitcode
+            self.dead = "the collector process stopped" + (f" (exit code {code})" if code is not None else "")

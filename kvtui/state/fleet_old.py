@@ -1,0 +1,343 @@
+"""`FleetState`: the reducer of attach events (engine/attach_schema.py) into what the fleet views draw.
+
+Separate from `CacheState` on purpose: an attached vLLM / SGLang engine publishes a hash space, not physical
+blocks. What it has: which worker holds which block (keyed by worker, group and hash), the chain of hashes
+(parent_block_hash), the token ids of every stored block, and, from /metrics, KV usage, hit rate, TTFT and
+preemptions. What it lacks and we do not invent: physical block ids, ref counts, locks, block tables and
+requests (`LACKS` says so in the views).
+
+Blocks are tree nodes keyed by (group, hash): replicas that compute the same hash for the same prefix (vLLM's
+default SHA-256 and SGLang's hashes are stable across processes) share a node, so a prefix duplicated across
+replicas is one node held by several workers. A node remembers when each worker removed it, so the miss
+explainer can say "removed at t". Nodes no worker holds are forgotten oldest first past `GONE_MEMORY`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import msgspec
+
+GPU = "GPU"
+RATE_WINDOW = 5  # seconds of trace time the stored/removed rates average over
+GONE_MEMORY = 200_000  # removed nodes remembered for the miss explainer
+HAS = ("blocks by hash per worker", "the prefix chain (parent hashes)", "token ids of stored blocks",
+       "KV usage, token hit rate, TTFT, preemptions (from /metrics)")
+LACKS = ("physical block ids", "ref counts", "locks", "block tables", "requests")
+
+
+class Node(msgspec.Struct, gc=False):
+    """One block of one (group, hash). A msgspec struct, not a dataclass: built in C (a third of the time) and
+    not tracked by the garbage collector (it never takes part in a cycle), which matters at 100k blocks/s."""
+
+    group: int
+    hash: str
+    parent: str | None
+    token_ids: list  # the event's own list when it stored one block (never mutated), else a slice of it
+    lora: str | None = None
+    salt: str | None = None
+    extra: object = None
+    texts: list | None = None
+    t: float = 0.0  # first stored
+    holders: dict = {}  # worker -> frozenset of media (a fresh dict per node)
+    removed: dict | None = None  # worker -> t of its last removal (made at the first removal)
+
+
+@dataclass
+class Worker:
+    worker: str
+    source: str
+    name: str
+    rank: int | None = None
+    blocks: int | None = None  # GPU blocks, when the source was told (blocks=)
+    held: int = 0  # blocks it holds (any medium); which ones: the nodes whose holders name it
+    held_by_group: dict = field(default_factory=dict)  # KV-cache group -> blocks held in it
+    resident: int = 0  # blocks held on the GPU
+    stored: int = 0  # blocks stored (events x hashes)
+    removed: int = 0
+    cleared: int = 0
+    block_size: int | None = None
+    buckets: dict = field(default_factory=dict)  # int(t) -> [stored, removed]
+
+    def rates(self, now: float) -> tuple[float, float]:
+        """Blocks stored and removed per second over the last RATE_WINDOW seconds of trace time."""
+        start = now - RATE_WINDOW
+        stored = removed = 0
+        for second, (s, r) in self.buckets.items():
+            if second >= start:
+                stored += s
+                removed += r
+        span = min(RATE_WINDOW, max(now, 1e-9))
+        return stored / span, removed / span
+
+
+@dataclass
+class SourceCounts:
+    gaps: int = 0
+    lost: int = 0
+    restarts: int = 0
+    malformed: int = 0
+
+
+class FleetState:
+    def __init__(self, header: dict | None = None):
+        self.header = header or {}
+        self.workers: dict[str, Worker] = {}
+        self.sources: dict[str, SourceCounts] = {}
+        self.nodes: dict[tuple, Node] = {}
+        self.children: dict[tuple, list] = {}  # (group, parent hash or None) -> child hashes, first stored first
+        self.metrics: dict[tuple, dict] = {}  # (source, rank label) -> latest facts
+        self.metrics_before: dict[tuple, dict] = {}  # the reading before (for rates over the interval)
+        self.gone: OrderedDict = OrderedDict()  # nodes no worker holds, oldest first
+        self.orphans: dict[tuple, None] = {}  # nodes whose parent block was never seen (or was forgotten)
+        self.held_nodes = 0  # nodes at least one worker holds
+        self.index = 0
+        self.t = 0.0
+        self.now: float | None = None  # live: the clock of the stream (rates decay when events stop)
+        self.version = 0  # bumps when the tree changes (views rebuild their rows)
+        self.notes: list[str] = []  # gaps, restarts and malformed messages, newest last (bounded)
+
+    # ------------------------------------------------------------------ folding events
+    def apply(self, event: dict) -> None:
+        self.t = event["t"]
+        handler = _HANDLERS.get(event["type"])
+        if handler is not None:
+            handler(self, event)
+        self.index += 1
+
+    def apply_all(self, events) -> None:
+        """`apply` for each event (the same fold, its lookups hoisted: live attach folds 100k events a second)."""
+        handlers = _HANDLERS
+        for event in events:
+            self.t = event["t"]
+            handler = handlers.get(event["type"])
+            if handler is not None:
+                handler(self, event)
+            self.index += 1
+
+    def _worker(self, wid: str) -> Worker:
+        worker = self.workers.get(wid)
+        if worker is None:  # an event before its attach_worker (a hand-written trace): still counted
+            worker = self.workers[wid] = Worker(wid, "", wid)
+        return worker
+
+    def _source(self, source: str) -> SourceCounts:
+        counts = self.sources.get(source)
+        if counts is None:
+            counts = self.sources[source] = SourceCounts()
+        return counts
+
+    def _on_attach_worker(self, e: dict) -> None:
+        worker = self._worker(e["worker"])
+        worker.source, worker.name, worker.rank, worker.blocks = e["source"], e["name"], e.get("rank"), e.get(
+            "blocks")
+        self._source(e["source"])
+
+    def _on_kv_block_stored(self, e: dict) -> None:
+        worker = self.workers.get(e["worker"]) or self._worker(e["worker"])
+        group, size, hashes, tokens, t = e["group"], e["block_size"], e["hashes"], e["token_ids"], e["t"]
+        medium, parent, texts, extra = e.get("medium") or GPU, e.get("parent"), e.get("texts"), e.get("extra_keys")
+        nodes, children, wid, lora, salt = self.nodes, self.children, worker.worker, e.get("lora"), e.get("salt")
+        only = _ONLY.get(medium) or _only(medium)
+        gpu = medium == GPU
+        one = len(hashes) == 1  # SGLang stores one block per event: no slicing
+        new_holds = 0
+        for i, h in enumerate(hashes):
+            key = (group, h)
+            node = nodes.get(key)
+            if node is None:
+                lo, hi = i * size, (i + 1) * size
+                node = nodes[key] = Node(group, h, parent, tokens if one else tokens[lo:hi], lora,
+                                         salt, extra[i] if extra and i < len(extra) else None,
+                                         (texts if one else texts[lo:hi]) if texts else None, t)
+                node.holders[wid] = only
+                up = (group, parent)
+                kids = children.get(up)
+                if kids is None:
+                    children[up] = [h]
+                else:
+                    kids.append(h)
+                if parent is not None and up not in nodes:
+                    self.orphans[key] = None
+                self.held_nodes += 1
+                new_holds += 1
+                worker.resident += gpu
+                parent = h
+                continue
+            holders = node.holders
+            media = holders.get(wid)
+            if media is None:
+                if not holders:
+                    self.gone.pop(key, None)
+                    self.held_nodes += 1
+                holders[wid] = only
+                new_holds += 1
+                worker.resident += gpu
+            elif medium not in media:
+                holders[wid] = media | only  # another tier (offloaded to CPU, say): media are frozensets
+                worker.resident += gpu
+            parent = h
+        n = len(hashes)
+        worker.stored += n
+        worker.block_size = size
+        if new_holds:
+            worker.held += new_holds
+            worker.held_by_group[group] = worker.held_by_group.get(group, 0) + new_holds
+        bucket = worker.buckets.get(int(t)) or self._bucket(worker, t)
+        bucket[0] += n
+        self.version += 1
+
+    def _on_kv_block_removed(self, e: dict) -> None:
+        worker = self.workers.get(e["worker"]) or self._worker(e["worker"])
+        group, medium, t, hashes = e["group"], e.get("medium") or GPU, e["t"], e["hashes"]
+        for h in hashes:
+            self._drop(worker, (group, h), medium, t)
+        worker.removed += len(hashes)
+        bucket = worker.buckets.get(int(t)) or self._bucket(worker, t)
+        bucket[1] += len(hashes)
+        self.version += 1
+
+    def _on_kv_all_cleared(self, e: dict) -> None:
+        worker = self._worker(e["worker"])
+        t, wid = e["t"], worker.worker
+        if worker.held:  # rare (a reset or a restart): a scan of the nodes instead of a per-worker index
+            for key, node in list(self.nodes.items()):
+                for medium in node.holders.get(wid, ()):
+                    self._drop(worker, key, medium, t)
+        worker.cleared += 1
+        if e["cause"] == "restart":
+            self._note(f"{worker.worker}: publisher restarted, its cache starts empty")
+        self.version += 1
+
+    def _drop(self, worker: Worker, key: tuple, medium: str, t: float) -> None:
+        node = self.nodes.get(key)
+        media = node.holders.get(worker.worker) if node is not None else None
+        if media is None or medium not in media:
+            return  # a removal of a block we never saw stored (joined late, or lost in a gap)
+        if medium == GPU:
+            worker.resident -= 1
+        if len(media) > 1:
+            node.holders[worker.worker] = media - _only(medium)
+            return
+        del node.holders[worker.worker]
+        if node.removed is None:
+            node.removed = {worker.worker: t}
+        else:
+            node.removed[worker.worker] = t
+        worker.held -= 1
+        worker.held_by_group[key[0]] -= 1
+        if not node.holders:
+            self.held_nodes -= 1
+            self.gone[key] = None
+            if len(self.gone) > GONE_MEMORY:
+                self._forget(self.gone.popitem(last=False)[0])
+
+    def _forget(self, key: tuple) -> None:
+        node = self.nodes.pop(key)
+        self.orphans.pop(key, None)
+        siblings = self.children.get((node.group, node.parent))
+        if siblings is not None and node.hash in siblings:
+            siblings.remove(node.hash)
+        for child in self.children.pop(key, ()):  # their parent is gone from memory: they hang loose
+            self.orphans[(node.group, child)] = None
+
+    @staticmethod
+    def _bucket(worker: Worker, t: float) -> list:
+        second = int(t)
+        bucket = worker.buckets.get(second)
+        if bucket is None:
+            bucket = worker.buckets[second] = [0, 0]
+            for old in [s for s in worker.buckets if s < second - RATE_WINDOW - 1]:
+                del worker.buckets[old]
+        return bucket
+
+    def _on_attach_gap(self, e: dict) -> None:
+        counts = self._source(e["source"])
+        if e["kind"] == "restart":
+            counts.restarts += 1
+        else:
+            counts.gaps += 1
+            counts.lost += e["lost"]
+        if e["kind"] == "restart" or e["lost"]:
+            what = "restarted" if e["kind"] == "restart" else \
+                f"{e['kind'].replace('_', ' ')}: {e['lost']} batch(es) lost, {e['recovered']} replayed"
+            self._note(f"{e['source']} {what} (seq {e['expected']} -> {e['got']})")
+
+    def _on_attach_malformed(self, e: dict) -> None:
+        self._source(e["source"]).malformed += 1
+        self._note(f"{e['source']}: malformed message ({e['reason']})")
+
+    def _on_attach_metrics(self, e: dict) -> None:
+        key = (e["source"], e["rank"])
+        if key in self.metrics:
+            self.metrics_before[key] = self.metrics[key]
+        self.metrics[key] = e["facts"]
+
+    def _note(self, text: str) -> None:
+        self.notes.append(f"{self.t:.2f}s {text}")
+        del self.notes[:-50]
+
+    # ------------------------------------------------------------------ reading
+    def facts(self, worker: Worker) -> tuple[dict, dict | None]:
+        """The latest /metrics facts of a worker's server (its rank's samples when labelled), and the ones
+        before them."""
+        for rank in (str(worker.rank) if worker.rank is not None else "", ""):
+            key = (worker.source, rank)
+            if key in self.metrics:
+                return self.metrics[key], self.metrics_before.get(key)
+        return {}, None
+
+    def capacity(self, worker: Worker) -> int | None:
+        """GPU blocks of the worker, when known (blocks= option, else vLLM's cache_config_info)."""
+        return worker.blocks or self.facts(worker)[0].get("num_gpu_blocks")
+
+    def holders_of(self, key: tuple) -> list[str]:
+        node = self.nodes.get(key)
+        return sorted(node.holders) if node is not None else []
+
+
+_ONLY: dict[str, frozenset] = {}  # medium -> frozenset({medium}), shared by every holder on that one medium
+
+
+def _only(medium: str) -> frozenset:
+    media = _ONLY.get(medium)
+    if media is None:
+        media = _ONLY[medium] = frozenset((medium,))
+    return media
+
+
+_HANDLERS = {name[len("_on_"):]: fn for name, fn in vars(FleetState).items() if name.startswith("_on_")}
+
+
+def replay_fleet(header: dict, events) -> FleetState:
+    state = FleetState(header)
+    state.apply_all(events)
+    return state
+
+
+def workers_summary(state: FleetState) -> list[dict]:
+    """One object per worker, for `kvtui stats --json` of an attach trace."""
+    out = []
+    for worker in state.workers.values():
+        counts = state.sources.get(worker.source, SourceCounts())
+        out.append({"source": worker.source, "name": worker.name, "worker": worker.worker, "rank": worker.rank,
+                    "resident_blocks": worker.resident, "blocks_stored": worker.stored,
+                    "blocks_removed": worker.removed, "gaps": counts.gaps, "lost_batches": counts.lost,
+                    "restarts": counts.restarts, "malformed": counts.malformed})
+    return out
+
+
+def format_workers(workers: list[dict]) -> str:
+    """`kvtui stats` of an attach trace: the workers table."""
+    head = (f"{'worker':<24} {'source':<26} {'rank':>4} {'resident':>8} {'stored':>8} {'removed':>8} {'gaps':>5} "
+            f"{'lost':>5} {'restarts':>8} {'malformed':>9}")
+    lines = [head, "-" * len(head)]
+    for w in workers:
+        lines.append(f"{w['worker']:<24} {w['source']:<26} {w['rank'] if w['rank'] is not None else '-':>4} "
+                     f"{w['resident_blocks']:>8} {w['blocks_stored']:>8} {w['blocks_removed']:>8} {w['gaps']:>5} "
+                     f"{w['lost_batches']:>5} {w['restarts']:>8} {w['malformed']:>9}")
+    lines += ["", "resident = blocks on the GPU at the end of the trace; stored / removed = block hashes in "
+                  "BlockStored / BlockRemoved events; gaps, lost batches, restarts and malformed messages are "
+                  "counted per source (its publisher's stream)."]
+    return "\n".join(lines)

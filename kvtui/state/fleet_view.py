@@ -1,0 +1,126 @@
+"""What the fleet views show, as plain data: a `FleetView` built from a `FleetState`.
+
+The fleet app draws only these. In a replay it builds them from its own `FleetState`; live, the collector
+process (kvtui/sources/collector.py) folds the stream and sends them over a pipe, so the UI process never folds
+100k events a second itself. Plain values (no widgets, no rich), small enough to pickle every frame: the table is
+one dict per worker, the tree at most MAX_ROWS rows with their text already cut.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvtui.sources.prometheus import histogram_quantile, token_hit_rate
+from kvtui.state.fleet import FleetState, Node, SourceCounts, Worker
+from kvtui.state.fleet_explain import explain_prompt
+
+MAX_ROWS = 2_000  # tree rows built per rebuild (the first ones, depth first): a frame stays cheap
+ROW_TEXT = 400  # characters of a row's tokens kept (wider than any terminal)
+NOTES = 12  # stream notes shown
+
+
+@dataclass
+class TreeRow:
+    depth: int
+    group: int
+    blocks: int  # blocks in the chain this row stands for
+    first_hash: str
+    holders: tuple  # workers holding every block of the chain
+    text: str  # the chain's tokens: text with a tokenizer, else ids (cut at ROW_TEXT)
+    orphan: bool = False
+
+
+@dataclass
+class FleetView:
+    index: int  # events folded
+    t: float  # trace time of the last one
+    nodes: int  # (group, hash) blocks known, held or remembered
+    unique: int  # distinct blocks held by at least one worker
+    workers: list[dict] = field(default_factory=list)  # worker_cells of each, in arrival order
+    notes: list[str] = field(default_factory=list)  # gaps, restarts, malformed messages, newest last
+    tree: list[TreeRow] | None = None  # when asked for (the tree tab)
+    version: int = 0  # FleetState.version the tree was built at
+
+
+def worker_cells(fleet: FleetState, worker: Worker) -> dict:
+    """The facts of one fleet-table row, as plain values (tests read these; the view formats them)."""
+    facts, before = fleet.facts(worker)
+    stored, removed = worker.rates(fleet.now if fleet.now is not None else fleet.t)
+    buckets = facts.get("ttft_buckets") or []
+    counts = fleet.sources.get(worker.source) or SourceCounts()
+    return {"worker": worker.worker, "rank": worker.rank, "resident": worker.resident, "stored": worker.stored,
+            "removed": worker.removed,
+            "capacity": fleet.capacity(worker), "stored_per_s": stored, "removed_per_s": removed,
+            "kv_usage": facts.get("kv_usage"), "hit_rate": token_hit_rate(facts, before),
+            "ttft": [histogram_quantile(q, buckets) for q in (0.5, 0.95, 0.99)],
+            "preemptions": facts.get("preemptions"),
+            "gaps": counts.gaps, "lost": counts.lost, "restarts": counts.restarts, "malformed": counts.malformed}
+
+
+def fleet_view(fleet: FleetState, *, tree: bool = False) -> FleetView:
+    return FleetView(fleet.index, fleet.t, len(fleet.nodes), fleet.held_nodes,
+                     [worker_cells(fleet, w) for w in fleet.workers.values()], fleet.notes[-NOTES:],
+                     tree_rows(fleet) if tree else None, fleet.version)
+
+
+def _chain(fleet: FleetState, node: Node) -> list[Node]:
+    """The node and its only descendants while each has one child with the same holders (one radix row)."""
+    chain = [node]
+    while True:
+        kids = fleet.children.get((node.group, node.hash))
+        if not kids or len(kids) != 1:
+            return chain
+        child = fleet.nodes.get((node.group, kids[0]))
+        if child is None or child.holders.keys() != node.holders.keys():
+            return chain
+        chain.append(child)
+        node = child
+
+
+def _chain_text(chain: list[Node]) -> str:
+    if chain[0].texts:
+        text = ""
+        for node in chain:
+            text += "".join(node.texts or ())
+            if len(text) >= ROW_TEXT:
+                break
+        return text[:ROW_TEXT]
+    parts, size = [], 0
+    for node in chain:
+        parts.append(" ".join(map(str, node.token_ids)))
+        size += len(parts[-1]) + 3
+        if size >= ROW_TEXT:
+            break
+    return " | ".join(parts)[:ROW_TEXT]
+
+
+def tree_rows(fleet: FleetState, limit: int = MAX_ROWS) -> list[TreeRow]:
+    """The visible rows, depth first (held blocks only; removed ones are kept for the explainer)."""
+    rows: list[TreeRow] = []
+    groups = sorted({g for worker in fleet.workers.values() for g in worker.held_by_group})
+    roots = [(g, fleet.nodes[(g, h)], False) for g in groups for h in fleet.children.get((g, None), ())]
+    roots += [(key[0], fleet.nodes[key], True) for key in fleet.orphans if key in fleet.nodes]
+    stack = [(0, g, n, orphan) for g, n, orphan in reversed(roots)]
+    while stack and len(rows) < limit:
+        depth, group, node, orphan = stack.pop()
+        if not node.holders:
+            continue
+        chain = _chain(fleet, node)
+        rows.append(TreeRow(depth, group, len(chain), node.hash, tuple(sorted(node.holders)), _chain_text(chain),
+                            orphan))
+        last = chain[-1]
+        kids = [fleet.nodes[(group, h)] for h in fleet.children.get((group, last.hash), ())
+                if (group, h) in fleet.nodes]
+        stack.extend((depth + 1, group, k, False) for k in reversed(kids))
+    return rows
+
+
+def explain_text(fleet: FleetState | None, ids: list[int], options: dict) -> str:
+    """The explain tab: a prompt's token ids against every worker, best match first."""
+    if fleet is None:
+        return "no events yet"
+    results = explain_prompt(fleet, ids, **options)
+    lines = [f"{len(ids)} prompt tokens against {len(results)} workers (matched by the token ids each stored "
+             "block carries; hashes are never recomputed):", ""]
+    lines += [r["message"] for r in sorted(results, key=lambda r: -r["matched_tokens"])]
+    return "\n".join(lines)
