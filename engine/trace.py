@@ -65,10 +65,14 @@ class TraceSink:
 
     def emit_events(self, events) -> None:
         """`emit_event` for a run of built events: each goes to every writer and listener, the run at once to
-        every batch listener (a reducer that folds a run faster than one event at a time)."""
+        every batch listener (a reducer that folds a run faster than one event at a time). An event is a dict,
+        or a struct with `seq` and `as_dict()` (the writer writes that dict)."""
         seq = self._seq
         for event in events:
-            event["seq"] = seq
+            if type(event) is dict:
+                event["seq"] = seq
+            else:  # an event struct with as_dict() (kvtui attach's block events)
+                event.seq = seq
             seq += 1
         self._seq = seq
         for writer in self.writers:
@@ -106,7 +110,9 @@ class TraceWriter:
             self._file.write(json.dumps(header, separators=(",", ":")) + "\n")
             self._header_written = True
 
-    def write(self, event: dict) -> None:
+    def write(self, event) -> None:
+        if type(event) is not dict:
+            event = event.as_dict()
         self._file.write(json.dumps(event, separators=(",", ":"), ensure_ascii=False) + "\n")
 
     def flush(self) -> None:

@@ -87,7 +87,7 @@ def _publisher(endpoint: str, rate: float, seconds: float, pool: int, run: int, 
 def baseline(n_events: int, pool: int, run: int = 1) -> float:
     """Block events per second through decode + events + fold, one thread, no sockets, no UI."""
     from engine.trace import TraceSink
-    from kvtui.sources.wire import attach_event, decode_payload
+    from kvtui.sources.wire import decode_payload
     from kvtui.state.fleet import FleetState
 
     payloads = make_batches(n_events, pool, run, seed=1)
@@ -98,8 +98,9 @@ def baseline(n_events: int, pool: int, run: int = 1) -> float:
     for wire_seq, payload in enumerate(payloads):
         batch = decode_payload(payload)
         t = round(sink.now(), 6)
-        for record in batch.records:
-            sink.emit_event(attach_event(record, "w", wire_seq, batch.ts, t))
+        for event in batch.events:  # as the attacher fills them in
+            event.worker, event.t, event.wire_seq, event.engine_ts = "w", t, wire_seq, batch.ts
+        sink.emit_events(batch.events)
         blocks += batch.blocks
     return blocks / (time.perf_counter() - t0)
 

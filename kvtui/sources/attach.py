@@ -25,7 +25,8 @@ import zmq
 
 from kvtui.sources.endpoints import Source
 from kvtui.sources.sequence import DUPLICATE, GAP, NEXT, RESTART, SeqTracker
-from kvtui.sources.wire import END_SEQ, Batch, WireError, attach_event, decode_payload, decode_seq
+from kvtui.sources.block_events import AllBlocksCleared, KvBlockStored
+from kvtui.sources.wire import END_SEQ, Batch, WireError, decode_payload, decode_seq
 
 DRAIN_PER_SOCKET = 2000  # messages taken from one socket before the others get a turn
 
@@ -293,16 +294,22 @@ class Attacher:
 
     def _apply(self, stream: Stream, seq: int, batch: Batch) -> None:
         stream.tracker.mark_applied(seq)
-        self.counters.events += len(batch.records)
+        events = batch.events
+        self.counters.events += len(events)
         self.counters.blocks += batch.blocks
         t = self._arrived()
         worker = self._worker(stream, batch.rank if batch.rank is not None else stream.source.dp_rank, t)
-        ts = batch.ts
-        events = [attach_event(record, worker, seq, ts, t) for record in batch.records]
-        if self.tokenizer is not None:
-            for event in events:
-                if "token_ids" in event:
-                    event["texts"] = [self._text(i) for i in event["token_ids"]]
+        tokenizer, ts = self.tokenizer, batch.ts
+        for i, event in enumerate(events):  # what the payload does not say: whose, which batch, when it came
+            if type(event) is AllBlocksCleared:
+                events[i] = {"seq": 0, "t": t, "type": "kv_all_cleared", "worker": worker, "cause": "cleared"}
+                continue
+            event.worker = worker
+            event.t = t
+            event.wire_seq = seq
+            event.engine_ts = ts
+            if tokenizer is not None and type(event) is KvBlockStored:
+                event.texts = [self._text(i) for i in event.token_ids]
         self.sink.emit_events(events)
 
     def _text(self, token_id: int) -> str:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from kvtui.sources.block_events import KvBlockRemoved, KvBlockStored
+
 GPU = "GPU"
 RATE_WINDOW = 5  # seconds of trace time the stored/removed rates average over
 GONE_MEMORY = 200_000  # removed nodes remembered for the miss explainer
@@ -32,8 +34,8 @@ class Node(msgspec.Struct, gc=False):
     not tracked by the garbage collector (it never takes part in a cycle), which matters at 100k blocks/s."""
 
     group: int
-    hash: str
-    parent: str | None
+    hash: int  # u64
+    parent: int | None
     token_ids: list  # the event's own list when it stored one block (never mutated), else a slice of it
     lora: str | None = None
     salt: str | None = None
@@ -103,45 +105,53 @@ class FleetState:
         self.apply_all((event,))
 
     def apply_all(self, events) -> None:
-        """Fold events in order. Stored and removed blocks, nearly every event of an attach stream, are folded
-        right here, their lookups hoisted out of the loop (live attach folds 100k a second); the other types
-        go to their `_on_` handler."""
-        nodes, children, orphans, gone, workers, handlers = (self.nodes, self.children, self.orphans, self.gone,
-                                                             self.workers, _HANDLERS)
+        """Fold events in order. Stored and removed blocks, nearly every event of an attach stream, arrive as
+        structs (kvtui/sources/block_events.py; a trace's dicts are made into them) and are folded right here,
+        their lookups hoisted out of the loop: live attach folds 100k a second. Other types go to their `_on_`
+        handler."""
+        nodes, children, orphans, gone, workers = self.nodes, self.children, self.orphans, self.gone, self.workers
         wid = worker = bucket = None
-        second = -1
+        last_t = None
         blocks_changed = False
         folded = 0
+        t_struct = None  # the t of the last block event (others set self.t themselves)
         for e in events:
             folded += 1
-            t = self.t = e["t"]
-            etype = e["type"]
-            if etype != "kv_block_stored" and etype != "kv_block_removed":
-                handler = handlers.get(etype)
-                if handler is not None:
-                    self.index += folded - 1  # a handler reads a consistent state
-                    folded = 1
-                    handler(self, e)
-                    wid = None  # a handler may have made or changed workers
-                continue
-            if e["worker"] != wid:
-                wid = e["worker"]
+            cls = type(e)
+            if cls is dict:
+                etype = e["type"]
+                if etype == "kv_block_stored":
+                    e, cls = KvBlockStored.from_dict(e), KvBlockStored
+                elif etype == "kv_block_removed":
+                    e, cls = KvBlockRemoved.from_dict(e), KvBlockRemoved
+                else:
+                    handler = _HANDLERS.get(etype)
+                    self.t = e["t"]
+                    t_struct = None
+                    if handler is not None:
+                        self.index += folded - 1  # a handler reads a consistent state
+                        folded = 1
+                        handler(self, e)
+                        wid = None  # a handler may have made or changed workers
+                    continue
+            t = t_struct = e.t
+            if e.worker != wid:
+                wid = e.worker
                 worker = workers.get(wid) or self._worker(wid)
-                bucket = None
-            if bucket is None or int(t) != second:  # blocks stored / removed per second of trace time
-                second = int(t)
-                bucket = worker.buckets.get(second) or self._bucket(worker, t)
+                last_t = None
+            if t != last_t:  # blocks stored / removed per second of trace time (a message's events share t)
+                last_t = t
+                bucket = worker.buckets.get(int(t)) or self._bucket(worker, t)
             blocks_changed = True
-            group, hashes, medium = e["group"], e["hashes"], e.get("medium") or GPU
+            group, hashes, medium = e.group or 0, e.hashes, e.medium or GPU
             n = len(hashes)
-            if etype == "kv_block_removed":
+            if cls is KvBlockRemoved:
                 for h in hashes:
                     self._drop(worker, (group, h), medium, t)
                 worker.removed += n
                 bucket[1] += n
                 continue
-            size, tokens, parent = e["block_size"], e["token_ids"], e.get("parent")
-            texts, extra, lora, salt = e.get("texts"), e.get("extra_keys"), e.get("lora"), e.get("salt")
+            size, tokens, parent, texts, extra = e.block_size, e.token_ids, e.parent, e.texts, e.extra_keys
             only = _ONLY.get(medium) or _only(medium)
             gpu = medium == GPU
             held = resident = 0
@@ -150,13 +160,14 @@ class FleetState:
                 node = nodes.get(key)
                 if node is None:
                     if n == 1:  # SGLang stores one block per event: no slicing (the event's list is never changed)
-                        node = Node(group, h, parent, tokens, lora, salt, extra[0] if extra else None, texts, t)
+                        node = Node(group, h, parent, tokens, e.lora, e.salt, extra[0] if extra else None, texts, t)
                     else:
                         lo, hi = i * size, (i + 1) * size
-                        node = Node(group, h, parent, tokens[lo:hi], lora, salt,
+                        node = Node(group, h, parent, tokens[lo:hi], e.lora, e.salt,
                                     extra[i] if extra and i < len(extra) else None,
                                     texts[lo:hi] if texts else None, t)
                     nodes[key] = node
+                    self.held_nodes += 1
                     node.holders[wid] = only
                     up = (group, parent)
                     kids = children.get(up)
@@ -166,7 +177,6 @@ class FleetState:
                         kids.append(h)
                     if parent is not None and up not in nodes:
                         orphans[key] = None
-                    self.held_nodes += 1
                     held += 1
                     resident += gpu
                 else:
@@ -190,6 +200,8 @@ class FleetState:
                 worker.held += held
                 worker.held_by_group[group] = worker.held_by_group.get(group, 0) + held
             bucket[0] += n
+        if t_struct is not None:
+            self.t = t_struct
         self.index += folded
         if blocks_changed:
             self.version += 1
@@ -307,7 +319,9 @@ class FleetState:
         return worker.blocks or self.facts(worker)[0].get("num_gpu_blocks")
 
     def holders_of(self, key: tuple) -> list[str]:
-        node = self.nodes.get(key)
+        """Workers holding block (group, hash); the hash as a u64 int or as the trace's 16 hex digits."""
+        group, h = key
+        node = self.nodes.get((group, int(h, 16) if isinstance(h, str) else h))
         return sorted(node.holders) if node is not None else []
 
 

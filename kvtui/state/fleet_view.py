@@ -24,7 +24,7 @@ class TreeRow:
     depth: int
     group: int
     blocks: int  # blocks in the chain this row stands for
-    first_hash: str
+    first_hash: str  # 16 hex digits
     holders: tuple  # workers holding every block of the chain
     text: str  # the chain's tokens: text with a tokenizer, else ids (cut at ROW_TEXT)
     orphan: bool = False
@@ -106,8 +106,8 @@ def tree_rows(fleet: FleetState, limit: int = MAX_ROWS) -> list[TreeRow]:
         if not node.holders:
             continue
         chain = _chain(fleet, node)
-        rows.append(TreeRow(depth, group, len(chain), node.hash, tuple(sorted(node.holders)), _chain_text(chain),
-                            orphan))
+        rows.append(TreeRow(depth, group, len(chain), f"{node.hash:016x}", tuple(sorted(node.holders)),
+                            _chain_text(chain), orphan))
         last = chain[-1]
         kids = [fleet.nodes[(group, h)] for h in fleet.children.get((group, last.hash), ())
                 if (group, h) in fleet.nodes]

@@ -1,0 +1,128 @@
+"""The two events nearly every attach message is made of, `kv_block_stored` and `kv_block_removed`, as msgspec
+structs: decoded straight from vLLM's / SGLang's msgpack (in C: msgspec reads the wire's field names through
+`rename`), folded by `FleetState`, and written as the dicts engine/attach_schema.py lists (`as_dict`).
+
+Why structs and not dicts: at 100k blocks a second a 2-core machine has ~10 us per block for everything, and a
+dict per event (built, filled, read back key by key) was half of it; a struct is built by the decoder and read
+by attribute. Hashes are u64 ints here (vLLM's u64 as sent, SGLang's int64 masked, raw bytes: their last 8);
+written, they are 16 hex digits (`hash_hex`), and read back from a trace they become ints again (`from_dict`).
+Fields the wire does not carry (seq, t, worker, wire_seq, engine_ts, texts, token_pairs) are renamed to keys
+no publisher sends, so a message cannot set them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Optional, Union
+
+import msgspec
+
+U64 = (1 << 64) - 1
+_OURS = {"seq": "kvtui:seq", "t": "kvtui:t", "worker": "kvtui:worker", "wire_seq": "kvtui:wire_seq",
+         "engine_ts": "kvtui:engine_ts", "texts": "kvtui:texts", "token_pairs": "kvtui:token_pairs"}
+
+
+def hash_hex(value: int) -> str:
+    return f"{value:016x}"
+
+
+class KvBlockStored(msgspec.Struct, tag="BlockStored", gc=False,
+                    rename={"hashes": "block_hashes", "parent": "parent_block_hash", "group": "group_idx",
+                            "lora": "lora_name", "salt": "cache_salt", "spec_kind": "kv_cache_spec_kind",
+                            "sliding_window": "kv_cache_spec_sliding_window", **_OURS}):
+    etype: ClassVar[str] = "kv_block_stored"
+    hashes: list[Union[int, bytes]]  # ints once the decoder has checked them
+    parent: Union[int, bytes, None]
+    token_ids: list[int]
+    block_size: int
+    lora_id: Optional[int] = None
+    medium: Optional[str] = None
+    lora: Optional[str] = None
+    salt: Optional[str] = None
+    extra_keys: Optional[list] = None
+    group: Optional[int] = None
+    spec_kind: Optional[str] = None
+    sliding_window: Optional[int] = None
+    seq: int = 0
+    t: float = 0.0
+    worker: str = ""
+    wire_seq: int = 0
+    engine_ts: float = 0.0
+    texts: Optional[list] = None
+    token_pairs: bool = False  # SGLang's (token, next token) pairs were flattened to tokens
+
+    def as_dict(self) -> dict:
+        """The event as the trace writes it (engine/attach_schema.py)."""
+        out = {"seq": self.seq, "t": self.t, "type": "kv_block_stored", "worker": self.worker,
+               "wire_seq": self.wire_seq, "engine_ts": self.engine_ts, "hashes": [hash_hex(h) for h in self.hashes],
+               "parent": None if self.parent is None else hash_hex(self.parent), "token_ids": self.token_ids,
+               "block_size": self.block_size, "medium": self.medium, "group": self.group or 0,
+               "lora": self.lora if self.lora is not None else (None if self.lora_id is None else str(self.lora_id)),
+               "salt": self.salt}
+        if self.extra_keys:
+            out["extra_keys"] = _jsonable(self.extra_keys)
+        if self.spec_kind is not None:
+            out["spec_kind"] = self.spec_kind
+        if self.sliding_window is not None:
+            out["sliding_window"] = self.sliding_window
+        if self.token_pairs:
+            out["token_pairs"] = True
+        if self.texts is not None:
+            out["texts"] = self.texts
+        return out
+
+    @classmethod
+    def from_dict(cls, e: dict) -> "KvBlockStored":
+        """A trace's event (hex hashes) as the struct the reducer folds."""
+        parent = e.get("parent")
+        return cls([int(h, 16) for h in e["hashes"]], None if parent is None else int(parent, 16), e["token_ids"],
+                   e["block_size"], None, e.get("medium"), e.get("lora"), e.get("salt"), e.get("extra_keys"),
+                   e.get("group", 0), e.get("spec_kind"), e.get("sliding_window"), e["seq"], e["t"], e["worker"],
+                   e.get("wire_seq", 0), e.get("engine_ts", 0.0), e.get("texts"), bool(e.get("token_pairs")))
+
+
+class KvBlockRemoved(msgspec.Struct, tag="BlockRemoved", gc=False,
+                     rename={"hashes": "block_hashes", "group": "group_idx", **_OURS}):
+    etype: ClassVar[str] = "kv_block_removed"
+    hashes: list[Union[int, bytes]]
+    medium: Optional[str] = None
+    group: Optional[int] = None
+    seq: int = 0
+    t: float = 0.0
+    worker: str = ""
+    wire_seq: int = 0
+    engine_ts: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"seq": self.seq, "t": self.t, "type": "kv_block_removed", "worker": self.worker,
+                "hashes": [hash_hex(h) for h in self.hashes], "group": self.group or 0, "medium": self.medium,
+                "wire_seq": self.wire_seq, "engine_ts": self.engine_ts}
+
+    @classmethod
+    def from_dict(cls, e: dict) -> "KvBlockRemoved":
+        return cls([int(h, 16) for h in e["hashes"]], e.get("medium"), e.get("group", 0), e["seq"], e["t"],
+                   e["worker"], e.get("wire_seq", 0), e.get("engine_ts", 0.0))
+
+
+class AllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", gc=False):
+    """Only decoded: the attacher emits it as a `kv_all_cleared` dict (rare)."""
+
+
+BlockEvent = Union[KvBlockStored, KvBlockRemoved]
+
+
+def as_event_dict(event: Any) -> dict:
+    """Any event a sink hands on, as the dict the trace holds."""
+    return event if type(event) is dict else event.as_dict()
+
+
+def _jsonable(value: Any) -> Any:
+    """extra_keys (LoRA names, (mm id, offset) pairs, salts, embedding digests) made JSON-safe: bytes as hex."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (int, float, str, bool)):
+        return value
+    return str(value)
