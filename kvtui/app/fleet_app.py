@@ -227,7 +227,7 @@ class FleetApp(App):
         behind = ""
         if self.collector is not None and self.collector.counters:
             c = self.collector.counters
-            behind = f" · received {c['blocks']:,} block events in {c['messages']:,} messages"
+            behind = f" · {c['blocks']:,} block hashes received"
         return (f" {mode} {self.source} · event {view.index:,}{total} · {view.t:.2f}s · "
                 f"{len(view.workers)} workers · {view.nodes:,} blocks known{behind}")
 

@@ -109,7 +109,7 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
     from textual.screen import Screen
 
     from kvtui.app.fleet_app import FleetApp
-    from kvtui.commands.attach_commands import attach_header
+    from kvtui.sources.attach import attach_header
     from kvtui.sources.collector import CollectorClient
     from kvtui.sources.endpoints import parse_source
 

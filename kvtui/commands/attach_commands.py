@@ -76,6 +76,8 @@ def attach(sources, topic, bind, dp_size, metrics_url, tokenizer, out, headless,
         import zmq  # noqa: F401
     except ImportError:
         raise click.ClickException("kvtui attach needs pyzmq: pip install pyzmq msgspec") from None
+    from kvtui.sources.attach import attach_header
+
     header = attach_header(parsed, tokenizer)
     if headless:
         from kvtui.sources.attach import Attacher
@@ -90,14 +92,6 @@ def attach(sources, topic, bind, dp_size, metrics_url, tokenizer, out, headless,
         _ui(parsed, header, out, tokenizer, tok, duration, replay_timeout)
     if out:
         click.echo(f"wrote {out}", err=True)
-
-
-def attach_header(sources, tokenizer: str | None) -> dict:
-    """An attach trace's header: the fields every trace has (zero where an attached fleet has no such number)
-    plus kind=attach and the sources as given."""
-    return {"kind": "attach", "model": {"name": "attach", "tokenizer": tokenizer}, "block_size": 0,
-            "num_blocks": 0, "bytes_per_block": 0, "bytes_per_token": 0,
-            "config": {"sources": [s.as_dict() for s in sources]}}
 
 
 def _load_tokenizer(name: str):

@@ -31,6 +31,14 @@ from kvtui.sources.wire import END_SEQ, Batch, WireError, decode_payload, decode
 DRAIN_PER_SOCKET = 2000  # messages taken from one socket before the others get a turn
 
 
+def attach_header(sources, tokenizer: str | None) -> dict:
+    """An attach trace's header: the fields every trace has (zero where an attached fleet has no such number)
+    plus kind=attach and the sources as given."""
+    return {"kind": "attach", "model": {"name": "attach", "tokenizer": tokenizer}, "block_size": 0,
+            "num_blocks": 0, "bytes_per_block": 0, "bytes_per_token": 0,
+            "config": {"sources": [s.as_dict() for s in sources]}}
+
+
 @dataclass
 class Stream:
     """One publisher's sequence of batches (a source; with --bind, one peer and topic on the bound socket)."""

@@ -63,16 +63,19 @@ def fleet_view(fleet: FleetState, *, tree: bool = False) -> FleetView:
                      tree_rows(fleet) if tree else None, fleet.version)
 
 
-def _chain(fleet: FleetState, node: Node) -> list[Node]:
-    """The node and its only descendants while each has one child with the same holders (one radix row)."""
-    chain = [node]
+def _chain(fleet: FleetState, node: Node, seen: set) -> list[Node]:
+    """The node and its only descendants while each has one child with the same holders (one radix row).
+    `seen`: nodes already drawn (a publisher's hashes could chain in a cycle; a real engine's never do)."""
+    chain, nodes = [node], fleet.nodes
+    seen.add(id(node))
     while True:
-        kids = fleet.children.get((node.group, node.hash))
-        if not kids or len(kids) != 1:
+        held = [k for k in fleet.children.get((node.group, node.hash), ()) if nodes[(node.group, k)].holders]
+        if len(held) != 1:  # removed children (kept for the explainer) do not split a row
             return chain
-        child = fleet.nodes.get((node.group, kids[0]))
-        if child is None or child.holders.keys() != node.holders.keys():
+        child = nodes[(node.group, held[0])]
+        if child.holders.keys() != node.holders.keys() or id(child) in seen:
             return chain
+        seen.add(id(child))
         chain.append(child)
         node = child
 
@@ -101,11 +104,12 @@ def tree_rows(fleet: FleetState, limit: int = MAX_ROWS) -> list[TreeRow]:
     roots = [(g, fleet.nodes[(g, h)], False) for g in groups for h in fleet.children.get((g, None), ())]
     roots += [(key[0], fleet.nodes[key], True) for key in fleet.orphans if key in fleet.nodes]
     stack = [(0, g, n, orphan) for g, n, orphan in reversed(roots)]
+    seen: set = set()
     while stack and len(rows) < limit:
         depth, group, node, orphan = stack.pop()
-        if not node.holders:
+        if not node.holders or id(node) in seen:
             continue
-        chain = _chain(fleet, node)
+        chain = _chain(fleet, node, seen)
         rows.append(TreeRow(depth, group, len(chain), f"{node.hash:016x}", tuple(sorted(node.holders)),
                             _chain_text(chain), orphan))
         last = chain[-1]

@@ -11,9 +11,9 @@ from kvtui.sources.wire import decode_payload
 
 def test_bench_payloads_are_the_wire_and_count_their_blocks():
     payloads = make_batches(2_000, pool=300, run=4)
-    events = [e for p in payloads for e in decode_payload(p).events]
+    events = [e.as_dict() for p in payloads for e in decode_payload(p).events]
     assert 2_000 <= sum(len(e["hashes"]) for e in events) < 2_000 + 2 * 4  # the last run may overshoot
-    assert {e["kind"] for e in events} == {"stored", "removed"}
+    assert {e["type"] for e in events} == {"kv_block_stored", "kv_block_removed"}
 
 
 def test_bench_attach_runs():

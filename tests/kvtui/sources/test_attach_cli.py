@@ -12,7 +12,7 @@ from kvtui.app.fleet_app import FleetApp
 from kvtui.cli import main
 from kvtui.loader import load_trace
 from kvtui.state.fleet import replay_fleet, workers_summary
-from kvtui.widgets.fleet_table import worker_cells
+from kvtui.state.fleet_view import worker_cells
 
 LOOP = "tcp://127.0.0.1:*"
 

@@ -7,6 +7,7 @@ from attach_publishers import (OldBlockStored, Publisher, SBatch, SBlockRemoved,
                                VBlockRemoved, VBlockStored, wait_for)
 
 from engine.trace import TraceSink
+from kvtui.sources.block_events import as_event_dict
 from kvtui.sources.attach import Attacher
 from kvtui.sources.endpoints import parse_source
 from kvtui.state.fleet import FleetState, workers_summary
@@ -21,8 +22,8 @@ def stored(h, parent, tokens, size=2):
 class Harness:
     def __init__(self, publishers, replay=True, **source_options):
         self.sink = TraceSink()
-        self.events = []
-        self.sink.listeners.append(self.events.append)
+        self.events = []  # as the trace would hold them
+        self.sink.listeners.append(lambda event: self.events.append(as_event_dict(event)))
         self.fleet = FleetState({})
         self.sink.listeners.append(self.fleet.apply)
         self.sources = []

@@ -14,7 +14,7 @@ from kvtui.sources.attach import Attacher
 from kvtui.sources.endpoints import parse_source
 from kvtui.sources.prometheus import histogram_quantile, parse_text, summarize, token_hit_rate
 from kvtui.state.fleet import FleetState
-from kvtui.widgets.fleet_table import worker_cells
+from kvtui.state.fleet_view import worker_cells
 
 HERE = Path(__file__).parent
 VLLM = (HERE / "vllm_metrics.prom").read_text()
