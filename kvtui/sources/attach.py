@@ -29,6 +29,7 @@ from kvtui.sources.block_events import AllBlocksCleared, KvBlockStored
 from kvtui.sources.wire import END_SEQ, Batch, WireError, decode_payload, decode_seq
 
 DRAIN_PER_SOCKET = 2000  # messages taken from one socket before the others get a turn
+REPLAY_SERVE_EVERY = 200  # replayed batches received between two calls of the after_messages callbacks
 
 
 def attach_header(sources, tokenizer: str | None) -> dict:
@@ -158,7 +159,11 @@ class Attacher:
             if source.bind:
                 peer = frames[0].get("Peer-Address") or ""
                 frames = [f.bytes for f in frames]
-            self.on_message(source, frames, peer)
+            try:
+                self.on_message(source, frames, peer)
+            except Exception as exc:  # a message no check foresaw: counted and shown, the stream goes on
+                self._malformed(source, f"could not be applied ({type(exc).__name__}: {exc})",
+                                sum(map(len, frames)))
 
     # ------------------------------------------------------------------ one live message
     def on_message(self, source: Source, frames: list[bytes], peer: str = "") -> None:
@@ -173,7 +178,7 @@ class Attacher:
         except WireError as exc:
             return self._malformed(source, str(exc), sum(map(len, frames)))
         stream = self._stream(source, peer, topic)
-        kind = stream.tracker.classify(seq)
+        kind = stream.tracker.classify(seq, batch.ts)
         if kind == RESTART:
             self._restart(stream, seq)
             kind = stream.tracker.classify(seq)
@@ -266,6 +271,10 @@ class Attacher:
                     break
                 frames = dealer.recv_multipart()
                 answered = True
+                if len(out) % REPLAY_SERVE_EVERY == REPLAY_SERVE_EVERY - 1:
+                    self._after()  # a long replay: the collector still answers (and hears stop)
+                    if self._stop.is_set():
+                        break
                 deadline = time.monotonic() + self.replay_timeout  # a long replay is fine while it flows
                 if frames and frames[0] == b"":
                     frames = frames[1:]
@@ -278,7 +287,7 @@ class Attacher:
                     break
                 try:
                     out.append((decode_seq(frames[0]), decode_payload(frames[1])))
-                except WireError as exc:
+                except (WireError, RecursionError) as exc:
                     self._malformed(source, f"replay: {exc}", len(frames[1]))
         except zmq.ZMQError as exc:
             self.notices.put(("warning", f"{source.name}: replay from {source.replay} failed: {exc}"))
@@ -301,7 +310,7 @@ class Attacher:
         return worker
 
     def _apply(self, stream: Stream, seq: int, batch: Batch) -> None:
-        stream.tracker.mark_applied(seq)
+        stream.tracker.mark_applied(seq, batch.ts)
         events = batch.events
         self.counters.events += len(events)
         self.counters.blocks += batch.blocks

@@ -81,7 +81,11 @@ class _Server:
                     self.fleet.now = max(self.fleet.t, attacher.sink.now())  # rates decay while nothing comes
                     conn.send(("view", fleet_view(self.fleet, tree=request[1]), asdict(attacher.counters)))
                 elif request[0] == "explain":
-                    conn.send(("explained", explain_text(self.fleet, request[1], request[2])))
+                    try:
+                        text = explain_text(self.fleet, request[1], request[2])
+                    except Exception as exc:  # a fleet the explainer did not foresee: say so, keep collecting
+                        text = f"cannot explain: {type(exc).__name__}: {exc}"
+                    conn.send(("explained", text))
                 elif request[0] == "stop":
                     attacher.stop()
                     return

@@ -4,6 +4,8 @@ A publisher numbers its batches from 0; its PUB socket drops messages for a slow
 replay endpoint keeps the last `buffer_steps` batches. So a subscriber applies batches in order, fetches what a
 gap skipped from the replay endpoint, drops what it already has (a replay may run ahead of the live stream),
 and reads a live number that goes back as a restart (a new process starts again at 0, with an empty cache).
+A number it already applied is a restart too when its batch is newer than the last one applied (a restart
+right after a replay: no live number yet to go back from); else a duplicate.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ NEXT, GAP, DUPLICATE, RESTART = "next", "gap", "duplicate", "restart"
 class SeqTracker:
     applied: int = -1  # highest sequence number applied (from the live stream or a replay)
     last_live: int | None = None  # last sequence number seen on the live stream
+    applied_ts: float | None = None  # the publisher's timestamp of the batch `applied`
 
-    def classify(self, seq: int) -> str:
-        """What live message `seq` is, before it is applied. GAP: batches applied+1 .. seq-1 are missing."""
+    def classify(self, seq: int, ts: float | None = None) -> str:
+        """What live message `seq` (batch timestamp `ts`) is, before it is applied. GAP: batches applied+1 ..
+        seq-1 are missing."""
         if self.last_live is not None and seq <= self.last_live:
             return RESTART  # the live stream of one publisher only goes up
         if seq <= self.applied:
+            if ts is not None and self.applied_ts is not None and ts > self.applied_ts:
+                return RESTART  # an old number on a newer batch: a new process
             return DUPLICATE  # a replay already delivered it
         if seq == self.applied + 1:
             return NEXT
@@ -31,10 +37,12 @@ class SeqTracker:
     def saw_live(self, seq: int) -> None:
         self.last_live = seq
 
-    def mark_applied(self, seq: int) -> None:
+    def mark_applied(self, seq: int, ts: float | None = None) -> None:
         if seq > self.applied:
             self.applied = seq
+            self.applied_ts = ts
 
     def restart(self) -> None:
         self.applied = -1
         self.last_live = None
+        self.applied_ts = None

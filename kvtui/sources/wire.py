@@ -86,7 +86,7 @@ def _fast(payload: bytes) -> Batch | None:
     pairs, unknown events, anything odd), which raises the error a person can read."""
     try:
         batch = _decode_map_batch(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     blocks = 0
     for e in batch.events:
@@ -128,6 +128,8 @@ def decode_payload(payload: bytes) -> Batch:
         obj = _decode(payload)
     except (msgspec.DecodeError, ValueError) as exc:
         raise WireError(f"payload is not msgpack ({exc})") from None
+    except RecursionError:
+        raise WireError("payload is nested too deeply") from None
     if not isinstance(obj, list) or len(obj) < 2:
         raise WireError("payload is not an array [ts, events, rank]")
     ts, events = obj[0], obj[1]
@@ -185,6 +187,8 @@ def _stored(f: dict) -> KvBlockStored:
     lora, lora_id, window = f.get("lora_name"), f.get("lora_id"), f.get("kv_cache_spec_sliding_window")
     lora_id = lora_id if type(lora_id) is int else None
     extra = f.get("extra_keys")
+    if extra is not None and not isinstance(extra, list):
+        raise WireError(f"BlockStored: extra_keys is not an array: {str(extra)[:40]}")
     return KvBlockStored(hashes, None if parent is None else hash_u64(parent), tokens, size, lora_id,
                          _opt_str(f, "medium"), lora if isinstance(lora, str) else (
                              None if lora_id is None else str(lora_id)), _opt_str(f, "cache_salt"),

@@ -10,6 +10,10 @@ Blocks are tree nodes keyed by (group, hash): replicas that compute the same has
 default SHA-256 and SGLang's hashes are stable across processes) share a node, so a prefix duplicated across
 replicas is one node held by several workers. A node remembers when each worker removed it, so the miss
 explainer can say "removed at t". Nodes no worker holds are forgotten oldest first past `GONE_MEMORY`.
+
+Hashes are u64 ints here (the trace writes them as 16 hex digits). Live, block events arrive as structs in runs
+(`apply_all`, one run per message); from a trace, as dicts one by one: both fold through the same code, and a
+test holds the two states equal.
 """
 
 from __future__ import annotations

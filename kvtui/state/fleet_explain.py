@@ -96,7 +96,9 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
         others = sorted({w for n in same for w in n.holders})
         if others:
             out["detail"]["holders"] = others
-        mine = [(common_prefix(n.token_ids, want), n) for n in kids if name in n.holders]
+        # blocks of another size (a worker whose block size changed) cannot match; they would end the common
+        # prefix with no token to show
+        mine = [(common_prefix(n.token_ids, want), n) for n in kids if name in n.holders and len(n.token_ids) == size]
         k, best = max(mine, key=lambda m: m[0]) if mine else (0, None)
         if best is not None and (k or not others):
             out["reason"] = "divergent"

@@ -109,6 +109,20 @@ def test_a_restart_clears_the_workers_cache(harness):
     assert [e["cause"] for e in h.types("kv_all_cleared")] == ["restart"]
 
 
+def test_a_restart_right_after_the_replay_is_a_restart_not_duplicates(harness):
+    """Joined by replay, no live message yet: a new process's seq 0 is known by its newer batch, not dropped."""
+    pub = Publisher(LOOP, replay=LOOP)
+    for i in range(3):
+        pub.publish(VBatch(float(i), [stored(10 + i, 10 + i - 1 if i else None, [i, i])], 0), send=False)
+    h = harness([pub])
+    h.start()
+    assert wait_for(lambda: h.fleet.workers.get("p0") and h.fleet.workers["p0"].resident == 3)
+    pub.restart()
+    pub.publish(VBatch(100.0, [stored(50, None, [7, 7])], 0))
+    assert wait_for(lambda: h.fleet.sources[pub.endpoint].restarts == 1 and h.fleet.workers["p0"].stored == 4)
+    assert h.fleet.workers["p0"].resident == 1
+
+
 def test_garbage_frames_are_counted_never_fatal(harness):
     pub = Publisher(LOOP)
     h = harness([pub])
@@ -122,6 +136,10 @@ def test_garbage_frames_are_counted_never_fatal(harness):
     reasons = [e["reason"] for e in h.types("attach_malformed")]
     assert len(reasons) == 4 and h.fleet.sources[pub.endpoint].malformed == 4
     assert "frames" in reasons[0] and "8" in reasons[1] and "msgpack" in reasons[2] and "tagged" in reasons[3]
+    pub.send_raw([b"", (1).to_bytes(8, "big"), b"\x92\xcb" + b"\x00" * 8 + b"\x91" * 100_000 + b"\xc0"])
+    pub.publish(VBatch(1.0, [stored(2, 1, [2, 2])], 0))
+    assert wait_for(lambda: h.fleet.workers["p0"].stored == 2)  # the receive loop outlived a decoder recursion
+    assert "nested too deeply" in h.types("attach_malformed")[-1]["reason"]
 
 
 def test_three_publishers_at_once_vllm_new_vllm_old_and_sglang(harness):

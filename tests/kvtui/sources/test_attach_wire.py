@@ -78,6 +78,9 @@ def test_unknown_keys_and_event_types_are_skipped():
     (enc([0.0, [{"type": "BlockRemoved", "block_hashes": [1.5]}]]), "integer or bytes"),
     (enc([0.0, [7]]), "neither a tagged map"),
     (enc(["now", []]), "timestamp"),
+    (b"\x92\xcb" + b"\x00" * 8 + b"\x91" * 100_000 + b"\xc0", "nested too deeply"),  # msgspec recursing
+    (enc([0.0, [{"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1],
+                 "block_size": 1, "lora_id": None, "extra_keys": 5}]]), "extra_keys is not an array"),
 ])
 def test_malformed_payloads_say_what_is_wrong(payload, words):
     with pytest.raises(WireError, match=words):

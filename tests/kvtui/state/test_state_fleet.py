@@ -97,6 +97,16 @@ def test_explainer_salt_extra_keys_group_and_empty():
     assert reasons(f, [1, 2], group=0)["h"] == ("group", 0)
 
 
+def test_explainer_skips_blocks_of_another_size():
+    """A worker whose block size changed: its old blocks cannot match, and explaining does not fail on them."""
+    f = Fleet()
+    f.worker("a")
+    f.store("a", ["01"], [1, 2, 3], size=3)
+    f.store("a", ["02"], [5, 6], size=2)  # block size now 2
+    (got,) = explain_prompt(f.state, [1, 2, 3, 4])
+    assert (got["reason"], got["matched_blocks"], got["detail"]["cached_token"]) == ("divergent", 0, 5)
+
+
 def test_parse_query():
     assert parse_query("1 2 3") == ([1, 2, 3], {})
     assert parse_query("salt=x group=1 | ids: 4,5") == ([4, 5], {"salt": "x", "group": 1})
