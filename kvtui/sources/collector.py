@@ -17,12 +17,14 @@ needs no lock this way): the pipe is one more file descriptor the attacher's loo
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import signal
 import time
 from dataclasses import asdict
 
 STOP_TIMEOUT = 10.0  # seconds the UI waits for the collector to close its trace
+FREEZE_EVERY = 0.05  # seconds between two gc.freeze() of the collector's state (a freeze costs nothing)
 
 
 def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str | None,
@@ -67,11 +69,17 @@ class _Server:
 
     def __init__(self, conn, attacher, fleet):
         self.conn, self.attacher, self.fleet = conn, attacher, fleet
+        self.frozen_at = time.monotonic()
 
     def serve(self) -> None:
         from kvtui.state.fleet_view import explain_text, fleet_view
 
         conn, attacher = self.conn, self.attacher
+        if time.monotonic() - self.frozen_at >= FREEZE_EVERY:
+            # what survived is the fleet's state, long-lived: collections then scan only what came since (a
+            # full one over a few hundred thousand blocks halved the fold rate); nothing here makes cycles
+            gc.freeze()
+            self.frozen_at = time.monotonic()
         try:
             while not attacher.notices.empty():
                 conn.send(("notice", *attacher.notices.get()))

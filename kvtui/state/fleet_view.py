@@ -15,7 +15,7 @@ from kvtui.state.fleet import FleetState, Node, SourceCounts, Worker
 from kvtui.state.fleet_explain import explain_prompt
 
 MAX_ROWS = 2_000  # tree rows built per rebuild (the first ones, depth first): a frame stays cheap
-ROW_TEXT = 400  # characters of a row's tokens kept (wider than any terminal)
+ROW_TEXT = 240  # characters of a row's tokens kept (wider than most terminals; a view is pickled each second)
 NOTES = 12  # stream notes shown
 
 
