@@ -33,6 +33,7 @@ FRAME_BUDGET = 0.015  # feed: seconds of each frame spent folding events in (the
 CHUNK = 64  # feed items per drain: an item is an event or a list of them
 SLICE = 256  # events folded between two looks at the clock
 TREE_EVERY = 1.0  # seconds between prefix-tree rebuilds while events flow
+VIEW_EVERY = 0.1  # seconds between two views asked of the collector (a person reads ten a second at most)
 
 
 class FeedBatcher:
@@ -87,6 +88,7 @@ class FleetApp(App):
         self._tree_at = 0.0
         self._pending: deque[list[dict]] = deque()  # received, not yet folded (over a frame's budget)
         self._dead_told = False
+        self._asked_at = 0.0
         if events is not None:
             self.fleet = replay_fleet(header, events)
 
@@ -154,7 +156,10 @@ class FleetApp(App):
         if collector.dead is not None and not self._dead_told:
             self._dead_told = True
             self.notify(f"{collector.dead}: the views stop here", severity="error", timeout=30)
-        collector.ask(with_tree=self._tree_due())
+        now = time.monotonic()
+        if now - self._asked_at >= VIEW_EVERY:
+            self._asked_at = now
+            collector.ask(with_tree=self._tree_due())
         return changed
 
     def _tree_due(self) -> bool:

@@ -9,8 +9,9 @@ the views the collector sends; the tabs are cycled once a second. Every frame is
 latest view, ask for the next, refresh) + the screen update, as `kvtui bench live` does.
 
 Reported: offered, received (collector) and applied (folded and shown in the UI's last view) block events per
-second, the backlog (offered by the end, not yet shown), frame time p50/p95/max, and a baseline from the same
-run (the mean of one before and one after): decode + events + fold of the same payloads in one thread with no
+second, the backlog (offered by the end, not yet shown), frame time p50/p95/max under load and, as the same
+run's baseline, for the IDLE seconds before the publisher starts (same tab switches, nothing arriving), and a
+throughput baseline from the same run (the mean of one before and one after): decode + events + fold of the same payloads in one thread with no
 sockets and no UI (the ceiling of one core of this machine for this Python code: the collector's share).
 """
 
@@ -27,6 +28,7 @@ from kvtui.bench.live import _pcts  # frame times reported as `kvtui bench live`
 from kvtui.sources.collector import FREEZE_EVERY
 
 BLOCK = 16
+IDLE = 4.0  # seconds the UI runs before the publisher starts (frame times with nothing arriving)
 CHAIN = 32
 BATCH = 500  # events per message (a server's step publishes a batch)
 
@@ -62,7 +64,8 @@ def make_batches(n_blocks: int, pool: int, run: int = 1, seed: int = 0) -> list[
     return out
 
 
-def _publisher(endpoint: str, rate: float, seconds: float, pool: int, run: int, ready, port_out) -> None:
+def _publisher(endpoint: str, rate: float, seconds: float, pool: int, run: int, ready, port_out,
+               idle: float = 0.0) -> None:
     import zmq
 
     ctx = zmq.Context()
@@ -74,6 +77,7 @@ def _publisher(endpoint: str, rate: float, seconds: float, pool: int, run: int, 
     per_message = rate * seconds / max(1, len(payloads))  # block events per message
     pub.recv()  # the subscription
     ready.set()
+    time.sleep(idle)  # the UI's frames with nothing arriving first: the same run's baseline for frame times
     start = time.perf_counter()
     for seq, payload in enumerate(payloads):
         due = start + seq * per_message / rate
@@ -124,15 +128,15 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
     out: dict = {"_baseline_before": baseline(min(int(rate * seconds), 300_000), pool, run)}
     mp = multiprocessing.get_context("spawn")
     ready, ports = mp.Event(), mp.Queue()
-    proc = mp.Process(target=_publisher, args=("tcp://127.0.0.1:*", rate, seconds, pool, run, ready, ports),
-                      daemon=True)
+    proc = mp.Process(target=_publisher, args=("tcp://127.0.0.1:*", rate, seconds, pool, run, ready, ports,
+                                               IDLE), daemon=True)
     proc.start()
     endpoint = ports.get(timeout=60)
     sources = [parse_source(f"{endpoint},name=bench")]
     collector = CollectorClient(sources, attach_header(sources, None))  # as `kvtui attach` runs
     app = FleetApp(source="bench", collector=collector, frame_rate=30.0)
-    ticks, frames = [], []
-    state = {"last_tick": 0.0, "on": False}
+    ticks, frames, idle_frames = [], [], []
+    state = {"last_tick": 0.0, "on": False, "frames": frames}
     original_tick, original_paint = app.tick, Screen._on_timer_update
 
     def timed_tick() -> None:
@@ -146,7 +150,7 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
         t0 = time.perf_counter()
         original_paint(screen)
         if state["on"]:
-            frames.append(state["last_tick"] + time.perf_counter() - t0)
+            state["frames"].append(state["last_tick"] + time.perf_counter() - t0)
             state["last_tick"] = 0.0
 
     app.tick = timed_tick
@@ -157,12 +161,14 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
             if not ready.wait(60):
                 raise SystemExit("the publisher did not see the subscriber within 60 s")
             state["on"] = True
-            start = time.perf_counter()
-            i = 0
-            while time.perf_counter() - start < seconds:
-                await asyncio.sleep(1.0)
-                i += 1
-                await pilot.press("2" if i % 2 else "1")  # the tree and the fleet table, in turn
+            for phase, span in (("idle", IDLE), ("load", seconds)):
+                state["frames"] = idle_frames if phase == "idle" else frames
+                start = time.perf_counter()
+                i = 0
+                while time.perf_counter() - start < span:
+                    await asyncio.sleep(1.0)
+                    i += 1
+                    await pilot.press("2" if i % 2 else "1")  # the tree and the fleet table, in turn
             elapsed = time.perf_counter() - start
             state["on"] = False
             view = collector.view  # what the UI had at the end (one request behind the collector)
@@ -183,6 +189,8 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
     out["tick"] = _pcts(ticks)
     out["frame"] = _pcts(frames)
     out["frames_over_33ms"] = sum(f > 0.033 for f in frames)
+    out["frame_idle"] = _pcts(idle_frames)  # the same UI, the same tab switches, nothing arriving
+    out["idle_frames_over_33ms"] = sum(f > 0.033 for f in idle_frames)
     after = baseline(min(int(rate * seconds), 300_000), pool, run)
     out["baseline_blocks_per_s"] = (out.pop("_baseline_before") + after) / 2  # before and after: a shared
     # machine's load changes during the run

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import os
 import signal
 import time
 from dataclasses import asdict
 
 STOP_TIMEOUT = 10.0  # seconds the UI waits for the collector to close its trace
+NICENESS = 5  # the collector's scheduling priority below the UI's
 FREEZE_EVERY = 0.05  # seconds between two gc.freeze() of the collector's state (a freeze costs nothing)
 
 
@@ -31,6 +33,10 @@ def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str |
             replay_timeout: float) -> None:
     """The collector process: attach, fold, answer the UI until it says stop (or goes away)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the UI, which then stops us in order
+    try:
+        os.nice(NICENESS)  # where the two compete for a core, the UI's frames come first; we catch up after
+    except OSError:
+        pass
     from engine.trace import TraceSink, TraceWriter
     from kvtui.sources.attach import Attacher
     from kvtui.state.fleet import FleetState
