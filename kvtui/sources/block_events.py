@@ -12,7 +12,7 @@ no publisher sends, so a message cannot set them.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -25,11 +25,20 @@ def hash_hex(value: int) -> str:
     return f"{value:016x}"
 
 
-class KvBlockStored(msgspec.Struct, tag="BlockStored", gc=False,
+class _Ours(msgspec.Struct, kw_only=True, gc=False, rename=_OURS):
+    """The fields an attach event has and the wire does not (keyword-only: they come after the wire's)."""
+
+    seq: int = 0
+    t: float = 0.0
+    worker: str = ""
+    wire_seq: int = 0
+    engine_ts: float = 0.0
+
+
+class KvBlockStored(_Ours, tag="BlockStored", gc=False,
                     rename={"hashes": "block_hashes", "parent": "parent_block_hash", "group": "group_idx",
                             "lora": "lora_name", "salt": "cache_salt", "spec_kind": "kv_cache_spec_kind",
                             "sliding_window": "kv_cache_spec_sliding_window", **_OURS}):
-    etype: ClassVar[str] = "kv_block_stored"
     hashes: list[Union[int, bytes]]  # ints once the decoder has checked them
     parent: Union[int, bytes, None]
     token_ids: list[int]
@@ -42,11 +51,6 @@ class KvBlockStored(msgspec.Struct, tag="BlockStored", gc=False,
     group: Optional[int] = None
     spec_kind: Optional[str] = None
     sliding_window: Optional[int] = None
-    seq: int = 0
-    t: float = 0.0
-    worker: str = ""
-    wire_seq: int = 0
-    engine_ts: float = 0.0
     texts: Optional[list] = None
     token_pairs: bool = False  # SGLang's (token, next token) pairs were flattened to tokens
 
@@ -76,21 +80,16 @@ class KvBlockStored(msgspec.Struct, tag="BlockStored", gc=False,
         parent = e.get("parent")
         return cls([int(h, 16) for h in e["hashes"]], None if parent is None else int(parent, 16), e["token_ids"],
                    e["block_size"], None, e.get("medium"), e.get("lora"), e.get("salt"), e.get("extra_keys"),
-                   e.get("group", 0), e.get("spec_kind"), e.get("sliding_window"), e["seq"], e["t"], e["worker"],
-                   e.get("wire_seq", 0), e.get("engine_ts", 0.0), e.get("texts"), bool(e.get("token_pairs")))
+                   e.get("group", 0), e.get("spec_kind"), e.get("sliding_window"), e.get("texts"),
+                   bool(e.get("token_pairs")), seq=e["seq"], t=e["t"], worker=e["worker"],
+                   wire_seq=e.get("wire_seq", 0), engine_ts=e.get("engine_ts", 0.0))
 
 
-class KvBlockRemoved(msgspec.Struct, tag="BlockRemoved", gc=False,
+class KvBlockRemoved(_Ours, tag="BlockRemoved", gc=False,
                      rename={"hashes": "block_hashes", "group": "group_idx", **_OURS}):
-    etype: ClassVar[str] = "kv_block_removed"
     hashes: list[Union[int, bytes]]
     medium: Optional[str] = None
     group: Optional[int] = None
-    seq: int = 0
-    t: float = 0.0
-    worker: str = ""
-    wire_seq: int = 0
-    engine_ts: float = 0.0
 
     def as_dict(self) -> dict:
         return {"seq": self.seq, "t": self.t, "type": "kv_block_removed", "worker": self.worker,
@@ -99,8 +98,8 @@ class KvBlockRemoved(msgspec.Struct, tag="BlockRemoved", gc=False,
 
     @classmethod
     def from_dict(cls, e: dict) -> "KvBlockRemoved":
-        return cls([int(h, 16) for h in e["hashes"]], e.get("medium"), e.get("group", 0), e["seq"], e["t"],
-                   e["worker"], e.get("wire_seq", 0), e.get("engine_ts", 0.0))
+        return cls([int(h, 16) for h in e["hashes"]], e.get("medium"), e.get("group", 0), seq=e["seq"], t=e["t"],
+                   worker=e["worker"], wire_seq=e.get("wire_seq", 0), engine_ts=e.get("engine_ts", 0.0))
 
 
 class AllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", gc=False):
