@@ -41,7 +41,9 @@ the token ids of each block. It has no physical block ids, ref counts, locks or 
 @click.argument("sources", nargs=-1, required=True)
 @click.option("--topic", default="", help="Topic to subscribe to (the server's \"topic\"; default: all).")
 @click.option("--bind", is_flag=True, help="Listen on each SOURCE address for servers that connect to it "
-                                           "(a server given a non-wildcard endpoint connects instead of binding).")
+                                           "(a server given a non-wildcard endpoint connects instead of binding). "
+                                           "Servers are told apart by host and topic (ZeroMQ names only the "
+                                           "peer's IP): give servers on one host distinct topics.")
 @click.option("--dp-size", default=1, show_default=True, help="Data-parallel ranks per server: rank r publishes "
                                                                  "on port PORT+r (and replays on REPLAY+r).")
 @click.option("--metrics", "metrics_url", default=None, help="Prometheus /metrics URL for every SOURCE "
