@@ -20,7 +20,7 @@ from engine.trace_reader import (TRUNCATED_TAIL_NOTE, BatchRejected, TraceError,
 from engine.trace_schema import (EVENT_FIELDS, SCHEMA_VERSION, schema_text,  # noqa: F401  (the reader's API)
                                  validate_event, validate_header)
 
-Listener = Callable[[dict], None]
+Listener = Callable[[Any], None]  # given each event: a dict, or a struct with as_dict() (attach's block events)
 
 
 class TraceSink:
@@ -49,13 +49,7 @@ class TraceSink:
         return self._clock() - self._t0
 
     def emit(self, etype: str, **fields: Any) -> dict:
-        event = {"seq": self._seq, "t": round(self.now(), 6), "type": etype, **fields}
-        self._seq += 1
-        for writer in self.writers:
-            writer.write(event)
-        for listener in self.listeners:
-            listener(event)
-        return event
+        return self.emit_event({"seq": 0, "t": round(self.now(), 6), "type": etype, **fields})
 
     def emit_event(self, event: dict) -> dict:
         """Number an event built by the caller (its `seq` key, put first for the file's sake, is overwritten; its

@@ -11,8 +11,9 @@ latest view, ask for the next, refresh) + the screen update, as `kvtui bench liv
 Reported: offered, received (collector) and applied (folded and shown in the UI's last view) block events per
 second, the backlog (offered by the end, not yet shown), frame time p50/p95/max under load and, as the same
 run's baseline, for the IDLE seconds before the publisher starts (same tab switches, nothing arriving), and a
-throughput baseline from the same run (the mean of one before and one after): decode + events + fold of the same payloads in one thread with no
-sockets and no UI (the ceiling of one core of this machine for this Python code: the collector's share).
+throughput baseline from the same run (the mean of one before and one after): decode + events + fold of the
+same payloads in one thread with no sockets and no UI (one core's ceiling for this Python code: the
+collector's, which shares the machine with the UI and the publisher).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def _publisher(endpoint: str, rate: float, seconds: float, pool: int, run: int, 
 def baseline(n_events: int, pool: int, run: int = 1) -> float:
     """Block events per second through decode + events + fold, one thread, no sockets, no UI."""
     from engine.trace import TraceSink
+    from kvtui.sources.attach import stamp
     from kvtui.sources.wire import decode_payload
     from kvtui.state.fleet import FleetState
 
@@ -106,9 +108,7 @@ def baseline(n_events: int, pool: int, run: int = 1) -> float:
             gc.freeze()
             frozen = time.perf_counter()
         batch = decode_payload(payload)
-        t = round(sink.now(), 6)
-        for event in batch.events:  # as the attacher fills them in
-            event.worker, event.t, event.wire_seq, event.engine_ts = "w", t, wire_seq, batch.ts
+        stamp(batch, "w", wire_seq, round(sink.now(), 6))
         sink.emit_events(batch.events)
         blocks += batch.blocks
     rate = blocks / (time.perf_counter() - t0)
@@ -176,7 +176,7 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
             out["offered_blocks_per_s"] = rate
             out["received_blocks_per_s"] = collector.counters.get("blocks", 0) / elapsed
             out["applied_blocks_per_s"] = applied / elapsed
-            out["applied_events_per_s"] = app.cursor / elapsed
+            out["applied_events_per_s"] = (view.index if view else 0) / elapsed
             out["backlog_blocks"] = max(0, round(rate * elapsed) - applied)  # offered by now, not yet shown
             counters = collector.stop()
             out["gaps"] = counters.get("gaps", 0)

@@ -97,14 +97,12 @@ def attach(sources, topic, bind, dp_size, metrics_url, tokenizer, out, headless,
 
 
 def _load_tokenizer(name: str):
+    from kvtui.sources.attach import load_tokenizer
+
     try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        raise click.ClickException("--tokenizer needs transformers installed") from None
-    try:
-        return AutoTokenizer.from_pretrained(name)
-    except Exception as exc:  # no such directory, no hub: one line
-        raise click.ClickException(f"tokenizer {name!r}: {str(exc).splitlines()[0]}") from None
+        return load_tokenizer(name)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _query(text: str, tokenizer):
@@ -150,7 +148,7 @@ def _headless(attacher, sink, duration, queries) -> None:
 def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeout) -> None:
     """The fleet views; a collector process receives, folds and records (kvtui/sources/collector.py)."""
     from kvtui.app.fleet_app import FleetApp
-    from kvtui.sources.collector import CollectorClient
+    from kvtui.sources.collector import STOP_TIMEOUT, CollectorClient
 
     collector = CollectorClient(sources, header, out=out, tokenizer=tokenizer_name, replay_timeout=replay_timeout)
     app = FleetApp(source="attach", collector=collector, tokenizer=tokenizer, duration=duration)
@@ -160,6 +158,9 @@ def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeou
         collector.stop()  # after the message it is folding; the -o trace is closed when this returns
     if collector.dead:
         click.echo(f"warning: {collector.dead}", err=True)
+    elif out and not collector.stopped:
+        click.echo(f"warning: the collector did not stop within {STOP_TIMEOUT:g} s; {out} may end mid-line "
+                   "(kvtui replay reads it up to there)", err=True)
 
 
 def replay_attach(trace: str, header: dict) -> None:

@@ -6,7 +6,8 @@ replay endpoint) fetches the missing batches from the publisher's ROUTER with a 
 `[b"", start_seq]`, replies `[b"", topic, seq, payload]` (vLLM >= 0.26, SGLang) or `[b"", seq, payload]`
 (older vLLM), ended by seq 0xff..ff. Restarts (the live sequence going back), gaps replay cannot fill, and
 malformed or oversized messages become events (`attach_gap`, `attach_malformed`): counted and shown, never a
-crash. Events go to a `TraceSink` (engine/trace.py, torch-free): its listeners are the reducer and the -o file.
+crash. Events go to a `TraceSink` (engine/trace.py, torch-free): the reducer folds them (a batch listener: a
+message's events at once), the -o file writes them.
 The event types are engine/attach_schema.py.
 
 With the UI, all of this runs in a process of its own, the collector (kvtui/sources/collector.py), which also
@@ -32,12 +33,40 @@ DRAIN_PER_SOCKET = 2000  # messages taken from one socket before the others get 
 REPLAY_SERVE_EVERY = 200  # replayed batches received between two calls of the after_messages callbacks
 
 
+def load_tokenizer(name: str):
+    """transformers' AutoTokenizer for `name` (a directory or hub id); ValueError in one line if it cannot."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ValueError("--tokenizer needs transformers installed") from None
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except Exception as exc:  # no such directory, no hub: one line
+        raise ValueError(f"tokenizer {name!r}: {str(exc).splitlines()[0]}") from None
+
+
 def attach_header(sources, tokenizer: str | None) -> dict:
     """An attach trace's header: the fields every trace has (zero where an attached fleet has no such number)
     plus kind=attach and the sources as given."""
     return {"kind": "attach", "model": {"name": "attach", "tokenizer": tokenizer}, "block_size": 0,
             "num_blocks": 0, "bytes_per_block": 0, "bytes_per_token": 0,
             "config": {"sources": [s.as_dict() for s in sources]}}
+
+
+def stamp(batch: Batch, worker: str, wire_seq: int, t: float, text=None) -> None:
+    """What a payload does not say about its events: whose, which batch, when it arrived (and, given `text`,
+    each token's text); an AllBlocksCleared becomes its `kv_all_cleared` event."""
+    events, ts = batch.events, batch.ts
+    for i, event in enumerate(events):
+        if type(event) is AllBlocksCleared:
+            events[i] = {"seq": 0, "t": t, "type": "kv_all_cleared", "worker": worker, "cause": "cleared"}
+            continue
+        event.worker = worker
+        event.t = t
+        event.wire_seq = wire_seq
+        event.engine_ts = ts
+        if text is not None and type(event) is KvBlockStored:
+            event.texts = [text(token) for token in event.token_ids]
 
 
 @dataclass
@@ -79,7 +108,7 @@ class Attacher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._metrics_thread: threading.Thread | None = None
-        self.after_messages: list = []  # called after each batch of messages (a feed batcher flushes there)
+        self.after_messages: list = []  # called between messages (the collector answers its UI there)
         self.ready = threading.Event()  # sockets open, first replays done (tests wait for it)
         self.wake_fds: list[int] = []  # more file descriptors the loop polls (a collector's pipe to its UI)
 
@@ -94,6 +123,10 @@ class Attacher:
         if any(s.metrics for s in self.sources) and self._metrics_thread is None:
             self._metrics_thread = threading.Thread(target=self._poll_metrics, name="kvtui-metrics", daemon=True)
             self._metrics_thread.start()
+
+    def stopping(self) -> bool:
+        """Whether someone asked the loop to stop (else it ended by itself)."""
+        return self._stop.is_set()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -316,17 +349,7 @@ class Attacher:
         self.counters.blocks += batch.blocks
         t = self._arrived()
         worker = self._worker(stream, batch.rank if batch.rank is not None else stream.source.dp_rank, t)
-        tokenizer, ts = self.tokenizer, batch.ts
-        for i, event in enumerate(events):  # what the payload does not say: whose, which batch, when it came
-            if type(event) is AllBlocksCleared:
-                events[i] = {"seq": 0, "t": t, "type": "kv_all_cleared", "worker": worker, "cause": "cleared"}
-                continue
-            event.worker = worker
-            event.t = t
-            event.wire_seq = seq
-            event.engine_ts = ts
-            if tokenizer is not None and type(event) is KvBlockStored:
-                event.texts = [self._text(i) for i in event.token_ids]
+        stamp(batch, worker, seq, t, self._text if self.tokenizer is not None else None)
         self.sink.emit_events(events)
 
     def _text(self, token_id: int) -> str:

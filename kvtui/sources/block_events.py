@@ -16,7 +16,6 @@ from typing import Any, Optional, Union
 
 import msgspec
 
-U64 = (1 << 64) - 1
 _OURS = {"seq": "kvtui:seq", "t": "kvtui:t", "worker": "kvtui:worker", "wire_seq": "kvtui:wire_seq",
          "engine_ts": "kvtui:engine_ts", "texts": "kvtui:texts", "token_pairs": "kvtui:token_pairs"}
 
@@ -43,7 +42,7 @@ class KvBlockStored(_Ours, tag="BlockStored", gc=False,
     parent: Union[int, bytes, None]
     token_ids: list[int]
     block_size: int
-    lora_id: Optional[int] = None
+    lora_id: Optional[int] = None  # the wire's; `lora` is its name, else this id (the decoder sets it)
     medium: Optional[str] = None
     lora: Optional[str] = None
     salt: Optional[str] = None
@@ -60,10 +59,9 @@ class KvBlockStored(_Ours, tag="BlockStored", gc=False,
                "wire_seq": self.wire_seq, "engine_ts": self.engine_ts, "hashes": [hash_hex(h) for h in self.hashes],
                "parent": None if self.parent is None else hash_hex(self.parent), "token_ids": self.token_ids,
                "block_size": self.block_size, "medium": self.medium, "group": self.group or 0,
-               "lora": self.lora if self.lora is not None else (None if self.lora_id is None else str(self.lora_id)),
-               "salt": self.salt}
+               "lora": self.lora, "salt": self.salt}  # the decoder made lora (name, else id) and extra_keys
         if self.extra_keys:
-            out["extra_keys"] = _jsonable(self.extra_keys)
+            out["extra_keys"] = self.extra_keys
         if self.spec_kind is not None:
             out["spec_kind"] = self.spec_kind
         if self.sliding_window is not None:
@@ -104,14 +102,6 @@ class KvBlockRemoved(_Ours, tag="BlockRemoved", gc=False,
 
 class AllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", gc=False):
     """Only decoded: the attacher emits it as a `kv_all_cleared` dict (rare)."""
-
-
-BlockEvent = Union[KvBlockStored, KvBlockRemoved]
-
-
-def as_event_dict(event: Any) -> dict:
-    """Any event a sink hands on, as the dict the trace holds."""
-    return event if type(event) is dict else event.as_dict()
 
 
 def _jsonable(value: Any) -> Any:

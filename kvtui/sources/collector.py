@@ -10,9 +10,10 @@ kvtui/state/fleet_view.py) and explanations. Two processes, two cores: frames st
 Over the pipe (pickled tuples):
   UI -> collector   ("view", with_tree) | ("explain", token_ids, options) | ("stop",)
   collector -> UI   ("view", FleetView, counters) | ("explained", text) | ("notice", severity, text)
-                    | ("stopped", counters)   (the trace is closed; the collector exits)
-Requests are answered between two messages, never in the middle of one (the fold is not thread-safe and
-needs no lock this way): the pipe is one more file descriptor the attacher's loop polls.
+                    | ("stopped", counters) | ("failed", why)   (the trace is closed; the collector exits)
+Requests are answered on the thread that folds, between two folds (it needs no lock this way): between two
+messages, and every few hundred batches of a long replay; the pipe is one more file descriptor the
+attacher's loop polls.
 """
 
 from __future__ import annotations
@@ -38,17 +39,15 @@ def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str |
     except OSError:
         pass
     from engine.trace import TraceSink, TraceWriter
-    from kvtui.sources.attach import Attacher
+    from kvtui.sources.attach import Attacher, load_tokenizer
     from kvtui.state.fleet import FleetState
 
     tok = None
     if tokenizer:
         try:
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(tokenizer)
-        except Exception as exc:  # the UI process loaded it already; say why this one could not
-            conn.send(("notice", "warning", f"collector: tokenizer {tokenizer!r}: {str(exc).splitlines()[0]}"))
+            tok = load_tokenizer(tokenizer)
+        except ValueError as exc:  # the UI process loaded it already; say why this one could not
+            conn.send(("notice", "warning", f"collector: {exc}"))
     sink = TraceSink()
     if out:
         sink.add_writer(TraceWriter(out))
@@ -60,14 +59,26 @@ def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str |
     attacher.wake_fds.append(conn.fileno())
     attacher.after_messages.append(server.serve)
     attacher.start_metrics()
+    ending = ("stopped", asdict(attacher.counters))
     try:
         attacher.run()
+        if not attacher.stopping():  # the loop gave up by itself (sockets that would not open)
+            ending = ("failed", "the collector stopped: " + "; ".join(t for _, t in _drain(attacher.notices)))
+    except Exception as exc:  # a bug of ours: the UI says so instead of waiting for views forever
+        ending = ("failed", f"the collector failed: {type(exc).__name__}: {exc}")
     finally:
         sink.close()
         try:
-            conn.send(("stopped", asdict(attacher.counters)))
+            conn.send(ending if ending[0] == "failed" else ("stopped", asdict(attacher.counters)))
         except OSError:  # the UI is gone
             pass
+
+
+def _drain(q) -> list:
+    out = []
+    while not q.empty():
+        out.append(q.get())
+    return out
 
 
 class _Server:
@@ -87,8 +98,8 @@ class _Server:
             gc.freeze()
             self.frozen_at = time.monotonic()
         try:
-            while not attacher.notices.empty():
-                conn.send(("notice", *attacher.notices.get()))
+            for notice in _drain(attacher.notices):
+                conn.send(("notice", *notice))
             while conn.poll(0):
                 request = conn.recv()
                 if request[0] == "view":
@@ -144,6 +155,8 @@ class CollectorClient:
                     self.view, self.counters, self.asked = message[1], message[2], False
                 elif message[0] == "stopped":
                     self.counters, self.stopped = message[1], True
+                elif message[0] == "failed":
+                    self.dead = message[1]
                 out.append(message)
         except (EOFError, OSError):
             self._died()

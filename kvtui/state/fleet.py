@@ -92,7 +92,7 @@ class FleetState:
         self.workers: dict[str, Worker] = {}
         self.sources: dict[str, SourceCounts] = {}
         self.nodes: dict[tuple, Node] = {}
-        self.children: dict[tuple, list] = {}  # (group, parent hash or None) -> child hashes, first stored first
+        self.children: dict[tuple, dict] = {}  # (group, parent hash or None) -> {child hash: None}, in order
         self.metrics: dict[tuple, dict] = {}  # (source, rank label) -> latest facts
         self.metrics_before: dict[tuple, dict] = {}  # the reading before (for rates over the interval)
         self.gone: OrderedDict = OrderedDict()  # nodes no worker holds, oldest first
@@ -101,7 +101,6 @@ class FleetState:
         self.index = 0
         self.t = 0.0
         self.now: float | None = None  # live: the clock of the stream (rates decay when events stop)
-        self.version = 0  # bumps when the tree changes (views rebuild their rows)
         self.notes: list[str] = []  # gaps, restarts and malformed messages, newest last (bounded)
 
     # ------------------------------------------------------------------ folding events
@@ -116,7 +115,6 @@ class FleetState:
         nodes, children, orphans, gone, workers = self.nodes, self.children, self.orphans, self.gone, self.workers
         wid = worker = bucket = None
         last_t = None
-        blocks_changed = False
         folded = 0
         t_struct = None  # the t of the last block event (others set self.t themselves)
         for e in events:
@@ -124,10 +122,15 @@ class FleetState:
             cls = type(e)
             if cls is dict:
                 etype = e["type"]
-                if etype == "kv_block_stored":
-                    e, cls = KvBlockStored.from_dict(e), KvBlockStored
-                elif etype == "kv_block_removed":
-                    e, cls = KvBlockRemoved.from_dict(e), KvBlockRemoved
+                if etype == "kv_block_stored" or etype == "kv_block_removed":
+                    cls = KvBlockStored if etype == "kv_block_stored" else KvBlockRemoved
+                    try:
+                        e = cls.from_dict(e)
+                    except (ValueError, TypeError, AttributeError):  # a hand-made trace: not 16 hex digits
+                        self.t = e["t"]
+                        self._note(f"event {e['seq']}: a block hash that is not 16 hex digits; event skipped")
+                        wid = None
+                        continue
                 else:
                     handler = _HANDLERS.get(etype)
                     self.t = e["t"]
@@ -146,7 +149,6 @@ class FleetState:
             if t != last_t:  # blocks stored / removed per second of trace time (a message's events share t)
                 last_t = t
                 bucket = worker.buckets.get(int(t)) or self._bucket(worker, t)
-            blocks_changed = True
             group, hashes, medium = e.group or 0, e.hashes, e.medium or GPU
             n = len(hashes)
             if cls is KvBlockRemoved:
@@ -176,9 +178,9 @@ class FleetState:
                     up = (group, parent)
                     kids = children.get(up)
                     if kids is None:
-                        children[up] = [h]
+                        children[up] = {h: None}
                     else:
-                        kids.append(h)
+                        kids[h] = None
                     if parent is not None and up not in nodes:
                         orphans[key] = None
                     held += 1
@@ -207,8 +209,6 @@ class FleetState:
         if t_struct is not None:
             self.t = t_struct
         self.index += folded
-        if blocks_changed:
-            self.version += 1
 
     def _worker(self, wid: str) -> Worker:
         worker = self.workers.get(wid)
@@ -238,7 +238,6 @@ class FleetState:
         worker.cleared += 1
         if e["cause"] == "restart":
             self._note(f"{worker.worker}: publisher restarted, its cache starts empty")
-        self.version += 1
 
     def _drop(self, worker: Worker, key: tuple, medium: str, t: float) -> None:
         node = self.nodes.get(key)
@@ -267,8 +266,8 @@ class FleetState:
         node = self.nodes.pop(key)
         self.orphans.pop(key, None)
         siblings = self.children.get((node.group, node.parent))
-        if siblings is not None and node.hash in siblings:
-            siblings.remove(node.hash)
+        if siblings is not None:
+            siblings.pop(node.hash, None)
         for child in self.children.pop(key, ()):  # their parent is gone from memory: they hang loose
             self.orphans[(node.group, child)] = None
 

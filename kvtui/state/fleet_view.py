@@ -39,7 +39,6 @@ class FleetView:
     workers: list[dict] = field(default_factory=list)  # worker_cells of each, in arrival order
     notes: list[str] = field(default_factory=list)  # gaps, restarts, malformed messages, newest last
     tree: list[TreeRow] | None = None  # when asked for (the tree tab)
-    version: int = 0  # FleetState.version the tree was built at
 
 
 def worker_cells(fleet: FleetState, worker: Worker) -> dict:
@@ -60,7 +59,7 @@ def worker_cells(fleet: FleetState, worker: Worker) -> dict:
 def fleet_view(fleet: FleetState, *, tree: bool = False) -> FleetView:
     return FleetView(fleet.index, fleet.t, len(fleet.nodes), fleet.held_nodes,
                      [worker_cells(fleet, w) for w in fleet.workers.values()], fleet.notes[-NOTES:],
-                     tree_rows(fleet) if tree else None, fleet.version)
+                     tree_rows(fleet) if tree else None)
 
 
 def _chain(fleet: FleetState, node: Node, seen: set) -> list[Node]:

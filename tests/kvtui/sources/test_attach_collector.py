@@ -50,7 +50,7 @@ def test_collector_folds_sends_views_explains_and_closes_its_trace(two_servers, 
     out = tmp_path / "fleet.jsonl"
     client = CollectorClient(sources, attach_header(sources, None), out=str(out))
     try:
-        assert wait_for(lambda: (v := _view(client)) is not None and len(v.workers) == 2, timeout=30)
+        assert wait_for(lambda: len(_view(client).workers) == 2, timeout=30)
         sgl.wait_subscribed()
         sgl.publish(SBatch(1.0, [SBlockRemoved([-13])], 0))  # live, after the replayed history
         assert wait_for(lambda: {c["worker"]: c["removed"] for c in _view(client).workers}.get("sgl") == 1)
@@ -82,9 +82,26 @@ def test_a_collector_that_dies_is_told_not_waited_for():
     client.process.kill()
     client.process.join(5)
     assert wait_for(lambda: (client.poll(), client.dead)[1] is not None)
-    assert "stopped" in client.dead
+    assert client.dead == "the collector process stopped (exit code -9)" and not client.stopped
     client.ask(False)  # no view will come: asking is harmless
-    assert client.stop(timeout=1) == client.counters
+    started = time.monotonic()
+    client.stop(timeout=5)
+    assert time.monotonic() - started < 1.0  # nothing to wait for
+
+
+def test_a_collector_that_cannot_start_says_why():
+    import zmq
+
+    squatter = zmq.Context.instance().socket(zmq.PUB)
+    port = squatter.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        sources = [parse_source(f"tcp://127.0.0.1:{port},name=here", bind=True)]
+        client = CollectorClient(sources, attach_header(sources, None))
+        assert wait_for(lambda: (client.poll(), client.dead)[1] is not None, timeout=30)
+        assert "cannot open the sockets" in client.dead and not client.stopped
+        client.stop(timeout=1)
+    finally:
+        squatter.close(0)
 
 
 @pytest.mark.anyio

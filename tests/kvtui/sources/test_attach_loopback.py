@@ -7,7 +7,6 @@ from attach_publishers import (OldBlockStored, Publisher, SBatch, SBlockRemoved,
                                VBlockRemoved, VBlockStored, wait_for)
 
 from engine.trace import TraceSink
-from kvtui.sources.block_events import as_event_dict
 from kvtui.sources.attach import Attacher
 from kvtui.sources.endpoints import parse_source
 from kvtui.state.fleet import FleetState, workers_summary
@@ -23,7 +22,7 @@ class Harness:
     def __init__(self, publishers, replay=True, **source_options):
         self.sink = TraceSink()
         self.events = []  # as the trace would hold them
-        self.sink.listeners.append(lambda event: self.events.append(as_event_dict(event)))
+        self.sink.listeners.append(lambda e: self.events.append(e if isinstance(e, dict) else e.as_dict()))
         self.fleet = FleetState({})
         self.sink.listeners.append(self.fleet.apply)
         self.sources = []
@@ -169,27 +168,15 @@ class FakeTokenizer:
         return "".join(chr(ord("a") + i % 26) for i in ids)
 
 
-@pytest.mark.anyio
-async def test_live_fleet_app_with_a_tokenizer(harness):
-    from kvtui.app.fleet_app import FeedBatcher, FleetApp
-    from kvtui.feed import EventFeed
+def test_a_tokenizer_puts_text_on_the_blocks_and_the_tree(harness):
+    from kvtui.state.fleet_view import tree_rows
 
     pub = Publisher(LOOP, replay=LOOP)
     h = harness([pub])
     h.attacher.tokenizer = FakeTokenizer()
-    feed = EventFeed()
-    batcher = FeedBatcher(feed)
-    h.sink.listeners.append(batcher)
-    h.attacher.after_messages.append(batcher.flush)
-    app = FleetApp(source="attach", feed=feed, attacher=h.attacher, tokenizer=None, frame_rate=None)
-    async with app.run_test(size=(140, 30)) as pilot:
-        h.start()
-        pub.publish(VBatch(0.0, [stored(1, None, [0, 1]), stored(2, 1, [2, 3])], 0))
-        assert wait_for(lambda: h.fleet.workers.get("p0") and h.fleet.workers["p0"].stored == 2)
-        app.tick()
-        assert app.fleet is not None and app.fleet.workers["p0"].resident == 2
-        await pilot.press("2")
-        await pilot.pause()
-        rows = [app.query_one("#fleet-tree").render_line(y).text for y in range(3)]
-        assert any("[p0] 2 blk" in r and "abcd" in r for r in rows), rows
+    h.start()
+    pub.publish(VBatch(0.0, [stored(1, None, [0, 1]), stored(2, 1, [2, 3])], 0))
+    assert wait_for(lambda: h.fleet.workers.get("p0") and h.fleet.workers["p0"].stored == 2)
     assert h.types("kv_block_stored")[0]["texts"] == ["a", "b"]
+    (row,) = tree_rows(h.fleet)
+    assert (row.holders, row.blocks, row.text) == (("p0",), 2, "abcd")

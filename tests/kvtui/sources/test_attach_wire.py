@@ -8,6 +8,7 @@ from attach_publishers import (OldBlockRemoved, OldBlockStored, SAllBlocksCleare
                                SBlockStored, VAllBlocksCleared, VBatch, VBlockRemoved, VBlockStored)
 
 from kvtui.sources.block_events import KvBlockStored
+from kvtui.sources import wire
 from kvtui.sources.wire import MAX_PAYLOAD_BYTES, WireError, decode_payload, decode_seq, hash_u64
 
 enc = msgspec.msgpack.encode
@@ -97,8 +98,9 @@ def test_oversized_and_bad_sequence_frames():
 
 def test_sglang_without_pairs_takes_the_fast_path_with_the_same_result():
     """SGLang's plain int64 hashes decode in C (no general path), masked to u64 as the general path does."""
-    plain = decode_payload(enc(SBatch(0.0, [SBlockStored([-2, 3], -1, [1, 2, 3, 4], 2, None, "GPU",
-                                                         cache_salt="s")], 0)))
+    payload = enc(SBatch(0.0, [SBlockStored([-2, 3], -1, [1, 2, 3, 4], 2, None, "GPU", cache_salt="s")], 0))
+    assert wire._fast(payload) is not None  # decoded by msgspec in C
+    plain = decode_payload(payload)
     slow = decode_payload(enc([0.0, [{"type": "BlockStored", "block_hashes": [-2, 3], "parent_block_hash": -1,
                                       "token_ids": [[1, 0], [2, 0], [3, 0], [4, 0]], "block_size": 2,
                                       "lora_id": None, "medium": "GPU", "cache_salt": "s"}], 0]))
