@@ -235,24 +235,15 @@ class Attacher:
 
     def _malformed(self, source: Source, reason: str, size: int) -> None:
         self.counters.malformed += 1
-        self._event("attach_malformed", source=source.endpoint, reason=reason, size=size)
+        self.sink.emit("attach_malformed", source=source.endpoint, reason=reason, size=size)
 
     def _restart(self, stream: Stream, seq: int) -> None:
         self.counters.restarts += 1
-        self._event("attach_gap", source=stream.source.endpoint, kind="restart",
+        self.sink.emit("attach_gap", source=stream.source.endpoint, kind="restart",
                     expected=stream.tracker.applied + 1, got=seq, recovered=0, lost=0)
-        t = self._arrived()
         for worker in stream.workers.values():
-            self.sink.emit_event({"seq": 0, "t": t, "type": "kv_all_cleared", "worker": worker, "cause": "restart"})
+            self.sink.emit("kv_all_cleared", worker=worker, cause="restart")
         stream.tracker.restart()
-
-    # ------------------------------------------------------------------ events
-    def _arrived(self) -> float:
-        """The `t` of what arrives now (the sink's clock, as every trace's `t`)."""
-        return round(self.sink.now(), 6)
-
-    def _event(self, etype: str, **fields) -> None:
-        self.sink.emit_event({"seq": 0, "t": self._arrived(), "type": etype, **fields})
 
     # ------------------------------------------------------------------ replay
     def _initial_replay(self, source: Source) -> None:
@@ -282,7 +273,7 @@ class Attacher:
     def _gap_event(self, stream: Stream, kind: str, first: int, got: int, recovered: int, lost: int) -> None:
         self.counters.gaps += 1
         self.counters.lost += lost
-        self._event("attach_gap", source=stream.source.endpoint, kind=kind, expected=first, got=got,
+        self.sink.emit("attach_gap", source=stream.source.endpoint, kind=kind, expected=first, got=got,
                     recovered=recovered, lost=lost)
 
     def _fetch(self, source: Source, start: int) -> tuple[list[tuple[int, Batch]], bool]:
@@ -330,16 +321,15 @@ class Attacher:
         return out, answered
 
     # ------------------------------------------------------------------ applying a batch
-    def _worker(self, stream: Stream, rank: int | None, t: float) -> str:
+    def _worker(self, stream: Stream, rank: int | None) -> str:
         worker = stream.workers.get(rank)
         if worker is None:
             source = stream.source
             own = rank is None or rank == (source.dp_rank or 0)
             worker = stream.name if own and len(stream.workers) == 0 else f"{stream.name}#r{rank}"
             stream.workers[rank] = worker
-            self.sink.emit_event({"seq": 0, "t": t, "type": "attach_worker", "worker": worker,
-                                  "source": source.endpoint, "name": stream.name, "rank": rank,
-                                  "replay": source.replay, "metrics": source.metrics, "blocks": source.blocks})
+            self.sink.emit("attach_worker", worker=worker, source=source.endpoint, name=stream.name, rank=rank,
+                           replay=source.replay, metrics=source.metrics, blocks=source.blocks)
         return worker
 
     def _apply(self, stream: Stream, seq: int, batch: Batch) -> None:
@@ -347,8 +337,8 @@ class Attacher:
         events = batch.events
         self.counters.events += len(events)
         self.counters.blocks += batch.blocks
-        t = self._arrived()
-        worker = self._worker(stream, batch.rank if batch.rank is not None else stream.source.dp_rank, t)
+        worker = self._worker(stream, batch.rank if batch.rank is not None else stream.source.dp_rank)
+        t = round(self.sink.now(), 6)  # when it arrived: the sink's clock, as every trace's `t`
         stamp(batch, worker, seq, t, self._text if self.tokenizer is not None else None)
         self.sink.emit_events(events)
 
@@ -397,4 +387,4 @@ class Attacher:
         for rank, facts in sorted(ranks.items()):
             if source.dp_rank is not None and rank not in ("", str(source.dp_rank)):
                 continue  # another rank's server samples: that rank's own source reports them
-            self._event("attach_metrics", source=source.endpoint, rank=rank, facts=facts)
+            self.sink.emit("attach_metrics", source=source.endpoint, rank=rank, facts=facts)

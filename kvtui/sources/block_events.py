@@ -12,7 +12,7 @@ no publisher sends, so a message cannot set them.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import msgspec
 
@@ -102,16 +102,3 @@ class KvBlockRemoved(_Ours, tag="BlockRemoved", gc=False,
 
 class AllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", gc=False):
     """Only decoded: the attacher emits it as a `kv_all_cleared` dict (rare)."""
-
-
-def _jsonable(value: Any) -> Any:
-    """extra_keys (LoRA names, (mm id, offset) pairs, salts, embedding digests) made JSON-safe: bytes as hex."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if value is None or isinstance(value, (int, float, str, bool)):
-        return value
-    return str(value)

@@ -59,17 +59,17 @@ def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str |
     attacher.wake_fds.append(conn.fileno())
     attacher.after_messages.append(server.serve)
     attacher.start_metrics()
-    ending = ("stopped", asdict(attacher.counters))
+    failure = None
     try:
         attacher.run()
         if not attacher.stopping():  # the loop gave up by itself (sockets that would not open)
-            ending = ("failed", "the collector stopped: " + "; ".join(t for _, t in _drain(attacher.notices)))
+            failure = "the collector stopped: " + "; ".join(t for _, t in _drain(attacher.notices))
     except Exception as exc:  # a bug of ours: the UI says so instead of waiting for views forever
-        ending = ("failed", f"the collector failed: {type(exc).__name__}: {exc}")
+        failure = f"the collector failed: {type(exc).__name__}: {exc}"
     finally:
         sink.close()
         try:
-            conn.send(ending if ending[0] == "failed" else ("stopped", asdict(attacher.counters)))
+            conn.send(("failed", failure) if failure else ("stopped", asdict(attacher.counters)))
         except OSError:  # the UI is gone
             pass
 

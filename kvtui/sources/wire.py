@@ -24,7 +24,7 @@ from typing import Any, Optional, Union
 
 import msgspec
 
-from kvtui.sources.block_events import AllBlocksCleared, KvBlockRemoved, KvBlockStored, _jsonable
+from kvtui.sources.block_events import AllBlocksCleared, KvBlockRemoved, KvBlockStored
 
 END_SEQ = b"\xff" * 8  # the replay stream's end marker
 MAX_PAYLOAD_BYTES = 32 << 20  # a bigger message is counted as malformed ("oversized") and dropped
@@ -211,3 +211,16 @@ def _group(f: dict) -> int:
 def _opt_str(f: dict, key: str) -> str | None:
     value = f.get(key)
     return value if isinstance(value, str) else None
+
+
+def _jsonable(value: Any) -> Any:
+    """extra_keys (LoRA names, (mm id, offset) pairs, salts, embedding digests) made JSON-safe: bytes as hex."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (int, float, str, bool)):
+        return value
+    return str(value)

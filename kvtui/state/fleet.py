@@ -116,7 +116,6 @@ class FleetState:
         wid = worker = bucket = None
         last_t = None
         folded = 0
-        t_struct = None  # the t of the last block event (others set self.t themselves)
         for e in events:
             folded += 1
             cls = type(e)
@@ -129,19 +128,17 @@ class FleetState:
                     except (ValueError, TypeError, AttributeError):  # a hand-made trace: not 16 hex digits
                         self.t = e["t"]
                         self._note(f"event {e['seq']}: a block hash that is not 16 hex digits; event skipped")
-                        wid = None
                         continue
                 else:
                     handler = _HANDLERS.get(etype)
                     self.t = e["t"]
-                    t_struct = None
                     if handler is not None:
                         self.index += folded - 1  # a handler reads a consistent state
                         folded = 1
                         handler(self, e)
                         wid = None  # a handler may have made or changed workers
                     continue
-            t = t_struct = e.t
+            t = self.t = e.t
             if e.worker != wid:
                 wid = e.worker
                 worker = workers.get(wid) or self._worker(wid)
@@ -158,7 +155,7 @@ class FleetState:
                 bucket[1] += n
                 continue
             size, tokens, parent, texts, extra = e.block_size, e.token_ids, e.parent, e.texts, e.extra_keys
-            only = _ONLY.get(medium) or _only(medium)
+            only = _only(medium)
             gpu = medium == GPU
             held = resident = 0
             for i, h in enumerate(hashes):
@@ -206,8 +203,6 @@ class FleetState:
                 worker.held += held
                 worker.held_by_group[group] = worker.held_by_group.get(group, 0) + held
             bucket[0] += n
-        if t_struct is not None:
-            self.t = t_struct
         self.index += folded
 
     def _worker(self, wid: str) -> Worker:
