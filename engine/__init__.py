@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 _FACADE = {
     "Engine": "engine.engine",
     "EngineConfig": "engine.config",
-    "SamplingParams": "engine.request",
-    "RequestOutput": "engine.request",
+    "SamplingParams": "engine.core.request",
+    "RequestOutput": "engine.core.request",
 }
 
 __all__ = list(_FACADE)
@@ -22,7 +22,7 @@ __all__ = list(_FACADE)
 if TYPE_CHECKING:  # pragma: no cover
     from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.request import RequestOutput, SamplingParams
+    from engine.core.request import RequestOutput, SamplingParams
 
 
 def __getattr__(name: str):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.model import ModelShape
+    from engine.models.shape import ModelShape
 
 DEFAULT_KV_MEMORY_MB = 256
 

@@ -11,15 +11,15 @@ from typing import Iterable, Sequence
 import torch
 
 from engine.config import DEFAULT_KV_MEMORY_MB, EngineConfig  # noqa: F401  (EngineConfig: part of this API)
-from engine.edits import EditError, apply_edit
-from engine.kv_cache import KVCacheManager
-from engine.model import EMBEDDED_MODEL, describe, load_model
-from engine.request import Request, RequestOutput, SamplingParams, Status
-from engine.runner import ModelRunner
-from engine.sampling import make_generator, sample
-from engine.scheduler import Scheduler
-from engine.text import Prompt, TokenText
-from engine.sinks import sink_divergence
+from engine.core.edits import EditError, apply_edit
+from engine.core.kv_cache import KVCacheManager
+from engine.models.loading import EMBEDDED_MODEL, describe, load_model
+from engine.core.request import Request, RequestOutput, SamplingParams, Status
+from engine.worker.runner import ModelRunner
+from engine.worker.sampling import make_generator, sample
+from engine.core.scheduler import Scheduler
+from engine.models.text import Prompt, TokenText
+from engine.worker.sinks import sink_divergence
 from engine.trace import TraceSink, TraceWriter
 
 

@@ -9,7 +9,7 @@ an array batch `[ts, events, data_parallel_rank]`):
   (radix_split only renames nodes: nothing is published; partly filled tail blocks are not published either,
   as vLLM publishes whole blocks only)
 
-Hashes are the tree's own chained keys (engine/hashing.py, 64 bits) as u64. Batches go out once per engine step
+Hashes are the tree's own chained keys (engine/core/hashing.py, 64 bits) as u64. Batches go out once per engine step
 on a PUB socket (3 frames: topic, 8-byte big-endian sequence number from 0, payload) with an optional ROUTER
 replay endpoint keeping the last `buffer_steps` batches, answered as vLLM >= 0.26 does. Unlike vLLM, the PUB
 socket always binds the endpoint given (tcp://127.0.0.1:5557 listens on loopback); `kvtui attach` connects.
@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 
-from engine.hashing import chain_hash, root_hash
+from engine.core.hashing import chain_hash, root_hash
 
 END_SEQ = b"\xff" * 8
 

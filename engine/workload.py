@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from engine.request import RequestOutput, SamplingParams
+from engine.core.request import RequestOutput, SamplingParams
 
 PROMPT_KEYS = ("prompt", "messages", "prompt_token_ids")
 

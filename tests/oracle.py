@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 
-from engine.request import Status
+from engine.core.request import Status
 from kvtui.state import CACHED, FINISHED, FREE, PREEMPTED, RUNNING, WAITING
-from kvtui.timeline import Timeline
+from kvtui.state.timeline import Timeline
 
 STATUS = {Status.WAITING: {WAITING, PREEMPTED}, Status.RUNNING: {RUNNING}, Status.FINISHED: {FINISHED}}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.model import stock_attention
+from engine.models.loading import stock_attention
 
 
 @torch.inference_mode()

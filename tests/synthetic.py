@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.metrics import HitCounts, HitRateTracker
+from engine.trace.metrics import HitCounts, HitRateTracker
 
 WORDS = ("the", " cat", " sat", " on", " a", " mat", ".", " You", " are", " helpful", " assistant", " Answer",
          " briefly", ",", " and", " why", " is", " sky", " blue", "?", " tell", " me", " about", " KV", " cache",
@@ -198,7 +198,7 @@ class SyntheticEngine:
             detail = {"position": matched, "block_size": bs}
         self.emit("prefix_match", request_id=req.rid, prompt_tokens=req.prompt_len, matched_tokens=matched,
                   reason=reason, detail=detail)
-        self.hit_rates.add(HitCounts.lookup(req.prompt_len, matched, bs))  # engine/metrics.py, as the engine
+        self.hit_rates.add(HitCounts.lookup(req.prompt_len, matched, bs))  # engine/trace/metrics.py, as the engine
         self.emit("hit_rates", **self.hit_rates.event_fields())
         return matched
 

@@ -18,7 +18,7 @@ HYBRID = dict(vocab_size=97, hidden_size=32, intermediate_size=48, max_position_
 @functools.lru_cache(maxsize=None)
 def hybrid_trace(num_blocks: int = 12, max_batched_tokens: int = 24) -> tuple[dict, tuple[dict, ...]]:
     from engine.engine import Engine, EngineConfig
-    from engine.request import SamplingParams
+    from engine.core.request import SamplingParams
 
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(transformers.Gemma3TextConfig(**HYBRID),
@@ -28,7 +28,7 @@ def hybrid_trace(num_blocks: int = 12, max_batched_tokens: int = 24) -> tuple[di
                                                           max_batched_tokens=max_batched_tokens))
     events: list[dict] = []
     engine.trace.listeners.append(events.append)
-    from kvtui.machine_probe import emit_roofline
+    from kvtui.bench.machine_probe import emit_roofline
 
     emit_roofline(engine)  # measured on this machine, as `kvtui record` does
     shared = list(range(10, 30))

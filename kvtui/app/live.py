@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual.binding import Binding
 from textual.widgets import Input, Label
 
-from kvtui.timeline import Timeline
+from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import TextLine
 from kvtui.widgets.token_strip import TokenStrip
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from textual import work
 from textual.message import Message
 
-from kvtui.loader import BatchRejected, LoadedTrace, TraceError, load_trace, read_header
-from kvtui.timeline import Timeline
+from kvtui.app.loader import BatchRejected, LoadedTrace, TraceError, load_trace, read_header
+from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import TextLine
 
 

@@ -25,13 +25,13 @@ from kvtui.app.live import LIVE_BINDINGS, SAMPLING_INPUTS, LiveMixin
 from kvtui.app.loading import LoadingMixin
 from kvtui.app.playback import PLAYBACK_BINDINGS, PlaybackMixin
 from kvtui.app.selection import SelectionMixin
-from kvtui.feed import Controller, EventFeed
-from kvtui.opening import interesting_request, opening_cursor
+from kvtui.app.feed import Controller, EventFeed
+from kvtui.state.opening import interesting_request, opening_cursor
 from kvtui.screens.help import HelpScreen
 from kvtui.screens.panel import PanelScreen
 from kvtui.screens.palette import KvtuiCommands
 from kvtui.state import CacheState
-from kvtui.timeline import Timeline
+from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import TextLine, View, update_if_changed
 from kvtui.widgets.block_pool import BlockPoolView, block_details, edit_summary, pool_legend
 from kvtui.widgets.block_table import BlockTableView

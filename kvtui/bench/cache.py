@@ -12,8 +12,8 @@ from typing import Callable
 
 import torch
 
-from engine.metrics import percentile
-from engine.request import SamplingParams
+from engine.trace.metrics import percentile
+from engine.core.request import SamplingParams
 
 ONE_TOKEN = SamplingParams(max_tokens=1, ignore_eos=True)
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from engine.request import SamplingParams
+from engine.core.request import SamplingParams
 
 
 @dataclass

@@ -14,8 +14,8 @@ from typing import Callable
 
 import torch
 
-from engine.model import stock_attention
-from engine.request import SamplingParams
+from engine.models.loading import stock_attention
+from engine.core.request import SamplingParams
 
 
 @dataclass

@@ -47,7 +47,7 @@ def bench_live_frame(header: dict, events: list[dict], per_frame: int = 2000, fr
     idle), so the median of idle pauses is measured too and subtracted.
     """
     from kvtui.app import KvtuiApp
-    from kvtui.feed import EventFeed
+    from kvtui.app.feed import EventFeed
 
     feed = EventFeed()
     app = KvtuiApp(source="bench", live=True, feed=feed, frame_rate=None)

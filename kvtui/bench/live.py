@@ -33,7 +33,7 @@ def run(model: str, device: str, seconds: float, size: tuple[int, int], max_toke
 
     from engine.engine import EngineConfig
     from kvtui.app import KvtuiApp
-    from kvtui.feed import EngineWorker, EventFeed
+    from kvtui.app.feed import EngineWorker, EventFeed
 
     feed = EventFeed()
     worker = EngineWorker(feed, model, EngineConfig(device=device, num_blocks=num_blocks))

@@ -18,8 +18,8 @@ from typing import Callable
 
 import torch
 
-from engine.model import stock_attention
-from engine.request import SamplingParams
+from engine.models.loading import stock_attention
+from engine.core.request import SamplingParams
 
 
 def tiny_llama(max_positions: int, hidden: int = 64, layers: int = 2, seed: int = 0):

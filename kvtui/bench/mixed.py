@@ -16,8 +16,8 @@ from typing import Callable
 
 import torch
 
-from engine.model import stock_attention
-from engine.request import SamplingParams
+from engine.models.loading import stock_attention
+from engine.core.request import SamplingParams
 from kvtui.bench.engine_vs_generate import _generate_config
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.metrics import percentile
+from engine.trace.metrics import percentile
 from engine.workload import load_workload, run_workload
 
 DEFAULT_WORKLOADS = ("fixtures/workloads/shared_system_8users.json", "fixtures/workloads/agents_shared_background.json")

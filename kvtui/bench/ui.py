@@ -34,7 +34,7 @@ def record_trace(n_events: int, seed: int = 11, block_size: int = 16, num_blocks
     import transformers
 
     from engine.engine import Engine, EngineConfig
-    from engine.request import SamplingParams
+    from engine.core.request import SamplingParams
 
     config = transformers.Gemma3TextConfig(**TINY_MODEL)
     torch.manual_seed(seed)
@@ -93,7 +93,7 @@ def write_trace_file(path: str | Path, header: dict, events: list[dict]) -> None
 
 
 def bench_ingest(header, events) -> float:
-    from kvtui.timeline import Timeline
+    from kvtui.state.timeline import Timeline
 
     t0 = time.perf_counter()
     Timeline(header, events)
@@ -107,12 +107,12 @@ def bench_parse(header, events) -> float:
         path = Path(tmp) / "bench.jsonl"
         write_trace_file(path, header, events)
         t0 = time.perf_counter()
-        read_trace(path, allow_unknown=True)  # what replay reads with (kvtui.loader): every field checked
+        read_trace(path, allow_unknown=True)  # what replay reads with (kvtui.app.loader): every field checked
         return len(events) / (time.perf_counter() - t0)
 
 
 def bench_seek(header, events, samples: int = 30) -> tuple[float, float]:
-    from kvtui.timeline import Timeline
+    from kvtui.state.timeline import Timeline
 
     tl = Timeline(header, events)
     rng = random.Random(0)

@@ -166,7 +166,7 @@ def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeou
 def replay_attach(trace: str, header: dict) -> None:
     """`kvtui replay` of an attach trace: the fleet views, at the end of the recording (g: go to a %)."""
     from kvtui.app.fleet_app import FleetApp
-    from kvtui.loader import load_trace
+    from kvtui.app.loader import load_trace
 
     loaded = load_trace(trace)
     if loaded.error is not None:

@@ -28,8 +28,8 @@ def compare_edit(text, position, replacement, model, width):
     The encoder edits the token over the same character (tokenizers differ).
     Example: kvtui compare-edit "The cat sat on the mat because it was warm." -p 4 -t " dog"
     """
-    from engine.edit_reach import EditReachError, aligned_position, format_reach, load_encoder, measure
-    from engine.model import ModelLoadError, load_model, stock_attention
+    from engine.models.edit_reach import EditReachError, aligned_position, format_reach, load_encoder, measure
+    from engine.models.loading import ModelLoadError, load_model, stock_attention
 
     try:
         causal, causal_tokenizer, causal_name = load_model(model, device="cpu")

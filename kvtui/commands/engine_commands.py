@@ -66,7 +66,7 @@ def engine_config(overrides: dict | None = None, **options):
 
 def load_engine(model: str, config):
     from engine.engine import Engine
-    from engine.model import ModelLoadError
+    from engine.models.loading import ModelLoadError
 
     try:
         return Engine.load(model, config)
@@ -86,7 +86,7 @@ def load_engine(model: str, config):
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Also write the trace here.")
 def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, trace_path, **options):
     """Generate from PROMPT through the paged cache; stream the text, then print TTFT and TPOT."""
-    from engine.request import SamplingParams
+    from engine.core.request import SamplingParams
 
     engine = load_engine(model, engine_config(**options))
     if trace_path:
@@ -99,7 +99,7 @@ def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, tr
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
 
-    from engine.stream_text import StreamDecoder
+    from engine.models.stream_text import StreamDecoder
 
     decoder = StreamDecoder(engine.tokenizer) if engine.tokenizer is not None else None
 
@@ -140,7 +140,7 @@ def record(workload, out, model, publish, **options):
     if publisher is not None:
         engine.trace.listeners.append(publisher)
         click.echo(f"publishing vLLM KV events on {publisher.endpoint}", err=True)
-    from kvtui.machine_probe import emit_roofline
+    from kvtui.bench.machine_probe import emit_roofline
 
     emit_roofline(engine)  # this machine's roofline for the model, once, for the roofline view
     total = len(spec.requests) + len(spec.edits)  # an edited request finishes once more
@@ -188,7 +188,7 @@ def info(model, config_source, tokens, **options):
 
 
 def config_info(source: str, tokens: str, dtype: str, block_size: int) -> str:
-    from engine.kv_budget import ConfigError, format_budget, load_config, shape_from_config
+    from engine.models.kv_budget import ConfigError, format_budget, load_config, shape_from_config
 
     try:
         counts = [int(t) for t in tokens.replace(" ", "").split(",") if t]
@@ -201,7 +201,7 @@ def config_info(source: str, tokens: str, dtype: str, block_size: int) -> str:
     try:
         config, name = load_config(source)
         shape = shape_from_config(config, name)
-        return format_budget(shape, counts, dtype if typed or not shape.config_dtype else shape.config_dtype,
+        return format_budget(shape, counts, dtype if typed or not shape.dtype else shape.dtype,
                              block_size)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
@@ -213,7 +213,7 @@ def format_info(engine) -> str:
     lines = [
         f"model          {shape.name}",
         f"layers         {shape.layers}",
-        f"heads          {shape.q_heads} query, {shape.kv_heads} KV ({shape.attention_kind}), head dim {shape.head_dim}",
+        f"heads          {shape.q_heads} query, {shape.kv_heads} KV ({shape.attention_kind()}), head dim {shape.head_dim}",
         f"dtype          {shape.dtype} ({shape.elem_bytes} bytes)",
     ]
     windows = sorted({w for w in shape.windows if w is not None})
@@ -276,7 +276,7 @@ def stats(trace_file, as_json):
     import json
 
     from engine.trace import read_trace
-    from engine.trace_stats import format_stats, stats_json, summarize
+    from engine.trace.stats import format_stats, stats_json, summarize
 
     try:
         trace = read_trace(trace_file, allow_unknown=True)  # the reader replay uses

@@ -18,8 +18,8 @@ def export(trace, perfetto_out):
     the three hit rates, tokens per step) and an evictions track. Open it at https://ui.perfetto.dev
     ("Open trace file"), or with Perfetto's trace_processor.
     """
-    from kvtui.loader import load_trace
-    from kvtui.perfetto_trace import build_perfetto
+    from kvtui.app.loader import load_trace
+    from kvtui.export.perfetto import build_perfetto
 
     loaded = load_trace(trace)
     if loaded.error is not None and not loaded.events:

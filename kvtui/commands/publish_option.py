@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kvtui.feed import EventFeed
+from kvtui.app.feed import EventFeed
 
 publish_option = click.option(
     "--publish", default=None, metavar="tcp://HOST:PORT[,replay=...][,topic=...]",

@@ -51,7 +51,7 @@ def _check_replay(rest: tuple[str, ...]) -> None:
     """Refuse a missing or unreadable trace now, not in each browser tab."""
     import os
 
-    from kvtui.loader import read_header
+    from kvtui.app.loader import read_header
 
     traces = [a for a in rest if not a.startswith("-")]
     if not traces:

@@ -31,7 +31,7 @@ def _check_model_path(model: str) -> None:
 def live(model, max_tokens, save_trace, publish, **options):
     """Open the live UI: type prompts, watch the cache, edit tokens."""
     from kvtui.app import KvtuiApp
-    from kvtui.feed import EngineWorker, EventFeed
+    from kvtui.app.feed import EngineWorker, EventFeed
 
     if max_tokens < 1:
         raise click.UsageError(f"--max-tokens must be at least 1 (got {max_tokens})")
@@ -57,14 +57,14 @@ def live(model, max_tokens, save_trace, publish, **options):
                                                  "the busiest step when the end holds no blocks)")
 def replay(trace, check, from_start):
     """Replay a recorded trace: play, step, seek and inspect every view."""
-    from kvtui.loader import load_trace, read_header
+    from kvtui.app.loader import load_trace, read_header
 
     header, error = read_header(trace)
     if header is None:
         raise click.ClickException(f"{trace}, line {error.line}: {error.message}")
     if check:
         from kvtui.app.loading import fold
-        from kvtui.timeline import Timeline
+        from kvtui.state.timeline import Timeline
 
         timeline = Timeline(header)  # the replay's own path: reader, then reducer
         loaded = load_trace(trace, on_batch=lambda batch: fold(timeline, batch))

@@ -6,9 +6,9 @@ replay endpoint) fetches the missing batches from the publisher's ROUTER with a 
 `[b"", start_seq]`, replies `[b"", topic, seq, payload]` (vLLM >= 0.26, SGLang) or `[b"", seq, payload]`
 (older vLLM), ended by seq 0xff..ff. Restarts (the live sequence going back), gaps replay cannot fill, and
 malformed or oversized messages become events (`attach_gap`, `attach_malformed`): counted and shown, never a
-crash. Events go to a `TraceSink` (engine/trace.py, torch-free): the reducer folds them (a batch listener: a
+crash. Events go to a `TraceSink` (engine/trace/writer.py, torch-free): the reducer folds them (a batch listener: a
 message's events at once), the -o file writes them.
-The event types are engine/attach_schema.py.
+The event types are engine/trace/attach_events.py.
 
 With the UI, all of this runs in a process of its own, the collector (kvtui/sources/collector.py), which also
 folds the events; the UI process only draws what the collector sends it. Each event's `t` is when its message

@@ -1,6 +1,6 @@
 """The two events nearly every attach message is made of, `kv_block_stored` and `kv_block_removed`, as msgspec
 structs: decoded straight from vLLM's / SGLang's msgpack (in C: msgspec reads the wire's field names through
-`rename`), folded by `FleetState`, and written as the dicts engine/attach_schema.py lists (`as_dict`).
+`rename`), folded by `FleetState`, and written as the dicts engine/trace/attach_events.py lists (`as_dict`).
 
 Why structs and not dicts: at 100k blocks a second a 2-core machine has ~10 us per block for everything, and a
 dict per event (built, filled, read back key by key) was half of it; a struct is built by the decoder and read
@@ -54,7 +54,7 @@ class KvBlockStored(_Ours, tag="BlockStored", gc=False,
     token_pairs: bool = False  # SGLang's (token, next token) pairs were flattened to tokens
 
     def as_dict(self) -> dict:
-        """The event as the trace writes it (engine/attach_schema.py)."""
+        """The event as the trace writes it (engine/trace/attach_events.py)."""
         out = {"seq": self.seq, "t": self.t, "type": "kv_block_stored", "worker": self.worker,
                "wire_seq": self.wire_seq, "engine_ts": self.engine_ts, "hashes": [hash_hex(h) for h in self.hashes],
                "parent": None if self.parent is None else hash_hex(self.parent), "token_ids": self.token_ids,

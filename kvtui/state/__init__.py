@@ -19,7 +19,7 @@ Speed matters (a replay ingests hundreds of thousands of events per second, and 
   much of it it has seen, so copying a state never copies the history;
 - requests and radix nodes are copied on write: a snapshot shares them and the first mutation copies just
   that one object.
-`Timeline` (kvtui/timeline.py) keeps keyframes (snapshots every N events) so `state_at(k)` is fast.
+`Timeline` (kvtui/state/timeline.py) keeps keyframes (snapshots every N events) so `state_at(k)` is fast.
 """
 
 from kvtui.state.cache_state import CacheState

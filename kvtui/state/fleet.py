@@ -1,4 +1,4 @@
-"""`FleetState`: the reducer of attach events (engine/attach_schema.py) into what the fleet views draw.
+"""`FleetState`: the reducer of attach events (engine/trace/attach_events.py) into what the fleet views draw.
 
 Separate from `CacheState` on purpose: an attached vLLM / SGLang engine publishes a hash space, not physical
 blocks. What it has: which worker holds which block (keyed by worker, group and hash), the chain of hashes

@@ -19,7 +19,7 @@ stops:
 
 from __future__ import annotations
 
-from engine.miss_explainer import common_prefix
+from engine.core.miss_explainer import common_prefix
 from kvtui.state.fleet import FleetState, Node, Worker
 
 

@@ -194,7 +194,7 @@ class RequestsReducer:
         new_ids, new_texts, n_del = list(ev["token_ids"]), list(ev["texts"]), ev["num_deleted"]
         if kind == "insert":
             n_del = 0
-        # the same rule as engine/edits.py apply_edit
+        # the same rule as engine/core/edits.py apply_edit
         ids = req.token_ids[:m] + new_ids + req.token_ids[m + n_del:]
         texts = req.texts[:m] + new_texts + req.texts[m + n_del:]
         in_prompt = m < req.prompt_len or req.num_tokens == req.prompt_len

@@ -173,7 +173,7 @@ class TreeReducer:
                 grandchild.parent_id = new_id
         for p in child.blocks:
             self.block_node[p] = new_id
-        for rid in set(child.lockers):  # a request whose handle was this node now holds the suffix (engine/radix.py)
+        for rid in set(child.lockers):  # a request whose handle was this node now holds the suffix (engine/core/radix.py)
             req = self.requests.get(rid)
             if req is not None and node.node_id in req.locked:
                 req = self._req(rid)

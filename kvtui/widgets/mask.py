@@ -14,7 +14,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-from kvtui.masks import CACHED, CHUNK, MASKED, SINK, LayerKind, StepMasks, cell, layer_kinds, step_masks
+from kvtui.state.masks import CACHED, CHUNK, MASKED, SINK, LayerKind, StepMasks, cell, layer_kinds, step_masks
 from kvtui.widgets.base import BOLD, DIM, HEADING, BuiltLinesView, owner_style, pad
 
 MAX_QUERY_ROWS = 12

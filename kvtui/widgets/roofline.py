@@ -11,8 +11,8 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-from engine.metrics import percentile
-from kvtui.roofline import RooflineScan, StepPoint, log_position
+from engine.trace.metrics import percentile
+from kvtui.state.roofline import RooflineScan, StepPoint, log_position
 from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, BuiltLinesView, fmt_bytes, fmt_seconds, pad
 
 CHART_ROWS = 14

@@ -15,7 +15,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.strip import Strip
 
-from engine.metrics import PERCENTILES, latency_summaries
+from engine.trace.metrics import PERCENTILES, latency_summaries
 from kvtui.state import CacheState, Request
 from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, LineView, fmt_seconds, owner_style, pad
 
@@ -109,7 +109,7 @@ def lane_cells(req: Request, span: float, cols: int, now: float) -> list[tuple[s
 
 
 def latency_values(state: CacheState, last: int | None = None) -> dict[str, list[float]]:
-    """TTFT and TPOT of each request (its latest run), and every inter-token gap, as engine/metrics.py defines
+    """TTFT and TPOT of each request (its latest run), and every inter-token gap, as engine/trace/metrics.py defines
     them; `last`: only the most recent `last` requests (and 8 x as many gaps)."""
     order = state.order if last is None else state.order[-last:]
     reqs = [state.requests[rid] for rid in order]

@@ -54,7 +54,7 @@ def test_prefix_bench_runs_a_workload_with_the_cache_on_and_off(tmp_path):
 
 def test_padded_generate_baseline_generates_every_token():
     from kvtui.bench.mixed import mixed_prompts, padded_generate
-    from engine.random_models import random_model
+    from engine.models.random_models import random_model
 
     model, _, _ = random_model("random:llama:tiny", torch.float32, torch.device("cpu"))
     prompts = mixed_prompts(256, 3, 4, 9)

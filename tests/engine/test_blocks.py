@@ -2,9 +2,9 @@ import pytest
 import torch
 from tiny_models import tiny_model
 
-from engine.blocks import BlockPool, OutOfBlocks, tail_waste
+from engine.core.blocks import BlockPool, OutOfBlocks, tail_waste
 from engine.engine import Engine, EngineConfig
-from engine.model import describe
+from engine.models.loading import describe
 from engine.trace import TraceSink
 
 

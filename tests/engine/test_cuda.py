@@ -44,7 +44,7 @@ def _exact(model, outputs, tol=1e-4):
 
 def test_chunks_over_a_cached_prefix_on_cuda_are_exact():
     """Shared prefixes and chunked prefills: every chunk after the first attends over a cached prefix (the
-    CUDA lower-right causal path of engine/sdpa.py) and reads whole blocks."""
+    CUDA lower-right causal path of engine/worker/sdpa.py) and reads whole blocks."""
     model = tiny_model("llama-gqa").to("cuda")
     engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=256, max_batched_tokens=13))
     shared = random_prompts([40], seed=3)[0]
@@ -102,7 +102,7 @@ def test_rings_on_cuda_are_exact_through_chunks_and_edits(style):
 def test_attention_sinks_on_cuda_are_exact_to_their_own_mask():
     import transformers
 
-    from engine.model import stock_attention
+    from engine.models.loading import stock_attention
 
     config = transformers.LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
@@ -124,7 +124,7 @@ def test_attention_sinks_on_cuda_are_exact_to_their_own_mask():
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
 def test_chunk_over_prefix_kernel_on_cuda_equals_one_masked_call(dtype, tol):
-    from engine.sdpa import attend, causal_mask, chunk_over_prefix
+    from engine.worker.sdpa import attend, causal_mask, chunk_over_prefix
 
     torch.manual_seed(0)
     q = torch.randn(1, 8, 37, 64, device="cuda", dtype=dtype)
@@ -136,7 +136,7 @@ def test_chunk_over_prefix_kernel_on_cuda_equals_one_masked_call(dtype, tol):
 
 
 def test_random_llama_1b_in_bf16_decodes_a_batch_on_cuda():
-    from engine.model import load_model
+    from engine.models.loading import load_model
 
     model, tokenizer, name = load_model("random:llama:1b", device="cuda", dtype="bfloat16")
     assert name == "random:llama:1b" and tokenizer is None

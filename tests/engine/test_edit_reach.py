@@ -1,10 +1,10 @@
-"""Causal vs bidirectional on real models (engine/edit_reach.py, `kvtui compare-edit`): edit token m; in the causal
+"""Causal vs bidirectional on real models (engine/models/edit_reach.py, `kvtui compare-edit`): edit token m; in the causal
 decoder positions < m stay bit-identical in every layer, in the BERT encoder every position changes."""
 
 import pytest
 from click.testing import CliRunner
 
-from engine.edit_reach import EditReachError, aligned_position, format_reach, load_encoder, measure
+from engine.models.edit_reach import EditReachError, aligned_position, format_reach, load_encoder, measure
 
 TEXT = "The cat sat on the mat because it was warm."
 
@@ -16,7 +16,7 @@ def encoder():
 
 @pytest.fixture(scope="module")
 def causal():
-    from engine.model import load_model
+    from engine.models.loading import load_model
 
     return load_model("smollm2", device="cpu")
 
@@ -40,7 +40,7 @@ def test_encoder_edit_changes_every_position_in_every_layer(encoder):
 
 @pytest.mark.smollm2
 def test_causal_edit_keeps_positions_before_m_bit_identical(causal):
-    from engine.model import stock_attention
+    from engine.models.loading import stock_attention
 
     model, tokenizer, name = causal
     m = 4

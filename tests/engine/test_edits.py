@@ -4,7 +4,7 @@ import pytest
 from reference import greedy_generate, no_cache_logits
 from tiny_models import random_prompts, tiny_model
 
-from engine.edits import EditError, apply_edit
+from engine.core.edits import EditError, apply_edit
 from engine.engine import Engine, EngineConfig, SamplingParams
 
 BS = 4

@@ -21,9 +21,9 @@ from oracle import Witness, differences
 from reference import greedy_generate
 from tiny_models import tiny_model
 
-from engine.edits import EditError
+from engine.core.edits import EditError
 from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.request import Status
+from engine.core.request import Status
 
 EXAMPLES = int(os.environ.get("KVTUI_ENGINE_EXAMPLES", "300"))
 SMALL = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4)

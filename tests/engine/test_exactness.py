@@ -7,8 +7,8 @@ from reference import greedy_generate, no_cache_logits
 from tiny_models import ARCHITECTURES, random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.scheduler import ScheduledChunk
-from engine.request import Request
+from engine.core.scheduler import ScheduledChunk
+from engine.core.request import Request
 
 TOL = 1e-4
 
@@ -92,7 +92,7 @@ def test_preempted_request_stays_exact():
 
 def test_models_outside_the_attention_interface_are_refused():
     """GPT-J keeps its own attention code: paging would silently change the answer, so the engine refuses."""
-    from engine.model import ModelLoadError
+    from engine.models.loading import ModelLoadError
 
     config = transformers.GPTJConfig(vocab_size=97, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64)
     model = transformers.AutoModelForCausalLM.from_config(config)

@@ -10,7 +10,7 @@ import torch
 from reference import greedy_generate, no_cache_logits
 
 from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.model import stock_attention
+from engine.models.loading import stock_attention
 
 pytestmark = pytest.mark.gemma3
 

@@ -1,4 +1,4 @@
-"""`kvtui info --config`: KV bytes for any model from its config alone (engine/kv_budget.py), no weights, no torch."""
+"""`kvtui info --config`: KV bytes for any model from its config alone (engine/models/kv_budget.py), no weights, no torch."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine.kv_budget import ConfigError, kv_bytes, load_config, shape_from_config
+from engine.models.kv_budget import ConfigError, kv_bytes, load_config, shape_from_config
 from kvtui.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def test_config_fields_and_defaults():
     nested = shape_from_config({"model_type": "gemma3", "text_config": GEMMA3})  # multimodal: its text part
     assert nested.layers == 18 and nested.kv_heads == 1
     gpt2 = shape_from_config({"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768})
-    assert (gpt2.layers, gpt2.kv_heads, gpt2.head_dim, gpt2.kind()) == (12, 12, 64, "MHA")
+    assert (gpt2.layers, gpt2.kv_heads, gpt2.head_dim, gpt2.attention_kind()) == (12, 12, 64, "MHA")
     with pytest.raises(ConfigError, match="num_hidden_layers"):
         shape_from_config({"model_type": "bert_like_without_heads"})
     with pytest.raises(ConfigError, match="latent"):

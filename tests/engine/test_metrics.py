@@ -1,11 +1,11 @@
-"""engine/metrics.py: token / request / block hit rates, cumulative and windowed."""
+"""engine/trace/metrics.py: token / request / block hit rates, cumulative and windowed."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.metrics import HitRateTracker
-from engine.miss_explainer import PrefixMatch
+from engine.trace.metrics import HitRateTracker
+from engine.core.miss_explainer import PrefixMatch
 from engine.trace import validate_event
 
 

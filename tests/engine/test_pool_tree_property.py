@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine.blocks import BlockPool
-from engine.eviction import POLICIES, priority
-from engine.hashing import block_hashes
-from engine.radix import Node, RadixCache
+from engine.core.blocks import BlockPool
+from engine.core.eviction import POLICIES, priority
+from engine.core.hashing import block_hashes
+from engine.core.radix import Node, RadixCache
 from engine.trace import TraceSink
 
 EXAMPLES = int(os.environ.get("KVTUI_HYPOTHESIS_EXAMPLES", "1000"))

@@ -1,14 +1,14 @@
-"""engine/radix.py: match / insert / split / evict / lock / salt, every miss reason, every policy."""
+"""engine/core/radix.py: match / insert / split / evict / lock / salt, every miss reason, every policy."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.blocks import BlockPool, OutOfBlocks
-from engine.eviction import POLICIES, recompute_cost
-from engine.hashing import block_hashes
-from engine.miss_explainer import PrefixMatch
-from engine.radix import RadixCache
+from engine.core.blocks import BlockPool, OutOfBlocks
+from engine.core.eviction import POLICIES, recompute_cost
+from engine.core.hashing import block_hashes
+from engine.core.miss_explainer import PrefixMatch
+from engine.core.radix import RadixCache
 from engine.trace import validate_event, TraceSink
 
 BS = 4

@@ -1,4 +1,4 @@
-"""engine/ring.py: window layers in O(W) rings, exact against transformers' no-cache forward (fp32)."""
+"""engine/worker/ring.py: window layers in O(W) rings, exact against transformers' no-cache forward (fp32)."""
 
 import pytest
 import torch
@@ -7,9 +7,9 @@ from reference import no_cache_logits
 from tiny_models import random_prompts
 
 from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.model import ModelLoadError, describe, layer_windows, stock_attention
-from engine.request import Request
-from engine.scheduler import ScheduledChunk
+from engine.models.loading import ModelLoadError, describe, layer_windows, stock_attention
+from engine.core.request import Request
+from engine.core.scheduler import ScheduledChunk
 from kvtui.commands.engine_commands import format_info
 
 TOL = 1e-4

@@ -3,7 +3,7 @@ import torch
 from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.sampling import make_generator, sample
+from engine.worker.sampling import make_generator, sample
 
 
 def test_greedy_is_argmax_and_top_k_one_is_greedy():

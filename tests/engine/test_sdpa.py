@@ -1,9 +1,9 @@
-"""engine/sdpa.py: a chunk over a cached prefix split into prefix + causal self parts equals one masked call."""
+"""engine/worker/sdpa.py: a chunk over a cached prefix split into prefix + causal self parts equals one masked call."""
 
 import pytest
 import torch
 
-from engine.sdpa import attend, causal_mask, chunk_over_prefix, merge
+from engine.worker.sdpa import attend, causal_mask, chunk_over_prefix, merge
 
 
 @pytest.mark.parametrize("hq,hkv,prefix,n", [(4, 2, 300, 37), (8, 1, 1, 5), (4, 4, 64, 1), (6, 3, 17, 64)])

@@ -1,5 +1,5 @@
 """`kvtui stats` and the UI give the same numbers on every fixture trace: hit rates, and TTFT / TPOT / ITL
-percentiles (one module, engine/metrics.py, defines them all)."""
+percentiles (one module, engine/trace/metrics.py, defines them all)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine.metrics import latency_summaries, percentile
+from engine.trace.metrics import latency_summaries, percentile
 from engine.trace import read_trace
-from engine.trace_stats import summarize
+from engine.trace.stats import summarize
 from kvtui.commands.engine_commands import stats as stats_cmd
 from kvtui.state import replay
 from kvtui.widgets.timeline import latency_summary, latency_values

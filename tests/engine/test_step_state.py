@@ -4,10 +4,10 @@ import torch
 from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.paged_kv import BlockTables
-from engine.request import Request
-from engine.sampling import sample
-from engine.scheduler import ScheduledChunk
+from engine.worker.paged_kv import BlockTables
+from engine.core.request import Request
+from engine.worker.sampling import sample
+from engine.core.scheduler import ScheduledChunk
 
 
 def _request(table):

@@ -1,4 +1,4 @@
-"""Streamed text never breaks a character (engine/stream_text.py, `kvtui generate`): SmolLM2's byte-level BPE
+"""Streamed text never breaks a character (engine/models/stream_text.py, `kvtui generate`): SmolLM2's byte-level BPE
 splits an emoji or a CJK character over several tokens, and each of them alone decodes to U+FFFD."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from engine.stream_text import REPLACEMENT, StreamDecoder
+from engine.models.stream_text import REPLACEMENT, StreamDecoder
 
 pytestmark = pytest.mark.smollm2
 
@@ -17,7 +17,7 @@ TEXT = "猫が好き 🐱 and naïve café: 你好，世界！🎉"
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from engine.packaged import prepared_dir
+    from engine.models.packaged import prepared_dir
 
     return AutoTokenizer.from_pretrained(prepared_dir("smollm2"))
 

@@ -1,4 +1,4 @@
-"""The one trace reader (engine/trace_reader.py) against corrupted fixture traces: truncated, bytes flipped,
+"""The one trace reader (engine/trace/reader.py) against corrupted fixture traces: truncated, bytes flipped,
 lines dropped, duplicated and reordered, fields of the wrong type, a 100 MB line. Whatever the damage, the
 tolerant reader returns the good prefix (exactly the lines before the one it names) or everything, never raises;
 strict raises exactly when tolerant reports, naming the same line."""
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.trace_reader import MAX_LINE_BYTES, TraceError, parse_trace_lines, read_header, read_trace
-from engine.trace_schema import EVENT_FIELDS, FAST_CHECKS, validate_event
+from engine.trace.reader import MAX_LINE_BYTES, TraceError, parse_trace_lines, read_header, read_trace
+from engine.trace.schema import EVENT_FIELDS, FAST_CHECKS, validate_event
 
 TRACES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "traces").glob("*.jsonl"))
 DATA = {path.name: path.read_bytes() for path in TRACES}

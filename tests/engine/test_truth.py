@@ -9,7 +9,7 @@ from oracle import Witness, differences
 from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.request import Status
+from engine.core.request import Status
 
 
 def make(arch="llama-gqa", **config):

@@ -4,9 +4,9 @@ import pytest
 from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig
-from engine.metrics import percentile, tpot
+from engine.trace.metrics import percentile, tpot
 from engine.trace import read_trace
-from engine.trace_stats import format_stats, summarize
+from engine.trace.stats import format_stats, summarize
 from engine.workload import WorkloadError, load_workload, run_workload
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kvtui.app import KvtuiApp
-from kvtui.feed import EventFeed, RecordingController
+from kvtui.app.feed import EventFeed, RecordingController
 from kvtui.state import replay, state_fingerprint
-from kvtui.timeline import Timeline
+from kvtui.state.timeline import Timeline
 from kvtui.widgets.block_pool import BlockPoolView
 
 SIZE = (100, 32)

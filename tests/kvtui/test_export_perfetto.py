@@ -1,4 +1,4 @@
-"""kvtui/perfetto_trace.py and `kvtui export --perfetto`: the file read back with the perfetto package's protos."""
+"""kvtui/export/perfetto.py and `kvtui export --perfetto`: the file read back with the perfetto package's protos."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tiny_trace import hybrid_trace
 
 from engine.trace import TraceWriter
 from kvtui.cli import main
-from kvtui.perfetto_trace import COUNTERS, build_perfetto
+from kvtui.export.perfetto import COUNTERS, build_perfetto
 
 
 def read_back(data: bytes):
@@ -113,7 +113,7 @@ def test_export_fixture_trace_and_bad_input(tmp_path):
 
 
 def _load(path):
-    from kvtui.loader import load_trace
+    from kvtui.app.loader import load_trace
 
     loaded = load_trace(str(path))
     return loaded.header, loaded.events

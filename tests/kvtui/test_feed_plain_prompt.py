@@ -1,8 +1,8 @@
-"""Live prompts for a model without a chat template (Gemma 3 270M base) go in as plain text (kvtui/feed.py)."""
+"""Live prompts for a model without a chat template (Gemma 3 270M base) go in as plain text (kvtui/app/feed.py)."""
 
 from types import SimpleNamespace
 
-from kvtui.feed import plain_if_no_template
+from kvtui.app.feed import plain_if_no_template
 
 MESSAGES = [{"role": "user", "content": "Once upon a time,"}, {"role": "user", "content": "there was"}]
 

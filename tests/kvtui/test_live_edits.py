@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from engine.trace import read_trace
 from kvtui.app import KvtuiApp
-from kvtui.feed import EngineWorker, EventFeed, RecordingController
+from kvtui.app.feed import EngineWorker, EventFeed, RecordingController
 
 SIZE = (100, 32)
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""The token strip's replace on the real engine (kvtui.feed.apply_live_edit): the selection, one token or a range,
+"""The token strip's replace on the real engine (kvtui.app.feed.apply_live_edit): the selection, one token or a range,
 is replaced by the typed text whatever its length in tokens. The reported bug: typing "V cache and an LRU" to
 replace 'V' at position 28 of "What is a KV cache? Answer in one sentence." also replaced the tokens after it."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.edits import EditError, apply_edit
+from engine.core.edits import EditError, apply_edit
 from engine.engine import Engine, EngineConfig, SamplingParams
-from kvtui.feed import apply_live_edit
+from kvtui.app.feed import apply_live_edit
 from kvtui.state import replay
 
 pytestmark = pytest.mark.smollm2

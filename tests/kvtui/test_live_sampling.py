@@ -8,7 +8,7 @@ from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig
 from kvtui.app import KvtuiApp
-from kvtui.feed import EngineWorker, EventFeed, RecordingController
+from kvtui.app.feed import EngineWorker, EventFeed, RecordingController
 
 pytestmark = pytest.mark.anyio
 SIZE = (120, 36)

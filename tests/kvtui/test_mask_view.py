@@ -1,4 +1,4 @@
-"""kvtui/masks.py and kvtui/widgets/mask.py: the attention masks of a step, on a real tiny hybrid-model trace."""
+"""kvtui/state/masks.py and kvtui/widgets/mask.py: the attention masks of a step, on a real tiny hybrid-model trace."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from tiny_trace import hybrid_trace
 
 from kvtui.app import KvtuiApp
-from kvtui.masks import CACHED, CHUNK, FUTURE, MASKED, SINK, LayerKind, cell, layer_kinds, step_masks
+from kvtui.state.masks import CACHED, CHUNK, FUTURE, MASKED, SINK, LayerKind, cell, layer_kinds, step_masks
 from kvtui.screens.panel import PanelScreen
 from kvtui.state import replay
-from kvtui.timeline import Timeline
+from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import View
 from kvtui.widgets.mask import REGION_STYLE, MaskView
 
@@ -131,7 +131,7 @@ def test_gemma3_fixture_past_its_window():
     256 sees the whole prefix in the full layers, and only the last 512 keys in the window layers."""
     from pathlib import Path
 
-    from kvtui.loader import load_trace
+    from kvtui.app.loader import load_trace
 
     trace = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "gemma3_hybrid_window.jsonl"
     loaded = load_trace(str(trace))
@@ -153,7 +153,7 @@ def test_sink_columns_stay_visible_outside_the_window():
     """fixtures/traces/streaming_sinks.jsonl: SmolLM2 with 4 attention sinks and a forced window of 32."""
     from pathlib import Path
 
-    from kvtui.loader import load_trace
+    from kvtui.app.loader import load_trace
 
     trace = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "streaming_sinks.jsonl"
     loaded = load_trace(str(trace))

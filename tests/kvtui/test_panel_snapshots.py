@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.trace import read_trace
 from kvtui.app import KvtuiApp
-from kvtui.timeline import Timeline
+from kvtui.state.timeline import Timeline
 
 TRACE = Path(__file__).resolve().parent / "data" / "hybrid_tiny.jsonl"
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from engine.trace import read_trace
-from kvtui.loader import load_trace
-from kvtui.opening import interesting_request, opening_cursor
+from kvtui.app.loader import load_trace
+from kvtui.state.opening import interesting_request, opening_cursor
 from kvtui.state import replay, state_fingerprint
-from kvtui.timeline import Timeline
+from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import View
 from kvtui.widgets.block_table import BlockTableView
 from kvtui.widgets.miss import explain

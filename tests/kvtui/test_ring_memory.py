@@ -47,7 +47,7 @@ def test_gemma3_fixture_rings_stop_growing_at_512():
     """The trace recorded from Gemma 3 270M: past 512 tokens its rings hold 15 x 512 positions, full attention more."""
     from pathlib import Path
 
-    from kvtui.loader import load_trace
+    from kvtui.app.loader import load_trace
 
     loaded = load_trace(str(Path(__file__).resolve().parents[2] / "fixtures/traces/gemma3_hybrid_window.jsonl"))
     state = replay(loaded.header, loaded.events)

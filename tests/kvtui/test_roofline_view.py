@@ -1,4 +1,4 @@
-"""kvtui/roofline.py, kvtui/widgets/roofline.py and kvtui/machine_probe.py: prefill vs decode on the roofline."""
+"""kvtui/state/roofline.py, kvtui/widgets/roofline.py and kvtui/bench/machine_probe.py: prefill vs decode on the roofline."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from tiny_models import tiny_model
 from tiny_trace import hybrid_trace
 
 from engine.engine import Engine, EngineConfig
-from engine.trace_schema import validate_event
-from kvtui.machine_probe import emit_roofline, model_weights
-from kvtui.roofline import Roofline, RooflineScan
+from engine.trace.schema import validate_event
+from kvtui.bench.machine_probe import emit_roofline, model_weights
+from kvtui.state.roofline import Roofline, RooflineScan
 from kvtui.state import replay
 from kvtui.widgets.base import View
 from kvtui.widgets.roofline import RooflineView

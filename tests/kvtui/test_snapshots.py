@@ -8,7 +8,7 @@ import pytest
 
 from engine.trace import read_trace
 from kvtui.app import KvtuiApp
-from kvtui.timeline import Timeline
+from kvtui.state.timeline import Timeline
 
 TRACE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "synthetic_small.jsonl"
 

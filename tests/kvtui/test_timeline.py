@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from kvtui.state import replay, state_fingerprint
-from kvtui.timeline import Timeline
+from kvtui.state.timeline import Timeline
 
 
 def test_tip_equals_straight_replay(medium_trace):

@@ -58,7 +58,7 @@ with tempfile.TemporaryDirectory() as tmp:
     assert os.path.getsize(os.path.join(tmp, "t.pftrace")) > 1000
 assert "web browser" in cli("serve", "--help")
 
-from kvtui.loader import load_trace
+from kvtui.app.loader import load_trace
 from kvtui.state import replay
 
 loaded = load_trace(TRACE)
@@ -137,7 +137,7 @@ result = CliRunner().invoke(main, ["replay", out, "--check"], catch_exceptions=F
 assert result.exit_code == 0, result.output
 
 from kvtui.app.fleet_app import FleetApp
-from kvtui.loader import load_trace
+from kvtui.app.loader import load_trace
 
 loaded = load_trace(out)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvtui.state import replay
-from engine.metrics import percentile
+from engine.trace.metrics import percentile
 from kvtui.widgets.base import View
 from kvtui.widgets.block_pool import BlockPoolView, block_details, pool_legend
 from kvtui.widgets.block_table import BlockTableView

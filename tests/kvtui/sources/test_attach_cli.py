@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from kvtui.app.fleet_app import FleetApp
 from kvtui.cli import main
-from kvtui.loader import load_trace
+from kvtui.app.loader import load_trace
 from kvtui.state.fleet import replay_fleet, workers_summary
 from kvtui.state.fleet_view import worker_cells
 

@@ -9,7 +9,7 @@ import pytest
 from attach_publishers import Publisher, SBatch, SBlockRemoved, SBlockStored, VBatch, VBlockStored, wait_for
 
 from kvtui.sources.attach import attach_header
-from kvtui.loader import load_trace
+from kvtui.app.loader import load_trace
 from kvtui.sources.collector import CollectorClient
 from kvtui.sources.endpoints import parse_source
 from kvtui.state.fleet import replay_fleet

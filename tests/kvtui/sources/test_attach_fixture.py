@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvtui.loader import load_trace
+from kvtui.app.loader import load_trace
 from kvtui.state import replay
 from kvtui.state.fleet import replay_fleet, workers_summary
 from kvtui.state.fleet_explain import explain_prompt

@@ -1,0 +1,112 @@
+"""Which cached block goes first when the pool runs out: the policies and what they may take.
+
+Only the last block of an unlocked leaf whose block nobody references can go, so a parent is never evicted
+before its children and a running request's path never goes. Tails (partly filled blocks, engine/core/tails.py)
+go before any whole block: each costs fewer than block_size tokens to recompute.
+    lru   least recently used first
+    lfu   fewest hits first (then least recent)
+    cost  cheapest to recompute first, weighted by hits: (hits + 1) x attention pairs of the block
+Ties go to the deeper block.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from engine.core.radix import Node
+
+POLICIES = ("lru", "lfu", "cost")
+
+
+def check_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown eviction policy {policy!r}: choose one of {', '.join(POLICIES)}")
+    return policy
+
+
+def recompute_cost(logical: int, block_size: int) -> float:
+    """Attention (query, key) pairs to recompute block `logical`: each position p attends to p + 1 keys."""
+    first = logical * block_size
+    return block_size * first + block_size * (block_size + 1) / 2
+
+
+def priority(node: Node, policy: str, block_size: int) -> tuple:
+    """Sort key of a leaf's last block: the smallest is evicted first."""
+    position = node.depth + len(node.blocks) - 1
+    if policy == "lru":
+        return (node.last_access, -position, node.node_id)
+    if policy == "lfu":
+        return (node.hit_count, node.last_access, -position, node.node_id)
+    # cost: its queries attend to every earlier position, so deep blocks cost more; projections and MLP cost
+    # the same everywhere
+    return ((node.hit_count + 1) * recompute_cost(position, block_size), node.last_access, node.node_id)
+
+
+class EvictionQueue:
+    """Leaves that may be evictable, in a heap by priority: the next victim in O(log n) instead of a scan of the
+    tree. Entries are checked when popped (a node may have been locked, used, grown a child or changed its
+    priority since it was offered), so offering too often is harmless and offering too rarely is the only
+    bug: the tree offers a node whenever it may have become a candidate (its last block cached, its lock refs
+    at 0, its last child or last block evicted, a split)."""
+
+    def __init__(self, policy: str, block_size: int):
+        self.policy, self.block_size = policy, block_size
+        self._heap: list[tuple] = []
+        self._tick = itertools.count()
+
+    def offer(self, node: Node) -> None:
+        heapq.heappush(self._heap, (priority(node, self.policy, self.block_size), next(self._tick), node))
+
+    def pop(self, is_candidate: Callable[[Node], bool], population: int,
+            everyone: Callable[[], list[Node]]) -> Node | None:
+        """The candidate with the smallest priority, or None. When stale entries outnumber the tree's
+        `population` of nodes four to one, the heap is rebuilt from `everyone` (amortised O(1) per offer)."""
+        if len(self._heap) > 64 and len(self._heap) > 4 * population:
+            self._heap = []
+            for node in everyone():
+                if is_candidate(node):
+                    self.offer(node)
+        while self._heap:
+            prio, _, node = heapq.heappop(self._heap)
+            if not is_candidate(node):
+                continue
+            current = priority(node, self.policy, self.block_size)
+            if current != prio:  # touched since it was offered: back in at its place
+                heapq.heappush(self._heap, (current, next(self._tick), node))
+                continue
+            return node
+        return None
+
+
+def evict_to_free_list(pool, evict_one: Callable[[], int | None], num_blocks: int) -> list[int]:
+    """Evict up to `num_blocks` cached blocks now and put them on the pool's free list (tests, CLI)."""
+    evicted = []
+    while len(evicted) < num_blocks and (physical := evict_one()) is not None:
+        pool.free.append(physical)
+        evicted.append(physical)
+    return evicted
+
+
+def count_evictable(root: Node, ref_counts: Sequence[int]) -> int:
+    """Tree blocks that repeated evictions would reclaim now (exact: walks the tree)."""
+    total, order, stack = 0, [], [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(node.children.values())
+    cleared: dict[int, bool] = {}  # node id -> every block of its subtree would go
+    for node in reversed(order):  # children before parents
+        if node is root:
+            continue
+        count = 0
+        if not node.lock_ref and all(cleared[c.node_id] for c in node.children.values()):
+            for physical in reversed(node.blocks):  # only a tail of unreferenced blocks can go
+                if ref_counts[physical]:
+                    break
+                count += 1
+        total += count
+        cleared[node.node_id] = count == len(node.blocks)
+    return total

@@ -1,0 +1,335 @@
+"""The KV-cache manager: the one front door of the cache for the scheduler and the engine.
+
+It owns the parts, each one concept in its own module:
+    BlockPool  (blocks.py)   physical blocks, free list, ref counts, copy-on-write
+    PagedKV    (paged_kv.py) the K/V tensors of the full-attention layers, one slab per layer
+    RadixCache (radix.py)    the prefix tree of whole blocks, locks, eviction
+    TailStore  (tails.py)    partly filled last blocks of finished sequences
+    RingStore  (ring.py)     window layers' rings and their snapshots
+
+and speaks one small vocabulary (as vLLM v1's KVCacheManager does):
+    probe         what a prompt would reuse (a query: changes nothing)
+    admit         share the longest usable cached prefix, lock it, explain the match
+    can_append / tokens_that_fit / allocate_slots   room for the next tokens (copy-on-write first)
+    cache_blocks  put newly filled blocks into the tree
+    fork          share every block with a copy of a request
+    truncate      carry out an edit's plan (engine/core/edits.py): keep [0, m), copy m's block, release the rest
+    free          finish or preemption: cache what was computed, drop the lock, release the blocks and rings
+
+A request's regions: [0, num_cached) shared from the tree at admission; [num_cached, num_computed) computed by
+the request, whose full blocks enter the tree as they fill (so a preempted or edited request, or the next turn of
+a chat, finds them); [num_computed, end) still to compute.
+
+To the pool it is the `BlockCache` (engine/core/blocks.py): tails first, then tree blocks, are kept on release and
+evicted on demand.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from engine.core import edits
+from engine.core.blocks import BlockPool, OutOfBlocks
+from engine.config import EngineConfig
+from engine.core.edits import EditedSequence
+from engine.core.eviction import evict_to_free_list
+from engine.core.hashing import extend_block_hashes, root_key
+from engine.trace.metrics import HitRateTracker
+from engine.core.miss_explainer import PrefixMatch
+from engine.models.shape import ModelShape
+from engine.worker.paged_kv import PagedKV
+from engine.core.radix import RadixCache
+from engine.core.request import Request, Status
+from engine.worker.ring import RingStore
+from engine.core.tails import TailStore
+from engine.trace import TraceSink
+
+
+class KVCacheManager:
+    def __init__(self, shape: ModelShape, config: EngineConfig, trace: TraceSink, dtype: torch.dtype,
+                 device: torch.device, token_text: Callable[[int], str] = str):
+        self.trace = trace
+        self.token_text = token_text
+        self.block_size = bs = config.block_size
+        self.pool = BlockPool(config.pool_blocks(shape), bs, trace)
+        self.kv = PagedKV(shape, self.pool.num_blocks, bs, dtype, device)
+        self.pool.on_copy = self.kv.copy_block
+        self.radix = RadixCache(self.pool, trace, config.eviction, token_text=token_text) if config.prefix_cache \
+            else None
+        self.tails = TailStore(self.pool, trace, self.radix.clock) if self.radix is not None else None
+        if self.radix is not None:
+            self.pool.cache = self
+        self.rings = RingStore(shape, bs, dtype, device, trace)
+        self.hit_rates = HitRateTracker(config.hit_rate_window)
+
+    # --- queries ------------------------------------------------------------------------------------------
+    def probe(self, tokens: list[int], cache_salt: str | None) -> PrefixMatch:
+        """What admission would reuse, whole blocks and the leading tokens of one more; changes nothing."""
+        match = self._match(tokens, cache_salt)
+        partial = self._partial(match, tokens, cache_salt)
+        if partial is not None:
+            match.partial_tokens = partial[1]
+        return match
+
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens the whole pool holds: no sequence (prompt + max_tokens) may need more."""
+        return self.pool.num_blocks * self.block_size
+
+    def num_free(self) -> int:
+        return self.pool.num_free()
+
+    def num_cached(self) -> int:
+        """Blocks nobody uses that the cache keeps (tree blocks and tails)."""
+        if self.radix is None:
+            return 0
+        return self.radix.num_cached() + len(self.tails.evictable())
+
+    def _match(self, tokens: list[int], cache_salt: str | None,
+               hashes: tuple[list[str], list[str]] | None = None) -> PrefixMatch:
+        if self.radix is None:
+            return PrefixMatch.disabled(len(tokens), self.block_size)
+        return self.radix.match(tokens, cache_salt, hashes)
+
+    def _partial(self, match: PrefixMatch, tokens: list[int], cache_salt: str | None) -> tuple[int, int] | None:
+        """A cached block (tail or tree) whose first tokens continue the match: (physical, tokens reused).
+        Never covers the last token; the pool copies the block before any write."""
+        if self.radix is None:
+            return None
+        start = len(match.blocks) * self.block_size
+        limit = len(tokens) - 1 - start
+        if limit <= 0:
+            return None
+        rest = list(tokens[start:start + self.block_size])
+        tail = self.tails.best(match.keys[-1] if match.blocks else root_key(cache_salt), rest, limit)
+        found = (tail[0].physical, tail[1]) if tail is not None else None
+        whole = self.radix.next_block(match, rest, limit)
+        if whole is not None and (found is None or whole[1] > found[1]):
+            found = whole
+        return found
+
+    # --- admission ----------------------------------------------------------------------------------------
+    def admit(self, req: Request) -> None:
+        """Share the longest cached prefix the request can use exactly, lock its path, explain, count the hit."""
+        tokens = req.tokens
+        matchable = max(len(tokens) - 1, 0) // self.block_size
+        hashes = self._hashes(req, tokens, matchable) if self.radix is not None else None  # the request's chain
+        match = self._match(tokens, req.cache_salt, hashes)
+        partial = self._partial(match, tokens, req.cache_salt)
+        whole = match.num_tokens
+        # window layers restart where their rings are exact (engine/worker/ring.py): a ring_resume event, and a ring row
+        usable = self.rings.resume(req, whole + (partial[1] if partial else 0))
+        if usable < whole:
+            keep = usable // self.block_size
+            match.detail = {**match.detail, "matched_blocks": len(match.blocks), "window_backoff": True}
+            match.blocks, match.keys, match.reason = match.blocks[:keep], match.keys[:keep], "window"
+            partial = None
+        elif partial is not None and usable - whole < partial[1]:
+            partial = (partial[0], usable - whole) if usable > whole else None
+        for logical, physical in enumerate(match.blocks):
+            self.pool.share(physical, req.request_id, logical)
+            req.block_table.append(physical)
+        if self.radix is not None:
+            req.lock_node = self.radix.acquire(match, req.request_id)
+        if partial is not None:  # the block is cached: allocate_slots copies it before the first write
+            physical, same = partial
+            self.pool.share(physical, req.request_id, len(match.blocks))
+            req.block_table.append(physical)
+            match.partial_tokens = same
+            match.detail = {**match.detail, "reused_partial": same}
+            if match.num_tokens == match.matchable_tokens:  # every token but the last came from the cache
+                match.reason = "full_match"
+        first_time = not req.matched_before
+        req.num_computed = match.num_tokens
+        if first_time:  # cached tokens: what the cache served at the first lookup (a readmission re-matches
+            req.num_cached = match.num_tokens  # its own blocks, which the cache did not serve)
+        req.blocks_in_tree = len(match.blocks)
+        req.attached = True
+        fields = match.event_fields(req.request_id, self.token_text)
+        if not first_time:
+            fields["detail"] = {**fields["detail"], "readmission": True}  # not counted again in hit rates
+        self.trace.emit("prefix_match", **fields)
+        if first_time:
+            req.matched_before = True
+            self.hit_rates.record_match(match)
+            self.trace.emit("hit_rates", **self.hit_rates.event_fields())
+
+    def can_admit(self, req: Request, budget: int) -> bool:
+        """At least one block's worth of its first chunk fits (admission never preempts)."""
+        first = min(req.num_tokens, budget, self.block_size)
+        return self.pool.can_allocate(self.pool.blocks_for(first))
+
+    # --- room for the next tokens -------------------------------------------------------------------------
+    def _needs_copy_first(self, req: Request) -> bool:
+        """The block the next token lands in is shared (fork) or cached (prefix tree, tail): copy it first."""
+        offset = req.num_computed % self.block_size
+        logical = req.num_computed // self.block_size
+        if not offset or logical >= len(req.block_table):
+            return False
+        return self.pool.needs_copy(req.block_table[logical])
+
+    def can_append(self, req: Request, n: int) -> bool:
+        copy = int(self._needs_copy_first(req))
+        return self.pool.can_allocate(self.pool.blocks_for(req.num_computed + n) - len(req.block_table) + copy)
+
+    def tokens_that_fit(self, req: Request) -> int:
+        """New tokens the request could take if every free and evictable block went to it."""
+        copy = int(self._needs_copy_first(req))
+        return (len(req.block_table) + self.pool.num_available() - copy) * self.block_size - req.num_computed
+
+    def allocate_slots(self, req: Request, n: int) -> None:
+        """Blocks for positions [num_computed, num_computed + n); call after can_append said yes."""
+        start = req.num_computed
+        if self._needs_copy_first(req):
+            self.pool.copy_on_write(req.block_table, start // self.block_size, req.request_id,
+                                    start % self.block_size)
+        for logical in range(len(req.block_table), self.pool.blocks_for(start + n)):
+            req.block_table.append(self.pool.allocate(req.request_id, logical))
+
+    # --- caching and freeing ------------------------------------------------------------------------------
+    def cache_blocks(self, req: Request) -> None:
+        """Put the request's newly filled blocks into the tree and move its lock to the end of its path."""
+        if self.radix is None:
+            return
+        full = min(req.num_computed // self.block_size, len(req.block_table))
+        if full <= req.blocks_in_tree:
+            return
+        tokens = req.tokens[:full * self.block_size]
+        req.lock_node = self.radix.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
+                                          locked=req.lock_node, hashes=self._hashes(req, tokens, full))
+        req.blocks_in_tree = full
+
+    def _hashes(self, req: Request, tokens: list[int], num_blocks: int) -> tuple[list[str], list[str]]:
+        """The request's block hash chain, grown to `num_blocks` (each block hashed once)."""
+        extend_block_hashes(tokens, self.block_size, num_blocks, req.block_keys, req.block_contents,
+                            req.cache_salt)
+        return req.block_keys, req.block_contents
+
+    def free(self, req: Request) -> None:
+        """Finish or preemption: cache what it computed, drop its lock, release its blocks (cached ones stay)
+        and its rings (ring snapshots stay)."""
+        self.cache_blocks(req)
+        if self.radix is not None:
+            self._keep_tail(req)
+            if req.lock_node is not None:
+                self.radix.unlock(req.lock_node, req.request_id)
+        req.lock_node = None
+        self.pool.release_table(req.block_table, req.request_id)
+        req.blocks_in_tree = 0
+        req.attached = False
+        self.rings.free(req.request_id)
+
+    def _keep_tail(self, req: Request) -> bool:
+        """Keep the partly filled block after the request's whole blocks as a tail (before releasing it)."""
+        full, valid = divmod(req.num_computed, self.block_size)
+        table = req.block_table
+        if not valid or len(table) <= full:
+            return False
+        physical = table[full]
+        if self.holds(physical) or self.pool.ref_counts[physical] != 1:
+            return False
+        if full:
+            keys = self._hashes(req, req.tokens, full)[0][:full]
+            parent = self.radix.full_path(keys)
+            if parent is None:
+                return False  # its whole blocks are not all cached: nothing would ever reach the tail
+            parent_key = keys[-1]
+        else:
+            parent_key, parent = root_key(req.cache_salt), self.radix.root
+        return self.tails.add(parent_key, parent.node_id, physical,
+                              list(req.tokens[full * self.block_size:req.num_computed]))
+
+    # --- forks and edits ----------------------------------------------------------------------------------
+    def fork(self, parent: Request, child: Request) -> None:
+        """The child shares every block of the parent; a running parent also shares its lock and its rings."""
+        for logical, physical in enumerate(parent.block_table):
+            self.pool.share(physical, child.request_id, logical)
+            child.block_table.append(physical)
+        if parent.status is Status.RUNNING:
+            if self.radix is not None and parent.lock_node is not None:
+                self.radix.lock(parent.lock_node, child.request_id)
+                child.lock_node = parent.lock_node
+            child.blocks_in_tree = parent.blocks_in_tree
+            child.matched_before = True
+            child.attached = True
+            self.rings.fork(parent.request_id, child.request_id)
+
+    def truncate(self, req: Request, edited: EditedSequence) -> dict:
+        """Carry out an edit: keep the K/V of [0, keep), release the rest, and set the request's new tokens.
+
+        A request that holds its cache (running, or waiting after an earlier edit) keeps what stays valid; a
+        finished one re-attaches its cached prefix now, under its own lock, exactly as its readmission will use
+        it, so the figures are what happens. The edited sequence is a new lookup for the hit rates.
+        Returns the fields of the `invalidate` event: kept, dropped and copied blocks, first recomputed position.
+        """
+        holding = req.attached
+        keep = edits.keep_point(req.num_computed, edited)
+        if holding:  # window layers restart where their rings are exact (engine/worker/ring.py)
+            keep = self.rings.resume(req, keep, edited.tokens)
+        table, rid = req.block_table, req.request_id
+        original = list(table)
+        plan = edits.plan_table(keep, len(table), self.block_size)
+        copied = []
+        if plan.partial is not None:
+            # the valid part of m's block stays: release the blocks after it first, so the copy can use one
+            self.pool.release_table(table, rid, plan.first_released)
+            src = table[plan.partial]
+            try:
+                dst = self.pool.copy_on_write(table, plan.partial, rid, keep % self.block_size)
+            except OutOfBlocks:  # no block for the copy: recompute m's block from its start instead
+                keep = plan.partial * self.block_size
+                if holding:
+                    keep = self.rings.resume(req, keep, edited.tokens)
+                plan = edits.plan_table(keep, len(table), self.block_size)
+            else:
+                if dst != src:
+                    copied.append([src, dst])
+        kept = [b for b in table[:plan.first_released] if not copied or b != copied[0][1]]
+        self.pool.release_table(table, rid, plan.first_released)
+        dropped = [b for b in original if b not in kept and not (copied and b == copied[0][0])]
+        req.prompt_token_ids, req.output_token_ids = edited.prompt, edited.generated
+        del req.block_keys[keep // self.block_size:], req.block_contents[keep // self.block_size:]  # tokens changed
+        req.num_computed = keep
+        req.matched_before = False  # the edited sequence is a new lookup (a preemption's readmission is not)
+        if holding:
+            self._relock_kept(req)
+        elif req.status is Status.FINISHED:
+            self.admit(req)  # prefix_match, ring_resume, shares and locks: what the readmission will use
+            keep = req.num_computed
+            kept = req.block_table[:keep // self.block_size]
+        req.num_cached = min(req.num_cached, keep)
+        return {"kept": kept, "dropped": dropped, "copied": copied, "first_recomputed": keep}
+
+    def _relock_kept(self, req: Request) -> None:
+        """After an edit cut the table: lock only the kept full blocks (they are already in the tree)."""
+        if self.radix is None:
+            return
+        full = min(req.num_computed // self.block_size, len(req.block_table), req.blocks_in_tree)
+        tokens = req.tokens[:full * self.block_size]
+        old = req.lock_node
+        req.lock_node = self.radix.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
+                                          hashes=self._hashes(req, tokens, full))
+        self.radix.lock(req.lock_node, req.request_id)
+        if old is not None:
+            self.radix.unlock(old, req.request_id)
+        req.blocks_in_tree = full
+
+    def evict(self, num_blocks: int) -> list[int]:
+        """Evict up to `num_blocks` cached blocks now (tails first) onto the free list (tests, CLI)."""
+        return evict_to_free_list(self.pool, self.evict_one, num_blocks)
+
+    # --- the pool's BlockCache ----------------------------------------------------------------------------
+    def holds(self, physical: int) -> bool:
+        return self.radix.holds(physical) or self.tails.holds(physical)
+
+    def keep_on_release(self, physical: int) -> bool:
+        return self.radix.keep_on_release(physical) or self.tails.keep_on_release(physical)
+
+    def num_evictable(self) -> int:
+        return self.radix.num_evictable() + len(self.tails.evictable())
+
+    def evict_one(self) -> int | None:
+        tail = self.tails.evict_one(self.radix.policy)  # a tail costs fewer than block_size tokens to recompute
+        return tail if tail is not None else self.radix.evict_one()

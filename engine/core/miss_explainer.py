@@ -1,0 +1,115 @@
+"""The miss explainer: what a prompt found in the prefix tree, and why matching stopped there.
+
+Every admission emits a `prefix_match` event built from a `PrefixMatch`. Its reason names the one cause a user
+can act on: `divergent` (a token differs: position and both tokens), `block_floor` (only whole blocks match),
+`evicted` (when, by which policy), `salt` (another tenant holds it), `short_prompt`, `disabled`, `window`
+(window layers could not restart there), `cache_end`, `full_match`, `empty_cache`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from engine.core.radix import Node, RadixCache
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix: tokens equal again after the first difference never count."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class PrefixMatch:
+    """The longest cached whole-block prefix of a prompt, and why matching stopped (the miss explainer)."""
+
+    blocks: list[int]  # physical ids of the cached prefix, logical order
+    reason: str  # divergent | block_floor | evicted | salt | short_prompt | disabled | full_match |
+    #              empty_cache | cache_end | window
+    detail: dict
+    prompt_tokens: int
+    block_size: int
+    cache_salt: str | None = None
+    nodes: list[Node] = field(default_factory=list)  # the path (the last one may be covered only in part)
+    keys: list[str] = field(default_factory=list)  # keys of the matched blocks
+    partial_tokens: int = 0  # leading tokens of one more block reused too (a cached tail or tree block)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.blocks) * self.block_size + self.partial_tokens
+
+    @property
+    def matchable_tokens(self) -> int:
+        """Prompt tokens that could match: all but the last, which is always computed."""
+        return max(self.prompt_tokens - 1, 0)
+
+    @property
+    def block_lookups(self) -> int:
+        return self.matchable_tokens // self.block_size
+
+    @classmethod
+    def disabled(cls, prompt_tokens: int, block_size: int) -> PrefixMatch:
+        """What the engine reports with the prefix cache off (no RadixCache exists)."""
+        return cls([], "disabled", {}, prompt_tokens, block_size)
+
+    def event_fields(self, request_id: str, text: Callable[[int], str] | None = None) -> dict:
+        """Fields of the `prefix_match` event; `text` decodes the expected/actual token ids of a divergence."""
+        detail = dict(self.detail)
+        for side in ("expected", "actual"):
+            token = detail.get(f"{side}_id")
+            if token is not None:
+                detail[f"{side}_text"] = text(token) if text else str(token)
+        return {"request_id": request_id, "prompt_tokens": self.prompt_tokens, "matched_tokens": self.num_tokens,
+                "reason": self.reason, "detail": detail}
+
+
+def explain(tree: RadixCache, token_ids, keys, contents, path, max_blocks, cache_salt) -> tuple[str, dict]:
+    """Why matching stopped after `path` (the walk of `keys`): the reason and its detail."""
+    bs = tree.block_size
+    matched = sum(used for _, used in path)
+    start = matched * bs
+    nexts = continuations(tree, path, cache_salt)
+    if matched == max_blocks:
+        rest = list(token_ids[start:len(token_ids) - 1])
+        if not rest:
+            return "full_match", {}
+        equal = max((common_prefix(rest, toks) for _, toks in nexts), default=0)
+        return "block_floor", {"position": start, "block_size": bs, "partial_tokens": len(rest),
+                               "equal_tokens": equal}
+    evicted = tree.evicted.get(keys[matched])
+    if evicted is not None:
+        seq, t, policy = evicted
+        return "evicted", {"position": start, "block": matched, "hash": keys[matched], "evicted_seq": seq,
+                           "evicted_at": t, "policy": policy}
+    others = [s for s in tree.salts_of.get(contents[matched], ()) if s != cache_salt]
+    if others:
+        return "salt", {"position": start, "block": matched, "other_salts": len(others)}
+    if nexts:
+        mine = list(token_ids[start:start + bs])
+        same, node_id, theirs = max(((common_prefix(mine, toks), nid, toks) for nid, toks in nexts),
+                                    key=lambda c: c[0])
+        # same < bs: a full block with equal tokens would have had the same key.
+        return "divergent", {"position": start + same, "block": matched, "node_id": node_id,
+                             "expected_id": theirs[same], "actual_id": mine[same]}
+    if matched == 0:
+        return "empty_cache", {}
+    return "cache_end", {"position": start, "node_id": path[-1][0].node_id}
+
+
+def continuations(tree: RadixCache, path, cache_salt) -> list[tuple[int, list[int]]]:
+    """Token ids of each cached block that could follow the matched prefix: (node id, tokens)."""
+    bs = tree.block_size
+    if not path:
+        nexts = [c for c in tree.root.children.values() if c.cache_salt == cache_salt]
+    else:
+        node, used = path[-1]
+        if used < len(node.blocks):
+            return [(node.node_id, node.token_ids[used * bs:(used + 1) * bs])]
+        nexts = list(node.children.values())
+    return [(c.node_id, c.token_ids[:bs]) for c in nexts]

@@ -1,0 +1,144 @@
+"""Continuous batching with chunked prefill and preemption.
+
+Each step: running requests first (oldest first; a decode takes 1 token, an unfinished prefill takes a chunk),
+then waiting requests are admitted in arrival order while the token budget (`max_batched_tokens`) and the
+pool allow. Requests join and leave only at step boundaries. When a running request needs a block and none
+is free (or evictable), the most recently admitted running request is preempted: its blocks go back to the
+pool (the full ones it computed stay cached in the prefix tree), and when readmitted it matches the cache like
+any prompt and recomputes the rest, so its tokens stay exact. As in vLLM, a step that preempted admits nobody
+(the victim would come straight back and be preempted again), and a victim already scheduled in this step
+gives its tokens back to the step's budget.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine.core.request import Request, Status
+from engine.trace import TraceSink
+
+if TYPE_CHECKING:
+    from engine.core.kv_cache import KVCacheManager
+
+
+@dataclass
+class ScheduledChunk:
+    request: Request
+    start: int  # first position to compute
+    num_tokens: int
+
+
+class Scheduler:
+    def __init__(self, cache: KVCacheManager, trace: TraceSink, max_batched_tokens: int, max_num_seqs: int):
+        if max_batched_tokens < 1:
+            raise ValueError("max_batched_tokens must be at least 1")
+        self.cache = cache  # the one door to blocks, prefix tree and rings (engine/core/kv_cache.py)
+        self.trace = trace
+        self.max_batched_tokens = max_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self._admissions = 0
+        self._preempted = False  # this step preempted someone: admit nobody
+        self._refund = 0  # tokens of victims that were already scheduled in this step
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    @property
+    def preempted_this_step(self) -> bool:
+        """The last `schedule` preempted someone (and so admitted nobody): an empty step is not a dead end."""
+        return self._preempted
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[ScheduledChunk]:
+        budget = self.max_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        self._preempted, self._refund = False, 0
+        for request in sorted(self.running, key=lambda r: r.admitted_order):
+            if budget == 0:
+                break
+            if request.status is not Status.RUNNING:  # preempted earlier in this loop
+                continue
+            n = self._reserve(request, min(request.num_to_compute, budget), chunks)
+            budget += self._refund
+            self._refund = 0
+            if n:
+                chunks.append(ScheduledChunk(request, request.num_computed, n))
+                budget -= n
+        while (self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
+               and not self._preempted):
+            request = self.waiting[0]
+            if not self.cache.can_admit(request, budget):
+                break
+            self.waiting.popleft()
+            self._admit(request)
+            n = self._reserve(request, min(request.num_to_compute, budget), chunks, may_preempt=False)
+            if n == 0:
+                break
+            chunks.append(ScheduledChunk(request, request.num_computed, n))
+            budget -= n
+        return chunks
+
+    def adopt(self, request: Request) -> None:
+        """Add an already running request (a fork that shares its parent's blocks) to the batch."""
+        request.status = Status.RUNNING
+        request.admitted_order = self._admissions
+        self._admissions += 1
+        self.running.append(request)
+        self.trace.emit("request_scheduled", request_id=request.request_id, num_computed=request.num_computed)
+
+    def _admit(self, request: Request) -> None:
+        request.status = Status.RUNNING
+        request.admitted_order = self._admissions
+        self._admissions += 1
+        self.running.append(request)
+        if not request.attached:  # an edited finished request re-attached its cached prefix at the edit
+            self.cache.admit(request)
+        self.trace.emit("request_scheduled", request_id=request.request_id, num_computed=request.num_computed)
+
+    def _reserve(self, request: Request, n: int, scheduled: list[ScheduledChunk], may_preempt: bool = True) -> int:
+        """Make room in the block table for n more tokens; shrink n to what fits. Returns tokens reserved."""
+        while not self.cache.can_append(request, n):
+            fit = self.cache.tokens_that_fit(request)
+            if fit > 0 and (request.in_prefill or not may_preempt):
+                n = min(n, fit)  # a prefill chunk shrinks to what fits instead of preempting anyone
+                continue
+            if not may_preempt:
+                return 0
+            victim = self._preemption_victim(scheduled)
+            self.preempt(victim)
+            if victim is request:
+                return 0
+        self.cache.allocate_slots(request, n)
+        return n
+
+    def _preemption_victim(self, scheduled: list[ScheduledChunk]) -> Request:
+        victim = max(self.running, key=lambda r: r.admitted_order)
+        for chunk in scheduled:
+            if chunk.request is victim:
+                scheduled.remove(chunk)
+                self._refund += chunk.num_tokens
+                break
+        return victim
+
+    def preempt(self, request: Request) -> None:
+        self._preempted = True
+        self.cache.free(request)
+        self.trace.emit("request_preempted", request_id=request.request_id, num_tokens=request.num_tokens)
+        request.num_computed = 0  # num_cached stays: it counts what the cache served at first admission
+        request.status = Status.WAITING
+        self.running.remove(request)
+        self.waiting.appendleft(request)
+
+    def finish(self, request: Request) -> None:
+        """Take a request out of the batch (it finished) or out of the queue (aborted before admission)."""
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        request.status = Status.FINISHED

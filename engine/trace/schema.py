@@ -1,0 +1,316 @@
+"""The trace schema: the header and every event type with its fields, one table. The single source of truth
+that the writer is checked against in tests, the reader validates against, and `kvtui schema` prints.
+Torch-free: the viewer reads traces without the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.trace.attach_events import ATTACH_EVENT_FIELDS
+
+SCHEMA_VERSION = 1
+MAX_BLOCKS = 1 << 24  # a header claiming more physical blocks is not a trace a viewer should allocate for
+
+# Field name -> (json types allowed, meaning). "int?" style: the field may be null.
+_INT, _FLOAT, _STR, _LIST, _DICT, _BOOL = "int", "float", "str", "list", "dict", "bool"
+
+HEADER_FIELDS: dict[str, tuple[str, str]] = {
+    "schema": (_INT, "schema version of this file"),
+    "model": (_DICT, "model shape: name, layers, q_heads, kv_heads, head_dim, dtype, elem_bytes, windows (per layer, null = full)"),
+    "block_size": (_INT, "tokens per KV block"),
+    "num_blocks": (_INT, "physical blocks in the pool"),
+    "bytes_per_block": (_INT, "KV bytes of one block over all full-attention layers"),
+    "bytes_per_token": (_INT, "KV bytes of one token over all full-attention layers"),
+    "config": (_DICT, "engine configuration the run used"),
+}
+
+EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
+    # --- requests and scheduling -------------------------------------------------------------------------
+    "request_arrived": {
+        "request_id": (_STR, "id of the request"),
+        "prompt_token_ids": (_LIST, "prompt token ids"),
+        "prompt_texts": (_LIST, "decoded text of each prompt token"),
+        "max_tokens": (_INT, "generation limit"),
+        "cache_salt": (_STR + "?", "tenant salt; requests with different salts never share blocks"),
+        "parent_id": (_STR + "?", "the request this one was forked from, if any"),
+        "phase": (_STR + "?", "workload phase label (e.g. cold, warm) that `kvtui stats` groups by"),
+    },
+    "request_scheduled": {
+        "request_id": (_STR, "admitted to the running batch"),
+        "num_computed": (_INT, "tokens whose K/V are already valid when admitted (prefix hit)"),
+    },
+    "request_preempted": {
+        "request_id": (_STR, "request evicted from the batch because a decode found no free block"),
+        "num_tokens": (_INT, "tokens that will be recomputed when it is readmitted"),
+    },
+    "prefill_chunk": {
+        "request_id": (_STR, "request being prefilled"),
+        "step": (_INT, "engine step"),
+        "start": (_INT, "first position computed in this chunk"),
+        "end": (_INT, "one past the last position computed"),
+    },
+    "decode": {
+        "request_id": (_STR, "request decoding one token"),
+        "step": (_INT, "engine step"),
+        "position": (_INT, "position whose K/V is written"),
+    },
+    "step": {
+        "step": (_INT, "engine step number"),
+        "num_tokens": (_INT, "tokens run through the model in this step"),
+        "num_prefill": (_INT, "prefill chunks in the batch"),
+        "num_decode": (_INT, "decode requests in the batch"),
+        "duration": (_FLOAT, "seconds the step took (forward + sampling)"),
+        "free_blocks": (_INT, "free blocks after the step"),
+    },
+    "token_emitted": {
+        "request_id": (_STR, "request that produced the token"),
+        "position": (_INT, "position of the token in the sequence"),
+        "token_id": (_INT, "token id"),
+        "text": (_STR, "decoded text of the token"),
+    },
+    "request_finished": {
+        "request_id": (_STR, "request that finished"),
+        "reason": (_STR, "eos | stop | length | aborted"),
+        "num_prompt_tokens": (_INT, "prompt length"),
+        "num_output_tokens": (_INT, "generated tokens"),
+        "cached_tokens": (_INT, "prompt tokens served from the prefix cache"),
+        "ttft": (_FLOAT + "?", "seconds from arrival to the first token"),
+        "tpot": (_FLOAT + "?", "(t_last - t_first) / (n - 1); null for a single token"),
+    },
+    # --- the block pool ----------------------------------------------------------------------------------
+    "block_allocated": {
+        "physical": (_INT, "physical block taken from the free list (ref count becomes 1)"),
+        "request_id": (_STR, "owner"),
+        "logical": (_INT, "logical index in the owner's block table"),
+    },
+    "block_shared": {
+        "physical": (_INT, "existing block added to another block table"),
+        "request_id": (_STR, "new owner"),
+        "logical": (_INT, "logical index in the new owner's block table"),
+        "ref_count": (_INT, "ref count after the change"),
+    },
+    "block_released": {
+        "physical": (_INT, "block dropped from a block table"),
+        "request_id": (_STR, "owner that dropped it"),
+        "logical": (_INT, "logical index it had"),
+        "ref_count": (_INT, "ref count after the change"),
+    },
+    "block_freed": {
+        "physical": (_INT, "block returned to the free list (ref count 0, not cached)"),
+    },
+    "block_copied": {
+        "src": (_INT, "shared block that was about to be written (copy-on-write)"),
+        "dst": (_INT, "fresh block that received the copy; replaces src in the writer's table"),
+        "request_id": (_STR, "the writer"),
+        "logical": (_INT, "logical index in the writer's table"),
+        "num_tokens": (_INT, "valid tokens copied"),
+    },
+    # --- the prefix cache (radix tree) -------------------------------------------------------------------
+    "block_cached": {
+        "physical": (_INT, "block whose last owner left; it stays in the prefix tree, evictable"),
+        "hash": (_STR, "chained block hash (hex)"),
+    },
+    "block_evicted": {
+        "physical": (_INT, "cached block reclaimed to make room; back to the free list"),
+        "hash": (_STR, "its chained hash"),
+        "policy": (_STR, "eviction policy that chose it (lru | lfu | ...)"),
+        "node_id": (_INT, "radix node it belonged to"),
+    },
+    "radix_insert": {
+        "node_id": (_INT, "new tree node"),
+        "parent_id": (_INT, "its parent (0 = root)"),
+        "blocks": (_LIST, "physical blocks of the node, in order"),
+        "token_ids": (_LIST, "token ids the node covers"),
+        "texts": (_LIST, "decoded text of each token"),
+        "request_id": (_STR + "?", "request whose blocks were inserted"),
+        "hashes": (_LIST + "?", "chained hash (key) of each block, in order"),
+    },
+    "radix_split": {
+        "node_id": (_INT, "node that was split; keeps the first `at` blocks"),
+        "new_node_id": (_INT, "new child holding the rest of the blocks"),
+        "at": (_INT, "number of blocks left in node_id"),
+    },
+    "radix_evict": {
+        "node_id": (_INT, "node removed from the tree (all its blocks evicted)"),
+    },
+    "radix_lock": {
+        "node_id": (_INT, "the request's handle: it and every node above it gain one lock ref (no eviction)"),
+        "request_id": (_STR + "?", "the request that uses the path"),
+        "lock_ref": (_INT, "the handle's lock refs after the lock"),
+    },
+    "radix_unlock": {
+        "node_id": (_INT, "the handle: it and every node above it lose one lock ref"),
+        "request_id": (_STR + "?", "the request that stopped using the path (finished, preempted, edited, "
+                                   "or moved its handle down the path)"),
+        "lock_ref": (_INT, "the handle's lock refs after the unlock"),
+    },
+    "radix_hit": {
+        "node_id": (_INT, "node whose blocks a request reused"),
+        "request_id": (_STR, "the request"),
+        "blocks": (_INT, "number of its blocks reused"),
+    },
+    "prefix_match": {
+        "request_id": (_STR, "the request"),
+        "prompt_tokens": (_INT, "prompt length"),
+        "matched_tokens": (_INT, "prompt tokens served from the cache"),
+        "reason": (_STR, "why matching stopped: divergent | block_floor | evicted | salt | short_prompt | "
+                         "disabled | full_match | window | empty_cache | cache_end"),
+        "detail": (_DICT, "reason-specific facts: position, expected/actual token ids and texts, evicted_at, policy"),
+    },
+    "hit_rates": {
+        "token_hit_rate": (_FLOAT, "hit tokens / prompt tokens that could match, cumulative"),
+        "request_hit_rate": (_FLOAT, "requests with any hit / requests, cumulative"),
+        "block_hit_rate": (_FLOAT, "block hits / block lookups, cumulative"),
+        "window": (_DICT, "the same three over the last N requests, with n"),
+    },
+    # --- edits -----------------------------------------------------------------------------------------
+    "edit": {
+        "request_id": (_STR, "edited request"),
+        "position": (_INT, "first edited position m"),
+        "kind": (_STR, "replace | insert | delete"),
+        "token_ids": (_LIST, "new token ids (empty for delete)"),
+        "texts": (_LIST, "their text"),
+        "num_deleted": (_INT, "tokens removed (replace/delete)"),
+    },
+    "invalidate": {
+        "request_id": (_STR, "edited request"),
+        "kept": (_LIST, "physical blocks kept whole (before m's block)"),
+        "dropped": (_LIST, "physical blocks released (from m's block on, or after it)"),
+        "copied": (_LIST, "[src, dst] pairs: m's block copied before its valid part was kept"),
+        "first_recomputed": (_INT, "first position recomputed (m)"),
+        "recompute_tokens": (_INT, "tokens to prefill again"),
+        "status": (_STR + "?", "the request after the edit: running (recomputes next step) or waiting (queued; a "
+                               "finished request re-attaches its cached prefix at the edit)"),
+    },
+    # --- sliding-window rings --------------------------------------------------------------------------
+    "ring_write": {
+        "request_id": (_STR, "owner of the ring"),
+        "group": (_INT, "window layer group (layers sharing a window size)"),
+        "window": (_INT, "W: slots in the ring"),
+        "start": (_INT, "first position written"),
+        "end": (_INT, "one past the last position written (slot = position mod W)"),
+        "evicted": (_LIST, "positions overwritten (fell out of the window)"),
+        # optional: "layers" (list, the group's layer indices), "sink_tokens" (int S: positions < S sit in
+        # sink slots 0..S-1 and the ring proper is slots S + position mod W)
+    },
+    "ring_resume": {
+        "request_id": (_STR, "request whose window-layer rings restart (edit, prefix hit, fork)"),
+        "wanted": (_INT, "position the cache could otherwise resume at (edit point, prefix match)"),
+        "position": (_INT, "exact restart point chosen: window layers need that layer's K/V of the W-1 positions before it"),
+        "source": (_STR, "ring (its own ring still holds them) | snapshot (saved at a block boundary) | start | "
+                         "fork (a copy of its parent's rings)"),
+        "recompute_tokens": (_INT, "wanted - position: extra tokens recomputed through all layers"),
+        "reason": (_STR, "window when position < wanted, else none"),
+    },
+    "sink_divergence": {
+        "request_id": (_STR, "finished request run with attention sinks (or a forced window)"),
+        "max_logit_diff": (_FLOAT, "max |logit| difference vs a no-cache full-attention forward of its sequence"),
+        "positions": (_LIST, "positions whose logits were compared (each chunk's last, i.e. every sampled token)"),
+        "sink_tokens": (_INT, "S"),
+        "window": (_INT, "W"),
+        "argmax_changed": (_INT, "compared positions whose greedy token differs from full attention"),
+    },
+    # --- the machine -----------------------------------------------------------------------------------
+    "roofline": {
+        "device": (_STR, "device the model runs on (cpu, cuda:0)"),
+        "dtype": (_STR, "dtype of the weights and of the matmul measured"),
+        "mem_bandwidth": (_FLOAT, "bytes/s of a large tensor copy on that device, measured at start"),
+        "peak_flops": (_FLOAT, "FLOP/s of a square matmul in that dtype on that device, measured at start"),
+        "weight_bytes": (_INT, "bytes of the weights one forward reads (a decode step's memory floor)"),
+        "flops_per_token": (_INT, "2 x weights multiplied per token (a prefill token's compute cost)"),
+        "threads": (_INT + "?", "CPU threads torch used"),
+    },
+}
+
+# What `kvtui attach` records from vLLM / SGLang publishers (engine/trace/attach_events.py): same file format.
+EVENT_FIELDS.update(ATTACH_EVENT_FIELDS)
+
+
+def _type_ok(value: Any, spec: str) -> bool:
+    nullable = spec.endswith("?")
+    base = spec.rstrip("?")
+    if value is None:
+        return nullable
+    if base == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base == _FLOAT:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, {_STR: str, _LIST: list, _DICT: dict, _BOOL: bool}[base])
+
+
+def validate_event(event: Any) -> str | None:
+    """Return why `event` is not a valid event, or None when it is."""
+    if not isinstance(event, dict):
+        return "an event must be a JSON object"
+    etype = event.get("type")
+    if not isinstance(etype, str) or etype not in EVENT_FIELDS:
+        return f"unknown event type {_short(etype)}"
+    for key, spec in (("seq", _INT), ("t", _FLOAT)):
+        if not _type_ok(event.get(key), spec):
+            return f"{etype}: field {key!r} must be {spec}"
+    for name, (spec, _) in EVENT_FIELDS[etype].items():
+        if name not in event:
+            if spec.endswith("?"):  # a nullable field may also be left out
+                continue
+            return f"{etype}: missing field {name!r}"
+        if not _type_ok(event[name], spec):
+            return f"{etype}: field {name!r} must be {spec}, got {_short(event[name])}"
+    return None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+
+
+def validate_header(header: Any) -> str | None:
+    if not isinstance(header, dict) or header.get("type") != "header":
+        return "first line must be the trace header ({\"type\": \"header\", ...})"
+    if header.get("schema") != SCHEMA_VERSION:
+        return f"schema version {header.get('schema')!r} is not supported (this kvtui reads {SCHEMA_VERSION})"
+    for name, (spec, _) in HEADER_FIELDS.items():
+        if name not in header or not _type_ok(header[name], spec):
+            return f"header: field {name!r} missing or not {spec}"
+    for name, low, high in (("block_size", 0, 1 << 16), ("num_blocks", 0, MAX_BLOCKS), ("bytes_per_block", 0, None),
+                            ("bytes_per_token", 0, None)):
+        value = header[name]
+        if value < low or (high is not None and value > high):
+            return f"header: {name} {value} is out of range ({low}..{high if high is not None else ''})"
+    return None
+
+
+def schema_text() -> str:
+    """Human-readable schema, printed by `kvtui schema` and mirrored in README."""
+    out = [f"kvtui trace schema version {SCHEMA_VERSION}: JSON Lines, header first, then one event per line.",
+           "Every event has seq (int, monotonic), t (float, seconds since start) and type.",
+           "A type ending in ? is nullable and may be left out.", "", "header:"]
+    out += [f"  {name:<16} {spec:<6} {doc}" for name, (spec, doc) in HEADER_FIELDS.items()]
+    for etype, fields in EVENT_FIELDS.items():
+        out += ["", f"{etype}:"]
+        out += [f"  {name:<16} {spec:<6} {doc}" for name, (spec, doc) in fields.items()]
+    return "\n".join(out)
+
+
+# --- the fast check: one generated predicate per event type -------------------------------------------------
+# validate_event explains a problem; these only answer "valid?" (about 5x faster), so a reader checks every
+# event with them and asks validate_event why only for the one that fails.
+_PY_TYPES = {_INT: ["int"], _FLOAT: ["int", "float"], _STR: ["str"], _LIST: ["list"], _DICT: ["dict"],
+             _BOOL: ["bool"]}
+
+
+def _compile_check(fields: dict[str, tuple[str, str]]):
+    terms = ["type(e.get('seq')) is int", "type(e.get('t')) in (int, float)"]
+    for name, (spec, _) in fields.items():
+        names = _PY_TYPES[spec.rstrip("?")]
+        if spec.endswith("?"):  # may be null or left out
+            terms.append(f"type(e.get({name!r})) in ({', '.join(names + ['_NONE'])})")
+        else:
+            terms.append(f"type(e.get({name!r}, _MISSING)) in ({', '.join(names)},)")
+    scope: dict[str, Any] = {"_MISSING": object(), "_NONE": type(None)}
+    exec(f"def check(e):\n    return {' and '.join(terms)}\n", scope)  # noqa: S102 (generated from the table)
+    return scope["check"]
+
+
+# type -> predicate(event) -> bool; `type(x) is int` is False for bools, as the schema wants
+FAST_CHECKS = {etype: _compile_check(fields) for etype, fields in EVENT_FIELDS.items()}

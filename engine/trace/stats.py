@@ -1,0 +1,111 @@
+"""Summaries of a trace for `kvtui stats`: hit rates and TTFT / TPOT / ITL percentiles per workload phase, as
+a table (`format_stats`) or one JSON object (`stats_json`). Every figure is computed by engine/trace/metrics.py, the
+same definitions the UI uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.trace.metrics import PERCENTILES, HitCounts, LatencyTracker, is_lookup, percentiles, summary
+
+
+@dataclass
+class PhaseStats:
+    phase: str
+    requests: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0  # tokens the engine generated (every token_emitted, edits' reruns included)
+    hits: HitCounts = HitCounts()  # prefix lookups (first admissions and edits; not preemption readmissions)
+    latency: LatencyTracker = field(default_factory=LatencyTracker)
+
+    @property
+    def ttft(self) -> list[float]:
+        return self.latency.ttfts()
+
+    @property
+    def tpot(self) -> list[float]:
+        return self.latency.tpots()
+
+    @property
+    def itl(self) -> list[float]:
+        return self.latency.itl
+
+
+def summarize(header: dict, events: list[dict]) -> list[PhaseStats]:
+    """One PhaseStats per phase (in order of first arrival), then one for the whole trace ('all')."""
+    block_size = header["block_size"]
+    phase_of: dict[str, str] = {}
+    phases: dict[str, PhaseStats] = {}
+    total = PhaseStats("all")
+
+    def targets(request_id):
+        phase = phase_of.get(request_id, "all")
+        if phase == "all":
+            return [total]
+        return [phases.setdefault(phase, PhaseStats(phase)), total]
+
+    for e in events:
+        kind = e["type"]
+        if kind == "request_arrived":
+            rid = e["request_id"]
+            phase_of[rid] = e.get("phase") or "all"
+            for s in targets(rid):
+                s.requests += 1
+                s.prompt_tokens += len(e["prompt_token_ids"])
+                s.latency.arrived(rid, e["t"])
+        elif kind == "prefix_match" and is_lookup(e):
+            lookup = HitCounts.lookup(e["prompt_tokens"], e["matched_tokens"], block_size)
+            for s in targets(e["request_id"]):
+                s.hits += lookup
+        elif kind == "token_emitted":
+            for s in targets(e["request_id"]):
+                s.generated_tokens += 1
+                s.latency.token(e["request_id"], e["t"])
+        elif kind == "edit":
+            for s in targets(e["request_id"]):
+                s.latency.edited(e["request_id"])
+        elif kind == "request_finished":
+            for s in targets(e["request_id"]):
+                s.latency.finished(e["request_id"], e["ttft"], e["tpot"])
+    return [*phases.values(), total]
+
+
+def phase_json(s: PhaseStats) -> dict:
+    """One phase as JSON: the table's row with full precision (seconds, rates in 0..1) and the raw counts."""
+    return {"phase": s.phase, "requests": s.requests, "prompt_tokens": s.prompt_tokens,
+            "generated_tokens": s.generated_tokens, **s.hits.rates(), "hit_counts": s.hits.as_dict(),
+            "ttft_s": summary(s.ttft), "tpot_s": summary(s.tpot), "itl_s": summary(s.itl)}
+
+
+def stats_json(trace_file: str, header: dict, events: list[dict], stats: list[PhaseStats],
+               error: str | None = None) -> dict:
+    """`kvtui stats --json`: one object. Extend it by adding keys (an attach trace adds "workers")."""
+    return {"trace": trace_file, "events": len(events), "block_size": header.get("block_size"),
+            "num_blocks": header.get("num_blocks"), "model": (header.get("model") or {}).get("name"),
+            "error": error, "phases": [phase_json(s) for s in stats[:-1]], "all": phase_json(stats[-1])}
+
+
+def _ms(values: list[float]) -> str:
+    found = percentiles(values)
+    return "/".join("-" if v is None else f"{v * 1000:.0f}" for v in found.values())
+
+
+def _pct(value: float, counts: HitCounts) -> str:
+    return f"{value:.1%}" if counts.requests else "-"
+
+
+def format_stats(stats: list[PhaseStats]) -> str:
+    qs = "/".join(f"p{q}" for q in PERCENTILES)
+    head = (f"{'phase':<10} {'reqs':>4} {'prompt':>7} {'gen':>6} {'tok hit':>8} {'req hit':>8} {'blk hit':>8}  "
+            f"{'TTFT ms ' + qs:<22} {'TPOT ms ' + qs:<22} {'ITL ms ' + qs}")
+    lines = [head, "-" * len(head)]
+    for s in stats:
+        lines.append(f"{s.phase:<10} {s.requests:>4} {s.prompt_tokens:>7} {s.generated_tokens:>6} "
+                     f"{_pct(s.hits.token_hit_rate, s.hits):>8} {_pct(s.hits.request_hit_rate, s.hits):>8} "
+                     f"{_pct(s.hits.block_hit_rate, s.hits):>8}  "
+                     f"{_ms(s.ttft):<22} {_ms(s.tpot):<22} {_ms(s.itl)}")
+    lines += ["", "token hit = hit tokens / prompt tokens that could match (all but the last); request hit = "
+                  "lookups with any hit / lookups; block hit = block hits / block lookups. TTFT and TPOT: each "
+                  "request's latest run; ITL: every gap between two tokens of a request (percentiles "
+                  "interpolated)."]
+    return "\n".join(lines)

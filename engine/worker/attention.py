@@ -1,0 +1,178 @@
+"""Paged attention, plugged into transformers' attention interface so stock modeling code runs unchanged.
+
+The model is called on a flattened batch (shape [1, T]) holding prefill chunks and decode tokens of many
+requests. For every layer our function receives Q with all query heads and the new K/V with the KV heads
+only. Full-attention layers write the new K/V into their slots in the pool, then for each request read that
+request's history through its block table and attend: causal inside the chunk, the cached prefix fully visible.
+Window layers (and every layer with attention sinks) keep K/V in per-request rings instead (engine/worker/ring.py):
+O(W) memory, reading only the last W positions (the current token counts). KV heads are never repeated: SDPA's
+GQA support (or grouped matmuls when the model soft-caps scores) lets each group of query heads read its KV head.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from transformers import AttentionInterface
+
+from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment, RingBatch
+from engine.worker.sdpa import attend, chunk_over_prefix
+
+ATTENTION_NAME = "kvtui_paged"
+
+
+def _visible(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+    """Which keys each query may read: causal, and within the last `window` positions (current one included)."""
+    allowed = key_pos <= query_pos
+    if window is not None:
+        allowed &= key_pos > query_pos - window
+    return allowed
+
+
+def _context(blocks_view: torch.Tensor, blocks: torch.Tensor, length: int, first_slot: int | None) -> torch.Tensor:
+    """[1, Hkv, length, D]: the first `length` positions of a sequence from a layer's [Hkv, blocks, size, D]: a
+    view when its blocks are consecutive, else one index_select of whole blocks."""
+    hkv, _, size, dim = blocks_view.shape
+    if first_slot is not None:
+        return blocks_view.view(hkv, -1, dim)[:, first_slot:first_slot + length].unsqueeze(0)
+    return blocks_view.index_select(1, blocks).view(hkv, -1, dim)[:, :length].unsqueeze(0)
+
+
+def _prefill(batch: PagedBatch, seg: PrefillSegment, window: int | None, query, key, value, k_blocks, v_blocks,
+             scaling, softcap) -> torch.Tensor:
+    q = query[:, :, seg.q_start:seg.q_end]
+    k_self, v_self = key[:, :, seg.q_start:seg.q_end], value[:, :, seg.q_start:seg.q_end]
+    if window is None and seg.start == 0:
+        return attend(q, k_self, v_self, None, scaling, softcap, causal=True)
+    k_pre = _context(k_blocks, seg.blocks, seg.start, seg.first_slot)
+    v_pre = _context(v_blocks, seg.blocks, seg.start, seg.first_slot)
+    if window is None:
+        return chunk_over_prefix(q, k_pre, v_pre, k_self, v_self, scaling, softcap)
+    allowed = batch.masks.get((seg.q_start, window))
+    if allowed is None:
+        n = seg.q_end - seg.q_start
+        query_pos = torch.arange(seg.start, seg.start + n, device=q.device)[:, None]
+        key_pos = torch.arange(seg.start + n, device=q.device)[None, :]
+        allowed = batch.masks[(seg.q_start, window)] = _visible(query_pos, key_pos, window)[None, None]
+    k, v = torch.cat([k_pre, k_self], dim=2), torch.cat([v_pre, v_self], dim=2)
+    return attend(q, k, v, allowed, scaling, softcap)
+
+
+def _decode(batch: PagedBatch, group: DecodeGroup, window: int | None, query, k_blocks, v_blocks, scaling,
+            softcap) -> torch.Tensor:
+    n, width = group.blocks.shape
+    size = k_blocks.shape[2]
+    length = group.longest if group.uniform else width * size
+    if group.first_slot is not None:  # one sequence in consecutive blocks: a view of the slab, nothing copied
+        k = _context(k_blocks, group.blocks[0], length, group.first_slot)
+        v = _context(v_blocks, group.blocks[0], length, group.first_slot)
+    else:  # [Hkv, N x B, size, D] -> [N, Hkv, L, D]
+        hkv, dim = k_blocks.shape[0], k_blocks.shape[3]
+        flat = group.blocks.reshape(-1)
+        k = k_blocks.index_select(1, flat).view(hkv, n, width * size, dim)[:, :, :length].transpose(0, 1)
+        v = v_blocks.index_select(1, flat).view(hkv, n, width * size, dim)[:, :, :length].transpose(0, 1)
+    hkv = k.shape[1]
+    # [N, Hq, 1, D] as [N, Hkv, Hq / Hkv, D]: each KV head's query heads are its queries (no repeat, no GQA path)
+    q = query[0][:, group.q_index].transpose(0, 1).reshape(n, hkv, -1, query.shape[3])
+    key = ("decode", id(group), window)
+    if key not in batch.masks:
+        if window is None and group.uniform:
+            batch.masks[key] = None  # every query sees its whole context and nothing is padding
+        else:
+            key_pos = torch.arange(length, device=q.device)[None, :]
+            batch.masks[key] = _visible(group.positions[:, None], key_pos, window)[:, None, None, :]
+    return attend(q, k, v, batch.masks[key], scaling, softcap).reshape(n, query.shape[1], query.shape[3])
+
+
+def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
+                    **kwargs):
+    batch: PagedBatch | None = kwargs.get(BATCH_KWARG)
+    if batch is None:
+        raise RuntimeError(f"the {ATTENTION_NAME!r} attention runs only inside the engine's forward "
+                           f"(engine.worker.runner.ModelRunner), which passes {BATCH_KWARG}=...")
+    layer = module.layer_idx
+    _check_layer(batch, layer, kwargs)
+    if batch.rings is not None and layer in batch.rings.store.layer_group:
+        return ring_attention(batch.rings, layer, query, key, value, scaling, softcap), None
+    window = batch.windows[layer]
+    k_cache, v_cache = batch.kv.keys(layer), batch.kv.values(layer)
+    # query [1, Hq, T, D]; key/value [1, Hkv, T, D] -> the caches' [Hkv, slots, D] take [Hkv, T, D]
+    k_cache[:, batch.write_slots] = key[0]
+    v_cache[:, batch.write_slots] = value[0]
+    hkv, _, dim = k_cache.shape
+    k_blocks = k_cache.view(hkv, -1, batch.kv.block_size, dim)  # [Hkv, blocks, block_size, D]
+    v_blocks = v_cache.view(hkv, -1, batch.kv.block_size, dim)
+    out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [T, Hq, D]
+    for seg in batch.prefills:
+        attended = _prefill(batch, seg, window, query, key, value, k_blocks, v_blocks, scaling, softcap)
+        out[seg.q_start:seg.q_end] = attended[0].transpose(0, 1)
+    for group in batch.decodes:
+        out[group.q_index] = _decode(batch, group, window, query, k_blocks, v_blocks, scaling, softcap)
+    return out.unsqueeze(0), None
+
+
+def _check_layer(batch: PagedBatch, layer: int, kwargs: dict) -> None:
+    """Refuse what we would silently get wrong: a window the config reading missed, learned sinks (GPT-OSS)."""
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError("this model has learned attention sinks (s_aux); kvtui's attention does not "
+                                  "apply them yet")
+    native = kwargs.get("sliding_window")
+    if batch.forced_window is None and "sliding_window" in kwargs and native != batch.windows[layer]:
+        raise ValueError(f"layer {layer}: the model attends through a window of {native} but kvtui read "
+                         f"{batch.windows[layer]} from its config (engine.models.shape.layer_windows); please report it")
+
+
+def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, softcap) -> torch.Tensor:
+    """A window layer: prefill chunks read ring context + their own K/V, then write; decodes write, then read."""
+    g, index = rings.store.layer_group[layer]
+    plan, pool = rings.groups[g], rings.store.pool[g]
+    k_ring, v_ring = pool[index, 0], pool[index, 1]  # [rows, S+W, Hkv, D]
+    k_new, v_new = key[0].transpose(0, 1), value[0].transpose(0, 1)  # [T, Hkv, D]
+    out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [T, Hq, D]
+    for seg in plan.segments:  # read before any write: a long chunk overwrites slots its first queries read
+        k = torch.cat([k_ring[seg.row, seg.context_slots], k_new[seg.q_start:seg.q_end]]).transpose(0, 1)
+        v = torch.cat([v_ring[seg.row, seg.context_slots], v_new[seg.q_start:seg.q_end]]).transpose(0, 1)
+        q = query[:, :, seg.q_start:seg.q_end]
+        out[seg.q_start:seg.q_end] = attend(q, k[None], v[None], seg.mask, scaling, softcap)[0].transpose(0, 1)
+        for buffer, slots, flat in seg.snapshots:  # the ring as it stands at a snapshot boundary inside the chunk
+            buffer[index, 0], buffer[index, 1] = k_ring[seg.row], v_ring[seg.row]
+            buffer[index, 0, slots], buffer[index, 1, slots] = k_new[flat], v_new[flat]
+    k_ring[plan.write_rows, plan.write_slots] = k_new[plan.write_flat]
+    v_ring[plan.write_rows, plan.write_slots] = v_new[plan.write_flat]
+    if plan.decode_rows is not None:
+        k = k_ring[plan.decode_rows].permute(0, 2, 1, 3)  # [N, Hkv, S+W, D]
+        v = v_ring[plan.decode_rows].permute(0, 2, 1, 3)
+        q = query[0][:, plan.decode_flat].transpose(0, 1).unsqueeze(2)  # [N, Hq, 1, D]
+        out[plan.decode_flat] = attend(q, k, v, plan.decode_mask, scaling, softcap)[:, :, 0]
+    return out.unsqueeze(0)
+
+
+AttentionInterface.register(ATTENTION_NAME, paged_attention)
+
+
+class AttentionSwitch:
+    """Our attention only during the engine's own forwards: between them the caller's model keeps its own
+    implementation, so `model.generate(...)` after `Engine.from_model(model)` runs exactly as before.
+
+    Swapping is a few attribute writes on the model's configs (set_attn_implementation validates and walks every
+    submodule: done once here, not per step).
+    """
+
+    def __init__(self, model):
+        stock = model.config._attn_implementation
+        model.set_attn_implementation(ATTENTION_NAME)  # refuses a model that cannot take it, now
+        self.configs = list({id(c): c for c in (getattr(m, "config", None) for m in model.modules())
+                             if getattr(c, "_attn_implementation", None) == ATTENTION_NAME}.values())
+        model.set_attn_implementation(stock)
+
+    @contextmanager
+    def paged(self):
+        previous = [c._attn_implementation for c in self.configs]
+        for config in self.configs:
+            config._attn_implementation = ATTENTION_NAME
+        try:
+            yield
+        finally:
+            for config, implementation in zip(self.configs, previous):
+                config._attn_implementation = implementation

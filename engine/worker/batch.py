@@ -1,0 +1,86 @@
+"""What one flattened forward needs besides the tokens: where each token's K/V goes and what each query reads.
+
+The runner (engine/worker/runner.py) builds these; the attention functions (engine/worker/attention.py) read them. They live
+apart from both so that neither the rings nor the sinks check imports the attention module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from engine.worker.paged_kv import PagedKV
+    from engine.worker.ring import RingStore
+
+BATCH_KWARG = "kvtui_batch"  # the keyword that carries a PagedBatch through model(...) to our attention
+
+
+@dataclass
+class PrefillSegment:
+    """Queries [q_start, q_end) of the flat batch are positions [start, start + n) of one sequence."""
+
+    q_start: int
+    q_end: int
+    start: int
+    blocks: torch.Tensor  # [ceil(end / block_size)] the sequence's physical blocks up to the chunk's end
+    first_slot: int | None = None  # the blocks are consecutive from this slot: read the prefix as a view
+
+
+@dataclass
+class DecodeGroup:
+    """One query token per sequence; a group runs in one attention call over its blocks (padded to its longest:
+    the runner groups decodes of similar context lengths)."""
+
+    q_index: torch.Tensor  # [N] rows of the flat batch
+    positions: torch.Tensor  # [N] position of each query token
+    blocks: torch.Tensor  # [N, B_max] physical blocks of each sequence (padding repeats block 0)
+    longest: int  # the longest context (max position + 1)
+    uniform: bool = False  # all contexts have the same length (no padding to mask)
+    first_slot: int | None = None  # one sequence whose blocks are consecutive from this slot: read a view
+
+
+@dataclass
+class RingSegment:
+    """A prefill chunk of one request in one ring group: queries [q_start, q_end) of the flat batch."""
+
+    q_start: int
+    q_end: int
+    row: int
+    context_slots: torch.Tensor  # [c] physical slots of the positions it reads from the ring (sinks first)
+    mask: torch.Tensor  # [1, 1, n, c + n] over ring context + the chunk's own keys
+    snapshots: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    # (buffer [L_g, 2, S+W, H, D], slots, flat rows): the ring as it is at a boundary inside the chunk
+
+
+@dataclass
+class RingGroupBatch:
+    segments: list[RingSegment] = field(default_factory=list)
+    write_rows: torch.Tensor | None = None  # every new position that lands in a slot: row, slot, flat row
+    write_slots: torch.Tensor | None = None
+    write_flat: torch.Tensor | None = None
+    decode_rows: torch.Tensor | None = None  # [N]
+    decode_flat: torch.Tensor | None = None  # [N] query rows of the flat batch
+    decode_mask: torch.Tensor | None = None  # [N, 1, 1, S+W] or None when every slot is inside every window
+
+
+@dataclass
+class RingBatch:
+    store: RingStore
+    groups: list[RingGroupBatch]
+
+
+@dataclass
+class PagedBatch:
+    """Everything one forward's attention reads: the pool slab, the segments, the masks, the rings."""
+
+    kv: PagedKV
+    windows: tuple[int | None, ...]
+    write_slots: torch.Tensor | None  # [T] slot of each token of the flat batch (None: no paged layer)
+    prefills: list[PrefillSegment] = field(default_factory=list)
+    decodes: list[DecodeGroup] = field(default_factory=list)  # decode tokens, grouped by context length
+    masks: dict = field(default_factory=dict)  # (segment or "decode", window) -> mask, built once per forward
+    rings: RingBatch | None = None  # window layers: their rings and what each request reads and writes there
+    forced_window: int | None = None  # EngineConfig(window=W): windows differ from the model's on purpose

@@ -1,0 +1,99 @@
+"""The K/V tensors of the block pool: one slab per full-attention layer, KV heads only (never repeated).
+
+Layout: `kv[layer_slot, 0 or 1, kv_head, slot, head_dim]` where slot = physical block x block_size + offset:
+each head's positions are rows of one matrix, so a sequence's context is [kv_heads, L, head_dim] as attention
+reads it (a view when its blocks are consecutive, else one index_select of whole blocks).
+Its size is exactly 2 x paged layers x kv_heads x head_dim x elem_bytes x block_size x num_blocks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.models.shape import ModelShape
+
+
+class PagedKV:
+    def __init__(self, shape: ModelShape, num_blocks: int, block_size: int, dtype: torch.dtype,
+                 device: torch.device):
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        # full-attention layer index -> row in the slab; window layers keep their K/V elsewhere (rings)
+        self.layer_slot = {layer: i for i, layer in enumerate(shape.paged_layers)}
+        self.kv = torch.zeros(len(self.layer_slot), 2, shape.kv_heads, num_blocks * block_size, shape.head_dim,
+                              dtype=dtype, device=device)
+        self._views = {layer: (self.kv[i, 0], self.kv[i, 1]) for layer, i in self.layer_slot.items()}
+
+    @property
+    def nbytes(self) -> int:
+        return self.kv.numel() * self.kv.element_size()
+
+    def keys(self, layer: int) -> torch.Tensor:
+        return self._views[layer][0]
+
+    def values(self, layer: int) -> torch.Tensor:
+        return self._views[layer][1]
+
+    def copy_block(self, src: int, dst: int, num_tokens: int) -> None:
+        """Copy-on-write: the first `num_tokens` slots of block src into block dst, in every layer."""
+        s, d = src * self.block_size, dst * self.block_size
+        self.kv[:, :, :, d:d + num_tokens] = self.kv[:, :, :, s:s + num_tokens]
+
+    def slots_of(self, table: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """Slot index of positions [start, end) of a sequence whose block table (a tensor on the slab's device)
+        is `table`."""
+        positions = torch.arange(start, end, device=table.device)
+        return table[positions // self.block_size] * self.block_size + positions % self.block_size
+
+
+class BlockTables:
+    """Each scheduled request's block table as a tensor on the device, kept between steps.
+
+    The block table itself is a Python list that the KV-cache manager edits (appends as the sequence grows,
+    a copy-on-write replaces an entry, an edit or a preemption cuts it). Each step compares the list with the
+    copy taken when the tensor was made, a C-speed list comparison: unchanged, the tensor is reused; grown
+    only, the new blocks are written after the old ones (the buffer doubles when full); anything else, the
+    tensor is made again. So a decode never turns its whole table into a tensor again.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        # request id -> (table copy, buffer, first block if the table is one run of consecutive blocks)
+        self.known: dict[str, tuple[list[int], torch.Tensor, int | None]] = {}
+
+    def get(self, request) -> torch.Tensor:
+        return self._entry(request)[1][:len(request.block_table)]
+
+    def first_block(self, request) -> int | None:
+        """The first block when the table is one run of consecutive blocks (a view reads it, no gather), else None."""
+        return self._entry(request)[2]
+
+    def _entry(self, request) -> tuple[list[int], torch.Tensor, int | None]:
+        table = request.block_table
+        entry = self.known.get(request.request_id)
+        if entry is not None:
+            copy, buffer, first = entry
+            if len(table) == len(copy) and table == copy:
+                return entry
+            if len(table) > len(copy) and table[:len(copy)] == copy:
+                if len(table) > buffer.shape[0]:
+                    bigger = torch.empty(2 * len(table), dtype=torch.long, device=self.device)
+                    bigger[:len(copy)] = buffer[:len(copy)]
+                    buffer = bigger
+                new = table[len(copy):]
+                buffer[len(copy):len(table)] = torch.tensor(new, dtype=torch.long, device=self.device)
+                if first is not None and new != list(range(first + len(copy), first + len(table))):
+                    first = None
+                entry = self.known[request.request_id] = (list(table), buffer, first)
+                return entry
+        buffer = torch.empty(max(2 * len(table), 8), dtype=torch.long, device=self.device)
+        buffer[:len(table)] = torch.tensor(table, dtype=torch.long, device=self.device)
+        first = table[0] if table and table == list(range(table[0], table[0] + len(table))) else None
+        entry = self.known[request.request_id] = (list(table), buffer, first)
+        return entry
+
+    def keep_only(self, request_ids) -> None:
+        """Forget requests that are not in this step, once the store holds many more than the step has."""
+        ids = set(request_ids)
+        if len(self.known) > 2 * len(ids) + 16:
+            self.known = {rid: entry for rid, entry in self.known.items() if rid in ids}

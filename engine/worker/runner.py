@@ -1,0 +1,145 @@
+"""Turn a list of scheduled chunks into one flattened forward of the model through paged attention."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import torch
+
+from engine.worker.attention import AttentionSwitch
+from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
+from engine.models.loading import needs_separate_forwards
+from engine.worker.paged_kv import BlockTables, PagedKV
+from engine.worker.ring import RingStore
+from engine.core.scheduler import ScheduledChunk
+
+
+def length_buckets(positions: list[int], most: int = 4, spread: float = 1.5) -> list[list[int]]:
+    """Decodes grouped by context length, longest first, so a short context is not padded to a long one: a
+    group takes contexts down to 1/spread of its longest; at most `most` groups (each is one attention call
+    per layer), the last takes the rest. Indices into `positions`."""
+    order = sorted(range(len(positions)), key=lambda i: -positions[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups) == most or (positions[i] + 1) * spread >= positions[groups[-1][0]] + 1):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+class ModelRunner:
+    def __init__(self, model, kv: PagedKV, windows: tuple[int | None, ...], rings: RingStore | None = None):
+        self.model = model
+        self.kv = kv
+        self.windows = windows
+        self.rings = rings if rings is not None and rings.enabled else None
+        self.device = kv.kv.device
+        self.separate = needs_separate_forwards(model.config)
+        self.attention = AttentionSwitch(model)
+        self.tables = BlockTables(self.device)
+        self.model_seconds: list[float] | None = None  # a list: each forward's model call is timed into it (bench)
+
+    def build_batch(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
+        token_ids: list[int] = []
+        positions: list[int] = []
+        writes: list[torch.Tensor | list[int]] = []  # slot tensors of prefill chunks, slot lists of decodes
+        prefills: list[PrefillSegment] = []
+        decode_rows, decode_pos, decode_tables, decode_reqs = [], [], [], []
+        chunk_rows = []
+        paged = bool(self.kv.layer_slot)  # False: every layer keeps its K/V in rings, nothing to read or write
+        size = self.kv.block_size
+        for chunk in chunks:
+            req, start, n = chunk.request, chunk.start, chunk.num_tokens
+            row = len(token_ids)
+            chunk_rows.append(row)
+            token_ids += req.token_slice(start, start + n)
+            positions += range(start, start + n)
+            if not paged:
+                continue
+            if n == 1:
+                block = req.block_table[start // size]
+                if writes and isinstance(writes[-1], list):
+                    writes[-1].append(block * size + start % size)
+                else:
+                    writes.append([block * size + start % size])
+                decode_rows.append(row)
+                decode_reqs.append(req)
+                decode_pos.append(start)
+                decode_tables.append(self.tables.get(req)[:start // size + 1])
+            else:
+                table = self.tables.get(req)[:-(-(start + n) // size)]
+                writes.append(self.kv.slots_of(table, start, start + n))
+                first = self.tables.first_block(req)
+                prefills.append(PrefillSegment(row, row + n, start, table, None if first is None else first * size))
+        decodes = []
+        for bucket in length_buckets(decode_pos):
+            pos = [decode_pos[i] for i in bucket]
+            tables = [decode_tables[i] for i in bucket]
+            group = DecodeGroup(
+                q_index=torch.tensor([decode_rows[i] for i in bucket], device=self.device),
+                positions=torch.tensor(pos, device=self.device),
+                blocks=tables[0][None] if len(tables) == 1 else torch.nn.utils.rnn.pad_sequence(tables, True),
+                longest=max(pos) + 1,
+                uniform=min(pos) == max(pos),
+            )
+            if len(bucket) == 1:
+                first = self.tables.first_block(decode_reqs[bucket[0]])
+                group.first_slot = None if first is None else first * size
+            decodes.append(group)
+        paged_writes = None
+        if writes:
+            parts = [w if isinstance(w, torch.Tensor) else torch.tensor(w, device=self.device) for w in writes]
+            paged_writes = parts[0] if len(parts) == 1 else torch.cat(parts)
+        batch = PagedBatch(kv=self.kv, windows=self.windows, write_slots=paged_writes,
+                           prefills=prefills, decodes=decodes,
+                           rings=self.rings.plan(chunks, chunk_rows) if self.rings is not None else None,
+                           forced_window=self.rings.shape.forced_window if self.rings is not None else None)
+        self.tables.keep_only(chunk.request.request_id for chunk in chunks)
+        ids, pos = torch.tensor([token_ids, positions], device=self.device).split(1)
+        return ids, pos, batch
+
+    @torch.inference_mode()
+    def forward(self, chunks: list[ScheduledChunk], all_logits: bool = False) -> torch.Tensor:
+        """Logits (float32) of the last token of every chunk, [len(chunks), vocab]; every token with all_logits."""
+        if self.separate and len(chunks) > 1:  # e.g. longrope: one request's length must not change another's
+            return torch.cat([self._forward([chunk], all_logits) for chunk in chunks])
+        return self._forward(chunks, all_logits)
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def forward_rows(self, chunks: list[ScheduledChunk]) -> list[torch.Tensor]:
+        """forward's rows, each carrying its argmax (`row.greedy`, engine/worker/sampling.py): one transfer from the
+        device for every greedy request of the step instead of one sync per request."""
+        logits = self.forward(chunks)
+        rows = list(logits)
+        if any(chunk.request.params.temperature == 0 for chunk in chunks):
+            for row, token in zip(rows, logits.argmax(-1).tolist()):
+                row.greedy = token
+        return rows
+
+    def _forward(self, chunks: list[ScheduledChunk], all_logits: bool) -> torch.Tensor:
+        ids, pos, batch = self.build_batch(chunks)
+        if all_logits or all(c.num_tokens == 1 for c in chunks):
+            keep = 0  # every row (decodes only: one row per chunk already)
+        elif len(chunks) == 1:
+            keep = 1  # the last row
+        else:
+            keep = torch.tensor(list(itertools.accumulate(c.num_tokens for c in chunks)), device=self.device) - 1
+        timing = self.model_seconds is not None
+        if timing:
+            self._sync()
+            started = time.perf_counter()
+        with self.attention.paged():
+            out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep,
+                             **{BATCH_KWARG: batch})
+        logits = out.logits[0].float()
+        if timing:
+            self._sync()
+            self.model_seconds.append(time.perf_counter() - started)
+        if self.rings is not None:
+            self.rings.commit(chunks, batch.rings)
+        return logits
