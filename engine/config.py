@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from engine.models.shape import ModelShape
+from engine.models.shape import ModelShape
 
 DEFAULT_KV_MEMORY_MB = 256
 

@@ -15,8 +15,10 @@ from engine.core.edits import EditError, apply_edit
 from engine.core.kv_cache import KVCacheManager
 from engine.models.loading import EMBEDDED_MODEL, describe, load_model
 from engine.core.request import Request, RequestOutput, SamplingParams, Status
+from engine.worker.paged_kv import PagedKV
+from engine.worker.ring_tensors import RingTensors
 from engine.worker.runner import ModelRunner
-from engine.worker.sampling import make_generator, sample
+from engine.worker.sampling import make_generator
 from engine.core.scheduler import Scheduler
 from engine.models.text import Prompt, TokenText
 from engine.worker.sinks import sink_divergence
@@ -35,9 +37,12 @@ class Engine:
         device = next(model.parameters()).device
         dtype = next(model.parameters()).dtype
         self.trace = TraceSink()
-        self.cache = KVCacheManager(self.shape, self.config, self.trace, dtype, device, self.token_text)
+        # the manager deals in block ids (torch-free); the runner owns the K/V memory and applies its decisions
+        self.cache = KVCacheManager(self.shape, self.config, self.trace, self.token_text)
         self.scheduler = Scheduler(self.cache, self.trace, self.config.max_batched_tokens, self.config.max_num_seqs)
-        self.runner = ModelRunner(model, self.cache.kv, self.shape.windows, self.cache.rings)
+        self.kv = PagedKV(self.shape, self.cache.pool.num_blocks, self.config.block_size, dtype, device)
+        self.rings = RingTensors(self.cache.rings, dtype, device)
+        self.runner = ModelRunner(model, self.kv, self.cache.pool, self.shape.windows, self.rings)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self._step = 0
@@ -150,9 +155,9 @@ class Engine:
         self._step += 1
         # a decode computes the last token of a request that has generated: classified before sampling adds one
         decodes = [c.num_tokens == 1 and bool(c.request.output_token_ids) for c in chunks]
-        logits = self.runner.forward_rows(chunks)  # greedy rows carry their argmax: one device sync per step
+        result = self.runner.execute(chunks)
         finished = []
-        for chunk, row, is_decode in zip(chunks, logits, decodes):
+        for index, (chunk, is_decode) in enumerate(zip(chunks, decodes)):
             req = chunk.request
             req.num_computed += chunk.num_tokens
             if is_decode:
@@ -162,7 +167,9 @@ class Engine:
                                 end=chunk.start + chunk.num_tokens)
             if req.num_computed == req.num_tokens:
                 for sample_of in [req, *self._spawn_samples(req)]:
-                    if self._emit_token(sample_of, row):
+                    token = result.token_ids[index] if sample_of is req else \
+                        result.sample(index, sample_of.params, sample_of.generator)
+                    if self._emit_token(sample_of, token, result.logits[index]):
                         finished.append(self.output(sample_of.request_id))
             if req.status is Status.RUNNING:
                 self.cache.cache_blocks(req)
@@ -172,9 +179,8 @@ class Engine:
         self.trace.flush()
         return finished
 
-    def _emit_token(self, req: Request, row: torch.Tensor) -> bool:
-        """Sample, record and announce one token; finish the request if it stops. True when it finished."""
-        token = sample(row, req.params, req.generator)
+    def _emit_token(self, req: Request, token: int, row: torch.Tensor) -> bool:
+        """Record and announce one sampled token; finish the request if it stops. True when it finished."""
         if req.params.return_logits:
             req.logits.append(row.detach().cpu())
         now = self.trace.now()

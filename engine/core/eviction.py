@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
-if TYPE_CHECKING:
-    from engine.core.radix import Node
+from engine.core.tree_node import Node
 
 POLICIES = ("lru", "lfu", "cost")
 

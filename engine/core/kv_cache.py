@@ -1,11 +1,10 @@
-"""The KV-cache manager: the one front door of the cache for the scheduler and the engine.
+"""The KV-cache manager: the one front door of the cache for the scheduler and the engine. Torch-free: it deals
+in block ids, and what the worker must do to K/V memory is data it records (vLLM v1's shape).
 
 It owns the parts, each one concept in its own module:
-    BlockPool  (blocks.py)   physical blocks, free list, ref counts, copy-on-write
-    PagedKV    (paged_kv.py) the K/V tensors of the full-attention layers, one slab per layer
-    RadixCache (radix.py)    the prefix tree of whole blocks, locks, eviction
-    TailStore  (tails.py)    partly filled last blocks of finished sequences
-    RingStore  (ring.py)     window layers' rings and their snapshots
+    BlockPool    (blocks.py)        physical blocks, free list, ref counts; the copies the worker must make
+    PrefixCache  (prefix_cache.py)  the prefix tree of whole blocks and the tails after them, or none at all
+    RingManager  (rings.py)         window layers' rings: rows, heads, snapshots, restarts
 
 and speaks one small vocabulary (as vLLM v1's KVCacheManager does):
     probe         what a prompt would reuse (a query: changes nothing)
@@ -20,48 +19,41 @@ A request's regions: [0, num_cached) shared from the tree at admission; [num_cac
 the request, whose full blocks enter the tree as they fill (so a preempted or edited request, or the next turn of
 a chat, finds them); [num_computed, end) still to compute.
 
-To the pool it is the `BlockCache` (engine/core/blocks.py): tails first, then tree blocks, are kept on release and
-evicted on demand.
+A block's life: allocated (evicting the prefix cache's choice first when the free list is empty), shared,
+released; at ref count 0 the prefix cache keeps it (cached) or the pool frees it. A copy-on-write allocates the
+copy, records it for the worker (`pool.take_copies()`), and releases the original.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-import torch
-
+from engine.config import EngineConfig
 from engine.core import edits
 from engine.core.blocks import BlockPool, OutOfBlocks
-from engine.config import EngineConfig
 from engine.core.edits import EditedSequence
 from engine.core.eviction import evict_to_free_list
-from engine.core.hashing import extend_block_hashes, root_key
-from engine.trace.metrics import HitRateTracker
 from engine.core.miss_explainer import PrefixMatch
-from engine.models.shape import ModelShape
-from engine.worker.paged_kv import PagedKV
-from engine.core.radix import RadixCache
+from engine.core.prefix_cache import NoPrefixCache, PrefixCache, RadixPrefixCache
 from engine.core.request import Request, Status
-from engine.worker.ring import RingStore
-from engine.core.tails import TailStore
-from engine.trace import TraceSink
+from engine.core.rings import RingManager
+from engine.models.shape import ModelShape
+from engine.trace.metrics import HitRateTracker
+from engine.trace.writer import TraceSink
 
 
 class KVCacheManager:
-    def __init__(self, shape: ModelShape, config: EngineConfig, trace: TraceSink, dtype: torch.dtype,
-                 device: torch.device, token_text: Callable[[int], str] = str):
+    def __init__(self, shape: ModelShape, config: EngineConfig, trace: TraceSink,
+                 token_text: Callable[[int], str] = str):
         self.trace = trace
         self.token_text = token_text
         self.block_size = bs = config.block_size
         self.pool = BlockPool(config.pool_blocks(shape), bs, trace)
-        self.kv = PagedKV(shape, self.pool.num_blocks, bs, dtype, device)
-        self.pool.on_copy = self.kv.copy_block
-        self.radix = RadixCache(self.pool, trace, config.eviction, token_text=token_text) if config.prefix_cache \
-            else None
-        self.tails = TailStore(self.pool, trace, self.radix.clock) if self.radix is not None else None
-        if self.radix is not None:
-            self.pool.cache = self
-        self.rings = RingStore(shape, bs, dtype, device, trace)
+        self.prefix_cache: PrefixCache = (
+            RadixPrefixCache(self.pool, trace, config.eviction, token_text)
+            if config.prefix_cache else NoPrefixCache(bs)
+        )
+        self.rings = RingManager(shape, bs, trace)
         self.hit_rates = HitRateTracker(config.hit_rate_window)
 
     # --- queries ------------------------------------------------------------------------------------------
@@ -83,39 +75,66 @@ class KVCacheManager:
 
     def num_cached(self) -> int:
         """Blocks nobody uses that the cache keeps (tree blocks and tails)."""
-        if self.radix is None:
-            return 0
-        return self.radix.num_cached() + len(self.tails.evictable())
+        return self.prefix_cache.num_cached()
 
-    def _match(self, tokens: list[int], cache_salt: str | None,
-               hashes: tuple[list[str], list[str]] | None = None) -> PrefixMatch:
-        if self.radix is None:
-            return PrefixMatch.disabled(len(tokens), self.block_size)
-        return self.radix.match(tokens, cache_salt, hashes)
+    def num_available(self) -> int:
+        """Blocks an allocation could get: free ones plus cached ones that may be evicted."""
+        return self.pool.num_free() + self.prefix_cache.num_evictable()
+
+    def can_allocate(self, n: int) -> bool:
+        """n blocks are free, or can be made free by eviction (the tree walk only when the free list is short)."""
+        return n <= self.pool.num_free() or n <= self.num_available()
+
+    def _match(self, tokens: list[int], cache_salt: str | None, hashes=None) -> PrefixMatch:
+        return self.prefix_cache.match(tokens, cache_salt, hashes)
 
     def _partial(self, match: PrefixMatch, tokens: list[int], cache_salt: str | None) -> tuple[int, int] | None:
-        """A cached block (tail or tree) whose first tokens continue the match: (physical, tokens reused).
-        Never covers the last token; the pool copies the block before any write."""
-        if self.radix is None:
-            return None
-        start = len(match.blocks) * self.block_size
-        limit = len(tokens) - 1 - start
-        if limit <= 0:
-            return None
-        rest = list(tokens[start:start + self.block_size])
-        tail = self.tails.best(match.keys[-1] if match.blocks else root_key(cache_salt), rest, limit)
-        found = (tail[0].physical, tail[1]) if tail is not None else None
-        whole = self.radix.next_block(match, rest, limit)
-        if whole is not None and (found is None or whole[1] > found[1]):
-            found = whole
-        return found
+        return self.prefix_cache.partial(match, tokens, cache_salt)
+
+    # --- blocks: the pool's bookkeeping, the prefix cache's decisions -------------------------------------
+    def allocate_block(self, request_id: str, logical: int) -> int:
+        """A free block for the request's logical block; the prefix cache's eviction choice when none is free."""
+        if not self.pool.free:
+            evicted = self.prefix_cache.evict_one()
+            if evicted is not None:
+                self.pool.free.append(evicted)
+        return self.pool.allocate(request_id, logical)
+
+    def release_block(self, physical: int, request_id: str, logical: int) -> None:
+        """Drop a reference; the last one leaves the block cached (if the prefix cache keeps it) or free."""
+        if self.pool.release(physical, request_id, logical) == 0 \
+                and not self.prefix_cache.keep_on_release(physical):
+            self.pool.free_block(physical)
+
+    def release_table(self, table: list[int], request_id: str, start_logical: int = 0) -> None:
+        """Drop a table's references from `start_logical` on, last block first (so tails are evicted first)."""
+        for logical in range(len(table) - 1, start_logical - 1, -1):
+            self.release_block(table[logical], request_id, logical)
+        del table[start_logical:]
+
+    def needs_copy(self, physical: int) -> bool:
+        """Writing into this block would change what another table or the prefix cache holds."""
+        return self.pool.ref_counts[physical] > 1 or self.prefix_cache.holds(physical)
+
+    def copy_on_write(self, table: list[int], logical: int, request_id: str, num_tokens: int) -> int:
+        """Give `request_id` its own copy of a shared block before it writes into it; returns the block to use.
+        The copy of K/V is recorded for the worker (`pool.take_copies()`)."""
+        src = table[logical]
+        if not self.needs_copy(src):
+            return src
+        dst = self.allocate_block(request_id, logical)
+        self.pool.copy(src, dst, request_id, logical, num_tokens)
+        table[logical] = dst
+        self.release_block(src, request_id, logical)
+        return dst
 
     # --- admission ----------------------------------------------------------------------------------------
     def admit(self, req: Request) -> None:
         """Share the longest cached prefix the request can use exactly, lock its path, explain, count the hit."""
         tokens = req.tokens
         matchable = max(len(tokens) - 1, 0) // self.block_size
-        hashes = self._hashes(req, tokens, matchable) if self.radix is not None else None  # the request's chain
+        # the request's chain
+        hashes = self.prefix_cache.hashes(req, tokens, matchable)
         match = self._match(tokens, req.cache_salt, hashes)
         partial = self._partial(match, tokens, req.cache_salt)
         whole = match.num_tokens
@@ -131,8 +150,7 @@ class KVCacheManager:
         for logical, physical in enumerate(match.blocks):
             self.pool.share(physical, req.request_id, logical)
             req.block_table.append(physical)
-        if self.radix is not None:
-            req.lock_node = self.radix.acquire(match, req.request_id)
+        req.lock_node = self.prefix_cache.acquire(match, req.request_id)
         if partial is not None:  # the block is cached: allocate_slots copies it before the first write
             physical, same = partial
             self.pool.share(physical, req.request_id, len(match.blocks))
@@ -159,7 +177,7 @@ class KVCacheManager:
     def can_admit(self, req: Request, budget: int) -> bool:
         """At least one block's worth of its first chunk fits (admission never preempts)."""
         first = min(req.num_tokens, budget, self.block_size)
-        return self.pool.can_allocate(self.pool.blocks_for(first))
+        return self.can_allocate(self.pool.blocks_for(first))
 
     # --- room for the next tokens -------------------------------------------------------------------------
     def _needs_copy_first(self, req: Request) -> bool:
@@ -168,55 +186,45 @@ class KVCacheManager:
         logical = req.num_computed // self.block_size
         if not offset or logical >= len(req.block_table):
             return False
-        return self.pool.needs_copy(req.block_table[logical])
+        return self.needs_copy(req.block_table[logical])
 
     def can_append(self, req: Request, n: int) -> bool:
         copy = int(self._needs_copy_first(req))
-        return self.pool.can_allocate(self.pool.blocks_for(req.num_computed + n) - len(req.block_table) + copy)
+        return self.can_allocate(self.pool.blocks_for(req.num_computed + n) - len(req.block_table) + copy)
 
     def tokens_that_fit(self, req: Request) -> int:
         """New tokens the request could take if every free and evictable block went to it."""
         copy = int(self._needs_copy_first(req))
-        return (len(req.block_table) + self.pool.num_available() - copy) * self.block_size - req.num_computed
+        return (len(req.block_table) + self.num_available() - copy) * self.block_size - req.num_computed
 
     def allocate_slots(self, req: Request, n: int) -> None:
         """Blocks for positions [num_computed, num_computed + n); call after can_append said yes."""
         start = req.num_computed
         if self._needs_copy_first(req):
-            self.pool.copy_on_write(req.block_table, start // self.block_size, req.request_id,
-                                    start % self.block_size)
+            self.copy_on_write(req.block_table, start // self.block_size, req.request_id, start % self.block_size)
         for logical in range(len(req.block_table), self.pool.blocks_for(start + n)):
-            req.block_table.append(self.pool.allocate(req.request_id, logical))
+            req.block_table.append(self.allocate_block(req.request_id, logical))
 
     # --- caching and freeing ------------------------------------------------------------------------------
     def cache_blocks(self, req: Request) -> None:
         """Put the request's newly filled blocks into the tree and move its lock to the end of its path."""
-        if self.radix is None:
-            return
         full = min(req.num_computed // self.block_size, len(req.block_table))
         if full <= req.blocks_in_tree:
             return
         tokens = req.tokens[:full * self.block_size]
-        req.lock_node = self.radix.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
-                                          locked=req.lock_node, hashes=self._hashes(req, tokens, full))
+        req.lock_node = self.prefix_cache.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
+                                                 locked=req.lock_node,
+                                                 hashes=self.prefix_cache.hashes(req, tokens, full))
         req.blocks_in_tree = full
-
-    def _hashes(self, req: Request, tokens: list[int], num_blocks: int) -> tuple[list[str], list[str]]:
-        """The request's block hash chain, grown to `num_blocks` (each block hashed once)."""
-        extend_block_hashes(tokens, self.block_size, num_blocks, req.block_keys, req.block_contents,
-                            req.cache_salt)
-        return req.block_keys, req.block_contents
 
     def free(self, req: Request) -> None:
         """Finish or preemption: cache what it computed, drop its lock, release its blocks (cached ones stay)
         and its rings (ring snapshots stay)."""
         self.cache_blocks(req)
-        if self.radix is not None:
-            self._keep_tail(req)
-            if req.lock_node is not None:
-                self.radix.unlock(req.lock_node, req.request_id)
+        self._keep_tail(req)
+        self.prefix_cache.unlock(req.lock_node, req.request_id)
         req.lock_node = None
-        self.pool.release_table(req.block_table, req.request_id)
+        self.release_table(req.block_table, req.request_id)
         req.blocks_in_tree = 0
         req.attached = False
         self.rings.free(req.request_id)
@@ -228,18 +236,13 @@ class KVCacheManager:
         if not valid or len(table) <= full:
             return False
         physical = table[full]
-        if self.holds(physical) or self.pool.ref_counts[physical] != 1:
+        if self.prefix_cache.holds(physical) or self.pool.ref_counts[physical] != 1:
             return False
-        if full:
-            keys = self._hashes(req, req.tokens, full)[0][:full]
-            parent = self.radix.full_path(keys)
-            if parent is None:
-                return False  # its whole blocks are not all cached: nothing would ever reach the tail
-            parent_key = keys[-1]
-        else:
-            parent_key, parent = root_key(req.cache_salt), self.radix.root
-        return self.tails.add(parent_key, parent.node_id, physical,
-                              list(req.tokens[full * self.block_size:req.num_computed]))
+        hashes = self.prefix_cache.hashes(req, req.tokens, full) if full else ([], [])
+        if hashes is None:
+            return False
+        return self.prefix_cache.keep_tail(hashes[0][:full], req.cache_salt, physical,
+                                           list(req.tokens[full * self.block_size:req.num_computed]))
 
     # --- forks and edits ----------------------------------------------------------------------------------
     def fork(self, parent: Request, child: Request) -> None:
@@ -248,8 +251,8 @@ class KVCacheManager:
             self.pool.share(physical, child.request_id, logical)
             child.block_table.append(physical)
         if parent.status is Status.RUNNING:
-            if self.radix is not None and parent.lock_node is not None:
-                self.radix.lock(parent.lock_node, child.request_id)
+            if parent.lock_node is not None:
+                self.prefix_cache.lock(parent.lock_node, child.request_id)
                 child.lock_node = parent.lock_node
             child.blocks_in_tree = parent.blocks_in_tree
             child.matched_before = True
@@ -274,10 +277,10 @@ class KVCacheManager:
         copied = []
         if plan.partial is not None:
             # the valid part of m's block stays: release the blocks after it first, so the copy can use one
-            self.pool.release_table(table, rid, plan.first_released)
+            self.release_table(table, rid, plan.first_released)
             src = table[plan.partial]
             try:
-                dst = self.pool.copy_on_write(table, plan.partial, rid, keep % self.block_size)
+                dst = self.copy_on_write(table, plan.partial, rid, keep % self.block_size)
             except OutOfBlocks:  # no block for the copy: recompute m's block from its start instead
                 keep = plan.partial * self.block_size
                 if holding:
@@ -287,7 +290,7 @@ class KVCacheManager:
                 if dst != src:
                     copied.append([src, dst])
         kept = [b for b in table[:plan.first_released] if not copied or b != copied[0][1]]
-        self.pool.release_table(table, rid, plan.first_released)
+        self.release_table(table, rid, plan.first_released)
         dropped = [b for b in original if b not in kept and not (copied and b == copied[0][0])]
         req.prompt_token_ids, req.output_token_ids = edited.prompt, edited.generated
         del req.block_keys[keep // self.block_size:], req.block_contents[keep // self.block_size:]  # tokens changed
@@ -304,32 +307,15 @@ class KVCacheManager:
 
     def _relock_kept(self, req: Request) -> None:
         """After an edit cut the table: lock only the kept full blocks (they are already in the tree)."""
-        if self.radix is None:
-            return
         full = min(req.num_computed // self.block_size, len(req.block_table), req.blocks_in_tree)
         tokens = req.tokens[:full * self.block_size]
         old = req.lock_node
-        req.lock_node = self.radix.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
-                                          hashes=self._hashes(req, tokens, full))
-        self.radix.lock(req.lock_node, req.request_id)
-        if old is not None:
-            self.radix.unlock(old, req.request_id)
+        req.lock_node = self.prefix_cache.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
+                                                 hashes=self.prefix_cache.hashes(req, tokens, full))
+        self.prefix_cache.lock(req.lock_node, req.request_id)
+        self.prefix_cache.unlock(old, req.request_id)
         req.blocks_in_tree = full
 
     def evict(self, num_blocks: int) -> list[int]:
         """Evict up to `num_blocks` cached blocks now (tails first) onto the free list (tests, CLI)."""
-        return evict_to_free_list(self.pool, self.evict_one, num_blocks)
-
-    # --- the pool's BlockCache ----------------------------------------------------------------------------
-    def holds(self, physical: int) -> bool:
-        return self.radix.holds(physical) or self.tails.holds(physical)
-
-    def keep_on_release(self, physical: int) -> bool:
-        return self.radix.keep_on_release(physical) or self.tails.keep_on_release(physical)
-
-    def num_evictable(self) -> int:
-        return self.radix.num_evictable() + len(self.tails.evictable())
-
-    def evict_one(self) -> int | None:
-        tail = self.tails.evict_one(self.radix.policy)  # a tail costs fewer than block_size tokens to recompute
-        return tail if tail is not None else self.radix.evict_one()
+        return evict_to_free_list(self.pool, self.prefix_cache.evict_one, num_blocks)

@@ -9,10 +9,19 @@ can act on: `divergent` (a token differs: position and both tokens), `block_floo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections import Counter, OrderedDict
+from typing import Callable, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from engine.core.radix import Node, RadixCache
+from engine.core.tree_node import Node
+
+
+class ExplainedTree(Protocol):
+    """What the explainer reads of the prefix tree (engine/core/radix.py's RadixCache)."""
+
+    block_size: int
+    root: Node
+    evicted: OrderedDict[str, tuple[int, float, str]]
+    salts_of: dict[str, Counter]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -69,7 +78,7 @@ class PrefixMatch:
                 "reason": self.reason, "detail": detail}
 
 
-def explain(tree: RadixCache, token_ids, keys, contents, path, max_blocks, cache_salt) -> tuple[str, dict]:
+def explain(tree: ExplainedTree, token_ids, keys, contents, path, max_blocks, cache_salt) -> tuple[str, dict]:
     """Why matching stopped after `path` (the walk of `keys`): the reason and its detail."""
     bs = tree.block_size
     matched = sum(used for _, used in path)
@@ -102,7 +111,7 @@ def explain(tree: RadixCache, token_ids, keys, contents, path, max_blocks, cache
     return "cache_end", {"position": start, "node_id": path[-1][0].node_id}
 
 
-def continuations(tree: RadixCache, path, cache_salt) -> list[tuple[int, list[int]]]:
+def continuations(tree: ExplainedTree, path, cache_salt) -> list[tuple[int, list[int]]]:
     """Token ids of each cached block that could follow the matched prefix: (node id, tokens)."""
     bs = tree.block_size
     if not path:

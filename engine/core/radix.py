@@ -28,37 +28,19 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, OrderedDict
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from engine.core import eviction
 from engine.core.blocks import BlockPool
 from engine.core.hashing import block_hashes
 from engine.core.miss_explainer import PrefixMatch, common_prefix, explain
+from engine.core.tree_node import Node
 from engine.trace import TraceSink
 
 
-@dataclass(eq=False)
-class Node:
-    node_id: int
-    parent: Node | None
-    cache_salt: str | None
-    depth: int  # blocks before this node on its path: the logical index of its first block
-    keys: list[str] = field(default_factory=list)
-    contents: list[str] = field(default_factory=list)
-    blocks: list[int] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    children: dict[str, Node] = field(default_factory=dict)  # first key of the child -> child
-    lock_ref: int = 0
-    last_access: float = 0.0
-    hit_count: int = 0
-
-    def __repr__(self) -> str:
-        return f"Node({self.node_id}, blocks={self.blocks}, lock_ref={self.lock_ref})"
-
-
 class RadixCache:
-    """Prefix tree + eviction policy. Install it as `pool.cache` (or let engine.core.kv_cache own it)."""
+    """Prefix tree + eviction policy over the pool's blocks (engine/core/prefix_cache.py puts it behind the
+    manager's PrefixCache interface)."""
 
     def __init__(self, pool: BlockPool, trace: TraceSink, policy: str = "lru",
                  clock: Callable[[], float] | None = None, token_text: Callable[[int], str] = str,

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-
-import torch
+from typing import Any
 
 
 @dataclass
@@ -54,7 +53,8 @@ class RequestOutput:
     ttft: float | None
     tpot: float | None
     cached_tokens: int
-    logits: torch.Tensor | None = None  # [generated, vocab] when SamplingParams.return_logits
+    # [generated, vocab] torch.Tensor when SamplingParams.return_logits (the engine stacks the worker's rows)
+    logits: Any = None
 
 
 @dataclass
@@ -72,8 +72,9 @@ class Request:
     finish_reason: str | None = None
     first_token_time: float | None = None
     last_token_time: float | None = None
-    logits: list[torch.Tensor] = field(default_factory=list)
-    generator: torch.Generator | None = None
+    # the worker's logits rows (SamplingParams.return_logits) and its torch.Generator: opaque here
+    logits: list = field(default_factory=list)
+    generator: Any = None
     admitted_order: int = -1  # larger = admitted later (preemption victim choice)
     generation_start: int = 0  # generated tokens that an edit turned into context; max_tokens counts after them
     parent_id: str | None = None

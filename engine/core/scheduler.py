@@ -14,13 +14,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from engine.core.kv_cache import KVCacheManager
 from engine.core.request import Request, Status
 from engine.trace import TraceSink
-
-if TYPE_CHECKING:
-    from engine.core.kv_cache import KVCacheManager
 
 
 @dataclass

@@ -93,7 +93,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
                            f"(engine.worker.runner.ModelRunner), which passes {BATCH_KWARG}=...")
     layer = module.layer_idx
     _check_layer(batch, layer, kwargs)
-    if batch.rings is not None and layer in batch.rings.store.layer_group:
+    if batch.rings is not None and layer in batch.rings.layer_group:
         return ring_attention(batch.rings, layer, query, key, value, scaling, softcap), None
     window = batch.windows[layer]
     k_cache, v_cache = batch.kv.keys(layer), batch.kv.values(layer)
@@ -125,8 +125,8 @@ def _check_layer(batch: PagedBatch, layer: int, kwargs: dict) -> None:
 
 def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, softcap) -> torch.Tensor:
     """A window layer: prefill chunks read ring context + their own K/V, then write; decodes write, then read."""
-    g, index = rings.store.layer_group[layer]
-    plan, pool = rings.groups[g], rings.store.pool[g]
+    g, index = rings.layer_group[layer]
+    plan, pool = rings.groups[g], rings.pools[g]
     k_ring, v_ring = pool[index, 0], pool[index, 1]  # [rows, S+W, Hkv, D]
     k_new, v_new = key[0].transpose(0, 1), value[0].transpose(0, 1)  # [T, Hkv, D]
     out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [T, Hq, D]
@@ -135,7 +135,7 @@ def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, sof
         v = torch.cat([v_ring[seg.row, seg.context_slots], v_new[seg.q_start:seg.q_end]]).transpose(0, 1)
         q = query[:, :, seg.q_start:seg.q_end]
         out[seg.q_start:seg.q_end] = attend(q, k[None], v[None], seg.mask, scaling, softcap)[0].transpose(0, 1)
-        for buffer, slots, flat in seg.snapshots:  # the ring as it stands at a snapshot boundary inside the chunk
+        for _, buffer, slots, flat in seg.snapshots:  # the ring as it stands at a snapshot boundary inside the chunk
             buffer[index, 0], buffer[index, 1] = k_ring[seg.row], v_ring[seg.row]
             buffer[index, 0, slots], buffer[index, 1, slots] = k_new[flat], v_new[flat]
     k_ring[plan.write_rows, plan.write_slots] = k_new[plan.write_flat]

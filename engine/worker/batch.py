@@ -7,13 +7,9 @@ apart from both so that neither the rings nor the sinks check imports the attent
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 import torch
 
-if TYPE_CHECKING:
-    from engine.worker.paged_kv import PagedKV
-    from engine.worker.ring import RingStore
+from engine.worker.paged_kv import PagedKV
 
 BATCH_KWARG = "kvtui_batch"  # the keyword that carries a PagedBatch through model(...) to our attention
 
@@ -51,8 +47,8 @@ class RingSegment:
     row: int
     context_slots: torch.Tensor  # [c] physical slots of the positions it reads from the ring (sinks first)
     mask: torch.Tensor  # [1, 1, n, c + n] over ring context + the chunk's own keys
-    snapshots: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    # (buffer [L_g, 2, S+W, H, D], slots, flat rows): the ring as it is at a boundary inside the chunk
+    # (boundary, buffer [L_g, 2, S+W, H, D], slots, flat rows): the ring as it is at a boundary inside the chunk
+    snapshots: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
 
 @dataclass
@@ -68,7 +64,12 @@ class RingGroupBatch:
 
 @dataclass
 class RingBatch:
-    store: RingStore
+    """The ring tensors (engine/worker/ring_tensors.py) and what each group reads and writes in one forward."""
+
+    # ring layer -> (group, index in the group)
+    layer_group: dict[int, tuple[int, int]]
+    # per group: [layers in group, 2, rows, S + W, kv_heads, head_dim]
+    pools: list[torch.Tensor]
     groups: list[RingGroupBatch]
 
 

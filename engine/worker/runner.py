@@ -1,18 +1,45 @@
-"""Turn a list of scheduled chunks into one flattened forward of the model through paged attention."""
+"""Turn a list of scheduled chunks into one flattened forward of the model through paged attention, and sample.
+
+The runner owns the K/V memory (PagedKV, RingTensors). Before each forward it applies what the torch-free
+manager recorded since the last one, in order: the pool's block copies (copy-on-write) and the rings' row copies
+and snapshot restores (engine/core/blocks.py, engine/core/rings.py).
+"""
 
 from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import dataclass
 
 import torch
 
+from engine.core.blocks import BlockPool
+from engine.core.request import SamplingParams
+from engine.core.scheduler import ScheduledChunk
+from engine.models.loading import needs_separate_forwards
 from engine.worker.attention import AttentionSwitch
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
-from engine.models.loading import needs_separate_forwards
 from engine.worker.paged_kv import BlockTables, PagedKV
-from engine.worker.ring import RingStore
-from engine.core.scheduler import ScheduledChunk
+from engine.worker.ring_tensors import RingTensors
+from engine.worker.sampling import sample
+
+
+@dataclass
+class StepResult:
+    """One forward's answer: the token sampled for each chunk whose sequence is complete (None for a prefill
+    chunk that is not the last), and the logits rows for more samples of the same row (SamplingParams.n)."""
+
+    token_ids: list[int | None]
+    # [len(chunks), vocab] float32
+    logits: torch.Tensor
+    # argmax of every row when any request is greedy: one transfer from the device for the whole step
+    greedy: list[int] | None
+
+    def sample(self, index: int, params: SamplingParams, generator: torch.Generator | None) -> int:
+        """Another sample from row `index` (a parallel sample with its own generator)."""
+        if params.temperature == 0 and self.greedy is not None:
+            return self.greedy[index]
+        return sample(self.logits[index], params, generator)
 
 
 def length_buckets(positions: list[int], most: int = 4, spread: float = 1.5) -> list[list[int]]:
@@ -30,11 +57,13 @@ def length_buckets(positions: list[int], most: int = 4, spread: float = 1.5) -> 
 
 
 class ModelRunner:
-    def __init__(self, model, kv: PagedKV, windows: tuple[int | None, ...], rings: RingStore | None = None):
+    def __init__(self, model, kv: PagedKV, pool: BlockPool, windows: tuple[int | None, ...],
+                 rings: RingTensors | None = None):
         self.model = model
         self.kv = kv
+        self.pool = pool
         self.windows = windows
-        self.rings = rings if rings is not None and rings.enabled else None
+        self.rings = rings if rings is not None and rings.manager.enabled else None
         self.device = kv.kv.device
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
@@ -42,6 +71,9 @@ class ModelRunner:
         self.model_seconds: list[float] | None = None  # a list: each forward's model call is timed into it (bench)
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
+        # K/V copies the manager decided since the last forward (the rings' own ops are applied in plan)
+        for copy in self.pool.take_copies():
+            self.kv.copy_block(copy.src, copy.dst, copy.num_tokens)
         token_ids: list[int] = []
         positions: list[int] = []
         writes: list[torch.Tensor | list[int]] = []  # slot tensors of prefill chunks, slot lists of decodes
@@ -111,15 +143,19 @@ class ModelRunner:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def forward_rows(self, chunks: list[ScheduledChunk]) -> list[torch.Tensor]:
-        """forward's rows, each carrying its argmax (`row.greedy`, engine/worker/sampling.py): one transfer from the
-        device for every greedy request of the step instead of one sync per request."""
+    def execute(self, chunks: list[ScheduledChunk]) -> StepResult:
+        """One forward, then a token for every chunk that completes its sequence, sampled with its request's
+        parameters and generator (greedy rows: one argmax for the whole step, one device sync)."""
         logits = self.forward(chunks)
-        rows = list(logits)
+        greedy = None
         if any(chunk.request.params.temperature == 0 for chunk in chunks):
-            for row, token in zip(rows, logits.argmax(-1).tolist()):
-                row.greedy = token
-        return rows
+            greedy = logits.argmax(-1).tolist()
+        result = StepResult([], logits, greedy)
+        for index, chunk in enumerate(chunks):
+            req = chunk.request
+            complete = chunk.start + chunk.num_tokens == req.num_tokens
+            result.token_ids.append(result.sample(index, req.params, req.generator) if complete else None)
+        return result
 
     def _forward(self, chunks: list[ScheduledChunk], all_logits: bool) -> torch.Tensor:
         ids, pos, batch = self.build_batch(chunks)

@@ -19,11 +19,9 @@ def make_generator(params: SamplingParams) -> torch.Generator | None:
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """One token from one row. A greedy row from ModelRunner.forward_rows carries its argmax (`logits.greedy`),
-    computed for the whole step in one call: no device sync per request."""
+    """One token from one row (the runner takes a greedy step's argmax for every row at once instead)."""
     if params.temperature == 0:
-        greedy = getattr(logits, "greedy", None)
-        return int(torch.argmax(logits)) if greedy is None else greedy
+        return int(torch.argmax(logits))
     scores = logits.float().cpu() / params.temperature
     if params.top_k:
         kth = torch.topk(scores, min(params.top_k, scores.shape[-1])).values[-1]
