@@ -1,10 +1,11 @@
 """Live plumbing: the engine runs in its own thread; events cross to the UI through a queue.
 
 `EventFeed` is the thread-safe hand-over: the engine thread `put`s items, the UI drains them in batches once
-per frame (a timer), so a flat-out engine never floods the event loop. Items are (kind, payload):
-("header", dict), ("event", dict), ("notice", (severity, text)), ("dead", reason).
+per frame (a timer), so a flat-out engine never floods the event loop. Items are typed messages
+(feed_messages.py): `FeedHeader`, `FeedEvent`, `FeedNotice`, `EngineDied`.
 `EngineWorker` owns the engine: it is not thread-safe, so every call (load, submit, edit, fork, step) happens on
-the worker thread, fed by a command queue. Tests use `EventFeed` alone and pump it by hand.
+the worker thread, fed by a queue of typed commands (feed_messages.py too). Tests use `EventFeed` alone and
+pump it by hand.
 """
 
 from __future__ import annotations
@@ -12,7 +13,20 @@ from __future__ import annotations
 import queue
 import threading
 import traceback
-from typing import Any
+
+from kvtui.app.feed_messages import (
+    AbortRequest,
+    Command,
+    EditTokens,
+    EngineDied,
+    FeedEvent,
+    FeedHeader,
+    FeedItem,
+    FeedNotice,
+    ForkRequest,
+    StopEngine,
+    SubmitPrompt,
+)
 
 
 def _leave_a_core_for_the_ui() -> None:
@@ -40,16 +54,17 @@ class EventFeed:
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
 
-    def put(self, kind: str, payload: Any) -> None:
-        self._queue.put((kind, payload))
+    def put(self, item: FeedItem) -> None:
+        self._queue.put(item)
 
     def put_event(self, event: dict) -> None:
-        self._queue.put(("event", event))
+        """The engine's trace listener: one `FeedEvent` per event."""
+        self._queue.put(FeedEvent(event))
 
     def notice(self, text: str, severity: str = "information") -> None:
-        self._queue.put(("notice", (severity, text)))
+        self._queue.put(FeedNotice(text, severity))
 
-    def drain(self, limit: int = 100_000) -> list[tuple[str, Any]]:
+    def drain(self, limit: int = 100_000) -> list[FeedItem]:
         """Up to `limit` items without blocking (the frame budget bounds a batch)."""
         out = []
         get = self._queue.get_nowait
@@ -110,7 +125,7 @@ class EngineWorker(Controller):
     `stop` (the app quitting) ends the loop between two steps, aborts what is still running (each request gets
     its `request_finished`, reason aborted), closes the trace files and joins the thread: a trace saved with
     --save-trace is complete and readable. If loading or a step fails, the worker reports it once as
-    ("dead", reason) on the feed and `dead` says why."""
+    `EngineDied(reason)` on the feed and `dead` says why."""
 
     STOP_TIMEOUT = 30.0  # seconds `stop` waits for the step in flight
 
@@ -133,21 +148,21 @@ class EngineWorker(Controller):
 
     # --- called from the UI thread: only enqueue
     def submit(self, prompt, max_tokens: int = 64, temperature: float = 0.0, seed: int | None = None) -> None:
-        self.commands.put(("submit", prompt, max_tokens, temperature, seed))
+        self.commands.put(SubmitPrompt(prompt, max_tokens, temperature, seed))
 
     def abort(self, request_id) -> None:
-        self.commands.put(("abort", request_id))
+        self.commands.put(AbortRequest(request_id))
 
     def edit(self, request_id, position, text, kind, num_tokens=1, expected_token=None) -> None:
-        self.commands.put(("edit", request_id, position, text, kind, num_tokens, expected_token))
+        self.commands.put(EditTokens(request_id, position, text, kind, num_tokens, expected_token))
 
     def fork(self, request_id, n=1) -> None:
-        self.commands.put(("fork", request_id, n))
+        self.commands.put(ForkRequest(request_id, n))
 
     def stop(self) -> None:
         """Stop after the step in flight and wait for the thread (the trace is closed when this returns)."""
         self._stop.set()
-        self.commands.put(("stop",))
+        self.commands.put(StopEngine())
         if self.thread.is_alive() and threading.current_thread() is not self.thread:
             self.thread.join(self.STOP_TIMEOUT)
 
@@ -167,7 +182,7 @@ class EngineWorker(Controller):
         engine.trace.listeners.append(self.feed.put_event)
         if self.save_trace:
             engine.add_trace_file(self.save_trace)
-        self.feed.put("header", engine.trace.header)
+        self.feed.put(FeedHeader(engine.trace.header))
         from kvtui.bench.machine_probe import emit_roofline
 
         emit_roofline(engine)  # this machine's roofline for the model, measured once (the roofline view)
@@ -179,7 +194,7 @@ class EngineWorker(Controller):
 
     def _die(self, reason: str) -> None:
         self.dead = reason
-        self.feed.put("dead", reason)
+        self.feed.put(EngineDied(reason))
 
     def _run(self) -> None:
         try:
@@ -200,7 +215,7 @@ class EngineWorker(Controller):
             except queue.Empty:
                 command = None
             if command is not None:
-                if command[0] == "stop":
+                if isinstance(command, StopEngine):
                     return
                 self._execute(engine, command)
             if engine.has_unfinished() and not self._stop.is_set():
@@ -225,24 +240,27 @@ class EngineWorker(Controller):
         except Exception:  # noqa: BLE001
             pass
 
-    def _execute(self, engine, command: tuple) -> None:
+    def _execute(self, engine, command: Command) -> None:
         from engine.engine import SamplingParams
 
         try:
-            if command[0] == "submit":
-                _, prompt, max_tokens, temperature, seed = command
-                engine.submit(plain_if_no_template(engine, prompt),
-                              SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed))
-            elif command[0] == "abort":
-                engine.abort(command[1])
-            elif command[0] == "edit":
-                _, rid, position, text, kind, num_tokens, expected = command
-                apply_live_edit(engine, rid, position, text, kind, num_tokens, expected)
-            elif command[0] == "fork":
-                _, rid, n = command
-                engine.fork(rid, n)
-        except Exception as exc:  # out of range, unknown request, a stale view: a notification
-            self.feed.notice(f"{command[0]} failed: {exc}", "error")
+            match command:
+                case SubmitPrompt(prompt, max_tokens, temperature, seed):
+                    engine.submit(plain_if_no_template(engine, prompt),
+                                  SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed))
+                case AbortRequest(request_id):
+                    engine.abort(request_id)
+                case EditTokens(request_id, position, text, kind, num_tokens, expected_token):
+                    apply_live_edit(engine, request_id, position, text, kind, num_tokens, expected_token)
+                case ForkRequest(request_id, n):
+                    engine.fork(request_id, n)
+        # out of range, unknown request, a stale view: a notification
+        except Exception as exc:
+            self.feed.notice(f"{_VERBS.get(type(command), 'command')} failed: {exc}", "error")
+
+
+# what the user asked for, in the notice of a command that failed
+_VERBS = {SubmitPrompt: "submit", AbortRequest: "abort", EditTokens: "edit", ForkRequest: "fork"}
 
 
 def apply_live_edit(engine, request_id: str, position: int, text: str, kind: str, num_tokens: int = 1,

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import gc
 import time
+from typing import Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
+from kvtui.sources.collector_messages import CollectorNotice, Explained, ViewReady
 from kvtui.state.fleet import FleetState, replay_fleet
 from kvtui.state.fleet_explain import QueryError, parse_query
 from kvtui.state.fleet_view import FleetView, explain_text, fleet_view
@@ -27,6 +29,26 @@ from kvtui.widgets.fleet_tree import FleetTreeView
 
 TREE_EVERY = 1.0  # seconds between prefix-tree rebuilds while events flow
 VIEW_EVERY = 0.1  # seconds between two views asked of the collector (a person reads ten a second at most)
+
+
+def _draw_table(app: FleetApp, view: FleetView | None) -> None:
+    app.query_one("#fleet-table", FleetTableView).update_fleet(view)
+
+
+def _draw_tree(app: FleetApp, view: FleetView | None) -> None:
+    # a view without tree rows (asked for while another tab showed) leaves the tree as it was
+    if view is not None and view.tree is not None:
+        app._tree_at = time.monotonic()
+        app.query_one("#fleet-tree", FleetTreeView).update_fleet(view)
+
+
+# The tabs, one table: tab id -> (its main view, what redraws it from a FleetView). Explain draws when the
+# collector answers; Esc from its input goes to the fleet table.
+FLEET_TABS: dict[str, tuple[str, Callable[[FleetApp, FleetView | None], None] | None]] = {
+    "fleet": ("#fleet-table", _draw_table),
+    "tree": ("#fleet-tree", _draw_tree),
+    "explain": ("#fleet-table", None),
+}
 
 
 class FleetApp(App):
@@ -97,12 +119,13 @@ class FleetApp(App):
         collector = self.collector
         changed = False
         for message in collector.poll():
-            if message[0] == "view":
-                changed = True
-            elif message[0] == "explained":
-                update_if_changed(self.query_one("#explain-out", Static), message[1])
-            elif message[0] == "notice":
-                self.notify(message[2], severity=message[1], timeout=6)
+            match message:
+                case ViewReady():
+                    changed = True
+                case Explained(text):
+                    update_if_changed(self.query_one("#explain-out", Static), text)
+                case CollectorNotice(text, severity):
+                    self.notify(text, severity=severity, timeout=6)
         if collector.dead is not None and not self._dead_told:
             self._dead_told = True
             self.notify(f"{collector.dead}: the views stop here", severity="error", timeout=30)
@@ -129,11 +152,9 @@ class FleetApp(App):
             self.view = self.collector.view
         view = self.view
         self.query_one("#fleet-status", TextLine).set(self.status_text())
-        if tab == "fleet":
-            self.query_one("#fleet-table", FleetTableView).update_fleet(view)
-        elif tab == "tree" and view is not None and view.tree is not None:
-            self._tree_at = time.monotonic()
-            self.query_one("#fleet-tree", FleetTreeView).update_fleet(view)
+        _, draw = FLEET_TABS.get(tab, (None, None))
+        if draw is not None:
+            draw(self, view)
 
     def status_text(self) -> str:
         view = self.view
@@ -199,4 +220,5 @@ class FleetApp(App):
     def action_leave_input(self) -> None:
         self.query_one("#goto-input", Input).display = False
         tab = self.query_one("#fleet-tabs", TabbedContent).active
-        self.query_one("#fleet-tree" if tab == "tree" else "#fleet-table").focus()
+        main_view, _ = FLEET_TABS.get(tab, FLEET_TABS["fleet"])
+        self.query_one(main_view).focus()

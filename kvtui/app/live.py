@@ -1,13 +1,15 @@
-"""Live mode: draining the engine worker's `EventFeed` into the timeline, following its end, the prompt box,
-and the live edits (replace, insert, delete a token; fork a request) sent to the engine's `Controller`."""
+"""Live mode: draining the engine worker's `EventFeed` into the timeline, following its end, the prompts of the
+`PromptBar`, and the live edits (replace, insert, delete a token; fork a request) sent to the engine's
+`Controller`."""
 
 from __future__ import annotations
 
 from textual.binding import Binding
-from textual.widgets import Input, Label
 
+from kvtui.app.feed_messages import EngineDied, FeedEvent, FeedHeader, FeedNotice
 from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import TextLine
+from kvtui.widgets.prompt_bar import PromptBar
 from kvtui.widgets.token_strip import TokenStrip
 
 FEED_BATCH = 50_000  # most items drained per frame: a backlog is caught up over several frames
@@ -22,8 +24,6 @@ LIVE_BINDINGS = [
     Binding("F", "follow", "follow live", show=False, id="live.follow"),
     Binding("s", "abort_request", "stop (abort) request", show=False, id="live.abort"),
 ]
-# the prompt bar's sampling boxes: id -> (label, placeholder); empty = the default (greedy, no seed, --max-tokens)
-SAMPLING_INPUTS = {"temperature": ("temp", "0"), "seed": ("seed", "none"), "max-tokens": ("max", "")}
 
 
 class LiveMixin:
@@ -39,20 +39,21 @@ class LiveMixin:
         if not items:
             return False
         batch: list[dict] = []
-        for kind, payload in items:
-            if kind == "event":
-                batch.append(payload)
+        for item in items:
+            if isinstance(item, FeedEvent):
+                batch.append(item.event)
                 continue
-            self._ingest(batch)  # the events before a header, notice or death land first
+            # the events before a header, notice or death land first
+            self._ingest(batch)
             batch = []
-            if kind == "header":
-                self.timeline = Timeline(payload)
-                self.state, self.cursor = self.timeline.tip, 0
-            elif kind == "notice":
-                severity, text = payload
-                self.notify(text, severity=severity, timeout=8 if severity == "error" else 4)
-            elif kind == "dead":
-                self._engine_died(payload)
+            match item:
+                case FeedHeader(header):
+                    self.timeline = Timeline(header)
+                    self.state, self.cursor = self.timeline.tip, 0
+                case FeedNotice(text, severity):
+                    self.notify(text, severity=severity, timeout=8 if severity == "error" else 4)
+                case EngineDied(reason):
+                    self._engine_died(reason)
         self._ingest(batch)
         return True
 
@@ -77,43 +78,15 @@ class LiveMixin:
     # ------------------------------------------------------------------ the prompt
     def action_focus_prompt(self) -> None:
         if self.live:
-            self.query_one("#prompt", Input).focus()
-
-    def _prompt_placeholder(self) -> str:
-        if self.chat:
-            return "chat message (through the chat template), Enter to send (ctrl+t: plain text; Esc: leave)"
-        return "plain text prompt, Enter to send (ctrl+t: chat message; Esc: leave)"
+            self.query_one(PromptBar).focus_prompt()
 
     def action_toggle_chat(self) -> None:
         self.chat = not self.chat
         if self.live:
-            prompt = self.query_one("#prompt", Input)
-            prompt.placeholder = self._prompt_placeholder()
+            self.query_one(PromptBar).chat = self.chat
         self.notify("chat mode: prompts go through the chat template" if self.chat else "plain prompt mode",
                     timeout=2)
         self.refresh_views()
-
-    def _sampling_inputs(self):
-        for name, (label, placeholder) in SAMPLING_INPUTS.items():
-            yield Label(label, classes="sampling-label")
-            yield Input(placeholder=placeholder or str(self.max_tokens), id=name, classes="sampling")
-
-    def _sampling(self) -> tuple[float, int | None, int] | None:
-        """(temperature, seed, max tokens) from the prompt bar, or None after saying what is wrong."""
-        values = {name: self.query_one(f"#{name}", Input).value.strip() for name in SAMPLING_INPUTS}
-        try:
-            temperature = float(values["temperature"] or 0)
-            seed = int(values["seed"]) if values["seed"] else None
-            max_tokens = int(values["max-tokens"]) if values["max-tokens"] else self.max_tokens
-        except ValueError:
-            self.notify(f"temperature is a number, seed and max tokens whole numbers (got temp "
-                        f"{values['temperature']!r}, seed {values['seed']!r}, max {values['max-tokens']!r})",
-                        severity="error", timeout=5)
-            return None
-        if temperature < 0 or max_tokens < 1:
-            self.notify("temperature must be >= 0 (0 = greedy) and max tokens >= 1", severity="error", timeout=5)
-            return None
-        return temperature, seed, max_tokens
 
     def _engine_died(self, reason: str) -> None:
         """The engine worker stopped for good: say so in a notice, the status line and the prompt box."""
@@ -121,26 +94,19 @@ class LiveMixin:
         self.notify(f"{reason}. Nothing more will run; the trace so far stays browsable.", severity="error",
                     timeout=15)
         if self.live:
-            prompt = self.query_one("#prompt", Input)
-            prompt.placeholder = f"the engine stopped: {reason} (quit and start kvtui again)"
-            prompt.disabled = True
+            self.query_one(PromptBar).stop(reason)
             self.query_one("#status", TextLine).set(self.status_text())
 
-    def _submit_prompt(self, text: str, box: Input) -> None:
-        """The prompt box was submitted: send `text` to the engine and select the request it starts."""
-        if not text.strip():
-            return
+    def on_prompt_bar_submitted(self, message: PromptBar.Submitted) -> None:
+        """A prompt from the prompt bar: send it to the engine and select the request it starts."""
         if self.engine_dead:
             self.notify(f"the engine stopped ({self.engine_dead}): prompts go nowhere", severity="error")
             return
-        sampling = self._sampling()
-        if sampling is None:
-            return
-        temperature, seed, max_tokens = sampling
+        text = message.prompt
         prompt = [{"role": "user", "content": text}] if self.chat else text
-        self.controller.submit(prompt, max_tokens, temperature=temperature, seed=seed)
+        self.controller.submit(prompt, message.max_tokens, temperature=message.temperature, seed=message.seed)
         self._select_next_arrival = True
-        box.value = ""
+        message.bar.clear()
 
     # ------------------------------------------------------------------ edits and fork
     def _require_live(self, what: str) -> bool:

@@ -18,13 +18,13 @@ from typing import Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Input, TabbedContent, TabPane
 
-from kvtui.app.live import LIVE_BINDINGS, SAMPLING_INPUTS, LiveMixin
+from kvtui.app.live import LIVE_BINDINGS, LiveMixin
 from kvtui.app.loading import LoadingMixin
 from kvtui.app.playback import PLAYBACK_BINDINGS, PlaybackMixin
 from kvtui.app.selection import SelectionMixin
+from kvtui.app.tabs import TABS, tab_bindings, tab_label
 from kvtui.app.feed import Controller, EventFeed
 from kvtui.state.opening import interesting_request, opening_cursor
 from kvtui.screens.help import HelpScreen
@@ -32,15 +32,12 @@ from kvtui.screens.panel import PanelScreen
 from kvtui.screens.palette import KvtuiCommands
 from kvtui.state import CacheState
 from kvtui.state.timeline import Timeline
-from kvtui.widgets.base import TextLine, View, update_if_changed
-from kvtui.widgets.block_pool import BlockPoolView, block_details, edit_summary, pool_legend
-from kvtui.widgets.block_table import BlockTableView
-from kvtui.widgets.charts import ChartsView
-from kvtui.widgets.miss import explain
+from kvtui.widgets.base import TextLine, View
+from kvtui.widgets.block_pool import BlockPoolView
+from kvtui.widgets.prompt_bar import PromptBar
 from kvtui.widgets.radix_tree import RadixTreeView
-from kvtui.widgets.ring import RingView
 from kvtui.widgets.scrubber import Scrubber
-from kvtui.widgets.timeline import TimelineView, latency_summary, request_summary
+from kvtui.widgets.timeline import TimelineView
 from kvtui.widgets.token_strip import TokenStrip
 
 
@@ -51,12 +48,7 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
     BINDINGS = [
         Binding("question_mark", "help", "help", id="app.help"),
         Binding("q", "quit", "quit", id="app.quit"),
-        Binding("1", "show_tab('pool')", "pool", show=False, id="tab.pool"),
-        Binding("2", "show_tab('requests')", "requests", show=False, id="tab.requests"),
-        Binding("3", "show_tab('tree')", "prefix tree", show=False, id="tab.tree"),
-        Binding("4", "show_tab('metrics')", "metrics", show=False, id="tab.metrics"),
-        Binding("5", "show_tab('rings')", "rings", show=False, id="tab.rings"),
-        Binding("6", "show_tab('tokens')", "tokens", show=False, id="tab.tokens"),
+        *tab_bindings(),
         Binding("k", "show_panel('mask')", "attention masks of the step", show=False, id="panel.mask"),
         Binding("l", "show_panel('roofline')", "prefill vs decode roofline", show=False, id="panel.roofline"),
         *PLAYBACK_BINDINGS,
@@ -123,32 +115,12 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
     def compose(self) -> ComposeResult:
         yield TextLine(id="status")
         with TabbedContent(initial="pool", id="tabs"):
-            with TabPane("1 Pool", id="pool"):
-                yield TextLine(id="pool-legend")
-                yield TextLine(id="edit-summary")
-                yield BlockPoolView(id="pool-grid")
-                with Horizontal(id="pool-bottom"):
-                    yield BlockTableView(id="block-table")
-                    yield TextLine(id="block-details")
-            with TabPane("2 Requests", id="requests"):
-                yield TextLine(id="latency")
-                yield TextLine(id="request-summary")
-                yield TimelineView(id="lanes")
-            with TabPane("3 Prefix tree", id="tree"):
-                yield RadixTreeView(id="radix")
-                with VerticalScroll(id="miss-box"):
-                    yield Static(id="miss")
-            with TabPane("4 Metrics", id="metrics"):
-                yield ChartsView(id="charts")
-            with TabPane("5 Rings", id="rings"):
-                yield RingView(id="ring-view")
-            with TabPane("6 Tokens", id="tokens"):
-                yield TokenStrip(id="token-strip")
+            for tab_id, tab in TABS.items():
+                with TabPane(tab_label(tab_id), id=tab_id):
+                    yield from tab.compose()
         yield Input(id="small-input", classes="hidden")
         if self.live:
-            with Horizontal(id="prompt-bar"):
-                yield Input(placeholder=self._prompt_placeholder(), id="prompt")
-                yield from self._sampling_inputs()
+            yield PromptBar(max_tokens=self.max_tokens, chat=self.chat, id="prompt-bar")
         yield Scrubber(id="scrubber")
         yield Footer()
 
@@ -165,7 +137,7 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         self._block_cursor_to_request()
         self.refresh_views()
         if self.live:
-            self.query_one("#prompt", Input).focus()
+            self.query_one(PromptBar).focus_prompt()
         else:
             self.query_one("#pool-grid").focus()
 
@@ -198,28 +170,9 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             self.screen.update_view(view, self.timeline.events if self.timeline else [], self.status_text())
             return
         self.query_one("#status", TextLine).set(self.status_text())
-        tab = self.query_one("#tabs", TabbedContent).active
-        if tab == "pool":
-            grid = self.query_one("#pool-grid", BlockPoolView)
-            view.block = grid.cursor
-            self.query_one("#pool-legend", TextLine).set(pool_legend(state, view))
-            self.query_one("#edit-summary", TextLine).set(edit_summary(state, view.request_id))
-            self.query_one("#block-details", TextLine).set(block_details(state, grid.cursor))
-            grid.update_view(view)
-            self.query_one("#block-table", BlockTableView).update_view(view)
-        elif tab == "requests":
-            self.query_one("#latency", TextLine).set(latency_summary(state))
-            self.query_one("#request-summary", TextLine).set(request_summary(view.request))
-            self.query_one("#lanes", TimelineView).update_view(view)
-        elif tab == "tree":
-            self.query_one("#radix", RadixTreeView).update_view(view)
-            update_if_changed(self.query_one("#miss", Static), explain(state, view.request))
-        elif tab == "metrics":
-            self.query_one("#charts", ChartsView).update_view(view)
-        elif tab == "rings":
-            self.query_one("#ring-view", RingView).update_view(view)
-        elif tab == "tokens":
-            self.query_one("#token-strip", TokenStrip).update_view(view)
+        tab = TABS.get(self.query_one("#tabs", TabbedContent).active)
+        if tab is not None:
+            tab.update(self, state, view)
         tl = self.timeline
         self.query_one("#scrubber", Scrubber).update_position(self.cursor, len(tl) if tl else 0,
                                                               tl.markers if tl else {})
@@ -270,12 +223,6 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
         text = message.value
-        if message.input.id == "prompt":
-            self._submit_prompt(text, message.input)
-            return
-        if message.input.id in SAMPLING_INPUTS:  # Enter in temperature / seed / max tokens: back to the prompt
-            self.query_one("#prompt", Input).focus()
-            return
         mode = self.input_mode
         self._close_input()
         if mode == "goto":

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from textual.widgets import TabbedContent
 
+from kvtui.app.tabs import TABS
 from kvtui.widgets.block_pool import BlockPoolView
 from kvtui.widgets.radix_tree import RadixTreeView
 from kvtui.widgets.timeline import TimelineView
 from kvtui.widgets.token_strip import TokenStrip
-
-TABS = ("pool", "requests", "tree", "metrics", "rings", "tokens")
-TAB_FOCUS = {"pool": "#pool-grid", "requests": "#lanes", "tree": "#radix", "metrics": "#charts",
-             "rings": "#ring-view", "tokens": "#token-strip"}
 
 
 class SelectionMixin:
@@ -24,8 +21,8 @@ class SelectionMixin:
 
     def focus_tab(self) -> None:
         """Focus the main view of the tab shown."""
-        tab = self.query_one("#tabs", TabbedContent).active
-        self.query_one(TAB_FOCUS.get(tab, "#pool-grid")).focus()
+        tab = TABS.get(self.query_one("#tabs", TabbedContent).active, TABS["pool"])
+        self.query_one(tab.view).focus()
 
     def on_tabbed_content_tab_activated(self, _message) -> None:
         self.refresh_views()

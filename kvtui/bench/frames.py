@@ -48,6 +48,7 @@ def bench_live_frame(header: dict, events: list[dict], per_frame: int = 2000, fr
     """
     from kvtui.app import KvtuiApp
     from kvtui.app.feed import EventFeed
+    from kvtui.app.feed_messages import FeedHeader
 
     feed = EventFeed()
     app = KvtuiApp(source="bench", live=True, feed=feed, frame_rate=None)
@@ -56,7 +57,7 @@ def bench_live_frame(header: dict, events: list[dict], per_frame: int = 2000, fr
 
     async def run() -> None:
         async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
-            feed.put("header", header)
+            feed.put(FeedHeader(header))
             app.pump()
             await pilot.press("escape")
             for i in range(frames):

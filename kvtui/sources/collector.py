@@ -7,10 +7,10 @@ draws: the collector runs the `Attacher` (sockets, sequence, replay, decode), fo
 `FleetState`, writes the -o trace, and answers the UI over a pipe with `FleetView`s (plain data,
 kvtui/state/fleet_view.py) and explanations. Two processes, two cores: frames stay short whatever arrives.
 
-Over the pipe (pickled tuples):
-  UI -> collector   ("view", with_tree) | ("explain", token_ids, options) | ("stop",)
-  collector -> UI   ("view", FleetView, counters) | ("explained", text) | ("notice", severity, text)
-                    | ("stopped", counters) | ("failed", why)   (the trace is closed; the collector exits)
+Over the pipe, typed messages (collector_messages.py), pickled:
+  UI -> collector   AskView(with_tree) | AskExplain(token_ids, options) | StopCollecting()
+  collector -> UI   ViewReady(view, counters) | Explained(text) | CollectorNotice(text, severity)
+                    | CollectorStopped(counters) | CollectorFailed(why)   (the trace is closed; it exits)
 Requests are answered on the thread that folds, between two folds (it needs no lock this way): between two
 messages, and every few hundred batches of a long replay; the pipe is one more file descriptor the
 attacher's loop polls.
@@ -24,6 +24,19 @@ import os
 import signal
 import time
 from dataclasses import asdict
+
+from kvtui.sources.collector_messages import (
+    AskExplain,
+    AskView,
+    CollectorFailed,
+    CollectorNotice,
+    CollectorStopped,
+    Explained,
+    FromCollector,
+    StopCollecting,
+    ToCollector,
+    ViewReady,
+)
 
 STOP_TIMEOUT = 10.0  # seconds the UI waits for the collector to close its trace
 NICENESS = 5  # the collector's scheduling priority below the UI's
@@ -47,7 +60,7 @@ def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str |
         try:
             tok = load_tokenizer(tokenizer)
         except ValueError as exc:  # the UI process loaded it already; say why this one could not
-            conn.send(("notice", "warning", f"collector: {exc}"))
+            conn.send(CollectorNotice(f"collector: {exc}", "warning"))
     sink = TraceSink()
     if out:
         sink.add_writer(TraceWriter(out))
@@ -69,7 +82,7 @@ def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str |
     finally:
         sink.close()
         try:
-            conn.send(("failed", failure) if failure else ("stopped", asdict(attacher.counters)))
+            conn.send(CollectorFailed(failure) if failure else CollectorStopped(asdict(attacher.counters)))
         except OSError:  # the UI is gone
             pass
 
@@ -98,22 +111,25 @@ class _Server:
             gc.freeze()
             self.frozen_at = time.monotonic()
         try:
-            for notice in _drain(attacher.notices):
-                conn.send(("notice", *notice))
+            for severity, text in _drain(attacher.notices):
+                conn.send(CollectorNotice(text, severity))
             while conn.poll(0):
-                request = conn.recv()
-                if request[0] == "view":
-                    self.fleet.now = max(self.fleet.t, attacher.sink.now())  # rates decay while nothing comes
-                    conn.send(("view", fleet_view(self.fleet, tree=request[1]), asdict(attacher.counters)))
-                elif request[0] == "explain":
-                    try:
-                        text = explain_text(self.fleet, request[1], request[2])
-                    except Exception as exc:  # a fleet the explainer did not foresee: say so, keep collecting
-                        text = f"cannot explain: {type(exc).__name__}: {exc}"
-                    conn.send(("explained", text))
-                elif request[0] == "stop":
-                    attacher.stop()
-                    return
+                request: ToCollector = conn.recv()
+                match request:
+                    case AskView(with_tree):
+                        # rates decay while nothing comes
+                        self.fleet.now = max(self.fleet.t, attacher.sink.now())
+                        conn.send(ViewReady(fleet_view(self.fleet, tree=with_tree), asdict(attacher.counters)))
+                    case AskExplain(token_ids, options):
+                        try:
+                            text = explain_text(self.fleet, token_ids, options)
+                        # a fleet the explainer did not foresee: say so, keep collecting
+                        except Exception as exc:
+                            text = f"cannot explain: {type(exc).__name__}: {exc}"
+                        conn.send(Explained(text))
+                    case StopCollecting():
+                        attacher.stop()
+                        return
         except (EOFError, OSError):  # the UI process ended without saying stop: end too
             attacher.stop()
 
@@ -139,24 +155,25 @@ class CollectorClient:
     def ask(self, with_tree: bool) -> None:
         """Ask for the next view, unless one is already on its way."""
         if not self.asked and self.dead is None:
-            self._send(("view", with_tree))
+            self._send(AskView(with_tree))
             self.asked = True
 
     def explain(self, token_ids: list[int], options: dict) -> None:
-        self._send(("explain", token_ids, options))
+        self._send(AskExplain(token_ids, options))
 
-    def poll(self) -> list[tuple]:
+    def poll(self) -> list[FromCollector]:
         """What the collector sent since the last call (views are kept in `view`), without waiting."""
         out = []
         try:
             while self.conn.poll(0):
-                message = self.conn.recv()
-                if message[0] == "view":
-                    self.view, self.counters, self.asked = message[1], message[2], False
-                elif message[0] == "stopped":
-                    self.counters, self.stopped = message[1], True
-                elif message[0] == "failed":
-                    self.dead = message[1]
+                message: FromCollector = self.conn.recv()
+                match message:
+                    case ViewReady(view, counters):
+                        self.view, self.counters, self.asked = view, counters, False
+                    case CollectorStopped(counters):
+                        self.counters, self.stopped = counters, True
+                    case CollectorFailed(why):
+                        self.dead = why
                 out.append(message)
         except (EOFError, OSError):
             self._died()
@@ -167,7 +184,7 @@ class CollectorClient:
     def stop(self, timeout: float = STOP_TIMEOUT) -> dict:
         """Stop the collector after the message it is folding; its trace is closed when this returns."""
         if self.dead is None and not self.stopped:
-            self._send(("stop",))
+            self._send(StopCollecting())
             deadline = time.monotonic() + timeout
             while not self.stopped and self.dead is None and time.monotonic() < deadline:
                 if self.conn.poll(0.05):
@@ -180,7 +197,7 @@ class CollectorClient:
             self.process.terminate()
         return self.counters
 
-    def _send(self, message: tuple) -> None:
+    def _send(self, message: ToCollector) -> None:
         try:
             self.conn.send(message)
         except (BrokenPipeError, OSError):

@@ -6,6 +6,7 @@ import pytest
 
 from kvtui.app import KvtuiApp
 from kvtui.app.feed import EventFeed, RecordingController
+from kvtui.app.feed_messages import FeedHeader
 from kvtui.state import replay, state_fingerprint
 from kvtui.state.timeline import Timeline
 from kvtui.widgets.block_pool import BlockPoolView
@@ -144,7 +145,7 @@ async def test_live_prompt_then_tokens_stream_in(small_trace):
     app = live_app(feed, controller)
     async with app.run_test(size=SIZE) as pilot:
         assert "waiting for the engine" in str(app.query_one("#status").render())
-        feed.put("header", header)
+        feed.put(FeedHeader(header))
         app.pump()
         await pilot.click("#prompt")
         await pilot.press(*"Why is the sky blue?", "enter")
@@ -181,7 +182,7 @@ async def test_live_edit_sends_command_and_shows_the_invalidation(small_trace):
     feed, controller = EventFeed(), RecordingController()
     app = live_app(feed, controller)
     async with app.run_test(size=SIZE) as pilot:
-        feed.put("header", header)
+        feed.put(FeedHeader(header))
         for ev in events[:edit_at]:
             feed.put_event(ev)
         app.pump()

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from engine.trace import read_trace
 from kvtui.app import KvtuiApp
 from kvtui.app.feed import EngineWorker, EventFeed, RecordingController
+from kvtui.app.feed_messages import EngineDied, FeedHeader
 
 SIZE = (100, 32)
 pytestmark = pytest.mark.anyio
@@ -23,7 +24,7 @@ def live_app(feed, controller) -> KvtuiApp:
 
 
 def feed_trace(feed: EventFeed, header: dict, events: list[dict]) -> None:
-    feed.put("header", header)
+    feed.put(FeedHeader(header))
     for ev in events:
         feed.put_event(ev)
 
@@ -99,7 +100,7 @@ async def test_a_dead_engine_is_shown_and_the_prompt_box_says_so(small_trace):
     app = live_app(feed, controller)
     async with app.run_test(size=SIZE) as pilot:
         feed_trace(feed, header, events[:50])
-        feed.put("dead", "the engine stopped: a step failed (RuntimeError: out of memory)")
+        feed.put(EngineDied("the engine stopped: a step failed (RuntimeError: out of memory)"))
         app.pump()
         await pilot.pause()
         prompt = app.query_one("#prompt")

@@ -9,6 +9,7 @@ from tiny_models import random_prompts, tiny_model
 from engine.engine import Engine, EngineConfig
 from kvtui.app import KvtuiApp
 from kvtui.app.feed import EngineWorker, EventFeed, RecordingController
+from kvtui.app.feed_messages import AbortRequest, FeedHeader, SubmitPrompt
 
 pytestmark = pytest.mark.anyio
 SIZE = (120, 36)
@@ -24,7 +25,7 @@ async def test_prompt_bar_sends_temperature_seed_and_max_tokens(small_trace):
     feed, controller = EventFeed(), RecordingController()
     app = live_app(feed, controller)
     async with app.run_test(size=SIZE) as pilot:
-        feed.put("header", header)
+        feed.put(FeedHeader(header))
         app.pump()
         await pilot.click("#prompt")
         await pilot.press(*"hi", "enter")  # empty boxes: greedy, no seed, the --max-tokens default
@@ -52,7 +53,7 @@ async def test_s_stops_the_selected_running_request(small_trace):
     first_token = next(i for i, ev in enumerate(events) if ev["type"] == "token_emitted")
     rid = events[first_token]["request_id"]
     async with app.run_test(size=SIZE) as pilot:
-        feed.put("header", header)
+        feed.put(FeedHeader(header))
         for ev in events[:first_token + 1]:
             feed.put_event(ev)
         app.pump()
@@ -73,16 +74,16 @@ def test_the_worker_submits_with_sampling_and_aborts():
     engine = Engine.from_model(tiny_model(), config=EngineConfig(device="cpu", num_blocks=32))
     worker = EngineWorker(EventFeed(), "tiny", None)
     (prompt,) = random_prompts([12])
-    worker._execute(engine, ("submit", prompt, 5, 0.9, 1234))
-    worker._execute(engine, ("submit", prompt, 5, 0.9, 1234))
+    worker._execute(engine, SubmitPrompt(prompt, 5, 0.9, 1234))
+    worker._execute(engine, SubmitPrompt(prompt, 5, 0.9, 1234))
     (a, b) = list(engine.requests)
     assert engine.requests[a].params.temperature == 0.9 and engine.requests[a].params.seed == 1234
     while engine.has_unfinished():
         engine.step()
     assert engine.output(a).token_ids == engine.output(b).token_ids  # same seed, same sample
-    worker._execute(engine, ("submit", prompt, 50, 0.0, None))
+    worker._execute(engine, SubmitPrompt(prompt, 50, 0.0, None))
     c = list(engine.requests)[-1]
     engine.step()
-    worker._execute(engine, ("abort", c))
+    worker._execute(engine, AbortRequest(c))
     out = engine.output(c)
     assert out.finish_reason == "aborted" and len(out.token_ids) < 50 and not engine.has_unfinished()

@@ -11,6 +11,7 @@ from attach_publishers import Publisher, SBatch, SBlockRemoved, SBlockStored, VB
 from kvtui.sources.attach import attach_header
 from kvtui.app.loader import load_trace
 from kvtui.sources.collector import CollectorClient
+from kvtui.sources.collector_messages import Explained, ViewReady
 from kvtui.sources.endpoints import parse_source
 from kvtui.state.fleet import replay_fleet
 from kvtui.state.fleet_view import fleet_view
@@ -25,8 +26,8 @@ def _view(client, with_tree=False, timeout=20.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for message in client.poll():
-            if message[0] == "view":
-                return message[1]
+            if isinstance(message, ViewReady):
+                return message.view
         time.sleep(0.02)
     raise TimeoutError("no view from the collector")
 
@@ -60,7 +61,7 @@ def test_collector_folds_sends_views_explains_and_closes_its_trace(two_servers, 
         assert any(r.holders == ("sgl", "vllm") and r.blocks == 2 for r in view.tree)  # the shared prefix
         client.explain([1, 2, 3, 9, 5], {})
         said = []
-        assert wait_for(lambda: said.extend(m[1] for m in client.poll() if m[0] == "explained") or said)
+        assert wait_for(lambda: said.extend(m.text for m in client.poll() if isinstance(m, Explained)) or said)
         assert "removed at" in said[0], said
     finally:
         counters = client.stop()
