@@ -64,12 +64,13 @@ def _blocks(engine, state, out):
 
 
 def _hash(cache, physical: int) -> str | None:
-    if cache.radix is None:
+    radix = getattr(cache.prefix_cache, "radix", None)
+    if radix is None:
         return None
-    node = cache.radix._node_of.get(physical)
+    node = radix._node_of.get(physical)
     if node is not None:
         return node.keys[node.blocks.index(physical)]
-    tail = cache.tails.of.get(physical)
+    tail = cache.prefix_cache.tails.of.get(physical)
     return f"tail:{tail.parent_key[:12]}" if tail is not None else None
 
 
@@ -92,7 +93,7 @@ def _requests(engine, state, out):
 
 
 def _tree(engine, state, out):
-    radix = engine.cache.radix
+    radix = getattr(engine.cache.prefix_cache, "radix", None)
     engine_nodes = {} if radix is None else {i: n for i, n in radix.nodes.items() if i != 0}
     view_nodes = {i: n for i, n in state.nodes.items() if i != 0}
     if set(engine_nodes) != set(view_nodes):

@@ -1,6 +1,10 @@
-"""House rules that keep the code readable: no import circles, no source file too long to read in one sitting."""
+"""House rules that keep the code readable: no import circles (even under TYPE_CHECKING), no source file too long
+to read in one sitting, and the torch line: engine/core and engine/trace import no torch, anywhere."""
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,16 +19,11 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path, package: str) -> set[str]:
-    """Modules of `package` that `path` imports, at load time or inside a function (a deferred import is still a
-    dependency); `if TYPE_CHECKING:` blocks do not count."""
+    """Modules of `package` that `path` imports, at load time, inside a function (a deferred import is still a
+    dependency) or under `if TYPE_CHECKING:` (a type in the wrong room is a circle too)."""
     tree = ast.parse(path.read_text())
-    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-               and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING"
-               for n in ast.walk(node)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -72,3 +71,65 @@ def test_no_source_file_is_too_long_to_read_in_one_sitting():
     long = {str(p.relative_to(ROOT)): n for package in ("engine", "kvtui") for p in (ROOT / package).rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these by concept (over {MAX_LINES} lines): {long}"
+
+
+# torch and what only comes with it; numpy too, which the torch-free viewer never needs
+BLOCKED = ("torch", "transformers", "numpy", "accelerate", "gguf", "safetensors")
+TORCH_FREE = ("engine/core", "engine/trace")
+
+_IMPORT_ALL = """
+import importlib, json, pkgutil, sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(name + " is blocked: this module must not need it")
+sys.meta_path.insert(0, Block())
+sys.path.insert(0, ROOT)
+imported, failed = [], {}
+for package in PACKAGES:
+    names = [package] + [package + "." + m.name for m in pkgutil.iter_modules([ROOT + "/" + package.replace(".", "/")])]
+    for name in names:
+        try:
+            importlib.import_module(name)
+            imported.append(name)
+        except ImportError as exc:
+            failed[name] = str(exc)
+print(json.dumps({"imported": imported, "failed": failed}))
+"""
+
+
+def _import_with_torch_blocked(packages: list[str]) -> dict:
+    code = f"BLOCKED = {BLOCKED!r}\nROOT = {str(ROOT)!r}\nPACKAGES = {packages!r}\n" + _IMPORT_ALL
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_engine_core_and_trace_import_no_torch_at_import_time():
+    """Every module of engine/core and engine/trace imports in a process where torch cannot be imported.
+    tests/engine/test_kv_cache.py runs the manager and the scheduler through a workload there too."""
+    result = _import_with_torch_blocked([p.replace("/", ".") for p in TORCH_FREE])
+    assert not result["failed"], result["failed"]
+    modules = [p for folder in TORCH_FREE for p in (ROOT / folder).glob("*.py")]
+    assert len(result["imported"]) == len(modules), result["imported"]
+
+
+def test_no_function_in_the_torch_free_packages_imports_torch_later():
+    """A deferred import inside a function would only fail when called: none of these modules names a blocked
+    package in any import, at any depth."""
+    offenders = []
+    for folder in TORCH_FREE:
+        for path in (ROOT / folder).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in BLOCKED]
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+                        "import_module", "__import__"):
+                    offenders.append(f"{path.relative_to(ROOT)}: dynamic import")
+    assert not offenders, offenders
+
+
+def test_the_blocker_really_blocks():
+    result = _import_with_torch_blocked(["engine.worker"])
+    assert result["failed"], "engine/worker needs torch: if it imports with torch blocked, the block is broken"

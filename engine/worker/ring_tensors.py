@@ -49,6 +49,11 @@ class RingTensors:
         )
 
     @property
+    def nbytes(self) -> int:
+        """Bytes allocated for rings (rows in use and spare rows)."""
+        return sum(p.numel() * p.element_size() for p in self.pool)
+
+    @property
     def rows(self) -> int:
         return self.pool[0].shape[2] if self.pool else 0
 

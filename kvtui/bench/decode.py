@@ -45,7 +45,7 @@ def weight_bytes(model) -> int:
 
 
 def _sync(engine) -> None:
-    if engine.cache.kv.kv.device.type == "cuda":
+    if engine.kv.kv.device.type == "cuda":
         torch.cuda.synchronize()
 
 

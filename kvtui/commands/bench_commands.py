@@ -61,7 +61,7 @@ def bench(ctx, model, prompt_tokens, max_tokens, concurrent, repeats, cache_benc
         click.echo(format_cache_bench(warm_vs_cold(engine, tokens, progress=_say),
                                       edit_reprefill(engine, tokens, repeats=max(repeats, 3), progress=_say)))
         return
-    click.echo(f"bench on {engine.shape.name} ({engine.shape.dtype}, {engine.cache.kv.kv.device}): "
+    click.echo(f"bench on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device}): "
                f"{prompt_tokens}-token prompts, {max_tokens} new tokens, {concurrent} concurrent", err=True)
     rows = run_bench(engine, prompt_tokens, max_tokens, concurrent, repeats, progress=_say)
     click.echo(format_table(rows))

@@ -85,7 +85,7 @@ def overhead_bench(model, contexts, steps, threads, **options):
     need = max(contexts) + steps + 64
     engine = load_engine(model, engine_config({"prefix_cache": False, "num_blocks": -(-need // 16) + 8,
                                                "block_size": 16}, **options))
-    click.echo(f"overhead on {engine.shape.name} ({engine.shape.dtype}, {engine.cache.kv.kv.device})", err=True)
+    click.echo(f"overhead on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device})", err=True)
     click.echo(format_overhead(measure_overhead(engine, contexts, steps, progress=_say)))
 
 
@@ -170,7 +170,7 @@ def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threa
     engine = load_engine(model, engine_config({"prefix_cache": False, "max_num_seqs": max(batches),
                                                "num_blocks": -(-need // 16) + max(batches) + 8, "block_size": 16},
                                               **options))
-    click.echo(f"decode on {engine.shape.name} ({engine.shape.dtype}, {engine.cache.kv.kv.device})", err=True)
+    click.echo(f"decode on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device})", err=True)
     click.echo(format_decode(measure_decode(engine, batches, prompt_tokens, steps, progress=_say), peak_tbs,
                              copy_tbs))
 

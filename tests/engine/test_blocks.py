@@ -2,7 +2,7 @@ import pytest
 import torch
 from tiny_models import tiny_model
 
-from engine.core.blocks import BlockPool, OutOfBlocks, tail_waste
+from engine.core.blocks import BlockCopy, BlockPool, OutOfBlocks, tail_waste
 from engine.engine import Engine, EngineConfig
 from engine.models.loading import describe
 from engine.trace import TraceSink
@@ -22,7 +22,8 @@ def test_allocate_share_release_free_round_trip():
     assert pool.ref_counts[a] == 2 and pool.num_free() == 3
     pool.release(a, "r0", 0)
     assert pool.ref_counts[a] == 1 and a not in pool.free
-    pool.release(a, "r1", 0)
+    assert pool.release(a, "r1", 0) == 0 and a not in pool.free  # the manager decides: cached or freed
+    pool.free_block(a)
     assert pool.ref_counts[a] == 0 and a in pool.free
     assert [e["type"] for e in events] == ["block_allocated", "block_shared", "block_released", "block_released",
                                           "block_freed"]
@@ -36,27 +37,12 @@ def test_out_of_blocks_is_an_error_not_a_silent_reuse():
         pool.allocate("r1", 0)
 
 
-def test_copy_on_write_copies_only_shared_blocks():
+def test_a_copy_is_an_event_and_data_for_the_worker():
     pool, events = make_pool()
-    copies = []
-    pool.on_copy = lambda src, dst, n: copies.append((src, dst, n))
-    table = [pool.allocate("r0", 0)]
-    assert pool.copy_on_write(table, 0, "r0", 5) == table[0] and not copies  # sole owner writes in place
-    other = list(table)
-    pool.share(other[0], "r1", 0)
-    new = pool.copy_on_write(other, 0, "r1", 5)
-    assert new != table[0] and other == [new] and copies == [(table[0], new, 5)]
-    assert pool.ref_counts[table[0]] == 1 and pool.ref_counts[new] == 1
-    assert "block_copied" in [e["type"] for e in events]
-
-
-def test_release_table_releases_tail_first_and_truncates():
-    pool, events = make_pool()
-    table = [pool.allocate("r0", i) for i in range(3)]
-    pool.release_table(table, "r0", start_logical=1)
-    assert len(table) == 1 and pool.num_free() == 3
-    released = [e["logical"] for e in events if e["type"] == "block_released"]
-    assert released == [2, 1]
+    src, dst = pool.allocate("r0", 0), pool.allocate("r1", 0)
+    pool.copy(src, dst, "r1", 0, 5)
+    assert pool.take_copies() == [BlockCopy(src, dst, 5)] and pool.take_copies() == []
+    assert events[-1] == {**events[-1], "type": "block_copied", "src": src, "dst": dst, "num_tokens": 5}
 
 
 def test_tail_waste_is_the_unused_part_of_the_last_block():
@@ -69,7 +55,7 @@ def test_pool_bytes_follow_the_kv_head_formula(arch):
     engine = Engine.from_model(model, config=EngineConfig(block_size=8, num_blocks=10))
     shape = describe(model)
     expected = 2 * shape.layers * shape.kv_heads * shape.head_dim * shape.elem_bytes * 8 * 10
-    assert engine.cache.kv.nbytes == expected == shape.kv_bytes_per_block(8) * 10
+    assert engine.kv.nbytes == expected == shape.kv_bytes_per_block(8) * 10
     assert shape.kv_heads == model.config.num_key_value_heads  # never num_attention_heads
 
 
@@ -78,4 +64,4 @@ def test_memory_budget_sizes_the_pool():
     shape = describe(model)
     config = EngineConfig(block_size=16, kv_memory_mb=1)
     assert config.pool_blocks(shape) == (2**20) // shape.kv_bytes_per_block(16)
-    assert Engine.from_model(model, config=config).cache.kv.nbytes <= 2**20
+    assert Engine.from_model(model, config=config).kv.nbytes <= 2**20

@@ -150,7 +150,7 @@ def test_fork_shares_blocks_and_copies_on_write(model):
     assert len(copies) == 2  # the partial block (positions 8-10) is copied by two of the three writers
     outs = [engine.output(r).token_ids for r in [parent, *children]]
     assert outs[0] == outs[1] == outs[2] == greedy_generate(model, prompt, 6)
-    assert not any(engine.cache.pool.ref_counts) and engine.cache.pool.num_available() == 64  # free or cached
+    assert not any(engine.cache.pool.ref_counts) and engine.cache.num_available() == 64  # free or cached
 
 
 def test_edit_with_a_full_pool_is_exact_and_loses_nothing(model):
@@ -159,7 +159,7 @@ def test_edit_with_a_full_pool_is_exact_and_loses_nothing(model):
     rid = engine.submit(random_prompts([11])[0], SamplingParams(max_tokens=5, return_logits=True))
     for _ in range(4):
         engine.step()
-    assert engine.cache.pool.num_available() == 0
+    assert engine.cache.num_available() == 0
     event = engine.edit(rid, 6, [40], "replace")
     assert event["first_recomputed"] == 6 and len(event["copied"]) == 1
     out = run_to_end(engine, rid)

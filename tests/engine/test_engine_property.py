@@ -53,7 +53,7 @@ class EngineMachine(RuleBasedStateMachine):
         if event["type"] == "block_evicted":
             assert self.engine.cache.pool.ref_counts[event["physical"]] == 0
             if not event["hash"].startswith("tail:"):  # a partial tail hangs off a node; it is not part of it
-                assert self.engine.cache.radix.nodes[event["node_id"]].lock_ref == 0
+                assert self.engine.cache.prefix_cache.radix.nodes[event["node_id"]].lock_ref == 0
 
     def _pick(self, index, status=None):
         requests = [r for r in self.engine.requests.values() if status is None or r.status in status]
@@ -109,7 +109,7 @@ class EngineMachine(RuleBasedStateMachine):
         free = set(pool.free)
         assert len(free) == len(pool.free)
         used = {b for b in range(pool.num_blocks) if pool.ref_counts[b]}
-        cached = {b for b in range(pool.num_blocks) if not pool.ref_counts[b] and cache.holds(b)}
+        cached = {b for b in range(pool.num_blocks) if not pool.ref_counts[b] and cache.prefix_cache.holds(b)}
         assert not (free & used) and not (free & cached)
         assert len(free) + len(used) + len(cached) == pool.num_blocks  # nothing leaked
 

@@ -87,7 +87,7 @@ def test_preempted_request_stays_exact():
     assert any(e["type"] == "request_preempted" for e in events), "the test must exercise preemption"
     check_logits(model, outputs)
     assert [o.token_ids for o in outputs] == [greedy_generate(model, p, 14) for p in prompts]
-    assert not any(engine.cache.pool.ref_counts) and engine.cache.pool.num_available() == engine.cache.pool.num_blocks
+    assert not any(engine.cache.pool.ref_counts) and engine.cache.num_available() == engine.cache.pool.num_blocks
 
 
 def test_models_outside_the_attention_interface_are_refused():

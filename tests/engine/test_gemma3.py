@@ -57,7 +57,7 @@ def test_shape_is_hybrid_15_window_3_full_and_the_pool_pages_only_the_full_layer
     assert (shape.layers, shape.q_heads, shape.kv_heads, shape.head_dim) == (18, 4, 1, 256)
     assert shape.windows == tuple(None if i % 6 == 5 else W for i in range(18))
     assert shape.paged_layers == [5, 11, 17]
-    assert engine.cache.kv.nbytes == 2 * 3 * 1 * 256 * 4 * 16 * 160  # 3 layers in the pool, not 18
+    assert engine.kv.nbytes == 2 * 3 * 1 * 256 * 4 * 16 * 160  # 3 layers in the pool, not 18
     assert not engine.tokenizer.chat_template  # a base model: prompts are plain text
 
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from model_free import model_free_manager
 
-from engine.core.blocks import BlockPool
 from engine.core.eviction import POLICIES, priority
 from engine.core.hashing import block_hashes
-from engine.core.radix import Node, RadixCache
+from engine.core.tree_node import Node
 from engine.trace import TraceSink
 
 EXAMPLES = int(os.environ.get("KVTUI_HYPOTHESIS_EXAMPLES", "1000"))
@@ -44,9 +44,9 @@ class PoolTree(RuleBasedStateMachine):
     def setup(self, block_size, num_blocks, policy):
         self.trace = TraceSink(clock=lambda: 0.0)
         self.trace.listeners.append(self._check_event)
-        self.pool = BlockPool(num_blocks, block_size, self.trace)
-        self.cache = self.pool.cache = RadixCache(self.pool, self.trace, policy=policy)
-        self.pool.on_copy = self._copy
+        self.manager = model_free_manager(num_blocks, block_size, self.trace, policy)
+        self.pool = self.manager.pool
+        self.cache = self.manager.prefix_cache.radix
         self.bs = block_size
         self.content: dict[int, list] = {b: [None] * block_size for b in range(num_blocks)}
         self.live: dict[str, Seq] = {}
@@ -77,14 +77,10 @@ class PoolTree(RuleBasedStateMachine):
 
     def _private(self, seq: Seq, logical: int, num_tokens: int) -> None:
         """Copy-on-write before writing into block `logical`: shared with another table or with the tree."""
-        src = seq.table[logical]
-        if self.pool.ref_counts[src] > 1:
-            self.pool.copy_on_write(seq.table, logical, seq.rid, num_tokens)
-        elif self.cache.holds(src):  # ref count 1 but cached contents: the pool alone would not copy
-            dst = self.pool.allocate(seq.rid, logical)
-            self._copy(src, dst, num_tokens)
-            seq.table[logical] = dst
-            self.pool.release(src, seq.rid, logical)
+        self.manager.copy_on_write(seq.table, logical, seq.rid, num_tokens)
+        # the copies the worker would make, in order
+        for copy in self.pool.take_copies():
+            self._copy(copy.src, copy.dst, copy.num_tokens)
 
     def _pick(self, pick: int) -> Seq:
         return self.live[sorted(self.live)[pick % len(self.live)]]
@@ -104,12 +100,12 @@ class PoolTree(RuleBasedStateMachine):
             self.pool.share(physical, rid, logical)
         seq = Seq(rid, list(tokens), table, self.cache.acquire(match, rid), salt)
         need = self.pool.blocks_for(len(tokens)) - len(table)
-        if need > self.pool.num_available():  # the scheduler would wait: give the prefix back
+        if need > self.manager.num_available():  # the scheduler would wait: give the prefix back
             self.cache.unlock(seq.node)
-            self.pool.release_table(table, rid)
+            self.manager.release_table(table, rid)
             return
         for logical in range(len(table), len(table) + need):
-            table.append(self.pool.allocate(rid, logical))
+            table.append(self.manager.allocate_block(rid, logical))
         self._write(seq, match.num_tokens)
         self._insert(seq)
         self.live[rid] = seq
@@ -122,12 +118,12 @@ class PoolTree(RuleBasedStateMachine):
         partial = n % self.bs
         copy = bool(partial) and self._needs_copy(seq.table[-1])
         need = self.pool.blocks_for(n + len(new)) - len(seq.table) + copy
-        if need > self.pool.num_available():
+        if need > self.manager.num_available():
             return
         if copy:
             self._private(seq, len(seq.table) - 1, partial)
         for logical in range(len(seq.table), self.pool.blocks_for(n + len(new))):
-            seq.table.append(self.pool.allocate(seq.rid, logical))
+            seq.table.append(self.manager.allocate_block(seq.rid, logical))
         seq.tokens += new
         self._write(seq, n)
         self._insert(seq)
@@ -153,14 +149,14 @@ class PoolTree(RuleBasedStateMachine):
         m = at % len(seq.tokens)
         kept_whole, partial = divmod(m, self.bs)
         # The engine's order: drop the tail, move the lock to the kept path, then make m's block private.
-        self.pool.release_table(seq.table, seq.rid, kept_whole + (1 if partial else 0))
+        self.manager.release_table(seq.table, seq.rid, kept_whole + (1 if partial else 0))
         del seq.tokens[m:]
         self._insert(seq)
         if partial and self._needs_copy(seq.table[kept_whole]):
-            if self.pool.num_available() >= 1:
+            if self.manager.num_available() >= 1:
                 self._private(seq, kept_whole, partial)
             else:  # no block to copy into: drop m's block too (the edit moves to the block boundary)
-                self.pool.release_table(seq.table, seq.rid, kept_whole)
+                self.manager.release_table(seq.table, seq.rid, kept_whole)
                 del seq.tokens[kept_whole * self.bs:]
 
     @precondition(lambda self: self.live)
@@ -169,7 +165,7 @@ class PoolTree(RuleBasedStateMachine):
         seq = self.live.pop(self._pick(pick).rid)
         self._insert(seq)
         self.cache.unlock(seq.node)
-        self.pool.release_table(seq.table, seq.rid)
+        self.manager.release_table(seq.table, seq.rid)
 
     @rule(n=st.integers(1, 6))
     def evict(self, n):

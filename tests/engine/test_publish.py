@@ -32,7 +32,7 @@ def engine_paths(engine) -> set[tuple]:
                 out.add(tuple(tokens))
             walk(child, tokens)
 
-    walk(engine.cache.radix.root, [])
+    walk(engine.cache.prefix_cache.radix.root, [])
     return out
 
 
@@ -75,7 +75,7 @@ def test_engine_publish_attach_gives_the_engines_tree():
     assert sum(w.removed for w in fleet.workers.values()) > 0, "the workload should have evicted something"
     assert fleet_paths(fleet) == engine_paths(engine)
     (worker,) = fleet.workers.values()
-    assert worker.resident == sum(len(n.blocks) for n in engine.cache.radix.nodes.values())
+    assert worker.resident == sum(len(n.blocks) for n in engine.cache.prefix_cache.radix.nodes.values())
 
 
 def test_parse_publish():

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core.blocks import BlockPool, OutOfBlocks
+from model_free import model_free_manager
+
+from engine.core.blocks import OutOfBlocks
 from engine.core.eviction import POLICIES, recompute_cost
 from engine.core.hashing import block_hashes
 from engine.core.miss_explainer import PrefixMatch
@@ -21,8 +23,9 @@ class Rig:
         self.events: list[dict] = []
         self.trace = TraceSink(clock=lambda: 0.0)
         self.trace.listeners.append(self.events.append)
-        self.pool = BlockPool(num_blocks, block_size, self.trace)
-        self.cache = self.pool.cache = RadixCache(self.pool, self.trace, policy=policy)
+        self.manager = model_free_manager(num_blocks, block_size, self.trace, policy)
+        self.pool = self.manager.pool
+        self.cache = self.manager.prefix_cache.radix
         self.requests: dict[str, tuple[list[int], list[int], object, str | None]] = {}
 
     def admit(self, rid: str, tokens: list[int], salt: str | None = None) -> PrefixMatch:
@@ -33,7 +36,7 @@ class Rig:
             self.pool.share(physical, rid, logical)
         node = self.cache.acquire(match, rid)
         for logical in range(len(table), self.pool.blocks_for(len(tokens))):
-            table.append(self.pool.allocate(rid, logical))
+            table.append(self.manager.allocate_block(rid, logical))
         node = self.cache.insert(tokens, table, salt, rid, locked=node)
         self.requests[rid] = (list(tokens), table, node, salt)
         return match
@@ -42,7 +45,7 @@ class Rig:
         tokens, table, node, salt = self.requests.pop(rid)
         node = self.cache.insert(tokens, table, salt, rid, locked=node)
         self.cache.unlock(node)
-        self.pool.release_table(table, rid)
+        self.manager.release_table(table, rid)
 
     def run(self, rid: str, tokens: list[int], salt: str | None = None) -> PrefixMatch:
         match = self.admit(rid, tokens, salt)
@@ -215,7 +218,7 @@ def test_insert_with_texts_and_growing_sequence_chains_nodes():
     rig.admit("a", seq(1, extra=(2, 2)))
     tokens, table, node, _ = rig.requests["a"]
     tokens += [2, 2, 5]
-    table.append(rig.pool.allocate("a", 2))
+    table.append(rig.manager.allocate_block("a", 2))
     texts = [f"t{t}" for t in tokens]
     new = rig.cache.insert(tokens, table, None, "a", texts=texts, locked=node)
     assert new.parent is node and new.blocks == [table[1]]
@@ -249,7 +252,7 @@ def test_duplicate_computation_keeps_the_trees_block():
     for rid in ("c", "d"):
         tokens, table, node, salt = rig.requests[rid]
         tokens += [7, 7, 8]
-        table.append(rig.pool.allocate(rid, 1))
+        table.append(rig.manager.allocate_block(rid, 1))
         rig.requests[rid] = (tokens, table, rig.cache.insert(tokens, table, salt, rid, locked=node), salt)
     c_block, d_block = rig.requests["c"][1][0], rig.requests["d"][1][0]
     assert rig.cache.holds(c_block) and not rig.cache.holds(d_block)
@@ -332,7 +335,7 @@ def test_release_keeps_tree_blocks_cached_and_frees_the_rest():
     assert ("block_cached", table[0]) in kinds and ("block_freed", table[1]) in kinds
     cached = next(e for e in rig.events[start:] if e["type"] == "block_cached")
     assert cached["hash"] == block_hashes(seq(1), BS)[0][0]
-    assert rig.cache.num_cached() == 1 and rig.pool.num_available() == rig.pool.num_blocks
+    assert rig.cache.num_cached() == 1 and rig.manager.num_available() == rig.pool.num_blocks
 
 
 def test_the_pool_evicts_through_the_cache_when_it_runs_out():
@@ -341,7 +344,7 @@ def test_the_pool_evicts_through_the_cache_when_it_runs_out():
     rig.admit("b", seq(5, 6, extra=(0,)))  # needs 3: takes the free one and evicts both cached blocks
     assert len(rig.of_type("block_evicted")) == 2
     with pytest.raises(OutOfBlocks):
-        rig.pool.allocate("c", 0)
+        rig.manager.allocate_block("c", 0)
 
 
 def test_evicting_a_cached_block_that_is_matched_again_re_references_it():
@@ -399,13 +402,13 @@ def test_unknown_policy_is_refused():
 def test_an_injected_clock_orders_lru():
     now = [0.0]
     trace = TraceSink(clock=lambda: 0.0)
-    pool = BlockPool(8, BS, trace)
-    cache = pool.cache = RadixCache(pool, trace, clock=lambda: now[0])
+    manager = model_free_manager(8, BS, trace)
+    cache = manager.prefix_cache.radix = RadixCache(manager.pool, trace, clock=lambda: now[0])
     for value, t in ((1, 5.0), (2, 1.0)):  # inserted second but "older"
         now[0] = t
-        table = [pool.allocate("r", 0), pool.allocate("r", 1)]
+        table = [manager.allocate_block("r", 0), manager.allocate_block("r", 1)]
         cache.insert(seq(value, extra=(0,)), table)
-        pool.release_table(table, "r")
+        manager.release_table(table, "r")
     victim = cache.evict(1)[0]
     assert cache.match(seq(2, extra=(0,))).reason == "evicted" and not cache.holds(victim)
 

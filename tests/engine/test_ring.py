@@ -108,10 +108,10 @@ def test_ring_memory_stays_constant_to_10_w_and_the_trace_shows_overwrites():
         engine.step()
         if engine.cache.rings.states:
             in_use.add(engine.cache.rings.bytes_in_use())
-            allocated.add(engine.cache.rings.nbytes)
+            allocated.add(engine.rings.nbytes)
     per_request = 2 * 2 * w * 2 * 16 * 4  # K and V x 2 layers x W slots x 2 kv heads x head dim 16 x fp32
     assert in_use == {per_request} and len(allocated) == 1
-    assert engine.cache.kv.nbytes == 0  # no full-attention layer: nothing in the paged pool
+    assert engine.kv.nbytes == 0  # no full-attention layer: nothing in the paged pool
     writes = [e for e in events if e["type"] == "ring_write"]
     decodes = [e for e in writes if e["end"] - e["start"] == 1 and e["start"] >= w]
     assert len(decodes) >= 8 * w
@@ -125,7 +125,7 @@ def test_info_shows_full_and_window_layer_bytes():
     assert "2 full" in text and "2 sliding window" in text
     ring = engine.shape.ring_bytes_per_request()
     assert ring == 2 * 6 * 2 * 2 * 16 * 4 and f"{ring:,} B per request" in text
-    assert engine.cache.kv.nbytes == 2 * 2 * 2 * 16 * 4 * 4 * 8  # K/V x 2 full layers x kv heads x dim x fp32 x tokens
+    assert engine.kv.nbytes == 2 * 2 * 2 * 16 * 4 * 4 * 8  # K/V x 2 full layers x kv heads x dim x fp32 x tokens
 
 
 @pytest.mark.parametrize("position,prefix_cache", [(60, False), (43, False), (20, False), (5, False), (60, True),
@@ -214,7 +214,7 @@ def test_attention_sinks_are_exact_to_their_own_mask_and_report_the_divergence()
     sinks, window = 2, 6
     engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, max_batched_tokens=5,
                                                           sink_tokens=sinks, window=window))
-    assert engine.shape.windows == (window, window) and engine.cache.kv.nbytes == 0
+    assert engine.shape.windows == (window, window) and engine.kv.nbytes == 0
     events = []
     engine.trace.listeners.append(events.append)
     outs = engine.generate(random_prompts([20, 5]), SamplingParams(max_tokens=30, return_logits=True))
@@ -254,5 +254,5 @@ def test_preempted_requests_free_their_rings_and_recompute_exactly():
     assert any(e["type"] == "request_preempted" for e in events), "the test must exercise preemption"
     for out in outs:
         assert_exact(model, style, out)
-    assert not engine.cache.rings.states and len(engine.cache.rings.free_rows) * engine.cache.rings.bytes_per_request() == \
-        engine.cache.rings.nbytes
+    rings = engine.cache.rings
+    assert not rings.states and len(rings.free_rows) * rings.bytes_per_request() == rings.nbytes == engine.rings.nbytes

@@ -44,7 +44,7 @@ def test_too_long_for_the_pool_is_refused_with_a_reason():
 def test_finished_requests_return_every_block():
     engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(block_size=4, num_blocks=40))
     engine.generate(random_prompts([3, 9, 17]), SamplingParams(max_tokens=5))
-    assert engine.cache.pool.num_available() == 40 and not any(engine.cache.pool.ref_counts)  # free or cached
+    assert engine.cache.num_available() == 40 and not any(engine.cache.pool.ref_counts)  # free or cached
 
 
 def test_ttft_and_tpot_follow_their_definitions():

@@ -24,7 +24,7 @@ def chat(engine, question):
 def test_shape_is_gqa_with_three_kv_heads(engine):
     shape = engine.shape
     assert (shape.layers, shape.q_heads, shape.kv_heads, shape.head_dim) == (30, 9, 3, 64)
-    assert engine.cache.kv.nbytes == 2 * 30 * 3 * 64 * 4 * 16 * 96
+    assert engine.kv.nbytes == 2 * 30 * 3 * 64 * 4 * 16 * 96
 
 
 def test_chunked_prefill_and_decode_logits_equal_no_cache_forward(engine):

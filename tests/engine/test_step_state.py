@@ -52,19 +52,21 @@ def test_tokens_are_cached_until_a_list_is_replaced_or_grows():
     assert [req.token_slice(a, b) for a, b in ((0, 1), (1, 3), (2, 3), (0, 3))] == [[9], [8, 6], [6], [9, 8, 6]]
 
 
-def test_greedy_rows_carry_the_batch_argmax_and_sampled_rows_do_not_need_it():
+def test_the_runner_samples_each_complete_chunk_with_one_argmax_for_the_step():
     model = tiny_model("llama-gqa")
     engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64))
     reqs = [Request(f"r{i}", p, SamplingParams(), 0.0) for i, p in enumerate(random_prompts([5, 9, 3]))]
     for req in reqs:
         for logical in range(engine.cache.pool.blocks_for(req.num_tokens)):
             req.block_table.append(engine.cache.pool.allocate(req.request_id, logical))
-    chunks = [ScheduledChunk(r, 0, r.num_tokens) for r in reqs]
-    rows = engine.runner.forward_rows(chunks)
-    assert [row.greedy for row in rows] == [int(torch.argmax(row)) for row in rows]
-    assert [sample(row, SamplingParams(), None) for row in rows] == [row.greedy for row in rows]
-    row = rows[0].clone()  # a row without the attribute still samples
-    assert sample(row, SamplingParams(), None) == rows[0].greedy
+    # the last chunk stops short of its prompt's end: nothing to sample there yet
+    chunks = [ScheduledChunk(r, 0, r.num_tokens) for r in reqs[:2]] + [ScheduledChunk(reqs[2], 0, 2)]
+    result = engine.runner.execute(chunks)
+    rows = list(result.logits)
+    assert result.greedy == [int(torch.argmax(row)) for row in rows]
+    assert result.token_ids == [sample(rows[0], SamplingParams(), None), sample(rows[1], SamplingParams(), None),
+                                None]
+    assert not hasattr(rows[0], "greedy")
 
 
 def test_decode_of_one_sequence_in_consecutive_blocks_reads_a_view_and_stays_exact():
