@@ -1,5 +1,5 @@
-"""What crosses the pipe between `kvtui attach`'s UI and its collector process (collector.py), one typed, frozen
-message per kind, pickled by the pipe.
+"""What crosses the pipe between `kvtui attach`'s UI and its collector process (collector.py), one typed,
+frozen message per kind, pickled by the pipe.
 
 UI -> collector:
   AskView(with_tree)               the next `FleetView` (with the prefix-tree rows when that tab shows)

@@ -26,11 +26,11 @@ from kvtui.state.cache_state import CacheState
 from kvtui.state.metrics import History
 from kvtui.state.pool import CACHED, FREE, SHARED, USED, WRITING
 from kvtui.state.replaying import replay, state_fingerprint
-from kvtui.state.requests import FINISHED, PREEMPTED, RUNNING, WAITING, Request
+from kvtui.state.requests import FINISHED, PREEMPTED, RUNNING, WAITING, RequestRecord
 from kvtui.state.rings import Ring
 from kvtui.state.tree import RadixNode
 
 __all__ = [
     "CACHED", "FINISHED", "FREE", "PREEMPTED", "RUNNING", "SHARED", "USED", "WAITING", "WRITING",
-    "CacheState", "History", "RadixNode", "Request", "Ring", "replay", "state_fingerprint",
+    "CacheState", "History", "RadixNode", "RequestRecord", "Ring", "replay", "state_fingerprint",
 ]

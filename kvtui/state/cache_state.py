@@ -17,8 +17,8 @@ from kvtui.state.requests import RequestsReducer
 from kvtui.state.rings import RingsReducer
 from kvtui.state.tree import TreeReducer
 
-# Copy-on-write ownership: a state may mutate a Request / RadixNode / Ring in place only if the object's `owner`
-# equals the state's `_gen`; a snapshot gives both sides fresh generations, so shared objects get copied on
+# Copy-on-write ownership: a state may mutate a RequestRecord / RadixNode / Ring in place only if the object's
+# `owner` equals the state's `_gen`; a snapshot gives both sides fresh generations, so shared objects get copied on
 # their first mutation. (A token per snapshot, not a set of shared ids: O(1) per snapshot.)
 _GENERATIONS = itertools.count(1)
 

@@ -33,9 +33,11 @@ HAS = ("blocks by hash per worker", "the prefix chain (parent hashes)", "token i
 LACKS = ("physical block ids", "ref counts", "locks", "block tables", "requests")
 
 
-class Node(msgspec.Struct, gc=False):
-    """One block of one (group, hash). A msgspec struct, not a dataclass: built in C (a third of the time) and
-    not tracked by the garbage collector (it never takes part in a cycle), which matters at 100k blocks/s."""
+class HashNode(msgspec.Struct, gc=False):
+    """One block of one (group, hash): a node of an attached fleet's hash tree (not our own radix tree's
+    `RadixNode`, kvtui/state/tree.py, nor the engine's). A msgspec struct, not a dataclass: built in C (a third
+    of the time) and not tracked by the garbage collector (it never takes part in a cycle), which matters at
+    100k blocks/s."""
 
     group: int
     hash: int  # u64
@@ -91,7 +93,7 @@ class FleetState:
         self.header = header or {}
         self.workers: dict[str, Worker] = {}
         self.sources: dict[str, SourceCounts] = {}
-        self.nodes: dict[tuple, Node] = {}
+        self.nodes: dict[tuple, HashNode] = {}
         self.children: dict[tuple, dict] = {}  # (group, parent hash or None) -> {child hash: None}, in order
         self.metrics: dict[tuple, dict] = {}  # (source, rank label) -> latest facts
         self.metrics_before: dict[tuple, dict] = {}  # the reading before (for rates over the interval)
@@ -163,12 +165,13 @@ class FleetState:
                 node = nodes.get(key)
                 if node is None:
                     if n == 1:  # SGLang stores one block per event: no slicing (the event's list is never changed)
-                        node = Node(group, h, parent, tokens, e.lora, e.salt, extra[0] if extra else None, texts, t)
+                        node = HashNode(group, h, parent, tokens, e.lora, e.salt, extra[0] if extra else None,
+                                        texts, t)
                     else:
                         lo, hi = i * size, (i + 1) * size
-                        node = Node(group, h, parent, tokens[lo:hi], e.lora, e.salt,
-                                    extra[i] if extra and i < len(extra) else None,
-                                    texts[lo:hi] if texts else None, t)
+                        node = HashNode(group, h, parent, tokens[lo:hi], e.lora, e.salt,
+                                        extra[i] if extra and i < len(extra) else None,
+                                        texts[lo:hi] if texts else None, t)
                     nodes[key] = node
                     self.held_nodes += 1
                     node.holders[wid] = only

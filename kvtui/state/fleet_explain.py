@@ -20,7 +20,7 @@ stops:
 from __future__ import annotations
 
 from engine.core.miss_explainer import common_prefix
-from kvtui.state.fleet import FleetState, Node, Worker
+from kvtui.state.fleet import FleetState, HashNode, Worker
 
 
 def explain_prompt(state: FleetState, token_ids: list[int], *, lora: str | None = None, salt: str | None = None,
@@ -36,7 +36,7 @@ def _flat(value) -> list:
     return [value]
 
 
-def _identity_ok(node: Node, lora: str | None, salt: str | None) -> str | None:
+def _identity_ok(node: HashNode, lora: str | None, salt: str | None) -> str | None:
     """None when the block is for this adapter and salt; else which of them differs."""
     if node.lora != lora:
         return "lora"
@@ -49,7 +49,7 @@ def _identity_ok(node: Node, lora: str | None, salt: str | None) -> str | None:
     return None
 
 
-def _text(node: Node, i: int) -> str | None:
+def _text(node: HashNode, i: int) -> str | None:
     return node.texts[i] if node.texts and i < len(node.texts) else None
 
 

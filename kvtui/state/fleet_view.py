@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvtui.sources.prometheus import histogram_quantile, token_hit_rate
-from kvtui.state.fleet import FleetState, Node, SourceCounts, Worker
+from kvtui.state.fleet import FleetState, HashNode, SourceCounts, Worker
 from kvtui.state.fleet_explain import explain_prompt
 
 MAX_ROWS = 2_000  # tree rows built per rebuild (the first ones, depth first): a frame stays cheap
@@ -62,7 +62,7 @@ def fleet_view(fleet: FleetState, *, tree: bool = False) -> FleetView:
                      tree_rows(fleet) if tree else None)
 
 
-def _chain(fleet: FleetState, node: Node, seen: set) -> list[Node]:
+def _chain(fleet: FleetState, node: HashNode, seen: set) -> list[HashNode]:
     """The node and its only descendants while each has one child with the same holders (one radix row).
     `seen`: nodes already drawn (a publisher's hashes could chain in a cycle; a real engine's never do)."""
     chain, nodes = [node], fleet.nodes
@@ -79,7 +79,7 @@ def _chain(fleet: FleetState, node: Node, seen: set) -> list[Node]:
         node = child
 
 
-def _chain_text(chain: list[Node]) -> str:
+def _chain_text(chain: list[HashNode]) -> str:
     if chain[0].texts:
         text = ""
         for node in chain:

@@ -15,8 +15,10 @@ WAITING, RUNNING, PREEMPTED, FINISHED = "waiting", "running", "preempted", "fini
 
 
 @dataclass(slots=True)
-class Request:
-    """One request: its sequence (prompt + generated, each token with its text) and what happened to it."""
+class RequestRecord:
+    """What the trace says of one request: its sequence (prompt + generated, each token with its text) and what
+    happened to it. The viewer's record, rebuilt from events; the engine's own is engine/core/request.py's
+    `Request`."""
 
     request_id: str
     ordinal: int  # arrival order, 0-based: stable colors and lane order
@@ -51,7 +53,7 @@ class Request:
     def num_tokens(self) -> int:
         return len(self.token_ids)
 
-    def copy(self) -> "Request":
+    def copy(self) -> "RequestRecord":
         new = _copy.copy(self)
         new.token_ids = list(self.token_ids)
         new.texts = list(self.texts)
@@ -65,7 +67,7 @@ class RequestsReducer:
     """The requests part of `CacheState`: arrival to finish, emitted tokens, prefix matches and edits."""
 
     def _init_requests(self) -> None:
-        self.requests: dict[str, Request] = {}
+        self.requests: dict[str, RequestRecord] = {}
         self.order: list[str] = []  # request ids by arrival
         self.last_edit: dict | None = None
         self.last_invalidate: dict | None = None
@@ -74,7 +76,7 @@ class RequestsReducer:
         new.requests = dict(self.requests)
         new.order = list(self.order)
 
-    def _req(self, rid: str) -> Request | None:
+    def _req(self, rid: str) -> RequestRecord | None:
         """The request, owned by this state (copied first if a snapshot shares it)."""
         req = self.requests.get(rid)
         if req is not None and req.owner != self._gen:
@@ -97,7 +99,7 @@ class RequestsReducer:
             # A fork carries only the prompt, but shares the parent's whole sequence so far (its next token
             # is emitted at the parent's next position).
             ids, texts = list(parent.token_ids), list(parent.texts)
-        self.requests[rid] = Request(
+        self.requests[rid] = RequestRecord(
             rid, ordinal, prompt_len, ids, texts, max_tokens=ev.get("max_tokens", 0), cache_salt=ev.get("cache_salt"),
             parent_id=ev.get("parent_id"), arrived=ev["t"], marks=[(ev["t"], "arrived", self.step)], owner=self._gen,
             cached_tokens=parent.cached_tokens if parent is not None else 0)  # a fork inherits what its parent got

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from kvtui.state import CacheState, Request
+from kvtui.state import CacheState, RequestRecord
 from kvtui.widgets.base import fmt_seconds, show_text
 
 REASONS = {
@@ -38,7 +38,7 @@ def visible(text: str | None) -> str:
     return "∅" if text is None else repr(show_text(text).replace(" ", "␣"))[1:-1] or "∅"
 
 
-def explain(state: CacheState | None, req: Request | None) -> Text:
+def explain(state: CacheState | None, req: RequestRecord | None) -> Text:
     if state is None or req is None:
         return Text("Select a request ([ and ]) to see how its prompt matched the prefix cache.", style="dim")
     match = req.match
@@ -103,7 +103,7 @@ def _reason_detail(out: Text, reason: str, detail: dict, matched: int, block_siz
         out.append(f"this request's salt differs; the matching blocks belong to salt(s) {salts}\n")
 
 
-def _prompt(out: Text, req: Request, matched: int, total: int, reason: str, detail: dict) -> None:
+def _prompt(out: Text, req: RequestRecord, matched: int, total: int, reason: str, detail: dict) -> None:
     pos = detail.get("position")
     diff_at = pos if reason in ("divergent", "evicted") and pos is not None else None
     for i, text in enumerate(req.texts[:total]):

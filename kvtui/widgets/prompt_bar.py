@@ -95,7 +95,8 @@ class PromptBar(Horizontal):
                         severity="error", timeout=5)
             return None
         if temperature < 0 or max_tokens < 1:
-            self.notify("temperature must be >= 0 (0 = greedy) and max tokens >= 1", severity="error", timeout=5)
+            self.notify("temperature must be >= 0 (0 = greedy) and max tokens >= 1", severity="error",
+                        timeout=5)
             return None
         return temperature, seed, max_tokens
 

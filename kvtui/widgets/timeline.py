@@ -16,7 +16,7 @@ from textual.message import Message
 from textual.strip import Strip
 
 from engine.trace.metrics import PERCENTILES, latency_summaries
-from kvtui.state import CacheState, Request
+from kvtui.state import CacheState, RequestRecord
 from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, LineView, fmt_seconds, owner_style, pad
 
 LABEL = 10
@@ -81,7 +81,7 @@ class TimelineView(LineView):
             self.post_message(self.RequestSelected(state.order[row]))
 
 
-def lane_cells(req: Request, span: float, cols: int, now: float) -> list[tuple[str, Style]]:
+def lane_cells(req: RequestRecord, span: float, cols: int, now: float) -> list[tuple[str, Style]]:
     """One (glyph, style) per column for a request's lane."""
     def col(t: float) -> int:
         return max(0, min(cols - 1, int(t / span * cols)))
@@ -133,7 +133,7 @@ def latency_summary(state: CacheState | None, last: int = 2000) -> Text:
     return out
 
 
-def request_summary(req: Request | None) -> Text:
+def request_summary(req: RequestRecord | None) -> Text:
     if req is None:
         return Text("no request selected", style="dim")
     out = Text()
@@ -148,7 +148,7 @@ def request_summary(req: Request | None) -> Text:
     return out
 
 
-def window_facts(req: Request) -> Text:
+def window_facts(req: RequestRecord) -> Text:
     """Window-layer facts of a request, when the trace has them: where its rings restarted, sink divergence."""
     out = Text()
     resume = req.ring_resume

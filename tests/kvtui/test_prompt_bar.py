@@ -1,5 +1,6 @@
-"""The live UI's `PromptBar` on its own: Enter in the prompt box posts one `PromptBar.Submitted` with the text and
-the sampling boxes' values (parsed, their defaults when empty); a bad value is named and nothing is posted."""
+"""The live UI's `PromptBar` on its own: Enter in the prompt box posts one `PromptBar.Submitted` with the text
+and the sampling boxes' values (parsed, their defaults when empty); a bad value is named and nothing is
+posted."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ async def test_enter_posts_one_submitted_with_the_prompt_and_default_sampling():
         await pilot.pause()
         assert len(app.submitted) == 1
         sent = app.submitted[0]
-        assert (sent.prompt, sent.temperature, sent.seed, sent.max_tokens) == ("Why is the sky blue?", 0.0, None, 32)
+        sampling = (sent.temperature, sent.seed, sent.max_tokens)
+        assert sent.prompt == "Why is the sky blue?" and sampling == (0.0, None, 32)
         assert sent.control is app.query_one(PromptBar)
         # the bar leaves the box to the app (it clears it once the prompt went somewhere)
         assert app.query_one("#prompt").value == "Why is the sky blue?"
@@ -51,8 +53,12 @@ async def test_the_sampling_boxes_parse_and_enter_in_one_goes_back_to_the_prompt
         assert (sent.prompt, sent.temperature, sent.seed, sent.max_tokens) == ("hi", 0.7, 11, 128)
 
 
-@pytest.mark.parametrize("box, value, said", [("max-tokens", "12.5", "max '12.5'"), ("max-tokens", "0", ">= 1"),
-                                              ("seed", "x1", "seed 'x1'"), ("temperature", "-1", ">= 0")])
+BAD_VALUES = [("max-tokens", "12.5", "max '12.5'"), ("max-tokens", "0", ">= 1"), ("seed", "x1", "seed 'x1'"),
+              ("temperature", "-1", ">= 0")]
+
+
+@pytest.mark.parametrize("box, value, said", BAD_VALUES,
+                         ids=["max-not-whole", "max-zero", "seed-not-whole", "temperature-negative"])
 async def test_a_bad_sampling_value_is_named_and_nothing_is_posted(box, value, said):
     app = BarApp()
     async with app.run_test(size=(120, 5)) as pilot:
