@@ -208,7 +208,7 @@ def config_info(source: str, tokens: str, dtype: str, block_size: int) -> str:
 
 
 def format_info(engine) -> str:
-    shape, pool, kv = engine.shape, engine.cache.pool, engine.cache.kv
+    shape, pool, kv = engine.shape, engine.cache.pool, engine.kv
     per_layer = shape.kv_bytes_per_token_per_layer()
     lines = [
         f"model          {shape.name}",
@@ -245,8 +245,8 @@ def format_info(engine) -> str:
             f"window layers  ring of S + W slots per layer (slot = position mod W), constant however long it runs:",
             f"               {terms} slots x {per_layer:,} B = {ring:,} B per request",
         ]
-        rings = getattr(engine, "rings", None)
-        if rings is not None:
+        rings = engine.cache.rings
+        if rings.enabled:
             lines.append(f"ring tensors   {rings.nbytes:,} B allocated now ({len(rings.states)} requests); "
                          f"snapshots every {rings.interval} positions, budget {rings.snapshot_budget:,} B")
     if shape.kv_heads != shape.q_heads:
