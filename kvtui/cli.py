@@ -2,12 +2,65 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+
 import click
 
 from kvtui import __version__
 
+# what `pip install "kvtui[engine]"` adds (plus what transformers brings): viewing needs none of them
+ENGINE_MODULES = ("torch", "transformers", "gguf", "accelerate", "safetensors", "huggingface_hub",
+                  "tokenizers")
+ENGINE_HINT = 'pip install "kvtui[engine]" (or run ./install.sh)'
+# commands that always load a model: checked before they start (live would otherwise open its UI first)
+NEEDS_ENGINE = ("live", "generate", "record", "compare-edit")
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+
+def missing_engine() -> str | None:
+    """The first of torch and transformers that is not installed here, or None. Imports neither."""
+    for name in ("torch", "transformers"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):
+            return name
+    return None
+
+
+def engine_error(command: str, module: str) -> click.ClickException:
+    return click.ClickException(f"{command} needs the engine, and {module} is not installed: {ENGINE_HINT}")
+
+
+class KvtuiGroup(click.Group):
+    """The top group: a command that reaches for torch (or another engine package) where the engine extra is
+    not installed ends with one line saying how to install it, not a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            module = (exc.name or "").split(".")[0]
+            if module not in ENGINE_MODULES:
+                raise
+            raise engine_error(f"kvtui {ctx.invoked_subcommand or 'live'}", module) from None
+
+
+def _check_engine_first(command: click.Command) -> None:
+    callback = command.callback
+
+    @functools.wraps(callback)
+    def checked(*args, **kwargs):
+        module = missing_engine()
+        if module is not None:
+            raise engine_error(f"kvtui {command.name}", module)
+        return callback(*args, **kwargs)
+
+    command.callback = checked
+
+
+@click.group(cls=KvtuiGroup, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kvtui")
 @click.pass_context
 def main(ctx: click.Context) -> None:
@@ -35,6 +88,8 @@ def _register() -> None:
     for command in (engine_commands.COMMANDS + ui_commands.COMMANDS + bench_commands.COMMANDS
                     + export_commands.COMMANDS + serve_commands.COMMANDS + attach_commands.COMMANDS):
         main.add_command(command)
+    for name in NEEDS_ENGINE:
+        _check_engine_first(main.commands[name])
 
 
 _register()

@@ -23,7 +23,9 @@ BLOCKED = ("torch", "transformers")
 class NoTorch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
-            raise ImportError(f"{name} is blocked: viewing a trace must not need torch or transformers")
+            # what Python raises for a package that is not installed (kvtui's CLI looks at its .name)
+            raise ModuleNotFoundError(f"{name} is blocked: viewing a trace must not need torch or transformers",
+                                      name=name)
         return None
 
 
@@ -161,3 +163,26 @@ def test_attach_and_its_replay_need_no_torch():
     result = run_without_torch(ATTACH)
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
     assert "torch-free attach ok" in result.stdout
+
+
+ENGINE_COMMANDS = '''
+from click.testing import CliRunner
+
+from kvtui.cli import main
+
+HINT = 'needs the engine, and torch is not installed: pip install "kvtui[engine]" (or run ./install.sh)'
+for args in ([], ["live"], ["generate", "hi"], ["record", "-w", "fixtures/workloads/concurrent8.json", "-o", "t.jsonl"], ["info"],
+             ["compare-edit", "a b", "-p", "1", "-t", "c"], ["bench"], ["bench", "long"]):
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    name = "kvtui " + (" ".join(args[:1]) or "live")
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and lines[-1] == f"Error: {name} {HINT}", (args, result.output)
+    assert "Traceback" not in result.output, (args, result.output)
+print("engine commands say what to install")
+'''
+
+
+def test_an_engine_command_without_torch_says_what_to_install():
+    result = run_without_torch(ENGINE_COMMANDS)
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr[-4000:]}"
+    assert "engine commands say what to install" in result.stdout
