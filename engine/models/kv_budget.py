@@ -87,7 +87,12 @@ def load_config(source: str) -> tuple[dict, str]:
         socket.getaddrinfo("huggingface.co", 443)  # fail fast instead of minutes of retries offline
         return json.loads(Path(hf_hub_download(source, "config.json")).read_text()), source
     except Exception as exc:  # offline, gated, missing: one line
-        why = "the hub is not reachable from here" if isinstance(exc, OSError) else type(exc).__name__
+        if isinstance(exc, ModuleNotFoundError):
+            why = 'huggingface_hub is not installed: pip install "kvtui[engine]"'
+        elif isinstance(exc, OSError):
+            why = "the hub is not reachable from here"
+        else:
+            why = type(exc).__name__
         raise ConfigError(f"{source}: could not fetch its config.json from the hub ({why}); pass a local "
                           "config.json or model directory instead") from None
 

@@ -38,7 +38,7 @@ def load_tokenizer(name: str):
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise ValueError("--tokenizer needs transformers installed") from None
+        raise ValueError('--tokenizer needs transformers: pip install "kvtui[engine]" (or run ./install.sh)') from None
     try:
         return AutoTokenizer.from_pretrained(name)
     except Exception as exc:  # no such directory, no hub: one line

@@ -1,0 +1,1 @@
+"""Exports of a trace to other tools: Perfetto (`kvtui export --perfetto`)."""
