@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.content import Content
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
 from kvtui.state import CACHED, FREE, SHARED, USED, WRITING, CacheState
+from kvtui.widgets.palette import COMPONENT_CLASSES, Palette, role_css, theme_palette
 
 
 @dataclass
@@ -36,31 +38,9 @@ class View:
         return self.state.requests.get(self.request_id)
 
 
-# Owner colors: by arrival order, so a request keeps its color across frames, runs and snapshot tests.
-PALETTE = ("#4e9ad6", "#e07b39", "#59b26a", "#c26fd1", "#d4b93c", "#3fb8b0", "#d9596b", "#8d8fe0",
-           "#9bc45a", "#b98a5e")
-
-STATE_STYLE = {
-    FREE: Style(color="#5a5a5a"),
-    USED: Style(color="#4e9ad6"),
-    SHARED: Style(color="#ffffff", bgcolor="#8a3fa0", bold=True),
-    CACHED: Style(color="#59b26a"),
-    WRITING: Style(color="#111111", bgcolor="#e5c07b", bold=True),
-}
 STATE_GLYPH = {FREE: "·", USED: "■", SHARED: "2", CACHED: "□", WRITING: "▶"}
-
-DIM = Style(color="#7f7f7f")
-BOLD = Style(bold=True)
-HEADING = Style(color="#e5c07b", bold=True)
-CURSOR = Style(reverse=True)
-KEPT = Style(color="#111111", bgcolor="#59b26a")
-DROPPED = Style(color="#ffffff", bgcolor="#b03a48", bold=True)
-COPIED = Style(color="#111111", bgcolor="#3fb8b0", bold=True)
-NODE_BLOCK = Style(bgcolor="#6b5410", bold=True)  # a block of the radix node selected in the tree
-
-
-def owner_style(ordinal: int) -> Style:
-    return Style(color=PALETTE[ordinal % len(PALETTE)])
+# the colour role of each block state (kvtui/widgets/palette.py): the same role names in every view
+STATE_ROLE = {FREE: "free", USED: "used", SHARED: "shared", CACHED: "cached", WRITING: "writing"}
 
 
 def show_text(text: str) -> str:
@@ -89,9 +69,50 @@ def pad(segments: list[Segment], width: int) -> Strip:
     return Strip(list(Segment.simplify(segments))).adjust_cell_length(width).crop(0, width)
 
 
-class LineView(ScrollView, can_focus=True):
+class Themed:
+    """Mixin for a widget that draws its own segments: its looks are the palette's roles, read from its component
+    classes (theme variables, see kvtui/widgets/palette.py) once per theme, not per line or cell.
+
+    The widget class sets `COMPONENT_CLASSES = COMPONENT_CLASSES` and `DEFAULT_CSS = role_css(<its name>)`
+    itself (Textual reads both from DOM classes only, not from a mixin). A subclass keeps the palette in its cache keys (`self.palette()` is a new object only when the looks
+    changed), so a theme switch rebuilds cached lines.
+    """
+
+    _palette: Palette | None = None
+    _stale_palette: Palette | None = None
+
+    def palette(self) -> Palette:
+        if self._palette is None:
+            try:
+                palette = Palette.of(self)
+            except KeyError:
+                # not mounted yet (views drawn directly in tests): the default theme's looks
+                palette = theme_palette()
+            old = self._stale_palette
+            # unchanged looks (a focus change restyles too) keep the old object: cached lines stay valid
+            self._palette = old if old is not None and old.styles == palette.styles else palette
+        return self._palette
+
+    def notify_style_update(self) -> None:
+        """Called by Textual when the widget's own styles changed: read the roles again at the next draw."""
+        super().notify_style_update()
+        if self._palette is not None:
+            self._stale_palette, self._palette = self._palette, None
+
+    def on_mount(self) -> None:
+        # a theme switch changes the component styles without a style update of the widget itself
+        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, theme) -> None:
+        self.notify_style_update()
+        self.refresh()
+
+
+class LineView(Themed, ScrollView, can_focus=True):
     """A scrollable view drawn line by line from a `View`."""
 
+    COMPONENT_CLASSES = COMPONENT_CLASSES
+    DEFAULT_CSS = role_css("LineView")
     DEFAULT_WIDTH = 80  # used before the widget has a size (direct render_line calls in tests)
 
     def __init__(self, view: View | None = None, **kwargs):
@@ -128,6 +149,10 @@ class LineView(ScrollView, can_focus=True):
         self.refresh_rows()
 
     _base_style: Style | None = None
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._base_style = None
 
     def base_style(self) -> Style:
         if self._base_style is None:
@@ -171,19 +196,26 @@ class TextLine(Widget):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self._text: Text | str = ""
+        self._text: Content | Text | str = ""
 
-    def set(self, text: Text | str) -> None:
-        if text != self._text:
+    def set(self, text: Content | Text | str) -> None:
+        if not same_text(text, self._text):
             self._text = text
             self.refresh()
 
-    def render(self) -> Text | str:
+    def render(self) -> Content | Text | str:
         return self._text
 
 
-def update_if_changed(static, text: Text | str) -> None:
+def same_text(a, b) -> bool:
+    """Equal text and styles (Content's == compares the text only; its styles are theme roles)."""
+    if isinstance(a, Content) and isinstance(b, Content):
+        return a.is_same(b)
+    return type(a) is type(b) and a == b
+
+
+def update_if_changed(static, text: Content | Text | str) -> None:
     """Static.update only when the content changed (it triggers a layout pass)."""
-    if getattr(static, "_kvtui_last", None) != text:
+    if not same_text(getattr(static, "_kvtui_last", None), text):
         static._kvtui_last = text
         static.update(text)

@@ -2,22 +2,22 @@
 
 A cell is two columns: a glyph and a gap. `■` in use (owner's color in owner mode), a digit = shared with that
 ref count, `□` cached (ref 0, kept in the prefix tree, evictable), `·` free, `▶` being written this step.
-After an edit the blocks named by the `invalidate` event are marked: kept (green), dropped (red), copied
-(cyan). Rows start with the physical index of their first cell.
+After an edit the blocks named by the `invalidate` event are marked: kept, dropped, copied (the palette's roles
+of those names, kvtui/widgets/palette.py). Rows start with the physical index of their first cell.
 """
 
 from __future__ import annotations
 
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 from textual.binding import Binding
+from textual.content import Content
 from textual.message import Message
 from textual.strip import Strip
 
 from kvtui.state import CACHED, FREE, SHARED, USED, WRITING, CacheState
-from kvtui.widgets.base import (COPIED, CURSOR, DIM, DROPPED, KEPT, NODE_BLOCK, STATE_GLYPH, STATE_STYLE, LineView,
-                                View, fmt_bytes, fmt_seconds, owner_style, pad, show_text)
+from kvtui.widgets.base import STATE_GLYPH, STATE_ROLE, LineView, View, fmt_bytes, fmt_seconds, pad, show_text
+from kvtui.widgets.palette import Palette, markup
 
 CELL = 2
 MARGIN = 6  # "12345 " row label
@@ -73,24 +73,29 @@ class BlockPoolView(LineView):
             return 1
         return -(-state.num_blocks // self.columns(width))
 
-    def cell_style(self, state: CacheState, p: int, kind: str) -> tuple[str, Style]:
-        glyph, style = STATE_GLYPH[kind], STATE_STYLE[kind]
+    def cell_style(self, state: CacheState, p: int, kind: str, palette: Palette | None = None) -> tuple[str, Style]:
+        palette = palette or self.palette()
+        glyph, style = STATE_GLYPH[kind], palette[STATE_ROLE[kind]]
         if kind == SHARED:
             ref = state.ref[p]
             glyph = str(ref) if ref < 10 else "+"
         if self.by_owner and kind in (USED, SHARED, WRITING) and state.owners[p]:
             req = state.requests.get(state.owners[p][0][0])
             if req is not None:
-                style = owner_style(req.ordinal) + Style(bold=kind != USED, underline=kind == SHARED)
+                style = palette.owner(req.ordinal) + Style(bold=kind != USED, underline=kind == SHARED)
         return glyph, style
 
     def render_row(self, row: int, width: int) -> Strip:
         state = self.view.state
+        palette = self.palette()
+        dim = palette["dim"]
         if state is None:
-            return pad([Segment("no trace yet", DIM)], width)
+            return pad([Segment("no trace yet", dim)], width)
+        kept, dropped, copied, node_block = palette["kept"], palette["dropped"], palette["copied"], palette["node"]
+        cursor_style = palette["cursor"]
         cols = self.columns(width)
         first = row * cols
-        segments = [Segment(f"{first:>{MARGIN - 1}} ", DIM)]
+        segments = [Segment(f"{first:>{MARGIN - 1}} ", dim)]
         marks = edit_marks(state)
         selected = set(self.view.state.tables.get(self.view.request_id or "", ())) if self.view.request_id else set()
         node = state.nodes.get(self.view.node_id) if self.view.node_id is not None else None
@@ -98,26 +103,27 @@ class BlockPoolView(LineView):
         focused = self.has_focus
         for p in range(first, min(first + cols, state.num_blocks)):
             kind = state.block_state(p)
-            glyph, style = self.cell_style(state, p, kind)
+            glyph, style = self.cell_style(state, p, kind, palette)
             mark = marks.get(p)
             if mark == "kept":
-                style = KEPT
+                style = kept
             elif mark == "dropped":
-                style, glyph = DROPPED, "×" if kind in (FREE, CACHED) else glyph
+                style, glyph = dropped, "×" if kind in (FREE, CACHED) else glyph
             elif mark == "copied":
-                style = COPIED
+                style = copied
             if p in node_blocks:
-                style = style + NODE_BLOCK
+                style = style + node_block
             if p == self.cursor:
-                style = style + CURSOR if focused else style + Style(underline=True)
+                style = style + cursor_style if focused else style + Style(underline=True)
             if p in selected and p + 1 not in selected:
                 segments.append(Segment(glyph, style))
-                segments.append(Segment("▕", DIM))
+                segments.append(Segment("▕", dim))
             elif style.bgcolor is None and not style.reverse and not style.underline:
-                segments.append(Segment(glyph + " ", style))  # same style: merges with its neighbours
+                # same style: merges with its neighbours
+                segments.append(Segment(glyph + " ", style))
             else:
                 segments.append(Segment(glyph, style))
-                segments.append(Segment(" ", DIM))
+                segments.append(Segment(" ", dim))
         return pad(segments, width)
 
     # --- cursor
@@ -158,70 +164,65 @@ class BlockPoolView(LineView):
             self._set_cursor(y * self.columns(width) + col)
 
 
-def pool_legend(state: CacheState | None, view: View | None = None) -> Text:
+def pool_legend(state: CacheState | None, view: View | None = None) -> Content:
     """One line: the glyphs the grid uses with their counts (and the tree node highlighted, if any)."""
     if state is None:
-        return Text("waiting for the trace header…", style="dim")
+        return Content.styled("waiting for the trace header…", markup("dim"))
     shared = sum(1 for p in range(state.num_blocks) if state.ref[p] > 1)
     used = state.n_used
-    text = Text()
+    parts: list = []
     for glyph, kind, label, count in (("■", USED, "used", used - shared), ("2", SHARED, "shared", shared),
                                       ("□", CACHED, "cached", state.n_cached), ("·", FREE, "free", state.n_free),
                                       ("▶", WRITING, "writing", len(state.writing))):
-        text.append(glyph, STATE_STYLE[kind])
-        text.append(f" {label} {count}  ")
-    text.append(f"{state.num_blocks}×{state.block_size} tok", style="dim")
+        parts += [(glyph, markup(STATE_ROLE[kind])), f" {label} {count}  "]
+    parts.append((f"{state.num_blocks}×{state.block_size} tok", markup("dim")))
     node = state.nodes.get(view.node_id) if view is not None and view.node_id else None
     if node is not None:
-        text.append("  ")
-        text.append(f" tree n{node.node_id} ", NODE_BLOCK)
-    return text
+        parts += ["  ", (f" tree n{node.node_id} ", markup("node"))]
+    return Content.assemble(*parts)
 
 
-def edit_summary(state: CacheState | None, request_id: str | None) -> Text:
+def edit_summary(state: CacheState | None, request_id: str | None) -> Content:
     """The last edit's boundary in one line (kept / dropped / copied blocks, recompute cost), or a hint."""
-    out = Text()
     inv = state.last_invalidate if state is not None else None
+    dim = markup("dim")
     if inv is None or not edit_marks(state):
-        out.append("[ ] request · ←→↑↓ Enter: block, its owner · o owner colors · 3 tree · ? help", style="dim")
+        parts: list = [("[ ] request · ←→↑↓ Enter: block, its owner · o owner colors · 3 tree · ? help", dim)]
         if state is not None and inv is not None:
-            out.append(f" · last edit: {inv['request_id']} at {inv['first_recomputed']}", style="dim")
-        return out
+            parts.append((f" · last edit: {inv['request_id']} at {inv['first_recomputed']}", dim))
+        return Content.assemble(*parts)
     edit = state.last_edit if state.last_edit and state.last_edit["request_id"] == inv["request_id"] else {}
-    out.append(f"edit {inv['request_id']} {edit.get('kind', '')}@{edit.get('position', '?')} ", style="bold")
-    out.append(f" kept {len(inv['kept'])} ", KEPT)
-    out.append(" ")
-    out.append(f" dropped {len(inv['dropped'])} ", DROPPED)
-    out.append(" ")
-    out.append(f" copied {len(inv['copied'])} ", COPIED)
-    out.append(f" reuse 0-{inv['first_recomputed'] - 1}, recompute {inv['recompute_tokens']} tok"
-               if inv["first_recomputed"] else f" recompute all {inv['recompute_tokens']} tok")
-    return out
+    return Content.assemble(
+        (f"edit {inv['request_id']} {edit.get('kind', '')}@{edit.get('position', '?')} ", markup("bold")),
+        (f" kept {len(inv['kept'])} ", markup("kept")), " ",
+        (f" dropped {len(inv['dropped'])} ", markup("dropped")), " ",
+        (f" copied {len(inv['copied'])} ", markup("copied")),
+        f" reuse 0-{inv['first_recomputed'] - 1}, recompute {inv['recompute_tokens']} tok"
+        if inv["first_recomputed"] else f" recompute all {inv['recompute_tokens']} tok")
 
 
-def block_details(state: CacheState | None, physical: int | None) -> Text:
+def block_details(state: CacheState | None, physical: int | None) -> Content:
     """What one block holds: state, ref count, owners (request:logical), hash, radix node, age, tokens."""
+    dim = markup("dim")
     if state is None or physical is None or not 0 <= physical < state.num_blocks:
-        return Text("Select a block (arrows in the pool, Enter selects its owner).", style="dim")
+        return Content.styled("Select a block (arrows in the pool, Enter selects its owner).", dim)
     kind = state.block_state(physical)
-    out = Text()
-    out.append(f"block P{physical}  ", style="bold")
-    out.append(kind, STATE_STYLE[kind])
-    out.append(f"  ref {state.ref[physical]}\n")
+    parts: list = [(f"block P{physical}  ", markup("bold")), (kind, markup(STATE_ROLE[kind])),
+                   f"  ref {state.ref[physical]}\n"]
     owners = state.owners[physical]
-    out.append("owners: " + (", ".join(f"{rid}:L{logical}" for rid, logical in owners) or "none") + "\n")
+    parts.append("owners: " + (", ".join(f"{rid}:L{logical}" for rid, logical in owners) or "none") + "\n")
     if state.block_hash[physical]:
-        out.append(f"hash {state.block_hash[physical]}\n")
+        parts.append(f"hash {state.block_hash[physical]}\n")
     node = state.block_node.get(physical)
     if node is not None:
-        out.append(f"radix node n{node}\n")
+        parts.append(f"radix node n{node}\n")
     if kind != FREE:
-        out.append(f"age {fmt_seconds(max(0.0, state.t - state.born[physical]))}\n")
+        parts.append(f"age {fmt_seconds(max(0.0, state.t - state.born[physical]))}\n")
     ids, texts = state.block_tokens(physical)
     if ids:
-        out.append(f"tokens ({len(ids)}/{state.block_size}): ", style="dim")
-        for i, text in enumerate(texts):
-            out.append(show_text(text), style="on #2a2a3a" if i % 2 else "on #3a3a4a")
-        out.append("\n")
-    out.append(f"{fmt_bytes(state.bytes_per_block)} of K/V", style="dim")
-    return out
+        parts.append((f"tokens ({len(ids)}/{state.block_size}): ", dim))
+        shades = (markup("token-a"), markup("token-b"))
+        parts += [(show_text(text), shades[i % 2]) for i, text in enumerate(texts)]
+        parts.append("\n")
+    parts.append((f"{fmt_bytes(state.bytes_per_block)} of K/V", dim))
+    return Content.assemble(*parts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.segment import Segment
 from textual.strip import Strip
 
-from kvtui.widgets.base import BOLD, DIM, HEADING, STATE_STYLE, LineView, owner_style, pad, show_text
+from kvtui.widgets.base import STATE_ROLE, LineView, pad, show_text
 
 HEADER_ROWS = 2
 
@@ -36,50 +36,55 @@ class BlockTableView(LineView):
 
     def render_row(self, row: int, width: int) -> Strip:
         state, req = self.view.state, self.view.request
+        palette = self.palette()
+        dim, bold = palette["dim"], palette["bold"]
         if state is None or req is None:
-            return pad([Segment("No request selected ([ and ] cycle requests).", DIM)], width)
+            return pad([Segment("No request selected ([ and ] cycle requests).", dim)], width)
         table = state.tables.get(req.request_id, [])
         bs = state.block_size
         n = req.num_tokens
         if row == 0 and not table and req.status == "finished":
             kept = self.kept()
-            return pad([Segment(f"{req.request_id} ", owner_style(req.ordinal) + BOLD),
+            return pad([Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
                         Segment(f"finished · tree keeps {len(kept)}/{-(-n // bs)} blocks ({len(kept) * bs} tok)",
-                                BOLD)], width)
+                                bold)], width)
         if row == 0:
             blocks = -(-n // bs) if n else 0
             waste = blocks * bs - n
-            return pad([Segment(f"{req.request_id} ", owner_style(req.ordinal) + BOLD),
+            return pad([Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
                         Segment(f"{len(table)} blocks · {n} tokens · tail waste {waste} slot{'s' * (waste != 1)}",
-                                BOLD)], width)
+                                bold)], width)
         if row == 1:
-            return pad([Segment(" logical  physical  fill   tokens", HEADING)], width)
+            return pad([Segment(" logical  physical  fill   tokens", palette["heading"])], width)
         logical = row - HEADER_ROWS
         if not table:
             return self._kept_row(state, req, logical, width)
         p = table[logical]
         fill = max(0, min(bs, n - logical * bs))
         if p < 0:
-            return pad([Segment(f" L{logical:<7} -", DIM)], width)
+            return pad([Segment(f" L{logical:<7} -", dim)], width)
         kind = state.block_state(p)
+        kind_style = palette[STATE_ROLE[kind]]
         texts = req.texts[logical * bs:logical * bs + fill]
-        segs = [Segment(f" L{logical:<7}", DIM), Segment(f"P{p:<8}", STATE_STYLE[kind]),
-                Segment(f"{fill:>2}/{bs:<3}", BOLD if fill < bs else DIM)]
+        segs = [Segment(f" L{logical:<7}", dim), Segment(f"P{p:<8}", kind_style),
+                Segment(f"{fill:>2}/{bs:<3}", bold if fill < bs else dim)]
         if state.ref[p] > 1:
-            segs.append(Segment(f"×{state.ref[p]} ", STATE_STYLE[kind]))
+            segs.append(Segment(f"×{state.ref[p]} ", kind_style))
         segs.append(Segment(" " + "".join(show_text(t) for t in texts)))
         return pad(segs, width)
 
     def _kept_row(self, state, req, logical: int, width: int) -> Strip:
         kept = self.kept()
         bs = state.block_size
+        palette = self.palette()
+        dim = palette["dim"]
         if logical >= len(kept):
             why = ("rest: released (or not a whole block)" if req.status == "finished"
                    else "no blocks yet")
-            return pad([Segment(f" {why}", DIM)], width)
+            return pad([Segment(f" {why}", dim)], width)
         node_id, p = kept[logical]
         texts = req.texts[logical * bs:(logical + 1) * bs]
         kind = state.block_state(p)
-        return pad([Segment(f" L{logical:<7}", DIM), Segment(f"P{p:<8}", STATE_STYLE[kind]),
-                    Segment(f"{bs:>2}/{bs:<3}", DIM), Segment(f"n{node_id} ", DIM),
+        return pad([Segment(f" L{logical:<7}", dim), Segment(f"P{p:<8}", palette[STATE_ROLE[kind]]),
+                    Segment(f"{bs:>2}/{bs:<3}", dim), Segment(f"n{node_id} ", dim),
                     Segment("".join(show_text(t) for t in texts))], width)

@@ -9,11 +9,10 @@ cached (evictable) and free, and the byte arithmetic: formula bytes for the toke
 from __future__ import annotations
 
 from rich.segment import Segment
-from rich.style import Style
 from textual.strip import Strip
 
 from kvtui.state import CacheState
-from kvtui.widgets.base import DIM, HEADING, LineView, fmt_bytes, fmt_seconds, pad
+from kvtui.widgets.base import LineView, fmt_bytes, fmt_seconds, pad
 
 BARS = "▁▂▃▄▅▆▇█"
 LABEL = 18
@@ -50,7 +49,7 @@ class ChartsView(LineView):
     _cache: list[tuple] = []
 
     def lines(self) -> list[tuple]:
-        """(kind, args) per row: ("head", text) | ("spark", label, values, top, value_text, color) | ("text", s)."""
+        """(kind, args) per row: ("head", text) | ("spark", label, values, top, value_text, role) | ("text", s)."""
         state = self.view.state
         if state is None:
             return [("text", "no trace yet")]
@@ -68,25 +67,25 @@ class ChartsView(LineView):
                             f"lookup, a preempted request's readmission is not)"))
         if not n_hits:
             out.append(("text", "  no hit_rates events yet"))
-        for label, i, color in (("token (cum)", 1, "#4e9ad6"), ("token (window)", 4, "#8fc3ee"),
-                                ("request (cum)", 2, "#59b26a"), ("request (window)", 5, "#9bdca8"),
-                                ("block (cum)", 3, "#c26fd1"), ("block (window)", 6, "#e0a9ea")):
+        for label, i, color in (("token (cum)", 1, "series-token-cum"), ("token (window)", 4, "series-token"),
+                                ("request (cum)", 2, "series-request-cum"), ("request (window)", 5, "series-request"),
+                                ("block (cum)", 3, "series-block-cum"), ("block (window)", 6, "series-block")):
             if n_hits:
                 values = _series(hits, n_hits, i)
                 last = values[-1]
                 out.append(("spark", label, values, 1.0, "-" if last is None else f"{last:6.1%}", color))
         out.append(("head", f"KV memory in blocks ({state.num_blocks} total, {n_steps} steps)"))
         top = float(state.num_blocks or 1)
-        for label, i, color, now in (("used", 2, "#4e9ad6", state.n_used), ("cached", 3, "#59b26a", state.n_cached),
-                                     ("free", 4, "#7f7f7f", state.n_free)):
+        for label, i, color, now in (("used", 2, "used", state.n_used), ("cached", 3, "cached", state.n_cached),
+                                     ("free", 4, "free", state.n_free)):
             out.append(("spark", label, _series(steps, n_steps, i), top, f"{now}", color))
         out.extend(("text", line) for line in memory_lines(state))
         out.append(("head", "engine steps"))
         last = steps[n_steps - 1] if n_steps else None
         out.append(("spark", "tokens / step", _series(steps, n_steps, 5), None, f"{last[5]}" if last else "-",
-                    "#e5c07b"))
+                    "series-tokens"))
         out.append(("spark", "step time", _series(steps, n_steps, 6), None, fmt_seconds(last[6]) if last else "-",
-                    "#e07b39"))
+                    "series-time"))
         return out
 
     def row_count(self, width: int) -> int:
@@ -94,16 +93,17 @@ class ChartsView(LineView):
 
     def render_row(self, row: int, width: int) -> Strip:
         lines = self.lines()
+        palette = self.palette()
         kind, *args = lines[row]
         if kind == "head":
-            return pad([Segment(args[0], HEADING)], width)
+            return pad([Segment(args[0], palette["heading"])], width)
         if kind == "text":
-            return pad([Segment(args[0], DIM)], width)
-        label, values, top, value, color = args
+            return pad([Segment(args[0], palette["dim"])], width)
+        label, values, top, value, role = args
         spark = sparkline(values, max(1, width - LABEL - VALUE - 2), top)
-        return pad([Segment(f"  {label:<{LABEL - 2}}", DIM), Segment(spark.ljust(width - LABEL - VALUE - 2),
-                                                                     Style(color=color)),
-                    Segment(f" {value:>{VALUE}}", Style(bold=True))], width)
+        return pad([Segment(f"  {label:<{LABEL - 2}}", palette["dim"]),
+                    Segment(spark.ljust(width - LABEL - VALUE - 2), palette[role]),
+                    Segment(f" {value:>{VALUE}}", palette["bold"])], width)
 
 
 def memory_lines(state: CacheState) -> list[str]:

@@ -8,13 +8,10 @@ in a gap) hang under "parent not seen". The rows come built in a `FleetView` (kv
 from __future__ import annotations
 
 from rich.segment import Segment
-from rich.style import Style
 from textual.strip import Strip
 
 from kvtui.state.fleet_view import MAX_ROWS, FleetView, TreeRow
-from kvtui.widgets.base import DIM, HEADING, LineView, pad, show_text
-
-DUP = Style(color="#111111", bgcolor="#e5c07b", bold=True)
+from kvtui.widgets.base import LineView, pad, show_text
 
 
 class FleetTreeView(LineView):
@@ -37,20 +34,24 @@ class FleetTreeView(LineView):
         return len(self.rows) + 1
 
     def render_row(self, row: int, width: int) -> Strip:
+        palette = self.palette()
+        dim, heading = palette["dim"], palette["heading"]
         if row == 0:
             n = len(self.rows)
             more = f" (first {MAX_ROWS:,})" if n >= MAX_ROWS else ""
             return pad([Segment(f"prefix tree over block hashes: {n:,} rows{more} · [holders] blocks "
-                                f"first-hash  tokens", HEADING)], width)
+                                f"first-hash  tokens", heading)], width)
         r = self.rows[row - 1]
         indent = "  " * min(r.depth, 30)
-        segs = [Segment(indent + ("└ " if r.depth else ""), DIM)]
+        segs = [Segment(indent + ("└ " if r.depth else ""), dim)]
         if r.orphan:
-            segs.append(Segment("(parent not seen) ", DIM))
+            segs.append(Segment("(parent not seen) ", dim))
         if self.multi_group:
-            segs.append(Segment(f"g{r.group} ", DIM))
-        segs.append(Segment(f"[{','.join(r.holders)}]", DUP if len(r.holders) > 1 else HEADING))
+            segs.append(Segment(f"g{r.group} ", dim))
+        # a prefix duplicated across workers: the `shared` role (held by several, as a shared block is)
+        duplicated = palette["shared"]
+        segs.append(Segment(f"[{','.join(r.holders)}]", duplicated if len(r.holders) > 1 else heading))
         if len(r.holders) > 1:
-            segs.append(Segment(f" x{len(r.holders)}", DUP))
-        segs += [Segment(f" {r.blocks} blk {r.first_hash[:8]} ", DIM), Segment(show_text(r.text)[:max(0, width)])]
+            segs.append(Segment(f" x{len(r.holders)}", duplicated))
+        segs += [Segment(f" {r.blocks} blk {r.first_hash[:8]} ", dim), Segment(show_text(r.text)[:max(0, width)])]
         return pad(segs, width)

@@ -1,9 +1,10 @@
 """The attention mask of each request's chunk in the step at the cursor, per layer kind (full, window W).
 
 Rows are the query positions computed this step, columns the key positions 0..end-1 (a cell covers several
-when they do not fit). Green: the cached prefix (K/V already in the cache, fully visible); orange: the chunk
-itself (lower-triangular); magenta: attention-sink columns; a red dot: a key the window has dropped (outside
-q-W < k <= q); blank: the future (k > q). Shades ▓▒░ mark a cell only partly visible.
+when they do not fit). Colour roles (kvtui/widgets/palette.py): `cached` the cached prefix (K/V already in the
+cache, fully visible); `prefill` the chunk itself (lower-triangular); `sink` attention-sink columns; an
+`evicted` dot: a key the window has dropped (outside q-W < k <= q); blank: the future (k > q). Shades ▓▒░
+mark a cell only partly visible.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from rich.style import Style
 from textual.strip import Strip
 
 from kvtui.state.masks import CACHED, CHUNK, MASKED, SINK, LayerKind, StepMasks, cell, layer_kinds, step_masks
-from kvtui.widgets.base import BOLD, DIM, HEADING, BuiltLinesView, owner_style, pad
+from kvtui.widgets.base import BuiltLinesView, pad
+from kvtui.widgets.palette import theme_palette
 
 MAX_QUERY_ROWS = 12
 LEFT = 10  # query label cells
-REGION_STYLE = {CACHED: Style(color="#59b26a"), CHUNK: Style(color="#e07b39"), SINK: Style(color="#c26fd1"),
-                MASKED: Style(color="#b03a48")}
+REGION_ROLE = {CACHED: "cached", CHUNK: "prefill", SINK: "sink", MASKED: "evicted"}
+# the regions' looks in the default theme (what a view draws before it is mounted)
+REGION_STYLE = {region: theme_palette()[role] for region, role in REGION_ROLE.items()}
 
 
 def _glyph(frac: float) -> str:
@@ -44,7 +47,7 @@ class MaskView(BuiltLinesView):
     def _lines(self, width: int) -> list[Strip]:
         state = self.view.state
         cursor = state.index if state is not None else 0
-        key = (id(self.events), cursor, width, self.view.request_id)
+        key = (id(self.events), cursor, width, self.view.request_id, self.palette())
         if key != self._key:
             header = state.header if state is not None else {}
             self._rows, self._key = self._build(header, step_masks(self.events, cursor), width), key
@@ -52,44 +55,50 @@ class MaskView(BuiltLinesView):
 
     def _build(self, header: dict, masks: StepMasks, width: int) -> list[Strip]:
         state = self.view.state
+        palette = self.palette()
+        dim, heading = palette["dim"], palette["heading"]
+        region = {kind: palette[role] for kind, role in REGION_ROLE.items()}
         kinds = layer_kinds(header)
-        out = [pad([Segment("attention masks", HEADING),
-                    Segment(f" of engine step {masks.step}" if masks.step is not None else "", HEADING),
-                    Segment(" · rows: query positions computed this step · columns: key positions", DIM)], width)]
-        legend = [Segment("█ ", REGION_STYLE[CACHED]), Segment("cached prefix (fully visible)  ", DIM),
-                  Segment("█ ", REGION_STYLE[CHUNK]), Segment("this chunk (causal)  ", DIM),
-                  Segment("█ ", REGION_STYLE[SINK]), Segment("sink  ", DIM),
-                  Segment("· ", REGION_STYLE[MASKED]), Segment("outside the window  ", DIM),
-                  Segment("▓▒░ partly  blank: future (k > q)", DIM)]
+        out = [pad([Segment("attention masks", heading),
+                    Segment(f" of engine step {masks.step}" if masks.step is not None else "", heading),
+                    Segment(" · rows: query positions computed this step · columns: key positions", dim)], width)]
+        legend = [Segment("█ ", region[CACHED]), Segment("cached prefix (fully visible)  ", dim),
+                  Segment("█ ", region[CHUNK]), Segment("this chunk (causal)  ", dim),
+                  Segment("█ ", region[SINK]), Segment("sink  ", dim),
+                  Segment("· ", region[MASKED]), Segment("outside the window  ", dim),
+                  Segment("▓▒░ partly  blank: future (k > q)", dim)]
         out.append(pad(legend, width))
         if not masks.chunks:
-            out.append(pad([Segment("no engine step at the cursor yet (step forward with > )", DIM)], width))
+            out.append(pad([Segment("no engine step at the cursor yet (step forward with > )", dim)], width))
             return out
         selected = self.view.request_id
         chunks = sorted(masks.chunks, key=lambda c: c.request_id != selected)  # the selected request first
         for chunk in chunks:
             req = state.requests.get(chunk.request_id) if state is not None else None
-            style = (owner_style(req.ordinal) if req is not None else Style()) + BOLD
+            style = (palette.owner(req.ordinal) if req is not None else Style()) + palette["bold"]
             what = (f"prefill {chunk.start}..{chunk.end} ({chunk.queries} queries)" if chunk.kind == "prefill"
                     else f"decode position {chunk.start}")
             before = (f" · {chunk.start} cached before this step (prefix hit or earlier chunks)" if chunk.start
                       else " · nothing cached before it")
             out.append(Strip.blank(width))
             out.append(pad([Segment(chunk.request_id, style), Segment(f" {what} · keys 0..{chunk.end - 1}{before}",
-                                                                      DIM)], width))
+                                                                      dim)], width))
             for kind in kinds:
                 out += self._matrix(chunk, kind, masks, width)
         return out
 
     def _matrix(self, chunk, kind: LayerKind, masks: StepMasks, width: int) -> list[Strip]:
+        palette = self.palette()
+        dim = palette["dim"]
+        region_style = {region: palette[role] for region, role in REGION_ROLE.items()}
         if kind.window is None:
             rule = "the cached prefix fully visible, the chunk lower-triangular"
         else:
             rule = f"each query sees itself + the {kind.window - 1} keys before it"
             if kind.sinks:
                 rule += f", and sink positions 0-{kind.sinks - 1} always"
-        rows = [pad([Segment(f"  {kind.label}", BOLD), Segment(f" · {_layers(kind.layers)} · {rule}", DIM)],
-                    width)]
+        rows = [pad([Segment(f"  {kind.label}", palette["bold"]),
+                     Segment(f" · {_layers(kind.layers)} · {rule}", dim)], width)]
         if kind.window is not None:
             ring = next((ev for (rid, _), ev in masks.ring_writes.items()
                          if rid == chunk.request_id and ev["window"] == kind.window), None)
@@ -98,7 +107,7 @@ class MaskView(BuiltLinesView):
                 dropped = (f", overwrote {evicted[0]}..{evicted[-1]} ({len(evicted)} fell out of the window)"
                            if evicted else ", nothing overwritten")
                 rows.append(pad([Segment(f"  ring: wrote positions {ring['start']}..{ring['end'] - 1} into "
-                                         f"{kind.window} slots (slot = position mod W){dropped}", DIM)], width))
+                                         f"{kind.window} slots (slot = position mod W){dropped}", dim)], width))
         cols = max(4, width - LEFT - 1)
         keys_per_col = max(1, math.ceil(chunk.end / cols))
         ncols = math.ceil(chunk.end / keys_per_col)
@@ -110,21 +119,21 @@ class MaskView(BuiltLinesView):
                 axis[c:c + len(label)] = list(label)[:ncols - c]
         if keys_per_col > 1 or q_per_row > 1:
             rows.append(pad([Segment(f"  1 column = {keys_per_col} key{'s' if keys_per_col > 1 else ''}, 1 row = "
-                                     f"{q_per_row} quer{'ies' if q_per_row > 1 else 'y'}", DIM)], width))
-        rows.append(pad([Segment("keys".rjust(LEFT - 1) + " ", DIM), Segment("".join(axis), DIM)], width))
+                                     f"{q_per_row} quer{'ies' if q_per_row > 1 else 'y'}", dim)], width))
+        rows.append(pad([Segment("keys".rjust(LEFT - 1) + " ", dim), Segment("".join(axis), dim)], width))
         for q0 in range(chunk.start, chunk.end, q_per_row):
             q1 = min(chunk.end, q0 + q_per_row)
             label = f"q {q0}" if q1 - q0 == 1 else f"q {q0}-{q1 - 1}"
-            segs = [Segment(label.rjust(LEFT - 1)[:LEFT - 1] + " ", DIM)]
+            segs = [Segment(label.rjust(LEFT - 1)[:LEFT - 1] + " ", dim)]
             for c in range(ncols):
                 k0 = c * keys_per_col
                 k1 = min(chunk.end, k0 + keys_per_col)
                 frac, counts = cell(kind, chunk.start, q0, q1, k0, k1)
                 if frac > 0:
                     region = SINK if counts[SINK] else CHUNK if counts[CHUNK] else CACHED
-                    segs.append(Segment(_glyph(frac), REGION_STYLE[region]))
+                    segs.append(Segment(_glyph(frac), region_style[region]))
                 elif counts[MASKED]:
-                    segs.append(Segment("·", REGION_STYLE[MASKED]))
+                    segs.append(Segment("·", region_style[MASKED]))
                 else:
                     segs.append(Segment(" "))
             rows.append(pad(segs, width))

@@ -1,17 +1,19 @@
 """The miss explainer: how many prompt tokens the prefix cache served, and why matching stopped.
 
-It reads the request's `prefix_match` event and says it in words, with the prompt underneath: green =
-served from the cache, yellow = equal to the cached tokens but recomputed anyway (matching works on whole
-blocks, and a token equal again after the first difference is never a hit), red = the first difference,
-grey = computed. Spaces in the compared tokens are shown as `␣` (chat-template jitter is often one space).
+It reads the request's `prefix_match` event and says it in words, with the prompt underneath, in the palette's
+roles (kvtui/widgets/palette.py): `matched` (the cached role's colour) = served from the cache, `equal` (the
+recompute role's) = equal to the cached tokens but recomputed anyway (matching works on whole blocks, and a
+token equal again after the first difference is never a hit), `dropped` (error) = the first difference,
+`token` shades = computed. Spaces in the compared tokens are shown as `␣` (chat-template jitter is often one space).
 """
 
 from __future__ import annotations
 
-from rich.text import Text
+from textual.content import Content
 
 from kvtui.state import CacheState, RequestRecord
 from kvtui.widgets.base import fmt_seconds, show_text
+from kvtui.widgets.palette import markup
 
 REASONS = {
     "divergent": "the prompt differs from every cached continuation",
@@ -25,63 +27,77 @@ REASONS = {
     "empty_cache": "nothing was cached yet: a cold start",
     "cache_end": "the cache holds no continuation of this prefix: the rest of the prompt is new",
 }
-MATCHED = ("black on #59b26a", "black on #4a9a5a")
-EQUAL_RECOMPUTED = ("black on #c9a94a", "black on #b8983a")
-DIFFERENT = "bold white on #b03a48"
-COMPUTED = ("on #333344", "on #2a2a36")
+MATCHED = ("matched-a", "matched-b")
+EQUAL_RECOMPUTED = ("equal-a", "equal-b")
+DIFFERENT = "dropped"
+COMPUTED = ("token-a", "token-b")
 SHOWN_KEYS = {"reused_partial", "position", "block", "node_id", "expected_text", "actual_text", "expected_id", "actual_id",
               "readmission", "evicted_at", "evicted_seq", "policy", "partial_tokens", "equal_tokens", "block_size",
               "other_salts", "hash"}
+
+
+class _Parts:
+    """Text built piece by piece with role names for styles, assembled into `Content` (a Rich Text's `append`)."""
+
+    def __init__(self):
+        self.parts: list = []
+
+    def append(self, text: str, role: str = "") -> None:
+        self.parts.append((text, markup(role)) if role else text)
+
+    def content(self) -> Content:
+        return Content.assemble(*self.parts)
 
 
 def visible(text: str | None) -> str:
     return "∅" if text is None else repr(show_text(text).replace(" ", "␣"))[1:-1] or "∅"
 
 
-def explain(state: CacheState | None, req: RequestRecord | None) -> Text:
+def explain(state: CacheState | None, req: RequestRecord | None) -> Content:
     if state is None or req is None:
-        return Text("Select a request ([ and ]) to see how its prompt matched the prefix cache.", style="dim")
+        return Content.styled("Select a request ([ and ]) to see how its prompt matched the prefix cache.",
+                              markup("dim"))
     match = req.match
-    out = Text()
-    out.append(f"{req.request_id}: ", style="bold")
+    out = _Parts()
+    out.append(f"{req.request_id}: ", role="bold")
     if match is None:
-        out.append("no prefix match yet (not scheduled, or the engine does not emit prefix_match)", style="dim")
-        return out
+        out.append("no prefix match yet (not scheduled, or the engine does not emit prefix_match)", role="dim")
+        return out.content()
     matched, total, reason = match["matched_tokens"], match["prompt_tokens"], match["reason"]
     detail = match.get("detail") or {}
     pct = 100 * matched / total if total else 0
     out.append(f"{matched} of {total} prompt tokens from the cache ({pct:.0f}%), {total - matched} computed")
     if detail.get("readmission"):
-        out.append("  (re-admitted after an edit or preemption: not counted in the hit rates)", style="dim")
-    out.append("\nstopped: ", style="bold")
-    out.append(reason, style="bold yellow")
+        out.append("  (re-admitted after an edit or preemption: not counted in the hit rates)", role="dim")
+    out.append("\nstopped: ", role="bold")
+    out.append(reason, role="warning")
     out.append(f" - {REASONS.get(reason, 'reason not known to this kvtui')}\n")
     _reason_detail(out, reason, detail, matched, state.block_size)
     if detail.get("reused_partial"):
         out.append(f"the last {detail['reused_partial']} of them come from a partly used cached block (copied "
-                   "before this request writes into it)\n", style="green")
+                   "before this request writes into it)\n", role="cached")
     extra = {k: v for k, v in detail.items() if k not in SHOWN_KEYS}
     if extra:
-        out.append(", ".join(f"{k}={v}" for k, v in extra.items()) + "\n", style="dim")
+        out.append(", ".join(f"{k}={v}" for k, v in extra.items()) + "\n", role="dim")
     _prompt(out, req, matched, total, reason, detail)
     out.append("\ngreen from cache · yellow equal but recomputed · red first difference · grey computed",
-               style="dim")
-    return out
+               role="dim")
+    return out.content()
 
 
-def _reason_detail(out: Text, reason: str, detail: dict, matched: int, block_size: int) -> None:
+def _reason_detail(out: _Parts, reason: str, detail: dict, matched: int, block_size: int) -> None:
     pos = detail.get("position")
     if reason == "divergent" and pos is not None:
         where = f" (block L{detail['block']}" + (f", tree node n{detail['node_id']})" if "node_id" in detail
                                                   else ")") if "block" in detail else ""
         out.append(f"first difference at position {pos}{where}: cached ")
-        out.append(f"{visible(detail.get('expected_text'))}", style="green")
+        out.append(f"{visible(detail.get('expected_text'))}", role="cached")
         out.append(f" (id {detail.get('expected_id')}) vs prompt ")
-        out.append(f"{visible(detail.get('actual_text'))}", style="bold red")
+        out.append(f"{visible(detail.get('actual_text'))}", role="evicted")
         out.append(f" (id {detail.get('actual_id')})\n")
         if pos > matched:
             out.append(f"positions {matched}-{pos - 1} equal the cache but share a block with the difference: "
-                       f"recomputed\n", style="yellow")
+                       f"recomputed\n", role="recompute")
     elif reason == "block_floor":
         partial, equal = detail.get("partial_tokens"), detail.get("equal_tokens")
         out.append(f"match ends at position {pos if pos is not None else matched}, a block boundary")
@@ -103,7 +119,7 @@ def _reason_detail(out: Text, reason: str, detail: dict, matched: int, block_siz
         out.append(f"this request's salt differs; the matching blocks belong to salt(s) {salts}\n")
 
 
-def _prompt(out: Text, req: RequestRecord, matched: int, total: int, reason: str, detail: dict) -> None:
+def _prompt(out: _Parts, req: RequestRecord, matched: int, total: int, reason: str, detail: dict) -> None:
     pos = detail.get("position")
     diff_at = pos if reason in ("divergent", "evicted") and pos is not None else None
     for i, text in enumerate(req.texts[:total]):
@@ -115,4 +131,4 @@ def _prompt(out: Text, req: RequestRecord, matched: int, total: int, reason: str
             style = DIFFERENT
         else:
             style = COMPUTED[i % 2]
-        out.append(show_text(text), style=style)
+        out.append(show_text(text), role=style)

@@ -19,14 +19,12 @@ from textual.message import Message
 from textual.strip import Strip
 
 from kvtui.state import CacheState
-from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, LineView, fmt_seconds, pad, show_text
+from kvtui.widgets.base import LineView, fmt_seconds, pad, show_text
+from kvtui.widgets.palette import Palette
 
 RECENT_EVENTS = 64  # how long (in events) a node keeps its insert / hit / split mark
-MARK_STYLE = {"insert": Style(color="#111111", bgcolor="#59b26a", bold=True),
-              "hit": Style(color="#111111", bgcolor="#4e9ad6", bold=True),
-              "split": Style(color="#111111", bgcolor="#e5c07b", bold=True),
-              "evict": Style(color="#ffffff", bgcolor="#b03a48", bold=True)}
-DIFF = Style(color="#ffffff", bgcolor="#b03a48", bold=True)
+# a node's recent mark -> its colour role (kvtui/widgets/palette.py)
+MARK_ROLE = {"insert": "insert-mark", "hit": "hit-mark", "split": "split-mark", "evict": "evict-mark"}
 MAX_INDENT = 24
 
 
@@ -69,8 +67,10 @@ class RadixTreeView(LineView):
 
     def render_row(self, row: int, width: int) -> Strip:
         state = self.view.state
+        palette = self.palette()
+        dim = palette["dim"]
         if state is None:
-            return pad([Segment("no trace yet", DIM)], width)
+            return pad([Segment("no trace yet", dim)], width)
         rows = self.rows()
         if row == 0:
             return pad(self._header(state, rows), width)
@@ -78,44 +78,48 @@ class RadixTreeView(LineView):
         if row < len(rows):
             return self._node_row(state, row, width)
         if not rows and row == 0:
-            return pad([Segment("  (empty: nothing cached yet)", DIM)], width)
+            return pad([Segment("  (empty: nothing cached yet)", dim)], width)
         row -= max(1, len(rows))
         if row == 0:
-            return pad([Segment("recently evicted (newest last):", HEADING)], width)
+            return pad([Segment("recently evicted (newest last):", palette["heading"])], width)
         node_id, t, text = state.evicted_nodes[row - 1]
-        return pad([Segment(f"  ✗ n{node_id} ", Style(color="#b03a48", bold=True)),
-                    Segment(show_text(text), DIM), Segment(f"  at {t:.2f}s", DIM)], width)
+        return pad([Segment(f"  ✗ n{node_id} ", palette["evicted"]),
+                    Segment(show_text(text), dim), Segment(f"  at {t:.2f}s", dim)], width)
 
     def _node_row(self, state: CacheState, index: int, width: int) -> Strip:
         depth, node_id = self._rows[index]
         node = state.nodes[node_id]
+        palette = self.palette()
+        dim = palette["dim"]
         indent = "│ " * min(depth, MAX_INDENT // 2)
         if depth > MAX_INDENT // 2:
             indent = f"…{depth:>3}" + indent[4:]
-        recent = state.seq - node.mark_seq <= RECENT_EVENTS and node.mark in MARK_STYLE
-        segs = [Segment(indent, DIM), Segment("├ ", DIM)]
+        recent = state.seq - node.mark_seq <= RECENT_EVENTS and node.mark in MARK_ROLE
+        segs = [Segment(indent, dim), Segment("├ ", dim)]
         if recent:
-            segs.append(Segment(f"{node.mark}", MARK_STYLE[node.mark]))
+            segs.append(Segment(f"{node.mark}", palette[MARK_ROLE[node.mark]]))
             segs.append(Segment(" "))
         right = (f"  n{node_id} {block_run(node.blocks)} hits {node.hits} lock {len(node.lockers)}"
                  f" {fmt_seconds(max(0.0, state.t - node.last_access))} ago")
         used = sum(s.cell_length for s in segs)
         room = max(8, width - used - len(right))
-        style = BOLD if node.lockers else Style()
+        style = palette["bold"] if node.lockers else Style()
         if index == self.cursor:
-            style = style + (CURSOR if self.has_focus else Style(underline=True))
-        segs += _fit(_node_text(state, node, style), room)
-        segs.append(Segment(right, DIM))
+            style = style + (palette["cursor"] if self.has_focus else Style(underline=True))
+        segs += _fit(_node_text(state, node, style, palette), room)
+        segs.append(Segment(right, dim))
         return pad(segs, width)
 
     def _header(self, state: CacheState, rows: list) -> list[Segment]:
         locked = sum(1 for n in state.nodes.values() if n.lockers)
-        segs = [Segment(f"root · {len(rows)} nodes · {locked} locked · {state.evictions} blocks evicted", HEADING)]
+        palette = self.palette()
+        segs = [Segment(f"root · {len(rows)} nodes · {locked} locked · {state.evictions} blocks evicted",
+                        palette["heading"])]
         node = self.selected(state)
         if node is not None:
             segs.append(Segment(f" · n{node.node_id}: {len(node.token_ids)} tok in {len(node.blocks)} block{'s' * (len(node.blocks) != 1)}"
                                 + (f", locked by {', '.join(dict.fromkeys(node.lockers))}" if node.lockers else "")
-                                + " (Enter: see in pool)", DIM))
+                                + " (Enter: see in pool)", palette["dim"]))
         return segs
 
     def selected(self, state: CacheState | None = None):
@@ -152,7 +156,7 @@ def block_run(blocks: list[int]) -> str:
     return "P" + ",".join(map(str, blocks[:3])) + ("…" if len(blocks) > 3 else "")
 
 
-def _node_text(state: CacheState, node, style: Style) -> list[Segment]:
+def _node_text(state: CacheState, node, style: Style, palette: Palette) -> list[Segment]:
     """The node's tokens; after an earlier sibling, the equal lead collapsed and the first difference marked."""
     parent = state.nodes.get(node.parent_id)
     same = 0
@@ -166,9 +170,10 @@ def _node_text(state: CacheState, node, style: Style) -> list[Segment]:
     if not same:
         return [Segment("".join(show_text(t) for t in node.texts), style)]
     texts = node.texts
-    segs = [Segment(f"…{same}=", DIM)]
+    segs = [Segment(f"…{same}=", palette["dim"])]
     if same < len(texts):
-        segs.append(Segment(show_text(texts[same]).replace(" ", "␣") or "∅", DIFF))
+        # the first token that differs from the earlier sibling: the `dropped` role (where reuse stops)
+        segs.append(Segment(show_text(texts[same]).replace(" ", "␣") or "∅", palette["dropped"]))
     segs.append(Segment("".join(show_text(t) for t in texts[same + 1:]), style))
     return segs
 

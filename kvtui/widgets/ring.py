@@ -7,20 +7,14 @@ p - W (now outside the window). The selected request's rings come first.
 from __future__ import annotations
 
 from rich.segment import Segment
-from rich.style import Style
 from textual.strip import Strip
 
 from kvtui.state import Ring
 from kvtui.state.ring_memory import ring_memory
-from kvtui.widgets.base import BOLD, DIM, HEADING, LineView, fmt_bytes, owner_style, pad
+from kvtui.widgets.base import LineView, fmt_bytes, pad
 
 ROWS_PER_RING = 4
 HEAD_ROWS = 4  # the heading, then ring memory vs full attention (a line and two bars)
-RING_BAR = Style(color="#61afef")
-FULL_BAR = Style(color="#e06c75")
-SLOT_STYLE = Style(color="#dddddd", bgcolor="#2f3b4f")
-NEW_STYLE = Style(color="#111111", bgcolor="#e5c07b", bold=True)
-HEAD_STYLE = Style(color="#e5c07b", bold=True)
 
 
 MAX_RINGS = 64  # rings shown: the selected request's, then those of unfinished requests
@@ -52,16 +46,18 @@ class RingView(LineView):
 
     def render_row(self, row: int, width: int) -> Strip:
         state = self.view.state
+        palette = self.palette()
+        dim, bold = palette["dim"], palette["bold"]
         if row == 0:
             windows = [w for w in (state.header.get("model", {}).get("windows") or [])] if state else []
             kinds = sum(1 for w in windows if w)
             return pad([Segment(f"window layers: {kinds} of {len(windows)}  · slot = position mod W · window = "
-                                f"current token + W-1 before it", HEADING)], width)
+                                f"current token + W-1 before it", palette["heading"])], width)
         if row < HEAD_ROWS:
             return self._memory_row(row, width)
         rings = self.rings()
         if not rings:
-            return pad([Segment("no ring writes in this trace (the model has no sliding-window layers)", DIM)]
+            return pad([Segment("no ring writes in this trace (the model has no sliding-window layers)", dim)]
                        if row == HEAD_ROWS else [], width)
         ring = rings[(row - HEAD_ROWS) // ROWS_PER_RING]
         part = (row - HEAD_ROWS) % ROWS_PER_RING
@@ -71,7 +67,7 @@ class RingView(LineView):
         fresh = set(ring.last_written)
         if part == 0:
             req = state.requests.get(ring.request_id)
-            style = owner_style(req.ordinal) + BOLD if req else BOLD
+            style = palette.owner(req.ordinal) + bold if req else bold
             return pad([Segment(f"{ring.request_id}", style),
                         Segment(f" group {ring.group} W={ring.window}"
                                 + (f" + {ring.sinks} sink slots (positions 0-{ring.sinks - 1} kept forever)"
@@ -80,17 +76,18 @@ class RingView(LineView):
                                 f" writes {ring.writes} overwrites {ring.overwrites}"
                                 + (f" (showing {per_line} of {len(ring.slots)} slots)"
                                    if per_line < len(ring.slots) else ""),
-                                DIM)], width)
+                                dim)], width)
         if part == 1:
             segs = [Segment("  ")]
             for i in range(len(slots)):
-                segs.append(Segment(("▼" if i == ring.head else "").center(cell), HEAD_STYLE))
+                segs.append(Segment(("▼" if i == ring.head else "").center(cell), palette["ring-head"]))
             return pad(segs, width)
         if part == 2:
             segs = [Segment("  ")]
+            new_style, slot_style = palette["writing"], palette["slot"]
             for pos in slots:
                 text = "·" if pos < 0 else str(pos)
-                segs.append(Segment(text.center(cell - 1), NEW_STYLE if pos in fresh else SLOT_STYLE))
+                segs.append(Segment(text.center(cell - 1), new_style if pos in fresh else slot_style))
                 segs.append(Segment(" "))
             return pad(segs, width)
         evicted = ring.last_evicted
@@ -98,12 +95,14 @@ class RingView(LineView):
         if evicted:
             shown = ", ".join(map(str, evicted[-6:]))
             text += f" · fell out of the window: {'…, ' if len(evicted) > 6 else ''}{shown}"
-        return pad([Segment(text, DIM)], width)
+        return pad([Segment(text, dim)], width)
 
     def _memory_row(self, row: int, width: int) -> Strip:
         """Ring memory vs what full attention would hold on the window layers, for the selected request (or the
         first one with rings): equal up to W tokens, then the ring stays flat while full attention grows."""
         state = self.view.state
+        palette = self.palette()
+        dim = palette["dim"]
         rings = self.rings()
         req = self.view.request or (state.requests.get(rings[0].request_id) if rings else None)
         # positions computed: what the request reports, or what its rings have seen (whichever is further)
@@ -113,14 +112,14 @@ class RingView(LineView):
             return pad([], width)
         if row == 1:
             ratio = f" ({memory.full_bytes / memory.ring_bytes:.1f}x)" if memory.ring_bytes else ""
-            return pad([Segment(f"{req.request_id} at {memory.context} tokens: ", BOLD),
+            return pad([Segment(f"{req.request_id} at {memory.context} tokens: ", palette["bold"]),
                         Segment(f"full attention would hold {fmt_bytes(memory.full_bytes)}{ratio} on the "
                                 f"{memory.window_layers} window layers, rings {fmt_bytes(memory.ring_bytes)} "
                                 f"(saved {fmt_bytes(memory.saved)}; the {memory.full_layers} full layers page "
-                                f"{fmt_bytes(memory.paged_bytes)})", DIM)], width)
+                                f"{fmt_bytes(memory.paged_bytes)})", dim)], width)
         room = max(10, width - 30)
         top = max(memory.full_bytes, memory.ring_bytes) or 1
-        label, value, style = (("rings", memory.ring_bytes, RING_BAR) if row == 2 else
-                               ("full attention", memory.full_bytes, FULL_BAR))
-        return pad([Segment(f" {label:<15}", DIM), Segment("█" * max(1, round(room * value / top)), style),
-                    Segment(f" {fmt_bytes(value)}", DIM)], width)
+        label, value, role = (("rings", memory.ring_bytes, "ring-bar") if row == 2 else
+                              ("full attention", memory.full_bytes, "full-bar"))
+        return pad([Segment(f" {label:<15}", dim), Segment("█" * max(1, round(room * value / top)), palette[role]),
+                    Segment(f" {fmt_bytes(value)}", dim)], width)

@@ -13,14 +13,15 @@ from textual.strip import Strip
 
 from engine.trace.metrics import percentile
 from kvtui.state.roofline import RooflineScan, StepPoint, log_position
-from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, BuiltLinesView, fmt_bytes, fmt_seconds, pad
+from kvtui.widgets.base import BuiltLinesView, fmt_bytes, fmt_seconds, pad
 
 CHART_ROWS = 14
 LABEL = 9  # y-axis label cells
-KIND_STYLE = {"decode": Style(color="#4e9ad6", bold=True), "prefill": Style(color="#e07b39", bold=True),
-              "mixed": Style(color="#c26fd1", bold=True)}
+# a step's kind is its colour role (kvtui/widgets/palette.py), drawn bold
+KIND_ROLE = {"decode": "decode", "prefill": "prefill", "mixed": "mixed"}
 KIND_GLYPH = {"decode": "●", "prefill": "▲", "mixed": "◆"}
-ROOF = Style(color="#e5c07b")
+# the roofline itself: the `recompute` role (warning), the cost every step pays
+ROOF_ROLE = "recompute"
 
 
 def _time(s: float) -> str:
@@ -52,32 +53,34 @@ class RooflineView(BuiltLinesView):
         state = self.view.state
         cursor = state.index if state is not None else 0
         self.scan.update(self.events)
-        key = (id(self.events), len(self.events), cursor, width)
+        key = (id(self.events), len(self.events), cursor, width, self.palette())
         if key != self._key:
             self._rows, self._key = self._build(self.scan.upto(cursor), width), key
         return self._rows
 
     def _build(self, points: list[StepPoint], width: int) -> list[Strip]:
         roof = self.scan.roofline
-        out = [pad([Segment("prefill vs decode on this machine's roofline", HEADING),
-                    Segment(" · x: tokens in the step (log) · y: the step's time (log)", DIM)], width)]
+        palette = self.palette()
+        dim, bold = palette["dim"], palette["bold"]
+        out = [pad([Segment("prefill vs decode on this machine's roofline", palette["heading"]),
+                    Segment(" · x: tokens in the step (log) · y: the step's time (log)", dim)], width)]
         if roof is None:
             out.append(pad([Segment("no roofline event in this trace (recorded before kvtui measured the machine):"
-                                    " steps only", DIM)], width))
+                                    " steps only", dim)], width))
         else:
-            out.append(pad([Segment("memory floor ", BOLD), Segment(
+            out.append(pad([Segment("memory floor ", bold), Segment(
                 f"{fmt_bytes(roof.weight_bytes)} of weights / {_si(roof.mem_bandwidth, 'B/s')} = "
                 f"{_time(roof.memory_floor)} per step, whatever the tokens ({roof.device} {roof.dtype})")],
                 width))
-            out.append(pad([Segment("compute      ", BOLD), Segment(
+            out.append(pad([Segment("compute      ", bold), Segment(
                 f"{_si(roof.flops_per_token, 'FLOP')} per token / {_si(roof.peak_flops, 'FLOP/s')} = "
                 f"{_time(roof.per_token)} per token · ridge at {roof.ridge:,.0f} tokens per step")], width))
-        out.append(pad([Segment("measured     ", BOLD), Segment(self._summary(points, roof))], width))
-        out.append(pad([Segment("per request  ", BOLD), Segment(self._requests())], width))
+        out.append(pad([Segment("measured     ", bold), Segment(self._summary(points, roof))], width))
+        out.append(pad([Segment("per request  ", bold), Segment(self._requests())], width))
         out.append(pad([Segment("decode steps read every weight once however long the context: TPOT stays flat.",
-                                DIM)], width))
+                                dim)], width))
         out.append(pad([Segment("a T-token prefill costs T x the compute per token past the ridge: TTFT grows "
-                                "with the prompt.", DIM)], width))
+                                "with the prompt.", dim)], width))
         out += self._chart(points, roof, width)
         return out
 
@@ -112,6 +115,10 @@ class RooflineView(BuiltLinesView):
         return " · ".join(parts)
 
     def _chart(self, points: list[StepPoint], roof, width: int) -> list[Strip]:
+        palette = self.palette()
+        dim, cursor = palette["dim"], palette["cursor"]
+        kind_style = {kind: palette[role] + palette["bold"] for kind, role in KIND_ROLE.items()}
+        roof_style = palette[ROOF_ROLE]
         cols = max(8, width - LABEL - 1)
         max_tokens = max([p.tokens for p in points] + [2])
         x_hi = max_tokens * 2
@@ -123,12 +130,12 @@ class RooflineView(BuiltLinesView):
         if not times:
             return []
         y_lo, y_hi = min(times) / 1.5, max(times) * 1.5
-        grid: list[list[tuple[str, Style]]] = [[(" ", DIM)] * cols for _ in range(CHART_ROWS)]
+        grid: list[list[tuple[str, Style]]] = [[(" ", dim)] * cols for _ in range(CHART_ROWS)]
         if roof is not None:
             for c in range(cols):
                 n = x_hi ** (c / (cols - 1))  # x axis from 1 token to x_hi, log
                 r = CHART_ROWS - 1 - log_position(roof.bound(n), y_lo, y_hi, CHART_ROWS)
-                grid[r][c] = ("─" if n <= roof.ridge else "╱", ROOF)
+                grid[r][c] = ("─" if n <= roof.ridge else "╱", roof_style)
         rank = {"decode": 0, "mixed": 1, "prefill": 2}
         best: dict[tuple[int, int], StepPoint] = {}
         for p in points:
@@ -138,18 +145,18 @@ class RooflineView(BuiltLinesView):
                 best[cell] = p
         last = points[-1] if points else None
         for (r, c), p in best.items():
-            style = KIND_STYLE[p.kind] + (CURSOR if p is last else Style())
+            style = kind_style[p.kind] + (cursor if p is last else Style())
             grid[r][c] = (KIND_GLYPH[p.kind], style)
         if last is not None:  # the latest step always shows, highlighted
             r = CHART_ROWS - 1 - log_position(max(last.duration, y_lo), y_lo, y_hi, CHART_ROWS)
             c = log_position(max(last.tokens, 1), 1, x_hi, cols)
-            grid[r][c] = (KIND_GLYPH[last.kind], KIND_STYLE[last.kind] + CURSOR)
+            grid[r][c] = (KIND_GLYPH[last.kind], kind_style[last.kind] + cursor)
         rows = []
         for r in range(CHART_ROWS):
             y = y_lo * (y_hi / y_lo) ** ((CHART_ROWS - 1 - r) / (CHART_ROWS - 1))
             label = _time(y).rjust(LABEL - 1) + "┤" if r % 3 == 0 else " " * (LABEL - 1) + "│"
-            rows.append(pad([Segment(label, DIM)] + [Segment(ch, st) for ch, st in grid[r]], width))
-        rows.append(pad([Segment(" " * (LABEL - 1) + "└" + "─" * cols, DIM)], width))
+            rows.append(pad([Segment(label, dim)] + [Segment(ch, st) for ch, st in grid[r]], width))
+        rows.append(pad([Segment(" " * (LABEL - 1) + "└" + "─" * cols, dim)], width))
         ticks = [" "] * cols
         n = 1
         while n <= x_hi:
@@ -158,14 +165,14 @@ class RooflineView(BuiltLinesView):
             if all(t == " " for t in ticks[c:c + len(text) + 1]):
                 ticks[c:c + len(text)] = list(text)
             n *= 4
-        rows.append(pad([Segment(" " * LABEL + "".join(ticks)[:cols], DIM)], width))
+        rows.append(pad([Segment(" " * LABEL + "".join(ticks)[:cols], dim)], width))
         legend = [Segment(" " * LABEL)]
         for kind in ("decode", "prefill", "mixed"):
-            legend += [Segment(KIND_GLYPH[kind], KIND_STYLE[kind]), Segment(f" {kind} step  ", DIM)]
+            legend += [Segment(KIND_GLYPH[kind], kind_style[kind]), Segment(f" {kind} step  ", dim)]
         if roof is not None:
-            legend += [Segment("─╱", ROOF), Segment(" roofline  ", DIM)]
-        legend += [Segment("▲", CURSOR),
+            legend += [Segment("─╱", roof_style), Segment(" roofline  ", dim)]
+        legend += [Segment("▲", cursor),
                    Segment(" the step at the cursor" + (f" (step {last.step}: {last.tokens} tokens, "
-                                                        f"{_time(last.duration)})" if last else ""), DIM)]
+                                                        f"{_time(last.duration)})" if last else ""), dim)]
         rows.append(pad(legend, width))
         return rows

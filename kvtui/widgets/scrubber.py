@@ -7,25 +7,24 @@ one wins a column), line 2 the progress bar. Clicking seeks.
 from __future__ import annotations
 
 from rich.segment import Segment
-from rich.style import Style
 from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from kvtui.widgets.base import DIM, pad
+from kvtui.widgets.base import Themed, pad
+from kvtui.widgets.palette import COMPONENT_CLASSES, role_css
 
-MARKS = (("preempt", "P", Style(color="#ffffff", bgcolor="#b03a48", bold=True)),
-         ("edit", "E", Style(color="#c26fd1", bold=True)),
-         ("eviction", "x", Style(color="#d9596b")),
-         ("miss", "m", Style(color="#e5c07b")),
-         ("arrival", "A", Style(color="#4e9ad6")))
-DONE = Style(color="#4e9ad6")
-TODO = Style(color="#444444")
-KNOB = Style(color="#ffffff", bold=True)
+# (marker kind, glyph, colour role (kvtui/widgets/palette.py)), the most important first
+MARKS = (("preempt", "P", "preempt"), ("edit", "E", "edit"), ("eviction", "x", "eviction"), ("miss", "m", "miss"),
+         ("arrival", "A", "arrival"))
+# the bar: done up to the knob (`used`), still to play (`free`)
+DONE, TODO, KNOB = "used", "free", "knob"
 
 
-class Scrubber(Widget):
-    DEFAULT_CSS = "Scrubber { height: 2; }"
+class Scrubber(Themed, Widget):
+    COMPONENT_CLASSES = COMPONENT_CLASSES
+    # the screen's background, made the scrubber's own: its roles' `auto` colours resolve against it
+    DEFAULT_CSS = "Scrubber { height: 2; background: $background; }\n" + role_css("Scrubber")
 
     class Seek(Message):
         def __init__(self, index: int):
@@ -48,17 +47,18 @@ class Scrubber(Widget):
     def render_line(self, y: int) -> Strip:
         width = self.size.width or 80
         if y == 0:
-            return self._marker_line(width)
+            return self._marker_line(width).apply_style(self.rich_style)
         if y == 1:
             knob = self.column_of(self.cursor, width)
-            return pad([Segment("━" * knob, DONE), Segment("●", KNOB), Segment("─" * (width - knob - 1), TODO)],
-                       width)
-        return Strip.blank(width)
+            palette = self.palette()
+            return pad([Segment("━" * knob, palette[DONE]), Segment("●", palette[KNOB]),
+                        Segment("─" * (width - knob - 1), palette[TODO])], width).apply_style(self.rich_style)
+        return Strip.blank(width, self.rich_style)
 
     def _marker_line(self, width: int) -> Strip:
         if not self.total:
-            return pad([Segment("(empty trace)", DIM)], width)
-        key = (self.total, width, tuple(len(v) for v in self.markers.values()))
+            return pad([Segment("(empty trace)", self.palette()["dim"])], width)
+        key = (self.total, width, tuple(len(v) for v in self.markers.values()), self.palette())
         if key == getattr(self, "_marker_key", None):
             return self._marker_strip
         self._marker_key = key
@@ -67,7 +67,10 @@ class Scrubber(Widget):
 
     def _build_markers(self, width: int) -> Strip:
         cells: list[Segment | None] = [None] * width
-        for kind, glyph, style in reversed(MARKS):  # most important last, so it wins
+        palette = self.palette()
+        # most important last, so it wins
+        for kind, glyph, role in reversed(MARKS):
+            style = palette[role]
             for index in self.markers.get(kind, ()):
                 cells[self.column_of(index, width)] = Segment(glyph, style)
         return pad([c or Segment(" ") for c in cells], width)

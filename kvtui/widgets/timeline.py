@@ -10,24 +10,23 @@ from __future__ import annotations
 
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 from textual.binding import Binding
+from textual.content import Content
 from textual.message import Message
 from textual.strip import Strip
 
 from engine.trace.metrics import PERCENTILES, latency_summaries
 from kvtui.state import CacheState, RequestRecord
-from kvtui.widgets.base import BOLD, CURSOR, DIM, HEADING, LineView, fmt_seconds, owner_style, pad
+from kvtui.widgets.base import LineView, fmt_seconds, pad
+from kvtui.widgets.palette import Palette, markup, owner_markup, theme_palette
 
 LABEL = 10
-GLYPHS = {"prefill": ("█", Style(color="#4e9ad6")), "decode": ("▪", Style(color="#59b26a")),
-          "edit": ("E", Style(color="#111111", bgcolor="#c26fd1", bold=True)),
-          "preempted": ("P", Style(color="#ffffff", bgcolor="#b03a48", bold=True)),
-          "finished": ("┃", Style(color="#7f7f7f", bold=True)),
-          "scheduled": ("▏", Style(color="#4e9ad6"))}
+# mark -> (glyph, colour role (kvtui/widgets/palette.py))
+GLYPHS = {"prefill": ("█", "prefill"), "decode": ("▪", "decode"), "edit": ("E", "edit-mark"),
+          "preempted": ("P", "preempt"), "finished": ("┃", "dim"), "scheduled": ("▏", "prefill")}
 PRIORITY = {"edit": 5, "preempted": 4, "prefill": 3, "finished": 2, "decode": 1, "scheduled": 0}
-QUEUED = ("·", Style(color="#7f7f7f"))
-RUNNING = ("─", Style(color="#3f5f3f"))
+QUEUED = ("·", "dim")
+RUNNING = ("─", "running")
 
 
 class TimelineView(LineView):
@@ -47,19 +46,21 @@ class TimelineView(LineView):
 
     def render_row(self, row: int, width: int) -> Strip:
         state = self.view.state
+        palette = self.palette()
+        dim = palette["dim"]
         if state is None:
-            return pad([Segment("no trace yet", DIM)], width)
+            return pad([Segment("no trace yet", dim)], width)
         span = max(state.t, 1e-9)
         cols = max(1, width - LABEL)
         if row == 0:
             axis = f"0s{'':{max(0, cols - 12)}}{state.t:.2f}s"
-            return pad([Segment(f"{'request':<{LABEL}}", HEADING), Segment(axis[:cols], DIM)], width)
+            return pad([Segment(f"{'request':<{LABEL}}", palette["heading"]), Segment(axis[:cols], dim)], width)
         rid = state.order[row - 1]
         req = state.requests[rid]
-        label_style = owner_style(req.ordinal) + BOLD
+        label_style = palette.owner(req.ordinal) + palette["bold"]
         if rid == self.view.request_id:
-            label_style += CURSOR
-        cells = lane_cells(req, span, cols, state.t)
+            label_style += palette["cursor"]
+        cells = lane_cells(req, span, cols, state.t, palette)
         segs = [Segment(f"{rid[:LABEL - 1]:<{LABEL - 1}} ", label_style)]
         segs += [Segment(glyph, style) for glyph, style in cells]
         return pad(segs, width)
@@ -81,10 +82,17 @@ class TimelineView(LineView):
             self.post_message(self.RequestSelected(state.order[row]))
 
 
-def lane_cells(req: RequestRecord, span: float, cols: int, now: float) -> list[tuple[str, Style]]:
+def lane_cells(req: RequestRecord, span: float, cols: int, now: float,
+               palette: Palette | None = None) -> list[tuple[str, Style]]:
     """One (glyph, style) per column for a request's lane."""
     def col(t: float) -> int:
         return max(0, min(cols - 1, int(t / span * cols)))
+
+    palette = palette or theme_palette()
+    glyphs = {kind: (glyph, palette[role]) for kind, (glyph, role) in GLYPHS.items()}
+    glyphs["finished"] = (glyphs["finished"][0], glyphs["finished"][1] + palette["bold"])
+    queued = (QUEUED[0], palette[QUEUED[1]])
+    running = (RUNNING[0], palette[RUNNING[1]])
 
     cells: list[tuple[str, Style] | None] = [None] * cols
     start = col(req.arrived)
@@ -92,12 +100,12 @@ def lane_cells(req: RequestRecord, span: float, cols: int, now: float) -> list[t
     end = col(req.finished) if req.finished is not None else col(now)
     run_from = col(scheduled) if scheduled is not None else end + 1
     for c in range(start, min(run_from, end + 1)):
-        cells[c] = QUEUED
+        cells[c] = queued
     for c in range(run_from, end + 1):
-        cells[c] = RUNNING
+        cells[c] = running
     best = [-1] * cols
     for t, kind, _step in req.marks:
-        glyph = GLYPHS.get(kind)
+        glyph = glyphs.get(kind)
         if glyph is None:
             continue
         c = col(t)
@@ -118,46 +126,46 @@ def latency_values(state: CacheState, last: int | None = None) -> dict[str, list
             "itl": state.itl_values(last=None if last is None else last * 8)}
 
 
-def latency_summary(state: CacheState | None, last: int = 2000) -> Text:
+def latency_summary(state: CacheState | None, last: int = 2000) -> Content:
     """TTFT / TPOT / ITL p50 / p95 / p99 over the most recent `last` requests, plus the selected request."""
     if state is None:
-        return Text("")
+        return Content("")
     values = latency_values(state, last)
     summaries = latency_summaries(values["ttft"], values["tpot"], values["itl"])
-    out = Text()
+    parts: list = []
     for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl")):
         found = summaries[key]
-        out.append(f"{name} ", style="bold")
-        out.append(" ".join(f"p{q} {fmt_seconds(found[f'p{q}'])}" for q in PERCENTILES))
-        out.append(f" (n={found['n']})   ", style="dim")
-    return out
+        values_text = " ".join(f"p{q} {fmt_seconds(found[f'p{q}'])}" for q in PERCENTILES)
+        parts += [(f"{name} ", markup("bold")), values_text, (f" (n={found['n']})   ", markup("dim"))]
+    return Content.assemble(*parts)
 
 
-def request_summary(req: RequestRecord | None) -> Text:
+def request_summary(req: RequestRecord | None) -> Content:
     if req is None:
-        return Text("no request selected", style="dim")
-    out = Text()
-    out.append(f"{req.request_id} ", style=owner_style(req.ordinal) + BOLD)
-    out.append(f"{req.status}  prompt {req.prompt_len}  generated {req.num_output}  cached {req.cached_tokens}  "
-               f"TTFT {fmt_seconds(req.ttft)}  TPOT {fmt_seconds(req.tpot)}")
+        return Content.styled("no request selected", markup("dim"))
+    parts: list = [(f"{req.request_id} ", f"{owner_markup(req.ordinal)} bold"),
+                   (f"{req.status}  prompt {req.prompt_len}  generated {req.num_output}  cached {req.cached_tokens}  "
+                    f"TTFT {fmt_seconds(req.ttft)}  TPOT {fmt_seconds(req.tpot)}")]
     if req.edits:
-        out.append(f"  edits {len(req.edits)}", style="magenta")
+        parts.append((f"  edits {len(req.edits)}", markup("edit")))
     if req.parent_id:
-        out.append(f"  forked from {req.parent_id}", style="dim")
-    out.append_text(window_facts(req))
-    return out
+        parts.append((f"  forked from {req.parent_id}", markup("dim")))
+    parts.append(window_facts(req))
+    return Content.assemble(*parts)
 
 
-def window_facts(req: RequestRecord) -> Text:
+def window_facts(req: RequestRecord) -> Content:
     """Window-layer facts of a request, when the trace has them: where its rings restarted, sink divergence."""
-    out = Text()
+    parts: list = []
     resume = req.ring_resume
     if resume:
-        out.append(f"  ring restart at {resume.get('position')} (wanted {resume.get('wanted')}, from "
-                   f"{resume.get('source')}, +{resume.get('recompute_tokens')} tok)", style="cyan")
+        text = (f"  ring restart at {resume.get('position')} (wanted {resume.get('wanted')}, from "
+                f"{resume.get('source')}, +{resume.get('recompute_tokens')} tok)")
+        parts.append((text, markup("ring-bar")))
     sink = req.sink_divergence
     if sink:
-        out.append(f"  sinks S={sink.get('sink_tokens')} W={sink.get('window')}: max logit diff "
-                   f"{sink.get('max_logit_diff', 0):.3g}, {sink.get('argmax_changed')} of "
-                   f"{len(sink.get('positions') or [])} tokens differ from full attention", style="yellow")
-    return out
+        text = (f"  sinks S={sink.get('sink_tokens')} W={sink.get('window')}: max logit diff "
+                f"{sink.get('max_logit_diff', 0):.3g}, {sink.get('argmax_changed')} of "
+                f"{len(sink.get('positions') or [])} tokens differ from full attention")
+        parts.append((text, markup("recompute")))
+    return Content.assemble(*parts)

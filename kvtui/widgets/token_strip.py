@@ -1,9 +1,9 @@
 """The token strip: the selected request's sequence (prompt + generated), wrapped, with a cursor.
 
-Alternating shades show token boundaries (blue: prompt, green: generated); each line starts with the position
+Alternating shades show token boundaries (prompt and generated tokens in two role colours, see palette.py); each line starts with the position
 of its first token. The cursor picks the token to replace, insert before, or delete; shift+arrows extend a
 selection from it (replace and delete act on the whole selection). After an edit, positions before the edit
-point m keep their K/V (underlined green); from m on everything is recomputed (yellow).
+point m keep their K/V (underlined); from m on everything is recomputed (the `recompute` role).
 """
 
 from __future__ import annotations
@@ -14,15 +14,10 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.strip import Strip
 
-from kvtui.widgets.base import BOLD, DIM, LineView, fmt_seconds, owner_style, pad, show_text
+from kvtui.widgets.base import LineView, fmt_seconds, pad, show_text
 
 MARGIN = 6
 HEADER_ROWS = 3
-PROMPT = (Style(color="#e8e8f0", bgcolor="#2c3e5c"), Style(color="#e8e8f0", bgcolor="#3a5078"))
-GENERATED = (Style(color="#e8f0e8", bgcolor="#2c5236"), Style(color="#e8f0e8", bgcolor="#3a6a46"))
-RECOMPUTED = Style(color="#111111", bgcolor="#e5c07b")
-CURSOR_STYLE = Style(color="#111111", bgcolor="#ffffff", bold=True)
-SELECTED = Style(color="#111111", bgcolor="#b8b8c8")
 
 
 class TokenStrip(LineView):
@@ -100,9 +95,11 @@ class TokenStrip(LineView):
 
     def render_row(self, row: int, width: int) -> Strip:
         state, req = self.view.state, self.view.request
+        palette = self.palette()
+        dim = palette["dim"]
         if state is None or req is None:
             return pad([Segment("No request selected: type a prompt below, or [ and ] to pick one." if row == 0
-                                else "", DIM)], width)
+                                else "", dim)], width)
         if row == 0:
             return pad(self._header(), width)
         if row == 1:
@@ -112,36 +109,43 @@ class TokenStrip(LineView):
         lines = self.layout(width)
         index = row - HEADER_ROWS
         if index >= len(lines):
-            return pad([Segment("  (no tokens)", DIM)], width)
+            return pad([Segment("  (no tokens)", dim)], width)
         line = lines[index]
         m = self._edit_point()
         cursor = self.position()
         start, end = self.selection()
-        segs = [Segment(f"{line[0][0] if line else 0:>{MARGIN - 1}} ", DIM)]
+        prompt = (palette["prompt-a"], palette["prompt-b"])
+        generated = (palette["generated-a"], palette["generated-b"])
+        recompute, recompute_mark = palette["recompute"], palette["recompute-mark"]
+        segs = [Segment(f"{line[0][0] if line else 0:>{MARGIN - 1}} ", dim)]
         for pos, shown in line:
-            palette = PROMPT if pos < req.prompt_len else GENERATED
-            style = palette[pos % 2]
+            style = (prompt if pos < req.prompt_len else generated)[pos % 2]
             if m is not None and pos >= m:
-                style = RECOMPUTED if pos == m else style + Style(color="#e5c07b")
+                style = recompute_mark if pos == m else style + recompute
             elif m is not None:
                 style = style + Style(underline=True)
             if pos == cursor:
-                style = CURSOR_STYLE
+                style = palette["token-cursor"]
             elif start <= pos < end:
-                style = SELECTED
+                style = palette["selected"]
             segs.append(Segment(shown, style))
         return pad(segs, width)
 
     def _header(self) -> list[Segment]:
         state, req = self.view.state, self.view.request
-        return [Segment(f"{req.request_id} ", owner_style(req.ordinal) + BOLD),
-                Segment(f"{req.status} · {req.num_tokens} tokens: ", DIM),
-                Segment(" prompt ", PROMPT[1]), Segment(f" {req.prompt_len} · ", DIM),
-                Segment(" generated ", GENERATED[1]), Segment(f" {req.num_output} · TTFT {fmt_seconds(req.ttft)}", DIM)]
+        palette = self.palette()
+        dim = palette["dim"]
+        return [Segment(f"{req.request_id} ", palette.owner(req.ordinal) + palette["bold"]),
+                Segment(f"{req.status} · {req.num_tokens} tokens: ", dim),
+                Segment(" prompt ", palette["prompt-b"]), Segment(f" {req.prompt_len} · ", dim),
+                Segment(" generated ", palette["generated-b"]),
+                Segment(f" {req.num_output} · TTFT {fmt_seconds(req.ttft)}", dim)]
 
     def _cursor_line(self) -> list[Segment]:
         state, req = self.view.state, self.view.request
-        segs = [Segment("cursor ", DIM)]
+        palette = self.palette()
+        dim = palette["dim"]
+        segs = [Segment("cursor ", dim)]
         pos = self.position()
         if req.num_tokens:
             logical = pos // state.block_size
@@ -149,24 +153,26 @@ class TokenStrip(LineView):
             where = f"L{logical}→P{table[logical]}" if logical < len(table) and table[logical] >= 0 else f"L{logical}"
             part = "prompt" if pos < req.prompt_len else "generated"
             segs.append(Segment(f"pos {pos} {show_text(req.texts[pos])!r} id {req.token_ids[pos]} ({part}, {where})",
-                                BOLD))
+                                palette["bold"]))
             start, end = self.selection()
             if end - start > 1:
-                segs.append(Segment(f" · selected {start}-{end - 1} ({end - start} tokens; shift+←→)", DIM))
+                segs.append(Segment(f" · selected {start}-{end - 1} ({end - start} tokens; shift+←→)", dim))
         return segs
 
     def _edit_line(self) -> list[Segment]:
         state, req = self.view.state, self.view.request
+        palette = self.palette()
+        dim = palette["dim"]
         inv = state.last_invalidate
         if inv is None or inv["request_id"] != req.request_id:
             return [Segment("←→↑↓ move · shift+←→ select · r replace · i insert before · d delete · f fork (live)",
-                            DIM)]
+                            dim)]
         edit = req.edits[-1] if req.edits else {}
         copied = ",".join(f"P{a}→P{b}" for a, b in inv["copied"]) or "-"
-        return [Segment(f"edit {edit.get('kind', '?')}@{edit.get('position', '?')}", Style(color="#c26fd1", bold=True)),
-                Segment(f" keep <{inv['first_recomputed']} ", DIM), Segment("recompute", RECOMPUTED),
+        return [Segment(f"edit {edit.get('kind', '?')}@{edit.get('position', '?')}", palette["edit"]),
+                Segment(f" keep <{inv['first_recomputed']} ", dim), Segment("recompute", palette["recompute-mark"]),
                 Segment(f" {inv['recompute_tokens']} tok · kept {_blocks(inv['kept'])} · dropped "
-                        f"{_blocks(inv['dropped'])} · copied {copied}", DIM)]
+                        f"{_blocks(inv['dropped'])} · copied {copied}", dim)]
 
     # --- cursor
     def set_cursor(self, position: int) -> None:
