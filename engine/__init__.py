@@ -20,9 +20,9 @@ _FACADE = {
 __all__ = list(_FACADE)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.config import EngineConfig
-    from engine.engine import Engine
-    from engine.core.request import RequestOutput, SamplingParams
+    from engine.config import EngineConfig  # noqa: F401
+    from engine.core.request import RequestOutput, SamplingParams  # noqa: F401
+    from engine.engine import Engine  # noqa: F401
 
 
 def __getattr__(name: str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from engine.models.shape import ModelShape
 
 DEFAULT_KV_MEMORY_MB = 256
@@ -10,18 +11,29 @@ DEFAULT_KV_MEMORY_MB = 256
 
 @dataclass
 class EngineConfig:
-    device: str = "auto"  # auto | cpu | cuda[:n]
-    dtype: str = "float32"  # float32 | bfloat16 | float16 (used when the engine loads the model)
+    # auto | cpu | cuda[:n]
+    device: str = "auto"
+    # float32 | bfloat16 | float16 (used when the engine loads the model)
+    dtype: str = "float32"
     block_size: int = 16
-    num_blocks: int | None = None  # pool size; default from kv_memory_mb
-    kv_memory_mb: float | None = None  # pool budget when num_blocks is not given (default 256 MiB)
-    max_batched_tokens: int = 512  # tokens per step (prefill chunks + decodes)
-    max_num_seqs: int = 64  # requests running at once
-    prefix_cache: bool = True  # share cached prefixes between requests (radix tree)
-    eviction: str = "lru"  # lru | lfu | cost: which cached block goes first when the pool runs out
-    hit_rate_window: int = 32  # requests in the sliding window of the hit rates
-    window: int | None = None  # attention sinks (StreamingLLM): every layer keeps only the last W positions ...
-    sink_tokens: int = 0  # ... plus the first S; changes the model's answer (event sink_divergence)
+    # pool size; default from kv_memory_mb
+    num_blocks: int | None = None
+    # pool budget when num_blocks is not given (default 256 MiB)
+    kv_memory_mb: float | None = None
+    # tokens per step (prefill chunks + decodes)
+    max_batched_tokens: int = 512
+    # requests running at once
+    max_num_seqs: int = 64
+    # share cached prefixes between requests (radix tree)
+    prefix_cache: bool = True
+    # lru | lfu | cost: which cached block goes first when the pool runs out
+    eviction: str = "lru"
+    # requests in the sliding window of the hit rates
+    hit_rate_window: int = 32
+    # attention sinks (StreamingLLM): every layer keeps only the last W positions ...
+    window: int | None = None
+    # ... plus the first S; changes the model's answer (event sink_divergence)
+    sink_tokens: int = 0
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -29,10 +41,14 @@ class EngineConfig:
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"num_blocks must be at least 1 (got {self.num_blocks})")
         if self.max_batched_tokens < 1 or self.max_num_seqs < 1:
-            raise ValueError(f"max_batched_tokens and max_num_seqs must be at least 1 (got "
-                             f"{self.max_batched_tokens}, {self.max_num_seqs})")
+            raise ValueError(
+                f"max_batched_tokens and max_num_seqs must be at least 1 (got "
+                f"{self.max_batched_tokens}, {self.max_num_seqs})"
+            )
         if self.window is not None and self.window < 1 or self.sink_tokens < 0:
-            raise ValueError(f"window must be >= 1 and sink_tokens >= 0 (got {self.window}, {self.sink_tokens})")
+            raise ValueError(
+                f"window must be >= 1 and sink_tokens >= 0 (got {self.window}, {self.sink_tokens})"
+            )
         if self.sink_tokens and self.window is None:
             raise ValueError("sink_tokens needs a window too: EngineConfig(sink_tokens=S, window=W)")
 
@@ -41,5 +57,8 @@ class EngineConfig:
             return self.num_blocks
         budget = (self.kv_memory_mb or DEFAULT_KV_MEMORY_MB) * 2**20
         # with no full-attention layer the pool only keeps block tables (0 bytes): size it as if one layer did
-        per_block = shape.kv_bytes_per_block(self.block_size) or shape.kv_bytes_per_token_per_layer() * self.block_size
+        per_block = (
+            shape.kv_bytes_per_block(self.block_size)
+            or shape.kv_bytes_per_token_per_layer() * self.block_size
+        )
         return max(1, int(budget // per_block))

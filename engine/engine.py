@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import torch
 
 from engine.config import DEFAULT_KV_MEMORY_MB, EngineConfig  # noqa: F401  (EngineConfig: part of this API)
 from engine.core.edits import EditError, apply_edit
 from engine.core.kv_cache import KVCacheManager
-from engine.models.loading import EMBEDDED_MODEL, describe, load_model
 from engine.core.request import Request, RequestOutput, SamplingParams, Status
+from engine.core.scheduler import Scheduler
+from engine.models.loading import EMBEDDED_MODEL, describe, load_model
+from engine.models.text import Prompt, TokenText
+from engine.trace import TraceSink, TraceWriter
 from engine.worker.paged_kv import PagedKV
 from engine.worker.ring_tensors import RingTensors
 from engine.worker.runner import ModelRunner
 from engine.worker.sampling import make_generator
-from engine.core.scheduler import Scheduler
-from engine.models.text import Prompt, TokenText
 from engine.worker.sinks import sink_divergence
-from engine.trace import TraceSink, TraceWriter
 
 
 class Engine:
@@ -30,7 +30,8 @@ class Engine:
         self.config = config or EngineConfig()
         self.model = model
         self.tokenizer = tokenizer
-        self.text = TokenText(tokenizer, model)  # prompts to ids, ids to text (the trace carries both)
+        # prompts to ids, ids to text (the trace carries both)
+        self.text = TokenText(tokenizer, model)
         self.shape = describe(model, name)
         if self.config.window is not None:
             self.shape = self.shape.with_sinks(self.config.sink_tokens, self.config.window)
@@ -39,31 +40,37 @@ class Engine:
         self.trace = TraceSink()
         # the manager deals in block ids (torch-free); the runner owns the K/V memory and applies its decisions
         self.cache = KVCacheManager(self.shape, self.config, self.trace, self.token_text)
-        self.scheduler = Scheduler(self.cache, self.trace, self.config.max_batched_tokens, self.config.max_num_seqs)
+        self.scheduler = Scheduler(
+            self.cache, self.trace, self.config.max_batched_tokens, self.config.max_num_seqs
+        )
         self.kv = PagedKV(self.shape, self.cache.pool.num_blocks, self.config.block_size, dtype, device)
         self.rings = RingTensors(self.cache.rings, dtype, device)
         self.runner = ModelRunner(model, self.kv, self.cache.pool, self.shape.windows, self.rings)
         self.requests: dict[str, Request] = {}
         self._ids = itertools.count()
         self._step = 0
-        self.trace.set_header({
-            "model": self.shape.to_json(),
-            "block_size": self.config.block_size,
-            "num_blocks": self.cache.pool.num_blocks,
-            "bytes_per_block": self.shape.kv_bytes_per_block(self.config.block_size),
-            "bytes_per_token": self.shape.kv_bytes_per_token(),
-            "config": asdict(self.config),
-        })
+        self.trace.set_header(
+            {
+                "model": self.shape.to_json(),
+                "block_size": self.config.block_size,
+                "num_blocks": self.cache.pool.num_blocks,
+                "bytes_per_block": self.shape.kv_bytes_per_block(self.config.block_size),
+                "bytes_per_token": self.shape.kv_bytes_per_token(),
+                "config": asdict(self.config),
+            }
+        )
 
     # --- construction ---------------------------------------------------------------------------------
     @classmethod
-    def load(cls, model: str = EMBEDDED_MODEL, config: EngineConfig | None = None, progress=None) -> "Engine":
+    def load(cls, model: str = EMBEDDED_MODEL, config: EngineConfig | None = None, progress=None) -> Engine:
         config = config or EngineConfig()
-        hf_model, tokenizer, name = load_model(model, device=config.device, dtype=config.dtype, progress=progress)
+        hf_model, tokenizer, name = load_model(
+            model, device=config.device, dtype=config.dtype, progress=progress
+        )
         return cls(hf_model, tokenizer, config, name)
 
     @classmethod
-    def from_model(cls, hf_model, tokenizer=None, config: EngineConfig | None = None) -> "Engine":
+    def from_model(cls, hf_model, tokenizer=None, config: EngineConfig | None = None) -> Engine:
         return cls(hf_model, tokenizer, config)
 
     def add_trace_file(self, path: str | Path) -> None:
@@ -79,30 +86,48 @@ class Engine:
     def token_text(self, token_id: int) -> str:
         return self.text.token_text(token_id)
 
-    def submit(self, prompt: Prompt, params: SamplingParams | None = None, cache_salt: str | None = None,
-               request_id: str | None = None, phase: str | None = None) -> str:
+    def submit(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        cache_salt: str | None = None,
+        request_id: str | None = None,
+        phase: str | None = None,
+    ) -> str:
         params = params or SamplingParams()
         token_ids = self.encode(prompt)
         if not token_ids:
             raise ValueError("the prompt is empty")
         capacity = self.cache.capacity_tokens
         if len(token_ids) + params.max_tokens > capacity:
-            raise ValueError(f"prompt ({len(token_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the KV "
-                             f"pool ({self.cache.pool.num_blocks} blocks x {self.cache.block_size} = {capacity} tokens); "
-                             "raise num_blocks or lower max_tokens")
+            raise ValueError(
+                f"prompt ({len(token_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the KV "
+                f"pool ({self.cache.pool.num_blocks} blocks x {self.cache.block_size} = {capacity} tokens); "
+                "raise num_blocks or lower max_tokens"
+            )
         limit = getattr(self.model.config, "max_position_embeddings", None)
         if limit and len(token_ids) + params.max_tokens > limit:
-            raise ValueError(f"prompt + max_tokens ({len(token_ids) + params.max_tokens}) exceeds the model's "
-                             f"context of {limit} positions")
+            raise ValueError(
+                f"prompt + max_tokens ({len(token_ids) + params.max_tokens}) exceeds the model's "
+                f"context of {limit} positions"
+            )
         request_id = request_id or f"r{next(self._ids)}"
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
-        request = Request(request_id, token_ids, params, self.trace.now(), cache_salt,
-                          generator=make_generator(params))
+        request = Request(
+            request_id, token_ids, params, self.trace.now(), cache_salt, generator=make_generator(params)
+        )
         self.requests[request_id] = request
-        self.trace.emit("request_arrived", request_id=request_id, prompt_token_ids=token_ids,
-                        prompt_texts=[self.token_text(t) for t in token_ids], max_tokens=params.max_tokens,
-                        cache_salt=cache_salt, parent_id=None, phase=phase)
+        self.trace.emit(
+            "request_arrived",
+            request_id=request_id,
+            prompt_token_ids=token_ids,
+            prompt_texts=[self.token_text(t) for t in token_ids],
+            max_tokens=params.max_tokens,
+            cache_salt=cache_salt,
+            parent_id=None,
+            phase=phase,
+        )
         self.scheduler.add(request)
         return request_id
 
@@ -123,16 +148,23 @@ class Engine:
             logits=torch.stack(req.logits) if req.logits else None,
         )
 
-    def generate(self, prompts: Prompt | Iterable[Prompt], params: SamplingParams | Sequence[SamplingParams] | None
-                 = None) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: Prompt | Iterable[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
         """Run prompts to completion together (continuous batching); outputs in input order."""
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, str) or (
+            isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
+        ):
             prompts = [prompts]
         prompts = list(prompts)
         if params is None or isinstance(params, SamplingParams):
             params = [params or SamplingParams()] * len(prompts)
         ids = [self.submit(p, sp) for p, sp in zip(prompts, params, strict=True)]
-        def unfinished() -> bool:  # these requests and their parallel samples (SamplingParams.n)
+
+        # these requests and their parallel samples (SamplingParams.n)
+        def unfinished() -> bool:
             family = (self.requests[c] for i in ids for c in [i, *self.requests[i].children])
             return any(r.finish_reason is None for r in family)
 
@@ -149,7 +181,9 @@ class Engine:
         chunks = self.scheduler.schedule()
         if not chunks:
             if (self.scheduler.running or self.scheduler.waiting) and not self.scheduler.preempted_this_step:
-                raise RuntimeError("the scheduler could not place any request: the pool is too small for them")
+                raise RuntimeError(
+                    "the scheduler could not place any request: the pool is too small for them"
+                )
             return []
         step = self._step
         self._step += 1
@@ -163,19 +197,33 @@ class Engine:
             if is_decode:
                 self.trace.emit("decode", request_id=req.request_id, step=step, position=chunk.start)
             else:
-                self.trace.emit("prefill_chunk", request_id=req.request_id, step=step, start=chunk.start,
-                                end=chunk.start + chunk.num_tokens)
+                self.trace.emit(
+                    "prefill_chunk",
+                    request_id=req.request_id,
+                    step=step,
+                    start=chunk.start,
+                    end=chunk.start + chunk.num_tokens,
+                )
             if req.num_computed == req.num_tokens:
                 for sample_of in [req, *self._spawn_samples(req)]:
-                    token = result.token_ids[index] if sample_of is req else \
-                        result.sample(index, sample_of.params, sample_of.generator)
+                    token = (
+                        result.token_ids[index]
+                        if sample_of is req
+                        else result.sample(index, sample_of.params, sample_of.generator)
+                    )
                     if self._emit_token(sample_of, token, result.logits[index]):
                         finished.append(self.output(sample_of.request_id))
             if req.status is Status.RUNNING:
                 self.cache.cache_blocks(req)
-        self.trace.emit("step", step=step, num_tokens=sum(c.num_tokens for c in chunks),
-                        num_prefill=len(chunks) - sum(decodes), num_decode=sum(decodes),
-                        duration=round(self.trace.now() - started, 6), free_blocks=self.cache.num_free())
+        self.trace.emit(
+            "step",
+            step=step,
+            num_tokens=sum(c.num_tokens for c in chunks),
+            num_prefill=len(chunks) - sum(decodes),
+            num_decode=sum(decodes),
+            duration=round(self.trace.now() - started, 6),
+            free_blocks=self.cache.num_free(),
+        )
         self.trace.flush()
         return finished
 
@@ -188,8 +236,13 @@ class Engine:
             req.first_token_time = now
         req.last_token_time = now
         req.output_token_ids.append(token)
-        self.trace.emit("token_emitted", request_id=req.request_id, position=req.num_tokens - 1, token_id=token,
-                        text=self.token_text(token))
+        self.trace.emit(
+            "token_emitted",
+            request_id=req.request_id,
+            position=req.num_tokens - 1,
+            token_id=token,
+            text=self.token_text(token),
+        )
         reason = self._stop_reason(req, token)
         if reason is None:
             return False
@@ -209,12 +262,20 @@ class Engine:
         req.finish_reason = reason
         self.scheduler.finish(req)
         self.cache.free(req)
-        if self.shape.forced_window is not None and req.output_token_ids:  # sinks change the answer: by how much
+        # sinks change the answer: by how much
+        if self.shape.forced_window is not None and req.output_token_ids:
             self.trace.emit("sink_divergence", **sink_divergence(req, self.runner, self.cache.rings))
         req.num_computed = 0
-        self.trace.emit("request_finished", request_id=req.request_id, reason=reason,
-                        num_prompt_tokens=len(req.prompt_token_ids), num_output_tokens=len(req.output_token_ids),
-                        cached_tokens=req.num_cached, ttft=_round(req.ttft()), tpot=_round(req.tpot()))
+        self.trace.emit(
+            "request_finished",
+            request_id=req.request_id,
+            reason=reason,
+            num_prompt_tokens=len(req.prompt_token_ids),
+            num_output_tokens=len(req.output_token_ids),
+            cached_tokens=req.num_cached,
+            ttft=_round(req.ttft()),
+            tpot=_round(req.tpot()),
+        )
 
     def abort(self, request_id: str) -> RequestOutput:
         """Stop a waiting or running request now: its blocks go back (full ones stay cached), reason 'aborted'."""
@@ -236,17 +297,33 @@ class Engine:
             # a seeded request's samples must differ from each other, and reproducibly so: seed + k for child k
             seed = None if parent.params.seed is None else parent.params.seed + len(parent.children) + 1
             params = replace(parent.params, n=1, seed=seed)
-            child = Request(child_id, list(parent.prompt_token_ids), params, self.trace.now(), parent.cache_salt,
-                            output_token_ids=list(parent.output_token_ids), num_computed=parent.num_computed,
-                            num_cached=parent.num_cached, generator=make_generator(params),
-                            generation_start=parent.generation_start, parent_id=request_id,
-                            first_token_time=parent.first_token_time, last_token_time=parent.last_token_time)
+            child = Request(
+                child_id,
+                list(parent.prompt_token_ids),
+                params,
+                self.trace.now(),
+                parent.cache_salt,
+                output_token_ids=list(parent.output_token_ids),
+                num_computed=parent.num_computed,
+                num_cached=parent.num_cached,
+                generator=make_generator(params),
+                generation_start=parent.generation_start,
+                parent_id=request_id,
+                first_token_time=parent.first_token_time,
+                last_token_time=parent.last_token_time,
+            )
             child.arrival_time = parent.arrival_time
             self.requests[child_id] = child
             parent.children.append(child_id)
-            self.trace.emit("request_arrived", request_id=child_id, prompt_token_ids=child.prompt_token_ids,
-                            prompt_texts=[self.token_text(t) for t in child.prompt_token_ids],
-                            max_tokens=params.max_tokens, cache_salt=child.cache_salt, parent_id=request_id)
+            self.trace.emit(
+                "request_arrived",
+                request_id=child_id,
+                prompt_token_ids=child.prompt_token_ids,
+                prompt_texts=[self.token_text(t) for t in child.prompt_token_ids],
+                max_tokens=params.max_tokens,
+                cache_salt=child.cache_salt,
+                parent_id=request_id,
+            )
             self.cache.fork(parent, child)
             if parent.status is Status.RUNNING:
                 self.scheduler.adopt(child)
@@ -256,8 +333,15 @@ class Engine:
             children.append(child_id)
         return children
 
-    def edit(self, request_id: str, position: int, token_ids: list[int] | int | str,
-             kind: str = "replace", expected_token: int | None = None, num_replaced: int | None = None) -> dict:
+    def edit(
+        self,
+        request_id: str,
+        position: int,
+        token_ids: list[int] | int | str,
+        kind: str = "replace",
+        expected_token: int | None = None,
+        num_replaced: int | None = None,
+    ) -> dict:
         """Edit a running, waiting or finished request at position m: keep the K/V of [0, m), recompute from m.
 
         token_ids: the new tokens (ids, or text to tokenize); for delete, how many tokens (or a list of that
@@ -272,31 +356,48 @@ class Engine:
             tokens = req.tokens
             actual = tokens[position] if 0 <= position < len(tokens) else None
             if actual != expected_token:
-                raise EditError(f"{request_id} has {'no token' if actual is None else f'token {actual}'} at "
-                                f"position {position}, not the {expected_token} the edit expected: the view is "
-                                "behind the engine; look again and retry")
+                raise EditError(
+                    f"{request_id} has {'no token' if actual is None else f'token {actual}'} at "
+                    f"position {position}, not the {expected_token} the edit expected: the view is "
+                    "behind the engine; look again and retry"
+                )
         if not isinstance(token_ids, int):
             token_ids = self.text.edit_tokens(token_ids)
-        edited = apply_edit(req.prompt_token_ids, req.output_token_ids, position, token_ids, kind, num_replaced)
+        edited = apply_edit(
+            req.prompt_token_ids, req.output_token_ids, position, token_ids, kind, num_replaced
+        )
         capacity = self.cache.capacity_tokens
         if len(edited.tokens) + req.params.max_tokens > capacity:
-            raise EditError(f"the edited sequence ({len(edited.tokens)} tokens) + max_tokens does not fit the pool "
-                            f"of {capacity} tokens")
-        self.trace.emit("edit", request_id=request_id, position=edited.position, kind=kind,
-                        token_ids=edited.inserted, texts=[self.token_text(t) for t in edited.inserted],
-                        num_deleted=edited.num_deleted)
+            raise EditError(
+                f"the edited sequence ({len(edited.tokens)} tokens) + max_tokens does not fit the pool "
+                f"of {capacity} tokens"
+            )
+        self.trace.emit(
+            "edit",
+            request_id=request_id,
+            position=edited.position,
+            kind=kind,
+            token_ids=edited.inserted,
+            texts=[self.token_text(t) for t in edited.inserted],
+            num_deleted=edited.num_deleted,
+        )
         cut = self.cache.truncate(req, edited)
         req.generation_start = len(edited.generated)
         req.logits = []
         req.finish_reason = None
-        req.arrival_time = self.trace.now()  # TTFT after an edit runs from the edit
+        # TTFT after an edit runs from the edit
+        req.arrival_time = self.trace.now()
         req.first_token_time = req.last_token_time = None
         if req.status is Status.FINISHED:
             self.scheduler.add(req)
             req.status = Status.WAITING
-        event = self.trace.emit("invalidate", request_id=request_id, **cut,
-                                recompute_tokens=req.num_tokens - cut["first_recomputed"],
-                                status="running" if req.status is Status.RUNNING else "waiting")
+        event = self.trace.emit(
+            "invalidate",
+            request_id=request_id,
+            **cut,
+            recompute_tokens=req.num_tokens - cut["first_recomputed"],
+            status="running" if req.status is Status.RUNNING else "waiting",
+        )
         self.trace.flush()
         return event
 

@@ -29,8 +29,14 @@ END_SEQ = b"\xff" * 8
 
 
 class KvEventPublisher:
-    def __init__(self, endpoint: str, replay: str | None = None, topic: str = "", rank: int = 0,
-                 buffer_steps: int = 10_000):
+    def __init__(
+        self,
+        endpoint: str,
+        replay: str | None = None,
+        topic: str = "",
+        rank: int = 0,
+        buffer_steps: int = 10_000,
+    ):
         import msgspec
         import zmq
 
@@ -52,8 +58,10 @@ class KvEventPublisher:
         self.rank = rank
         self.buffer: deque = deque(maxlen=buffer_steps)
         self.seq = 0
-        self.published = 0  # batches sent
-        self._nodes: dict[int, list[tuple[int, str]]] = {0: []}  # node id -> [(u64 key, content)] of its blocks
+        # batches sent
+        self.published = 0
+        # node id -> [(u64 key, content)] of its blocks
+        self._nodes: dict[int, list[tuple[int, str]]] = {0: []}
         self._pending: list[dict] = []
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -68,14 +76,15 @@ class KvEventPublisher:
             self._stored(event)
         elif etype == "radix_split":
             blocks = self._nodes.get(event["node_id"], [])
-            self._nodes[event["new_node_id"]] = blocks[event["at"]:]
-            self._nodes[event["node_id"]] = blocks[:event["at"]]
+            self._nodes[event["new_node_id"]] = blocks[event["at"] :]
+            self._nodes[event["node_id"]] = blocks[: event["at"]]
         elif etype == "block_evicted" and not event["hash"].startswith("tail:"):
             blocks = self._nodes.get(event.get("node_id"))
             if blocks:
                 blocks.pop()
-            self._pending.append({"type": "BlockRemoved", "block_hashes": [int(event["hash"], 16)],
-                                  "medium": "GPU"})
+            self._pending.append(
+                {"type": "BlockRemoved", "block_hashes": [int(event["hash"], 16)], "medium": "GPU"}
+            )
         elif etype == "radix_evict":
             self._nodes.pop(event["node_id"], None)
         elif etype == "step":
@@ -91,13 +100,23 @@ class KvEventPublisher:
         keys = event.get("hashes")
         blocks = []
         content = parent_content
-        for i in range(n):  # contents chain as the tree's do; keys from the event when it carries them
-            content = chain_hash(content, tokens[i * size:(i + 1) * size])
+        # contents chain as the tree's do; keys from the event when it carries them
+        for i in range(n):
+            content = chain_hash(content, tokens[i * size : (i + 1) * size])
             blocks.append((int(keys[i], 16) if keys else int(content, 16), content))
         self._nodes[event["node_id"]] = blocks
-        self._pending.append({"type": "BlockStored", "block_hashes": [k for k, _ in blocks],
-                              "parent_block_hash": parent_key, "token_ids": list(tokens), "block_size": size,
-                              "lora_id": None, "medium": "GPU", "lora_name": None})
+        self._pending.append(
+            {
+                "type": "BlockStored",
+                "block_hashes": [k for k, _ in blocks],
+                "parent_block_hash": parent_key,
+                "token_ids": list(tokens),
+                "block_size": size,
+                "lora_id": None,
+                "medium": "GPU",
+                "lora_name": None,
+            }
+        )
 
     def flush(self) -> None:
         """Send what the last step did as one batch (vLLM publishes once per scheduler step)."""

@@ -17,9 +17,9 @@ A position "end" is the end of the sequence at the time of the edit: an insert t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Callable
 
 from engine.core.request import RequestOutput, SamplingParams
 
@@ -46,7 +46,8 @@ class WorkloadEdit:
     request_id: str
     position: int
     kind: str
-    tokens: object  # text, token ids, or a count (delete)
+    # text, token ids, or a count (delete)
+    tokens: object
     after_finish: bool = False
 
 
@@ -66,7 +67,9 @@ def load_workload(path: str | Path) -> Workload:
     except FileNotFoundError:
         raise WorkloadError(f"no such workload file: {path}") from None
     except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        raise WorkloadError(
+            f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("requests"), list) or not data["requests"]:
         raise WorkloadError(f"{path}: expected an object with a non-empty list 'requests'")
     allowed = {f.name for f in fields(SamplingParams)}
@@ -80,7 +83,9 @@ def load_workload(path: str | Path) -> Workload:
             raise WorkloadError(f"{where}: give exactly one of {', '.join(PROMPT_KEYS)}")
         unknown = set(item.get("sampling", {})) - allowed
         if unknown:
-            raise WorkloadError(f"{where}: unknown sampling fields {sorted(unknown)}; known: {sorted(allowed)}")
+            raise WorkloadError(
+                f"{where}: unknown sampling fields {sorted(unknown)}; known: {sorted(allowed)}"
+            )
         try:
             sampling = SamplingParams(**item.get("sampling", {}))
         except (TypeError, ValueError) as exc:
@@ -88,14 +93,16 @@ def load_workload(path: str | Path) -> Workload:
         problem = _prompt_problem(given[0], item[given[0]])
         if problem or not isinstance(item.get("arrival_step", 0), int):
             raise WorkloadError(f"{where}: {problem or 'arrival_step must be a whole number'}")
-        requests.append(WorkloadRequest(
-            request_id=str(item.get("id", f"r{index}")),
-            arrival_step=int(item.get("arrival_step", 0)),
-            prompt=item[given[0]],
-            sampling=sampling,
-            cache_salt=item.get("cache_salt"),
-            phase=item.get("phase"),
-        ))
+        requests.append(
+            WorkloadRequest(
+                request_id=str(item.get("id", f"r{index}")),
+                arrival_step=int(item.get("arrival_step", 0)),
+                prompt=item[given[0]],
+                sampling=sampling,
+                cache_salt=item.get("cache_salt"),
+                phase=item.get("phase"),
+            )
+        )
     ids = [r.request_id for r in requests]
     if len(set(ids)) != len(ids):
         raise WorkloadError(f"{path}: request ids must be unique")
@@ -104,29 +111,51 @@ def load_workload(path: str | Path) -> Workload:
         where = f"{path}: edits[{index}]"
         given = [key for key in ("text", "token_ids", "count") if key in item]
         if len(given) != 1 or item.get("request_id") not in ids or "position" not in item:
-            raise WorkloadError(f"{where}: needs request_id (one of the requests), position, and exactly one "
-                                "of text, token_ids, count")
+            raise WorkloadError(
+                f"{where}: needs request_id (one of the requests), position, and exactly one "
+                "of text, token_ids, count"
+            )
         position = item["position"] if item["position"] == "end" else int(item["position"])
-        edits.append(WorkloadEdit(int(item.get("at_step", 0)), item["request_id"], position,
-                                  item.get("kind", "replace"), item[given[0]], bool(item.get("after_finish"))))
-    return Workload(str(data.get("name", path.stem)), str(data.get("description", "")), data.get("engine", {}),
-                    sorted(requests, key=lambda r: r.arrival_step), sorted(edits, key=lambda e: e.at_step))
+        edits.append(
+            WorkloadEdit(
+                int(item.get("at_step", 0)),
+                item["request_id"],
+                position,
+                item.get("kind", "replace"),
+                item[given[0]],
+                bool(item.get("after_finish")),
+            )
+        )
+    return Workload(
+        str(data.get("name", path.stem)),
+        str(data.get("description", "")),
+        data.get("engine", {}),
+        sorted(requests, key=lambda r: r.arrival_step),
+        sorted(edits, key=lambda e: e.at_step),
+    )
 
 
 def _prompt_problem(key: str, value) -> str | None:
     if key == "prompt" and not isinstance(value, str):
         return "prompt must be text"
-    if key == "messages" and not (isinstance(value, list) and value and all(
-            isinstance(m, dict) and {"role", "content"} <= set(m) for m in value)):
-        return "messages must be a non-empty list of {\"role\": ..., \"content\": ...}"
-    if key == "prompt_token_ids" and not (isinstance(value, list) and value and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in value)):
+    if key == "messages" and not (
+        isinstance(value, list)
+        and value
+        and all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in value)
+    ):
+        return 'messages must be a non-empty list of {"role": ..., "content": ...}'
+    if key == "prompt_token_ids" and not (
+        isinstance(value, list)
+        and value
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    ):
         return "prompt_token_ids must be a non-empty list of integers"
     return None
 
 
-def run_workload(engine, workload: Workload,
-                 on_finished: Callable[[RequestOutput], None] | None = None) -> list[RequestOutput]:
+def run_workload(
+    engine, workload: Workload, on_finished: Callable[[RequestOutput], None] | None = None
+) -> list[RequestOutput]:
     """Submit each request at its arrival step and step the engine until every request has finished."""
     pending = list(workload.requests)
     edits = list(workload.edits)
@@ -135,8 +164,13 @@ def run_workload(engine, workload: Workload,
     while pending or edits or engine.has_unfinished():
         while pending and pending[0].arrival_step <= step:
             item = pending.pop(0)
-            engine.submit(item.prompt, item.sampling, cache_salt=item.cache_salt, request_id=item.request_id,
-                          phase=item.phase)
+            engine.submit(
+                item.prompt,
+                item.sampling,
+                cache_salt=item.cache_salt,
+                request_id=item.request_id,
+                phase=item.phase,
+            )
         while edits and _edit_due(engine, edits[0], step):
             edit = edits.pop(0)
             request = engine.requests[edit.request_id]

@@ -10,8 +10,15 @@ import click
 from kvtui import __version__
 
 # what `pip install "kvtui[engine]"` adds (plus what transformers brings): viewing needs none of them
-ENGINE_MODULES = ("torch", "transformers", "gguf", "accelerate", "safetensors", "huggingface_hub",
-                  "tokenizers")
+ENGINE_MODULES = (
+    "torch",
+    "transformers",
+    "gguf",
+    "accelerate",
+    "safetensors",
+    "huggingface_hub",
+    "tokenizers",
+)
 ENGINE_HINT = 'pip install "kvtui[engine]" (or run ./install.sh)'
 # commands that always load a model: checked before they start (live would otherwise open its UI first)
 NEEDS_ENGINE = ("live", "generate", "record", "compare-edit")
@@ -59,8 +66,9 @@ def _check_engine_first(command: click.Command) -> None:
     command.callback = checked
 
 
-@click.group(cls=KvtuiGroup, invoke_without_command=True,
-             context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=KvtuiGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, prog_name="kvtui")
 @click.pass_context
 def main(ctx: click.Context) -> None:
@@ -82,11 +90,23 @@ def main(ctx: click.Context) -> None:
 
 
 def _register() -> None:
-    from kvtui.commands import (attach_commands, bench_commands, engine_commands, export_commands,
-                                serve_commands, ui_commands)
+    from kvtui.commands import (
+        attach_commands,
+        bench_commands,
+        engine_commands,
+        export_commands,
+        serve_commands,
+        ui_commands,
+    )
 
-    for command in (engine_commands.COMMANDS + ui_commands.COMMANDS + bench_commands.COMMANDS
-                    + export_commands.COMMANDS + serve_commands.COMMANDS + attach_commands.COMMANDS):
+    for command in (
+        engine_commands.COMMANDS
+        + ui_commands.COMMANDS
+        + bench_commands.COMMANDS
+        + export_commands.COMMANDS
+        + serve_commands.COMMANDS
+        + attach_commands.COMMANDS
+    ):
         main.add_command(command)
     for name in NEEDS_ENGINE:
         _check_engine_first(main.commands[name])

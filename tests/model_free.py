@@ -8,14 +8,23 @@ from engine.models.shape import ModelShape
 from engine.trace import TraceSink
 
 # one full-attention layer of one head: the manager reads only which layers are windows and the bytes per block
-SHAPE = ModelShape("model-free", layers=1, q_heads=1, kv_heads=1, head_dim=1, dtype="float32", elem_bytes=4,
-                   windows=(None,))
+SHAPE = ModelShape(
+    "model-free", layers=1, q_heads=1, kv_heads=1, head_dim=1, dtype="float32", elem_bytes=4, windows=(None,)
+)
 
 
-def model_free_manager(num_blocks: int, block_size: int, trace: TraceSink | None = None, policy: str = "lru",
-                       prefix_cache: bool = True, shape: ModelShape = SHAPE, **config) -> KVCacheManager:
-    config = EngineConfig(block_size=block_size, num_blocks=num_blocks, eviction=policy, prefix_cache=prefix_cache,
-                          **config)
+def model_free_manager(
+    num_blocks: int,
+    block_size: int,
+    trace: TraceSink | None = None,
+    policy: str = "lru",
+    prefix_cache: bool = True,
+    shape: ModelShape = SHAPE,
+    **config,
+) -> KVCacheManager:
+    config = EngineConfig(
+        block_size=block_size, num_blocks=num_blocks, eviction=policy, prefix_cache=prefix_cache, **config
+    )
     return KVCacheManager(shape, config, trace or TraceSink(clock=lambda: 0.0))
 
 

@@ -58,7 +58,9 @@ def _blocks(engine, state, out):
         if pool.ref_counts[p] != state.ref[p]:
             out.append(f"block {p}: ref count engine {pool.ref_counts[p]}, view {state.ref[p]}")
         if owners.get(p, set()) != set(state.owners[p]):
-            out.append(f"block {p}: owners engine {sorted(owners.get(p, ()))}, view {sorted(state.owners[p])}")
+            out.append(
+                f"block {p}: owners engine {sorted(owners.get(p, ()))}, view {sorted(state.owners[p])}"
+            )
         if kind != FREE and _hash(cache, p) != state.block_hash[p]:
             out.append(f"block {p}: hash engine {_hash(cache, p)}, view {state.block_hash[p]}")
 
@@ -129,7 +131,8 @@ def _hit_rates(engine, state, out):
     expected = engine.cache.hit_rates.event_fields()
     seen = state.hit_rates
     if seen is None and expected["window"]["n"] == 0:
-        return  # no lookup yet: no hit_rates event either
+        # no lookup yet: no hit_rates event either
+        return
     if seen is None:
         out.append(f"hit rates: engine {expected}, view none")
         return

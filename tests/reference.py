@@ -20,6 +20,7 @@ def greedy_generate(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     device = next(model.parameters()).device
     ids = torch.tensor([prompt], device=device)
     with stock_attention(model):
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                             do_sample=False)
-    return out[0, len(prompt):].tolist()
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False
+        )
+    return out[0, len(prompt) :].tolist()

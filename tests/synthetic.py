@@ -18,10 +18,56 @@ from pathlib import Path
 
 from engine.trace.metrics import HitCounts, HitRateTracker
 
-WORDS = ("the", " cat", " sat", " on", " a", " mat", ".", " You", " are", " helpful", " assistant", " Answer",
-         " briefly", ",", " and", " why", " is", " sky", " blue", "?", " tell", " me", " about", " KV", " cache",
-         " blocks", " tokens", " in", " of", " to", "\n", " it", " we", " can", " reuse", " prefix", " hello",
-         " world", " story", " once", " upon", " time", " there", " was", " model", " fast", " slow", " edit")
+WORDS = (
+    "the",
+    " cat",
+    " sat",
+    " on",
+    " a",
+    " mat",
+    ".",
+    " You",
+    " are",
+    " helpful",
+    " assistant",
+    " Answer",
+    " briefly",
+    ",",
+    " and",
+    " why",
+    " is",
+    " sky",
+    " blue",
+    "?",
+    " tell",
+    " me",
+    " about",
+    " KV",
+    " cache",
+    " blocks",
+    " tokens",
+    " in",
+    " of",
+    " to",
+    "\n",
+    " it",
+    " we",
+    " can",
+    " reuse",
+    " prefix",
+    " hello",
+    " world",
+    " story",
+    " once",
+    " upon",
+    " time",
+    " there",
+    " was",
+    " model",
+    " fast",
+    " slow",
+    " edit",
+)
 
 
 @dataclass
@@ -36,12 +82,19 @@ class _Req:
     first: float | None = None
     last: float | None = None
     cached_tokens: int = 0
-    handle: int = 0  # deepest tree node it locked at admission (radix_lock), 0 = none
+    # deepest tree node it locked at admission (radix_lock), 0 = none
+    handle: int = 0
 
 
 class SyntheticEngine:
-    def __init__(self, seed: int = 0, block_size: int = 4, num_blocks: int = 64, window: int | None = None,
-                 step_time: float = 0.02):
+    def __init__(
+        self,
+        seed: int = 0,
+        block_size: int = 4,
+        num_blocks: int = 64,
+        window: int | None = None,
+        step_time: float = 0.02,
+    ):
         self.rng = random.Random(seed)
         self.bs, self.n, self.window, self.step_time = block_size, num_blocks, window, step_time
         self.events: list[dict] = []
@@ -49,7 +102,8 @@ class SyntheticEngine:
         self.free: deque[int] = deque(range(num_blocks))
         self.ref = [0] * num_blocks
         self.block_hash: dict[int, str] = {}
-        self.hash_node: dict[str, int] = {}  # chained hash -> radix node (one block per node here)
+        # chained hash -> radix node (one block per node here)
+        self.hash_node: dict[str, int] = {}
         self.node_block: dict[int, int] = {}
         self.node_parent: dict[int, int] = {}
         self.node_hash: dict[int, str] = {}
@@ -64,12 +118,22 @@ class SyntheticEngine:
         self.n_req = 0
         self.hit_rates = HitRateTracker(window=8)
         self.header = {
-            "type": "header", "schema": 1,
-            "model": {"name": "synthetic", "layers": 4, "q_heads": 6, "kv_heads": 2, "head_dim": 16,
-                      "dtype": "float32", "elem_bytes": 4,
-                      "windows": [None, window, None, window] if window else [None] * 4},
-            "block_size": block_size, "num_blocks": num_blocks,
-            "bytes_per_block": 2 * 4 * 2 * 16 * 4 * block_size, "bytes_per_token": 2 * 4 * 2 * 16 * 4,
+            "type": "header",
+            "schema": 1,
+            "model": {
+                "name": "synthetic",
+                "layers": 4,
+                "q_heads": 6,
+                "kv_heads": 2,
+                "head_dim": 16,
+                "dtype": "float32",
+                "elem_bytes": 4,
+                "windows": [None, window, None, window] if window else [None] * 4,
+            },
+            "block_size": block_size,
+            "num_blocks": num_blocks,
+            "bytes_per_block": 2 * 4 * 2 * 16 * 4 * block_size,
+            "bytes_per_token": 2 * 4 * 2 * 16 * 4,
             "config": {"synthetic": True, "seed": seed, "eviction": "lru", "prefix_cache": True},
         }
 
@@ -91,8 +155,11 @@ class SyntheticEngine:
 
     def _evict_one(self) -> bool:
         """LRU over unlocked leaves whose block nobody references."""
-        leaves = [nid for nid, kids in self.node_children.items()
-                  if nid and not kids and self.ref[self.node_block[nid]] == 0 and not self.node_locks.get(nid)]
+        leaves = [
+            nid
+            for nid, kids in self.node_children.items()
+            if nid and not kids and self.ref[self.node_block[nid]] == 0 and not self.node_locks.get(nid)
+        ]
         if not leaves:
             return False
         nid = min(leaves, key=lambda x: (self.node_access[x], x))
@@ -120,7 +187,9 @@ class SyntheticEngine:
         if self.window:
             w = self.window
             evicted = [p - w for p in range(start, end) if p - w >= 0]
-            self.emit("ring_write", request_id=req.rid, group=0, window=w, start=start, end=end, evicted=evicted)
+            self.emit(
+                "ring_write", request_id=req.rid, group=0, window=w, start=start, end=end, evicted=evicted
+            )
 
     def _emit_token(self, req: _Req) -> None:
         token = self.rng.randrange(len(WORDS))
@@ -153,8 +222,14 @@ class SyntheticEngine:
         self.ref[src] -= 1
         self.ref[dst] = 1
         req.table[logical] = dst
-        self.emit("block_copied", src=src, dst=dst, request_id=req.rid, logical=logical,
-                  num_tokens=position - logical * self.bs)
+        self.emit(
+            "block_copied",
+            src=src,
+            dst=dst,
+            request_id=req.rid,
+            logical=logical,
+            num_tokens=position - logical * self.bs,
+        )
         if self.ref[src] == 0:
             if src in self.block_hash:
                 self.emit("block_cached", physical=src, hash=self.block_hash[src])
@@ -173,12 +248,14 @@ class SyntheticEngine:
         elif len(self.node_children) == 1:
             reason = "empty_cache"
         for i in range(matchable if not reason else 0):
-            h = self._hash(parent_h, toks[i * bs:(i + 1) * bs])
+            h = self._hash(parent_h, toks[i * bs : (i + 1) * bs])
             nid = self.hash_node.get(h)
             if nid is None:
                 if h in self.evicted_at:
-                    reason, detail = "evicted", {"position": i * bs, "evicted_at": self.evicted_at[h],
-                                                 "policy": "lru"}
+                    reason, detail = (
+                        "evicted",
+                        {"position": i * bs, "evicted_at": self.evicted_at[h], "policy": "lru"},
+                    )
                 else:
                     reason, detail = "divergent", self._divergence(node, toks, i)
                 break
@@ -190,21 +267,29 @@ class SyntheticEngine:
             self.node_access[nid] = self.t
             self.node_locks[nid] = self.node_locks.get(nid, 0) + 1
             parent_h, node, matched = h, nid, (i + 1) * bs
-        if node:  # the request uses the matched path until it finishes or is preempted, as the engine does
+        # the request uses the matched path until it finishes or is preempted, as the engine does
+        if node:
             req.handle = node
             self.emit("radix_lock", node_id=node, request_id=req.rid, lock_ref=self.node_locks.get(node, 1))
         if not reason:
             reason = "full_match" if req.prompt_len - matched <= 1 else "block_floor"
             detail = {"position": matched, "block_size": bs}
-        self.emit("prefix_match", request_id=req.rid, prompt_tokens=req.prompt_len, matched_tokens=matched,
-                  reason=reason, detail=detail)
-        self.hit_rates.add(HitCounts.lookup(req.prompt_len, matched, bs))  # engine/trace/metrics.py, as the engine
+        self.emit(
+            "prefix_match",
+            request_id=req.rid,
+            prompt_tokens=req.prompt_len,
+            matched_tokens=matched,
+            reason=reason,
+            detail=detail,
+        )
+        # engine/trace/metrics.py, as the engine
+        self.hit_rates.add(HitCounts.lookup(req.prompt_len, matched, bs))
         self.emit("hit_rates", **self.hit_rates.event_fields())
         return matched
 
     def _divergence(self, node: int, toks: list[int], i: int) -> dict:
         bs = self.bs
-        mine = toks[i * bs:(i + 1) * bs]
+        mine = toks[i * bs : (i + 1) * bs]
         best: tuple[int, int] | None = None
         for child in sorted(self.node_children.get(node, ())):
             h = self.node_hash[child]
@@ -218,8 +303,13 @@ class SyntheticEngine:
         theirs = self._node_tokens[self.node_hash[child]]
         pos = i * bs + same
         exp = theirs[same] if same < len(theirs) else None
-        return {"position": pos, "expected_id": exp, "expected_text": WORDS[exp] if exp is not None else None,
-                "actual_id": toks[pos], "actual_text": WORDS[toks[pos]]}
+        return {
+            "position": pos,
+            "expected_id": exp,
+            "expected_text": WORDS[exp] if exp is not None else None,
+            "actual_id": toks[pos],
+            "actual_text": WORDS[toks[pos]],
+        }
 
     _node_tokens: dict
 
@@ -229,7 +319,7 @@ class SyntheticEngine:
         for i in range(len(req.tokens) // bs):
             if i >= len(req.table):
                 break
-            block = req.tokens[i * bs:(i + 1) * bs]
+            block = req.tokens[i * bs : (i + 1) * bs]
             h = self._hash(parent_h, block)
             nid = self.hash_node.get(h)
             if nid is None and req.table[i] not in self.block_hash:
@@ -242,8 +332,15 @@ class SyntheticEngine:
                 self.node_access[nid] = self.t
                 self.block_hash[p] = h
                 self._node_tokens[h] = block
-                self.emit("radix_insert", node_id=nid, parent_id=parent, blocks=[p], token_ids=block,
-                          texts=self._texts(block), request_id=req.rid)
+                self.emit(
+                    "radix_insert",
+                    node_id=nid,
+                    parent_id=parent,
+                    blocks=[p],
+                    token_ids=block,
+                    texts=self._texts(block),
+                    request_id=req.rid,
+                )
             if nid is None:
                 break
             parent_h, parent = h, nid
@@ -253,9 +350,17 @@ class SyntheticEngine:
         rid = f"r{self.n_req}"
         self.n_req += 1
         req = _Req(rid, list(tokens), len(tokens), max_tokens, self.t)
-        self.emit("request_arrived", request_id=rid, prompt_token_ids=list(tokens), prompt_texts=self._texts(tokens),
-                  max_tokens=max_tokens, cache_salt=None, parent_id=parent.rid if parent else None)
-        if parent is not None:  # a fork shares every block of its parent, the partial last one included
+        self.emit(
+            "request_arrived",
+            request_id=rid,
+            prompt_token_ids=list(tokens),
+            prompt_texts=self._texts(tokens),
+            max_tokens=max_tokens,
+            cache_salt=None,
+            parent_id=parent.rid if parent else None,
+        )
+        # a fork shares every block of its parent, the partial last one included
+        if parent is not None:
             for logical, p in enumerate(parent.table):
                 self.ref[p] += 1
                 req.table.append(p)
@@ -270,8 +375,9 @@ class SyntheticEngine:
     def _admit(self) -> None:
         while self.waiting and len(self.running) < 6:
             req = self.waiting[0]
-            evictable = sum(1 for nid, kids in self.node_children.items()
-                            if nid and self.ref[self.node_block[nid]] == 0)
+            evictable = sum(
+                1 for nid, kids in self.node_children.items() if nid and self.ref[self.node_block[nid]] == 0
+            )
             need = (req.prompt_len + req.max_tokens) // self.bs + 2
             if len(self.free) + evictable < need:
                 return
@@ -281,7 +387,9 @@ class SyntheticEngine:
             self.emit("request_scheduled", request_id=req.rid, num_computed=matched)
             if not self._ensure_blocks(req, req.prompt_len):
                 raise RuntimeError("synthetic pool too small")
-            self.emit("prefill_chunk", request_id=req.rid, step=self.step_no, start=matched, end=req.prompt_len)
+            self.emit(
+                "prefill_chunk", request_id=req.rid, step=self.step_no, start=matched, end=req.prompt_len
+            )
             self._prefill_tokens += req.prompt_len - matched
             self._ring(req, matched, req.prompt_len)
             self._emit_token(req)
@@ -293,8 +401,15 @@ class SyntheticEngine:
         kind = rng.choice(("replace", "insert", "delete"))
         new = [] if kind == "delete" else [rng.randrange(len(WORDS))]
         n_del = 0 if kind == "insert" else 1
-        self.emit("edit", request_id=req.rid, position=m, kind=kind, token_ids=new, texts=self._texts(new),
-                  num_deleted=n_del)
+        self.emit(
+            "edit",
+            request_id=req.rid,
+            position=m,
+            kind=kind,
+            token_ids=new,
+            texts=self._texts(new),
+            num_deleted=n_del,
+        )
         lb = m // bs
         kept, copied = req.table[:lb], []
         keep_partial = m % bs != 0 and lb < len(req.table)
@@ -310,13 +425,20 @@ class SyntheticEngine:
             self._release(req, logical)
         del req.table[first_drop:]
         if m < req.prompt_len:
-            prompt = req.tokens[:req.prompt_len]
-            prompt[m:m + n_del] = new
+            prompt = req.tokens[: req.prompt_len]
+            prompt[m : m + n_del] = new
             req.tokens, req.prompt_len, req.generated = prompt, len(prompt), 0
         else:
             req.tokens[m:] = new
-        self.emit("invalidate", request_id=req.rid, kept=kept, dropped=dropped, copied=copied,
-                  first_recomputed=m, recompute_tokens=len(req.tokens) - m)
+        self.emit(
+            "invalidate",
+            request_id=req.rid,
+            kept=kept,
+            dropped=dropped,
+            copied=copied,
+            first_recomputed=m,
+            recompute_tokens=len(req.tokens) - m,
+        )
         self._ensure_blocks(req, len(req.tokens))
         self.emit("prefill_chunk", request_id=req.rid, step=self.step_no, start=m, end=len(req.tokens))
         self._prefill_tokens += len(req.tokens) - m
@@ -332,8 +454,16 @@ class SyntheticEngine:
         self._unlock(req)
         n = req.generated
         tpot = (req.last - req.first) / (n - 1) if n > 1 else None
-        self.emit("request_finished", request_id=req.rid, reason="length", num_prompt_tokens=req.prompt_len,
-                  num_output_tokens=n, cached_tokens=req.cached_tokens, ttft=req.first - req.arrived, tpot=tpot)
+        self.emit(
+            "request_finished",
+            request_id=req.rid,
+            reason="length",
+            num_prompt_tokens=req.prompt_len,
+            num_output_tokens=n,
+            cached_tokens=req.cached_tokens,
+            ttft=req.first - req.arrived,
+            tpot=tpot,
+        )
         self._insert(req)
         for logical in range(len(req.table) - 1, -1, -1):
             self._release(req, logical)
@@ -351,7 +481,8 @@ class SyntheticEngine:
             if edit_rate and self.rng.random() < edit_rate and len(req.tokens) > self.bs + 2:
                 self._edit(req)
                 continue
-            position = len(req.tokens) - 1  # the last token's K/V is written now
+            # the last token's K/V is written now
+            position = len(req.tokens) - 1
             if not self._ensure_blocks(req, position + 1) or not self._cow(req, position):
                 self.running.remove(req)
                 self._unlock(req)
@@ -368,18 +499,31 @@ class SyntheticEngine:
             if fork_rate and self.rng.random() < fork_rate and len(self.running) < 6:
                 self.submit(list(req.tokens), max(2, req.max_tokens - req.generated), parent=req)
         self.t += self.step_time
-        self.emit("step", step=self.step_no, num_tokens=n_decode + self._prefill_tokens,
-                  num_prefill=int(self._prefill_tokens > 0), num_decode=n_decode,
-                  duration=self.step_time, free_blocks=len(self.free))
+        self.emit(
+            "step",
+            step=self.step_no,
+            num_tokens=n_decode + self._prefill_tokens,
+            num_prefill=int(self._prefill_tokens > 0),
+            num_decode=n_decode,
+            duration=self.step_time,
+            free_blocks=len(self.free),
+        )
         self.step_no += 1
 
     def release_locks(self) -> None:
         self.node_locks.clear()
 
 
-def generate(num_requests: int = 12, seed: int = 0, block_size: int = 4, num_blocks: int = 64,
-             window: int | None = None, edit_rate: float = 0.02, fork_rate: float = 0.01,
-             max_events: int | None = None) -> tuple[dict, list[dict]]:
+def generate(
+    num_requests: int = 12,
+    seed: int = 0,
+    block_size: int = 4,
+    num_blocks: int = 64,
+    window: int | None = None,
+    edit_rate: float = 0.02,
+    fork_rate: float = 0.01,
+    max_events: int | None = None,
+) -> tuple[dict, list[dict]]:
     """Header and events of a synthetic run: requests sharing a few system prompts, some edits and forks."""
     eng = SyntheticEngine(seed, block_size, num_blocks, window)
     eng._node_tokens = {}
@@ -390,11 +534,14 @@ def generate(num_requests: int = 12, seed: int = 0, block_size: int = 4, num_blo
         if max_events is not None and len(eng.events) >= max_events:
             break
         if submitted < num_requests and rng.random() < 0.5:
-            prompt = systems[rng.randrange(3)] + [rng.randrange(len(WORDS)) for _ in range(rng.randrange(2, 9))]
+            prompt = systems[rng.randrange(3)] + [
+                rng.randrange(len(WORDS)) for _ in range(rng.randrange(2, 9))
+            ]
             eng.submit(prompt, rng.randrange(3, 12))
             submitted += 1
         eng.step(edit_rate=edit_rate, fork_rate=fork_rate)
-        eng.node_locks = {}  # locks only matter while admitting in this toy; clear so leaves stay evictable
+        # locks only matter while admitting in this toy; clear so leaves stay evictable
+        eng.node_locks = {}
     events = eng.events if max_events is None else eng.events[:max_events]
     return eng.header, events
 

@@ -24,9 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "fixtures" / "traces" / "chat.jsonl"
 # what the wheel is built from (a copy: building in place would leave build/ and egg-info in the working tree)
 SOURCES = ("pyproject.toml", "README.md", "engine", "kvtui")
-OFFLINE = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
-           "Network is unreachable", "ConnectTimeoutError", "ReadTimeoutError", "ProxyError",
-           "Failed to establish a new connection")
+OFFLINE = (
+    "NewConnectionError",
+    "Max retries exceeded",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ProxyError",
+    "Failed to establish a new connection",
+)
 HINT = 'needs the engine, and torch is not installed: pip install "kvtui[engine]" (or run ./install.sh)'
 
 
@@ -36,12 +43,20 @@ class Venv:
         self.python = path / "bin" / "python"
         self.kvtui = path / "bin" / "kvtui"
         # nothing of this checkout may leak in: no PYTHONPATH, and the commands run outside the repository
-        self.env = {k: v for k, v in os.environ.items()
-                    if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+        self.env = {
+            k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+        }
 
     def run(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([str(a) for a in args], cwd=self.work, env=self.env, capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL, timeout=timeout)
+        return subprocess.run(
+            [str(a) for a in args],
+            cwd=self.work,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+        )
 
     def cli(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
         return self.run(self.kvtui, *args, timeout=timeout)
@@ -93,8 +108,12 @@ def test_the_install_holds_every_module_and_the_styles(venv):
     site = venv.run(venv.python, "-c", code)
     installed = Path(site.stdout.strip())
     src = venv.path.parent / "src"
-    wanted = {p.relative_to(src) for name in ("engine", "kvtui") for p in (src / name).rglob("*")
-              if p.is_file() and p.suffix in (".py", ".tcss")}
+    wanted = {
+        p.relative_to(src)
+        for name in ("engine", "kvtui")
+        for p in (src / name).rglob("*")
+        if p.is_file() and p.suffix in (".py", ".tcss")
+    }
     missing = sorted(str(p) for p in wanted if not (installed / p).is_file())
     assert not missing, f"not in the installed package: {missing}"
 
@@ -143,7 +162,8 @@ def test_export_perfetto(venv):
 
 def _publishers():
     spec = importlib.util.spec_from_file_location(
-        "attach_publishers", ROOT / "tests" / "kvtui" / "sources" / "attach_publishers.py")
+        "attach_publishers", ROOT / "tests" / "kvtui" / "sources" / "attach_publishers.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -158,8 +178,17 @@ def test_attach_headless_on_loopback(venv):
     publisher.publish(pubs.VBatch(0.0, [stored], 0), send=False)
     out = venv.work / "fleet.jsonl"
     try:
-        result = venv.cli("attach", f"{publisher.endpoint},replay={publisher.replay},name=w", "--headless",
-                          "--duration", "2", "-o", out, "--explain", "1 2 3 9 5")
+        result = venv.cli(
+            "attach",
+            f"{publisher.endpoint},replay={publisher.replay},name=w",
+            "--headless",
+            "--duration",
+            "2",
+            "-o",
+            out,
+            "--explain",
+            "1 2 3 9 5",
+        )
     finally:
         publisher.close()
     assert result.returncode == 0, result.stdout + result.stderr
@@ -174,8 +203,11 @@ def test_serve_and_schema_load(venv):
     assert result.returncode == 0 and "block_allocated" in result.stdout, result.stderr
 
 
-@pytest.mark.parametrize("args", [["generate", "hi"], [], ["info"], ["bench", "long"]],
-                         ids=["generate", "live", "info", "bench-long"])
+@pytest.mark.parametrize(
+    "args",
+    [["generate", "hi"], [], ["info"], ["bench", "long"]],
+    ids=["generate", "live", "info", "bench-long"],
+)
 def test_an_engine_command_says_what_to_install(venv, args):
     # live: stdin is not a terminal, so a UI that opened anyway would fail (or hang until the timeout)
     result = venv.cli(*args, timeout=60)

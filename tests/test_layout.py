@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MAX_LINES = 400
+# 400 before ruff format; the formatter gives each argument of a long call its own line (about +15%)
+MAX_LINES = 480
 
 
 def _module_name(path: Path) -> str:
@@ -33,7 +34,8 @@ def _imports(path: Path, package: str) -> set[str]:
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}  # 1 visiting, 2 done
+    # 1 visiting, 2 done
+    state: dict[str, int] = {}
 
     def visit(name, path):
         state[name] = 1
@@ -53,8 +55,10 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def _graph(package: str) -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in (ROOT / package).rglob("*.py")}
-    return {name: {d for d in _imports(path, package) if d in modules and d != name}
-            for name, path in modules.items()}
+    return {
+        name: {d for d in _imports(path, package) if d in modules and d != name}
+        for name, path in modules.items()
+    }
 
 
 @pytest.mark.parametrize("package", ["engine", "kvtui"])
@@ -68,8 +72,12 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_no_source_file_is_too_long_to_read_in_one_sitting():
-    long = {str(p.relative_to(ROOT)): n for package in ("engine", "kvtui") for p in (ROOT / package).rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for package in ("engine", "kvtui")
+        for p in (ROOT / package).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"split these by concept (over {MAX_LINES} lines): {long}"
 
 
@@ -121,15 +129,23 @@ def test_no_function_in_the_torch_free_packages_imports_torch_later():
     for folder in TORCH_FREE:
         for path in (ROOT / folder).glob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else []
+                )
                 offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in BLOCKED]
-                if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
-                        "import_module", "__import__"):
+                if isinstance(node, ast.Call) and getattr(
+                    node.func, "attr", getattr(node.func, "id", "")
+                ) in ("import_module", "__import__"):
                     offenders.append(f"{path.relative_to(ROOT)}: dynamic import")
     assert not offenders, offenders
 
 
 def test_the_blocker_really_blocks():
     result = _import_with_torch_blocked(["engine.worker"])
-    assert result["failed"], "engine/worker needs torch: if it imports with torch blocked, the block is broken"
+    assert result["failed"], (
+        "engine/worker needs torch: if it imports with torch blocked, the block is broken"
+    )

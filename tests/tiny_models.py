@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 import transformers
 
-COMMON = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3, max_position_embeddings=1024)
+COMMON = dict(
+    vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3, max_position_embeddings=1024
+)
 
 # name -> (config class, extra config fields); heads chosen to cover MHA, GQA and MQA
 ARCHITECTURES = {
@@ -24,7 +26,8 @@ def tiny_model(name: str = "llama-gqa", seed: int = 0, **overrides):
     config = getattr(transformers, class_name)(**{**COMMON, **extra, **overrides})
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    model.generation_config.eos_token_id = None  # random weights: never stop early, compare full runs
+    # random weights: never stop early, compare full runs
+    model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model
 

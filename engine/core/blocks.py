@@ -39,7 +39,9 @@ class BlockCopy:
 class BlockPool:
     def __init__(self, num_blocks: int, block_size: int, trace: TraceSink):
         if num_blocks < 1 or block_size < 1:
-            raise ValueError(f"the pool needs at least one block of one token (got {num_blocks} x {block_size})")
+            raise ValueError(
+                f"the pool needs at least one block of one token (got {num_blocks} x {block_size})"
+            )
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.trace = trace

@@ -18,9 +18,12 @@ class EditError(ValueError):
 
 @dataclass(frozen=True)
 class EditedSequence:
-    prompt: list[int]  # the new prompt
-    generated: list[int]  # generated tokens kept as context (edit in the generated part) or [] (edit in the prompt)
-    position: int  # m: first position whose token changed
+    # the new prompt
+    prompt: list[int]
+    # generated tokens kept as context (edit in the generated part) or [] (edit in the prompt)
+    generated: list[int]
+    # m: first position whose token changed
+    position: int
     num_deleted: int
     inserted: list[int]
 
@@ -29,8 +32,14 @@ class EditedSequence:
         return self.prompt + self.generated
 
 
-def apply_edit(prompt: list[int], generated: list[int], position: int, token_ids: list[int] | int,
-               kind: str, num_replaced: int | None = None) -> EditedSequence:
+def apply_edit(
+    prompt: list[int],
+    generated: list[int],
+    position: int,
+    token_ids: list[int] | int,
+    kind: str,
+    num_replaced: int | None = None,
+) -> EditedSequence:
     """Apply one edit to prompt + generated.
 
     replace: tokens [m, m + len(token_ids)) become token_ids (with num_replaced: tokens [m, m + num_replaced),
@@ -48,8 +57,10 @@ def apply_edit(prompt: list[int], generated: list[int], position: int, token_ids
         count = token_ids if isinstance(token_ids, int) else max(1, len(new))
         new = []
         if count < 1 or not 0 <= position or position + count > length:
-            raise EditError(f"cannot delete {count} token(s) at position {position}: the sequence has {length} "
-                            f"tokens (positions 0-{length - 1})")
+            raise EditError(
+                f"cannot delete {count} token(s) at position {position}: the sequence has {length} "
+                f"tokens (positions 0-{length - 1})"
+            )
         deleted = count
     elif kind == "insert":
         if not new:
@@ -62,17 +73,19 @@ def apply_edit(prompt: list[int], generated: list[int], position: int, token_ids
             raise EditError("replace needs at least one token")
         deleted = len(new) if num_replaced is None else num_replaced
         if deleted < 1 or not 0 <= position or position + deleted > length:
-            raise EditError(f"cannot replace {deleted} token(s) at position {position}: the sequence has "
-                            f"{length} tokens (positions 0-{length - 1})")
-    edited = sequence[:position] + new + sequence[position + deleted:]
+            raise EditError(
+                f"cannot replace {deleted} token(s) at position {position}: the sequence has "
+                f"{length} tokens (positions 0-{length - 1})"
+            )
+    edited = sequence[:position] + new + sequence[position + deleted :]
     if position < len(prompt) or not generated:
         # the prompt keeps everything before m and what was typed, even where the edit ran past its old end
         new_prompt_len = max(position + len(new), len(prompt) + len(new) - deleted)
         if new_prompt_len < 1:
             raise EditError("the edit would leave an empty prompt")
         return EditedSequence(edited[:new_prompt_len], [], position, deleted, new)
-    context = edited[:position + len(new)]
-    return EditedSequence(context[:len(prompt)], context[len(prompt):], position, deleted, new)
+    context = edited[: position + len(new)]
+    return EditedSequence(context[: len(prompt)], context[len(prompt) :], position, deleted, new)
 
 
 @dataclass(frozen=True)
@@ -82,9 +95,12 @@ class TablePlan:
     first if it is shared or cached, and every block after it is released."""
 
     keep: int
-    kept: list[int]  # logical indices that stay as they are
-    partial: int | None  # logical index of the block cut inside, or None
-    dropped: list[int]  # logical indices released
+    # logical indices that stay as they are
+    kept: list[int]
+    # logical index of the block cut inside, or None
+    partial: int | None
+    # logical indices released
+    dropped: list[int]
 
     @property
     def first_released(self) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from engine.core.tree_node import Node
 
@@ -59,8 +59,9 @@ class EvictionQueue:
     def offer(self, node: Node) -> None:
         heapq.heappush(self._heap, (priority(node, self.policy, self.block_size), next(self._tick), node))
 
-    def pop(self, is_candidate: Callable[[Node], bool], population: int,
-            everyone: Callable[[], list[Node]]) -> Node | None:
+    def pop(
+        self, is_candidate: Callable[[Node], bool], population: int, everyone: Callable[[], list[Node]]
+    ) -> Node | None:
         """The candidate with the smallest priority, or None. When stale entries outnumber the tree's
         `population` of nodes four to one, the heap is rebuilt from `everyone` (amortised O(1) per offer)."""
         if len(self._heap) > 64 and len(self._heap) > 4 * population:
@@ -73,7 +74,8 @@ class EvictionQueue:
             if not is_candidate(node):
                 continue
             current = priority(node, self.policy, self.block_size)
-            if current != prio:  # touched since it was offered: back in at its place
+            # touched since it was offered: back in at its place
+            if current != prio:
                 heapq.heappush(self._heap, (current, next(self._tick), node))
                 continue
             return node
@@ -96,13 +98,16 @@ def count_evictable(root: Node, ref_counts: Sequence[int]) -> int:
         node = stack.pop()
         order.append(node)
         stack.extend(node.children.values())
-    cleared: dict[int, bool] = {}  # node id -> every block of its subtree would go
-    for node in reversed(order):  # children before parents
+    # node id -> every block of its subtree would go
+    cleared: dict[int, bool] = {}
+    # children before parents
+    for node in reversed(order):
         if node is root:
             continue
         count = 0
         if not node.lock_ref and all(cleared[c.node_id] for c in node.children.values()):
-            for physical in reversed(node.blocks):  # only a tail of unreferenced blocks can go
+            # only a tail of unreferenced blocks can go
+            for physical in reversed(node.blocks):
                 if ref_counts[physical]:
                     break
                 count += 1

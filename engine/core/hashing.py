@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from typing import Sequence
+from collections.abc import Sequence
 
 HASH_HEX_CHARS = 16
 
@@ -38,22 +38,32 @@ def salted(content: str, cache_salt: str | None) -> str:
     return _sha(f"salt={cache_salt}|{content}".encode())
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int, cache_salt: str | None = None,
-                 adapter_id: str | None = None) -> tuple[list[str], list[str]]:
+def block_hashes(
+    token_ids: Sequence[int], block_size: int, cache_salt: str | None = None, adapter_id: str | None = None
+) -> tuple[list[str], list[str]]:
     """(keys, contents) of every full block of `token_ids`."""
     keys: list[str] = []
     contents: list[str] = []
-    extend_block_hashes(token_ids, block_size, len(token_ids) // block_size, keys, contents, cache_salt, adapter_id)
+    extend_block_hashes(
+        token_ids, block_size, len(token_ids) // block_size, keys, contents, cache_salt, adapter_id
+    )
     return keys, contents
 
 
-def extend_block_hashes(token_ids: Sequence[int], block_size: int, num_blocks: int, keys: list[str],
-                        contents: list[str], cache_salt: str | None = None, adapter_id: str | None = None) -> None:
+def extend_block_hashes(
+    token_ids: Sequence[int],
+    block_size: int,
+    num_blocks: int,
+    keys: list[str],
+    contents: list[str],
+    cache_salt: str | None = None,
+    adapter_id: str | None = None,
+) -> None:
     """Grow (keys, contents) of `block_hashes` in place to the first `num_blocks` blocks: each block is hashed
     once over a request's life, not the whole chain again whenever one more block fills."""
     parent = contents[-1] if contents else root_hash(adapter_id)
     for i in range(len(contents), num_blocks):
-        parent = chain_hash(parent, token_ids[i * block_size:(i + 1) * block_size])
+        parent = chain_hash(parent, token_ids[i * block_size : (i + 1) * block_size])
         contents.append(parent)
         keys.append(salted(parent, cache_salt))
 
@@ -68,11 +78,13 @@ def ring_root(cache_salt: str | None) -> str:
     return _sha(f"kvtui-ring|salt={cache_salt or ''}".encode())
 
 
-def span_hashes(token_ids: Sequence[int], span: int, upto: int, root: str, keys: Sequence[str] = ()) -> list[str]:
+def span_hashes(
+    token_ids: Sequence[int], span: int, upto: int, root: str, keys: Sequence[str] = ()
+) -> list[str]:
     """Chained hash at every multiple of `span` <= upto, continuing the chain `keys` already computed."""
     keys = list(keys)
     parent = keys[-1] if keys else root
     for i in range(len(keys), upto // span):
-        parent = chain_hash(parent, token_ids[i * span:(i + 1) * span])
+        parent = chain_hash(parent, token_ids[i * span : (i + 1) * span])
         keys.append(parent)
     return keys

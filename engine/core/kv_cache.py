@@ -26,7 +26,7 @@ copy, records it for the worker (`pool.take_copies()`), and releases the origina
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from engine.config import EngineConfig
 from engine.core import edits
@@ -43,15 +43,21 @@ from engine.trace.writer import TraceSink
 
 
 class KVCacheManager:
-    def __init__(self, shape: ModelShape, config: EngineConfig, trace: TraceSink,
-                 token_text: Callable[[int], str] = str):
+    def __init__(
+        self,
+        shape: ModelShape,
+        config: EngineConfig,
+        trace: TraceSink,
+        token_text: Callable[[int], str] = str,
+    ):
         self.trace = trace
         self.token_text = token_text
         self.block_size = bs = config.block_size
         self.pool = BlockPool(config.pool_blocks(shape), bs, trace)
         self.prefix_cache: PrefixCache = (
             RadixPrefixCache(self.pool, trace, config.eviction, token_text)
-            if config.prefix_cache else NoPrefixCache(bs)
+            if config.prefix_cache
+            else NoPrefixCache(bs)
         )
         self.rings = RingManager(shape, bs, trace)
         self.hit_rates = HitRateTracker(config.hit_rate_window)
@@ -88,7 +94,9 @@ class KVCacheManager:
     def _match(self, tokens: list[int], cache_salt: str | None, hashes=None) -> PrefixMatch:
         return self.prefix_cache.match(tokens, cache_salt, hashes)
 
-    def _partial(self, match: PrefixMatch, tokens: list[int], cache_salt: str | None) -> tuple[int, int] | None:
+    def _partial(
+        self, match: PrefixMatch, tokens: list[int], cache_salt: str | None
+    ) -> tuple[int, int] | None:
         return self.prefix_cache.partial(match, tokens, cache_salt)
 
     # --- blocks: the pool's bookkeeping, the prefix cache's decisions -------------------------------------
@@ -102,8 +110,9 @@ class KVCacheManager:
 
     def release_block(self, physical: int, request_id: str, logical: int) -> None:
         """Drop a reference; the last one leaves the block cached (if the prefix cache keeps it) or free."""
-        if self.pool.release(physical, request_id, logical) == 0 \
-                and not self.prefix_cache.keep_on_release(physical):
+        if self.pool.release(physical, request_id, logical) == 0 and not self.prefix_cache.keep_on_release(
+            physical
+        ):
             self.pool.free_block(physical)
 
     def release_table(self, table: list[int], request_id: str, start_logical: int = 0) -> None:
@@ -151,23 +160,28 @@ class KVCacheManager:
             self.pool.share(physical, req.request_id, logical)
             req.block_table.append(physical)
         req.lock_node = self.prefix_cache.acquire(match, req.request_id)
-        if partial is not None:  # the block is cached: allocate_slots copies it before the first write
+        # the block is cached: allocate_slots copies it before the first write
+        if partial is not None:
             physical, same = partial
             self.pool.share(physical, req.request_id, len(match.blocks))
             req.block_table.append(physical)
             match.partial_tokens = same
             match.detail = {**match.detail, "reused_partial": same}
-            if match.num_tokens == match.matchable_tokens:  # every token but the last came from the cache
+            # every token but the last came from the cache
+            if match.num_tokens == match.matchable_tokens:
                 match.reason = "full_match"
         first_time = not req.matched_before
         req.num_computed = match.num_tokens
-        if first_time:  # cached tokens: what the cache served at the first lookup (a readmission re-matches
-            req.num_cached = match.num_tokens  # its own blocks, which the cache did not serve)
+        # cached tokens: what the cache served at the first lookup (a readmission re-matches
+        if first_time:
+            # its own blocks, which the cache did not serve)
+            req.num_cached = match.num_tokens
         req.blocks_in_tree = len(match.blocks)
         req.attached = True
         fields = match.event_fields(req.request_id, self.token_text)
         if not first_time:
-            fields["detail"] = {**fields["detail"], "readmission": True}  # not counted again in hit rates
+            # not counted again in hit rates
+            fields["detail"] = {**fields["detail"], "readmission": True}
         self.trace.emit("prefix_match", **fields)
         if first_time:
             req.matched_before = True
@@ -201,7 +215,9 @@ class KVCacheManager:
         """Blocks for positions [num_computed, num_computed + n); call after can_append said yes."""
         start = req.num_computed
         if self._needs_copy_first(req):
-            self.copy_on_write(req.block_table, start // self.block_size, req.request_id, start % self.block_size)
+            self.copy_on_write(
+                req.block_table, start // self.block_size, req.request_id, start % self.block_size
+            )
         for logical in range(len(req.block_table), self.pool.blocks_for(start + n)):
             req.block_table.append(self.allocate_block(req.request_id, logical))
 
@@ -211,10 +227,15 @@ class KVCacheManager:
         full = min(req.num_computed // self.block_size, len(req.block_table))
         if full <= req.blocks_in_tree:
             return
-        tokens = req.tokens[:full * self.block_size]
-        req.lock_node = self.prefix_cache.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
-                                                 locked=req.lock_node,
-                                                 hashes=self.prefix_cache.hashes(req, tokens, full))
+        tokens = req.tokens[: full * self.block_size]
+        req.lock_node = self.prefix_cache.insert(
+            tokens,
+            req.block_table[:full],
+            req.cache_salt,
+            req.request_id,
+            locked=req.lock_node,
+            hashes=self.prefix_cache.hashes(req, tokens, full),
+        )
         req.blocks_in_tree = full
 
     def free(self, req: Request) -> None:
@@ -241,8 +262,12 @@ class KVCacheManager:
         hashes = self.prefix_cache.hashes(req, req.tokens, full) if full else ([], [])
         if hashes is None:
             return False
-        return self.prefix_cache.keep_tail(hashes[0][:full], req.cache_salt, physical,
-                                           list(req.tokens[full * self.block_size:req.num_computed]))
+        return self.prefix_cache.keep_tail(
+            hashes[0][:full],
+            req.cache_salt,
+            physical,
+            list(req.tokens[full * self.block_size : req.num_computed]),
+        )
 
     # --- forks and edits ----------------------------------------------------------------------------------
     def fork(self, parent: Request, child: Request) -> None:
@@ -269,7 +294,8 @@ class KVCacheManager:
         """
         holding = req.attached
         keep = edits.keep_point(req.num_computed, edited)
-        if holding:  # window layers restart where their rings are exact (engine/worker/ring.py)
+        # window layers restart where their rings are exact (engine/worker/ring.py)
+        if holding:
             keep = self.rings.resume(req, keep, edited.tokens)
         table, rid = req.block_table, req.request_id
         original = list(table)
@@ -281,7 +307,8 @@ class KVCacheManager:
             src = table[plan.partial]
             try:
                 dst = self.copy_on_write(table, plan.partial, rid, keep % self.block_size)
-            except OutOfBlocks:  # no block for the copy: recompute m's block from its start instead
+            # no block for the copy: recompute m's block from its start instead
+            except OutOfBlocks:
                 keep = plan.partial * self.block_size
                 if holding:
                     keep = self.rings.resume(req, keep, edited.tokens)
@@ -289,29 +316,37 @@ class KVCacheManager:
             else:
                 if dst != src:
                     copied.append([src, dst])
-        kept = [b for b in table[:plan.first_released] if not copied or b != copied[0][1]]
+        kept = [b for b in table[: plan.first_released] if not copied or b != copied[0][1]]
         self.release_table(table, rid, plan.first_released)
         dropped = [b for b in original if b not in kept and not (copied and b == copied[0][0])]
         req.prompt_token_ids, req.output_token_ids = edited.prompt, edited.generated
-        del req.block_keys[keep // self.block_size:], req.block_contents[keep // self.block_size:]  # tokens changed
+        # tokens changed
+        del req.block_keys[keep // self.block_size :], req.block_contents[keep // self.block_size :]
         req.num_computed = keep
-        req.matched_before = False  # the edited sequence is a new lookup (a preemption's readmission is not)
+        # the edited sequence is a new lookup (a preemption's readmission is not)
+        req.matched_before = False
         if holding:
             self._relock_kept(req)
         elif req.status is Status.FINISHED:
-            self.admit(req)  # prefix_match, ring_resume, shares and locks: what the readmission will use
+            # prefix_match, ring_resume, shares and locks: what the readmission will use
+            self.admit(req)
             keep = req.num_computed
-            kept = req.block_table[:keep // self.block_size]
+            kept = req.block_table[: keep // self.block_size]
         req.num_cached = min(req.num_cached, keep)
         return {"kept": kept, "dropped": dropped, "copied": copied, "first_recomputed": keep}
 
     def _relock_kept(self, req: Request) -> None:
         """After an edit cut the table: lock only the kept full blocks (they are already in the tree)."""
         full = min(req.num_computed // self.block_size, len(req.block_table), req.blocks_in_tree)
-        tokens = req.tokens[:full * self.block_size]
+        tokens = req.tokens[: full * self.block_size]
         old = req.lock_node
-        req.lock_node = self.prefix_cache.insert(tokens, req.block_table[:full], req.cache_salt, req.request_id,
-                                                 hashes=self.prefix_cache.hashes(req, tokens, full))
+        req.lock_node = self.prefix_cache.insert(
+            tokens,
+            req.block_table[:full],
+            req.cache_salt,
+            req.request_id,
+            hashes=self.prefix_cache.hashes(req, tokens, full),
+        )
         self.prefix_cache.lock(req.lock_node, req.request_id)
         self.prefix_cache.unlock(old, req.request_id)
         req.blocks_in_tree = full

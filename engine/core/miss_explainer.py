@@ -8,9 +8,10 @@ can act on: `divergent` (a token differs: position and both tokens), `block_floo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections import Counter, OrderedDict
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from engine.core.tree_node import Node
 
@@ -38,16 +39,21 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class PrefixMatch:
     """The longest cached whole-block prefix of a prompt, and why matching stopped (the miss explainer)."""
 
-    blocks: list[int]  # physical ids of the cached prefix, logical order
-    reason: str  # divergent | block_floor | evicted | salt | short_prompt | disabled | full_match |
+    # physical ids of the cached prefix, logical order
+    blocks: list[int]
+    # divergent | block_floor | evicted | salt | short_prompt | disabled | full_match |
+    reason: str
     #              empty_cache | cache_end | window
     detail: dict
     prompt_tokens: int
     block_size: int
     cache_salt: str | None = None
-    nodes: list[Node] = field(default_factory=list)  # the path (the last one may be covered only in part)
-    keys: list[str] = field(default_factory=list)  # keys of the matched blocks
-    partial_tokens: int = 0  # leading tokens of one more block reused too (a cached tail or tree block)
+    # the path (the last one may be covered only in part)
+    nodes: list[Node] = field(default_factory=list)
+    # keys of the matched blocks
+    keys: list[str] = field(default_factory=list)
+    # leading tokens of one more block reused too (a cached tail or tree block)
+    partial_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -74,8 +80,13 @@ class PrefixMatch:
             token = detail.get(f"{side}_id")
             if token is not None:
                 detail[f"{side}_text"] = text(token) if text else str(token)
-        return {"request_id": request_id, "prompt_tokens": self.prompt_tokens, "matched_tokens": self.num_tokens,
-                "reason": self.reason, "detail": detail}
+        return {
+            "request_id": request_id,
+            "prompt_tokens": self.prompt_tokens,
+            "matched_tokens": self.num_tokens,
+            "reason": self.reason,
+            "detail": detail,
+        }
 
 
 def explain(tree: ExplainedTree, token_ids, keys, contents, path, max_blocks, cache_salt) -> tuple[str, dict]:
@@ -85,27 +96,43 @@ def explain(tree: ExplainedTree, token_ids, keys, contents, path, max_blocks, ca
     start = matched * bs
     nexts = continuations(tree, path, cache_salt)
     if matched == max_blocks:
-        rest = list(token_ids[start:len(token_ids) - 1])
+        rest = list(token_ids[start : len(token_ids) - 1])
         if not rest:
             return "full_match", {}
         equal = max((common_prefix(rest, toks) for _, toks in nexts), default=0)
-        return "block_floor", {"position": start, "block_size": bs, "partial_tokens": len(rest),
-                               "equal_tokens": equal}
+        return "block_floor", {
+            "position": start,
+            "block_size": bs,
+            "partial_tokens": len(rest),
+            "equal_tokens": equal,
+        }
     evicted = tree.evicted.get(keys[matched])
     if evicted is not None:
         seq, t, policy = evicted
-        return "evicted", {"position": start, "block": matched, "hash": keys[matched], "evicted_seq": seq,
-                           "evicted_at": t, "policy": policy}
+        return "evicted", {
+            "position": start,
+            "block": matched,
+            "hash": keys[matched],
+            "evicted_seq": seq,
+            "evicted_at": t,
+            "policy": policy,
+        }
     others = [s for s in tree.salts_of.get(contents[matched], ()) if s != cache_salt]
     if others:
         return "salt", {"position": start, "block": matched, "other_salts": len(others)}
     if nexts:
-        mine = list(token_ids[start:start + bs])
-        same, node_id, theirs = max(((common_prefix(mine, toks), nid, toks) for nid, toks in nexts),
-                                    key=lambda c: c[0])
+        mine = list(token_ids[start : start + bs])
+        same, node_id, theirs = max(
+            ((common_prefix(mine, toks), nid, toks) for nid, toks in nexts), key=lambda c: c[0]
+        )
         # same < bs: a full block with equal tokens would have had the same key.
-        return "divergent", {"position": start + same, "block": matched, "node_id": node_id,
-                             "expected_id": theirs[same], "actual_id": mine[same]}
+        return "divergent", {
+            "position": start + same,
+            "block": matched,
+            "node_id": node_id,
+            "expected_id": theirs[same],
+            "actual_id": mine[same],
+        }
     if matched == 0:
         return "empty_cache", {}
     return "cache_end", {"position": start, "node_id": path[-1][0].node_id}
@@ -119,6 +146,6 @@ def continuations(tree: ExplainedTree, path, cache_salt) -> list[tuple[int, list
     else:
         node, used = path[-1]
         if used < len(node.blocks):
-            return [(node.node_id, node.token_ids[used * bs:(used + 1) * bs])]
+            return [(node.node_id, node.token_ids[used * bs : (used + 1) * bs])]
         nexts = list(node.children.values())
     return [(c.node_id, c.token_ids[:bs]) for c in nexts]

@@ -9,7 +9,7 @@ went: the prefix cache says whether it keeps it (cached, evictable) and gives on
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from engine.core.blocks import BlockPool
 from engine.core.hashing import extend_block_hashes, root_key
@@ -27,7 +27,9 @@ class PrefixCache:
         """The longest cached whole-block prefix of `tokens` and why matching stopped."""
         return PrefixMatch.disabled(len(tokens), self.block_size)
 
-    def partial(self, match: PrefixMatch, tokens: list[int], cache_salt: str | None) -> tuple[int, int] | None:
+    def partial(
+        self, match: PrefixMatch, tokens: list[int], cache_salt: str | None
+    ) -> tuple[int, int] | None:
         """A cached block whose first tokens continue `match`: (physical, tokens reused), or None."""
         return None
 

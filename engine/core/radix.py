@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, OrderedDict
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from engine.core import eviction
 from engine.core.blocks import BlockPool
@@ -42,9 +42,15 @@ class RadixCache:
     """Prefix tree + eviction policy over the pool's blocks (engine/core/prefix_cache.py puts it behind the
     manager's PrefixCache interface)."""
 
-    def __init__(self, pool: BlockPool, trace: TraceSink, policy: str = "lru",
-                 clock: Callable[[], float] | None = None, token_text: Callable[[int], str] = str,
-                 evicted_memory: int = 4096):
+    def __init__(
+        self,
+        pool: BlockPool,
+        trace: TraceSink,
+        policy: str = "lru",
+        clock: Callable[[], float] | None = None,
+        token_text: Callable[[int], str] = str,
+        evicted_memory: int = 4096,
+    ):
         self.pool, self.trace, self.policy = pool, trace, eviction.check_policy(policy)
         self.block_size = pool.block_size
         # A logical counter by default: access order alone decides LRU, and runs are reproducible.
@@ -53,8 +59,10 @@ class RadixCache:
         self.root = Node(0, None, None, 0)
         self.nodes: dict[int, Node] = {0: self.root}
         self._ids = itertools.count(1)
-        self._node_of: dict[int, Node] = {}  # physical block -> the node holding it
-        self.salts_of: dict[str, Counter] = {}  # content hash -> cache salts holding it (miss explainer)
+        # physical block -> the node holding it
+        self._node_of: dict[int, Node] = {}
+        # content hash -> cache salts holding it (miss explainer)
+        self.salts_of: dict[str, Counter] = {}
         # Keys of evicted blocks -> (seq and t of the block_evicted event, policy); bounded, oldest dropped.
         self.evicted: OrderedDict[str, tuple[int, float, str]] = OrderedDict()
         self._evicted_memory = evicted_memory
@@ -68,8 +76,12 @@ class RadixCache:
     def num_cached(self) -> int:
         return sum(1 for b in self._node_of if self.pool.ref_counts[b] == 0)
 
-    def match(self, token_ids: Sequence[int], cache_salt: str | None = None,
-              hashes: tuple[list[str], list[str]] | None = None) -> PrefixMatch:
+    def match(
+        self,
+        token_ids: Sequence[int],
+        cache_salt: str | None = None,
+        hashes: tuple[list[str], list[str]] | None = None,
+    ) -> PrefixMatch:
         """Longest cached prefix of whole blocks, never covering the last token. Changes nothing. `hashes`: the
         sequence's (keys, contents), when the caller already has them for every matchable block."""
         bs, n_prompt = self.block_size, len(token_ids)
@@ -81,11 +93,11 @@ class RadixCache:
         if hashes is not None and len(hashes[0]) >= max_blocks:
             keys, contents = hashes[0][:max_blocks], hashes[1][:max_blocks]
         else:
-            keys, contents = block_hashes(token_ids[:max_blocks * bs], bs, cache_salt)
+            keys, contents = block_hashes(token_ids[: max_blocks * bs], bs, cache_salt)
         path = self.walk(keys)
         result.nodes = [node for node, _ in path]
         result.blocks = [b for node, used in path for b in node.blocks[:used]]
-        result.keys = keys[:len(result.blocks)]
+        result.keys = keys[: len(result.blocks)]
         result.reason, result.detail = explain(self, token_ids, keys, contents, path, max_blocks, cache_salt)
         return result
 
@@ -109,11 +121,14 @@ class RadixCache:
         path = self.walk(match.keys) if match.blocks else []
         if path and path[-1][1] < len(path[-1][0].blocks):
             node, used = path[-1]
-            nexts = [(node.blocks[used], node.token_ids[used * bs:(used + 1) * bs])]
+            nexts = [(node.blocks[used], node.token_ids[used * bs : (used + 1) * bs])]
         else:
             node = path[-1][0] if path else self.root
-            nexts = [(c.blocks[0], c.token_ids[:bs]) for c in node.children.values()
-                     if c.cache_salt == match.cache_salt]
+            nexts = [
+                (c.blocks[0], c.token_ids[:bs])
+                for c in node.children.values()
+                if c.cache_salt == match.cache_salt
+            ]
         found = None
         for physical, tokens in nexts:
             same = min(common_prefix(tokens, rest), limit)
@@ -137,8 +152,10 @@ class RadixCache:
             return self.root
         path = self.walk(match.keys)
         if [b for node, used in path for b in node.blocks[:used]] != match.blocks:
-            raise RuntimeError("the prefix tree changed between match() and acquire(): call acquire right after "
-                               "match, before anything allocates or evicts")
+            raise RuntimeError(
+                "the prefix tree changed between match() and acquire(): call acquire right after "
+                "match, before anything allocates or evicts"
+            )
         node, used = path[-1]
         if used < len(node.blocks):
             path[-1] = (self._split(node, used), used)
@@ -150,9 +167,16 @@ class RadixCache:
         self.lock(path[-1][0], request_id)
         return path[-1][0]
 
-    def insert(self, token_ids: Sequence[int], blocks: Sequence[int], cache_salt: str | None = None,
-               request_id: str | None = None, texts: Sequence[str] | None = None,
-               locked: Node | None = None, hashes: tuple[list[str], list[str]] | None = None) -> Node:
+    def insert(
+        self,
+        token_ids: Sequence[int],
+        blocks: Sequence[int],
+        cache_salt: str | None = None,
+        request_id: str | None = None,
+        texts: Sequence[str] | None = None,
+        locked: Node | None = None,
+        hashes: tuple[list[str], list[str]] | None = None,
+    ) -> Node:
         """Put the full blocks of a sequence (its token ids and block table) into the tree; idempotent.
 
         Returns the node that ends the sequence's path of full blocks. With `locked` (the request's current
@@ -164,14 +188,15 @@ class RadixCache:
         if hashes is not None and len(hashes[0]) >= n:
             keys, contents = hashes[0][:n], hashes[1][:n]
         else:
-            keys, contents = block_hashes(token_ids[:n * bs], bs, cache_salt)
+            keys, contents = block_hashes(token_ids[: n * bs], bs, cache_salt)
         now = self.clock()
         node, i = self.root, 0
         while i < n:
             child = node.children.get(keys[i])
             if child is None:
-                node = self._add_node(node, keys[i:n], contents[i:n], blocks[i:n], token_ids, texts, i,
-                                      cache_salt, request_id)
+                node = self._add_node(
+                    node, keys[i:n], contents[i:n], blocks[i:n], token_ids, texts, i, cache_salt, request_id
+                )
                 node.last_access = now
                 break
             used = 1
@@ -182,7 +207,8 @@ class RadixCache:
             child.last_access = now
             node, i = child, i + used
         if locked is not None:
-            self.lock(node, request_id)  # lock the new path first so nothing on it is ever unlocked in between
+            # lock the new path first so nothing on it is ever unlocked in between
+            self.lock(node, request_id)
             self.unlock(locked, request_id)
         return node
 
@@ -208,46 +234,85 @@ class RadixCache:
             if not node.lock_ref:
                 self._victims.offer(node)
             node = node.parent
-        self.trace.emit("radix_unlock", node_id=handle.node_id, request_id=request_id, lock_ref=handle.lock_ref)
+        self.trace.emit(
+            "radix_unlock", node_id=handle.node_id, request_id=request_id, lock_ref=handle.lock_ref
+        )
 
-    def _add_node(self, parent, keys, contents, blocks, token_ids, texts, first, cache_salt, request_id) -> Node:
+    def _add_node(
+        self, parent, keys, contents, blocks, token_ids, texts, first, cache_salt, request_id
+    ) -> Node:
         bs = self.block_size
         for physical in blocks:
             if physical in self._node_of:
-                raise RuntimeError(f"block {physical} is already in the prefix tree under another prefix: "
-                                   "a cached block was written without copy-on-write")
+                raise RuntimeError(
+                    f"block {physical} is already in the prefix tree under another prefix: "
+                    "a cached block was written without copy-on-write"
+                )
             if self.pool.ref_counts[physical] == 0:
-                raise RuntimeError(f"block {physical} has no owner: insert a request's blocks before releasing them")
-        node = Node(next(self._ids), parent, cache_salt, parent.depth + len(parent.blocks), list(keys),
-                    list(contents), list(blocks), list(token_ids[first * bs:(first + len(blocks)) * bs]))
+                raise RuntimeError(
+                    f"block {physical} has no owner: insert a request's blocks before releasing them"
+                )
+        node = Node(
+            next(self._ids),
+            parent,
+            cache_salt,
+            parent.depth + len(parent.blocks),
+            list(keys),
+            list(contents),
+            list(blocks),
+            list(token_ids[first * bs : (first + len(blocks)) * bs]),
+        )
         parent.children[keys[0]] = node
         self.nodes[node.node_id] = node
         for physical, key, content in zip(blocks, keys, contents):
             self._node_of[physical] = node
             self.salts_of.setdefault(content, Counter())[cache_salt] += 1
             self.evicted.pop(key, None)
-        token_texts = (list(texts[first * bs:(first + len(blocks)) * bs]) if texts is not None
-                       else [self.token_text(t) for t in node.token_ids])
-        self.trace.emit("radix_insert", node_id=node.node_id, parent_id=parent.node_id, blocks=list(blocks),
-                        token_ids=list(node.token_ids), texts=token_texts, request_id=request_id, hashes=list(keys))
+        token_texts = (
+            list(texts[first * bs : (first + len(blocks)) * bs])
+            if texts is not None
+            else [self.token_text(t) for t in node.token_ids]
+        )
+        self.trace.emit(
+            "radix_insert",
+            node_id=node.node_id,
+            parent_id=parent.node_id,
+            blocks=list(blocks),
+            token_ids=list(node.token_ids),
+            texts=token_texts,
+            request_id=request_id,
+            hashes=list(keys),
+        )
         return node
 
     def _split(self, node: Node, at: int) -> Node:
         """Cut `node` after `at` blocks. The prefix takes the node's id and place (as radix_split says); the
         node object keeps the suffix under a new id, so a request holding it as its handle still unlocks both."""
         bs = self.block_size
-        prefix = Node(node.node_id, node.parent, node.cache_salt, node.depth, node.keys[:at], node.contents[:at],
-                      node.blocks[:at], node.token_ids[:at * bs], {node.keys[at]: node}, node.lock_ref,
-                      node.last_access, node.hit_count)
+        prefix = Node(
+            node.node_id,
+            node.parent,
+            node.cache_salt,
+            node.depth,
+            node.keys[:at],
+            node.contents[:at],
+            node.blocks[:at],
+            node.token_ids[: at * bs],
+            {node.keys[at]: node},
+            node.lock_ref,
+            node.last_access,
+            node.hit_count,
+        )
         node.parent.children[node.keys[0]] = prefix
         node.node_id = next(self._ids)
         node.parent, node.depth = prefix, node.depth + at
-        del node.keys[:at], node.contents[:at], node.blocks[:at], node.token_ids[:at * bs]
+        del node.keys[:at], node.contents[:at], node.blocks[:at], node.token_ids[: at * bs]
         self.nodes[prefix.node_id] = prefix
         self.nodes[node.node_id] = node
         for physical in prefix.blocks:
             self._node_of[physical] = prefix
-        self._victims.offer(node)  # the suffix sits deeper now: its priority moved
+        # the suffix sits deeper now: its priority moved
+        self._victims.offer(node)
         self.trace.emit("radix_split", node_id=prefix.node_id, new_node_id=node.node_id, at=at)
         return prefix
 
@@ -270,8 +335,14 @@ class RadixCache:
         return None if victim is None else self._evict_last_block(victim)
 
     def _evictable(self, node: Node) -> bool:
-        return (self.nodes.get(node.node_id) is node and node is not self.root and not node.children
-                and not node.lock_ref and bool(node.blocks) and self.pool.ref_counts[node.blocks[-1]] == 0)
+        return (
+            self.nodes.get(node.node_id) is node
+            and node is not self.root
+            and not node.children
+            and not node.lock_ref
+            and bool(node.blocks)
+            and self.pool.ref_counts[node.blocks[-1]] == 0
+        )
 
     def evict(self, num_blocks: int) -> list[int]:
         """Evict up to `num_blocks` cached blocks now and put them on the pool's free list (tests, CLI)."""
@@ -279,8 +350,9 @@ class RadixCache:
 
     def _evict_last_block(self, node: Node) -> int:
         physical, key = node.blocks[-1], node.keys[-1]
-        event = self.trace.emit("block_evicted", physical=physical, hash=key, policy=self.policy,
-                                node_id=node.node_id)
+        event = self.trace.emit(
+            "block_evicted", physical=physical, hash=key, policy=self.policy, node_id=node.node_id
+        )
         self.evicted[key] = (event["seq"], event["t"], self.policy)
         while len(self.evicted) > self._evicted_memory:
             self.evicted.popitem(last=False)
@@ -292,12 +364,14 @@ class RadixCache:
                 del self.salts_of[node.contents[-1]]
         del self._node_of[physical]
         first_key = node.keys[0]
-        del node.blocks[-1], node.keys[-1], node.contents[-1], node.token_ids[-self.block_size:]
+        del node.blocks[-1], node.keys[-1], node.contents[-1], node.token_ids[-self.block_size :]
         if not node.blocks:
             del node.parent.children[first_key]
             del self.nodes[node.node_id]
             self.trace.emit("radix_evict", node_id=node.node_id)
-            self._victims.offer(node.parent)  # it may be a leaf now
+            # it may be a leaf now
+            self._victims.offer(node.parent)
         else:
-            self._victims.offer(node)  # its new last block
+            # its new last block
+            self._victims.offer(node)
         return physical

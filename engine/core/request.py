@@ -15,14 +15,17 @@ from typing import Any
 @dataclass
 class SamplingParams:
     max_tokens: int = 64
-    temperature: float = 0.0  # 0 = greedy
+    # 0 = greedy
+    temperature: float = 0.0
     top_p: float = 1.0
-    top_k: int = 0  # 0 = off
+    # 0 = off
+    top_k: int = 0
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     return_logits: bool = False
-    n: int = 1  # parallel samples sharing the prompt's blocks (prefix cache issue)
+    # parallel samples sharing the prompt's blocks (prefix cache issue)
+    n: int = 1
 
     def __post_init__(self):
         if self.max_tokens < 1:
@@ -75,26 +78,41 @@ class Request:
     # the worker's logits rows (SamplingParams.return_logits) and its torch.Generator: opaque here
     logits: list = field(default_factory=list)
     generator: Any = None
-    admitted_order: int = -1  # larger = admitted later (preemption victim choice)
-    generation_start: int = 0  # generated tokens that an edit turned into context; max_tokens counts after them
+    # larger = admitted later (preemption victim choice)
+    admitted_order: int = -1
+    # generated tokens that an edit turned into context; max_tokens counts after them
+    generation_start: int = 0
     parent_id: str | None = None
-    children: list[str] = field(default_factory=list)  # forks and parallel samples of this request
-    lock_node: object = None  # engine.core.radix.Node whose path this request keeps from eviction
-    blocks_in_tree: int = 0  # leading blocks of block_table already inserted in the prefix tree
-    matched_before: bool = False  # the prefix lookup was counted in the hit rates already
-    attached: bool = False  # holds its cached prefix (admitted, or an edited finished request re-attached)
-    block_keys: list[str] = field(default_factory=list)  # chained hash of each full block so far: hashed once
-    block_contents: list[str] = field(default_factory=list)  # the same chain without the cache salt
+    # forks and parallel samples of this request
+    children: list[str] = field(default_factory=list)
+    # engine.core.radix.Node whose path this request keeps from eviction
+    lock_node: object = None
+    # leading blocks of block_table already inserted in the prefix tree
+    blocks_in_tree: int = 0
+    # the prefix lookup was counted in the hit rates already
+    matched_before: bool = False
+    # holds its cached prefix (admitted, or an edited finished request re-attached)
+    attached: bool = False
+    # chained hash of each full block so far: hashed once
+    block_keys: list[str] = field(default_factory=list)
+    # the same chain without the cache salt
+    block_contents: list[str] = field(default_factory=list)
 
-    _tokens: tuple | None = field(default=None, repr=False, compare=False)  # (prompt, len, output, len, list)
+    # (prompt, len, output, len, list)
+    _tokens: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def tokens(self) -> list[int]:
         """prompt + generated, made again only when either list was replaced or changed length since the last
         call (edits replace them, decoding appends). Read it, never change it: callers share the list."""
         prompt, output, cached = self.prompt_token_ids, self.output_token_ids, self._tokens
-        if cached is None or cached[0] is not prompt or cached[1] != len(prompt) or cached[2] is not output \
-                or cached[3] != len(output):
+        if (
+            cached is None
+            or cached[0] is not prompt
+            or cached[1] != len(prompt)
+            or cached[2] is not output
+            or cached[3] != len(output)
+        ):
             cached = self._tokens = (prompt, len(prompt), output, len(output), prompt + output)
         return cached[4]
 
@@ -104,8 +122,8 @@ class Request:
         if end <= p:
             return self.prompt_token_ids[start:end]
         if start >= p:
-            return self.output_token_ids[start - p:end - p]
-        return self.prompt_token_ids[start:] + self.output_token_ids[:end - p]
+            return self.output_token_ids[start - p : end - p]
+        return self.prompt_token_ids[start:] + self.output_token_ids[: end - p]
 
     @property
     def num_tokens(self) -> int:

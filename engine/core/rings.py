@@ -33,8 +33,8 @@ much).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence, Union
 
 from engine.core.hashing import ring_root, span_hashes
 from engine.models.shape import ModelShape
@@ -93,7 +93,7 @@ class SnapshotDrop:
     key: str
 
 
-RingOp = Union[RowCopy, SnapshotRestore, SnapshotSave, SnapshotDrop]
+RingOp = RowCopy | SnapshotRestore | SnapshotSave | SnapshotDrop
 
 
 class RingManager:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+
 from engine.core.kv_cache import KVCacheManager
 from engine.core.request import Request, Status
 from engine.trace import TraceSink
@@ -22,7 +23,8 @@ from engine.trace import TraceSink
 @dataclass
 class ScheduledChunk:
     request: Request
-    start: int  # first position to compute
+    # first position to compute
+    start: int
     num_tokens: int
 
 
@@ -30,15 +32,18 @@ class Scheduler:
     def __init__(self, cache: KVCacheManager, trace: TraceSink, max_batched_tokens: int, max_num_seqs: int):
         if max_batched_tokens < 1:
             raise ValueError("max_batched_tokens must be at least 1")
-        self.cache = cache  # the one door to blocks, prefix tree and rings (engine/core/kv_cache.py)
+        # the one door to blocks, prefix tree and rings (engine/core/kv_cache.py)
+        self.cache = cache
         self.trace = trace
         self.max_batched_tokens = max_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._admissions = 0
-        self._preempted = False  # this step preempted someone: admit nobody
-        self._refund = 0  # tokens of victims that were already scheduled in this step
+        # this step preempted someone: admit nobody
+        self._preempted = False
+        # tokens of victims that were already scheduled in this step
+        self._refund = 0
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -58,7 +63,8 @@ class Scheduler:
         for request in sorted(self.running, key=lambda r: r.admitted_order):
             if budget == 0:
                 break
-            if request.status is not Status.RUNNING:  # preempted earlier in this loop
+            # preempted earlier in this loop
+            if request.status is not Status.RUNNING:
                 continue
             n = self._reserve(request, min(request.num_to_compute, budget), chunks)
             budget += self._refund
@@ -66,8 +72,7 @@ class Scheduler:
             if n:
                 chunks.append(ScheduledChunk(request, request.num_computed, n))
                 budget -= n
-        while (self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
-               and not self._preempted):
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not self._preempted:
             request = self.waiting[0]
             if not self.cache.can_admit(request, budget):
                 break
@@ -93,16 +98,20 @@ class Scheduler:
         request.admitted_order = self._admissions
         self._admissions += 1
         self.running.append(request)
-        if not request.attached:  # an edited finished request re-attached its cached prefix at the edit
+        # an edited finished request re-attached its cached prefix at the edit
+        if not request.attached:
             self.cache.admit(request)
         self.trace.emit("request_scheduled", request_id=request.request_id, num_computed=request.num_computed)
 
-    def _reserve(self, request: Request, n: int, scheduled: list[ScheduledChunk], may_preempt: bool = True) -> int:
+    def _reserve(
+        self, request: Request, n: int, scheduled: list[ScheduledChunk], may_preempt: bool = True
+    ) -> int:
         """Make room in the block table for n more tokens; shrink n to what fits. Returns tokens reserved."""
         while not self.cache.can_append(request, n):
             fit = self.cache.tokens_that_fit(request)
             if fit > 0 and (request.in_prefill or not may_preempt):
-                n = min(n, fit)  # a prefill chunk shrinks to what fits instead of preempting anyone
+                # a prefill chunk shrinks to what fits instead of preempting anyone
+                n = min(n, fit)
                 continue
             if not may_preempt:
                 return 0
@@ -126,7 +135,8 @@ class Scheduler:
         self._preempted = True
         self.cache.free(request)
         self.trace.emit("request_preempted", request_id=request.request_id, num_tokens=request.num_tokens)
-        request.num_computed = 0  # num_cached stays: it counts what the cache served at first admission
+        # num_cached stays: it counts what the cache served at first admission
+        request.num_computed = 0
         request.status = Status.WAITING
         self.running.remove(request)
         self.waiting.appendleft(request)

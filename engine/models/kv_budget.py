@@ -13,9 +13,22 @@ from pathlib import Path
 
 from engine.models.shape import ModelShape, layer_windows
 
-ELEMENT_BYTES = {"float32": 4, "fp32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
-                 "half": 2, "float8": 1, "fp8": 1, "int8": 1, "int4": 0.5}
-_ALIASES = {  # transformers' attribute_map names, as they appear in config.json files
+ELEMENT_BYTES = {
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "float8": 1,
+    "fp8": 1,
+    "int8": 1,
+    "int4": 0.5,
+}
+# transformers' attribute_map names, as they appear in config.json files
+_ALIASES = {
     "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
     "num_attention_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
     "hidden_size": ("hidden_size", "n_embd", "d_model", "dim"),
@@ -37,14 +50,21 @@ def shape_from_config(config: dict, name: str = "") -> ModelShape:
     """Read the KV shape from a config.json dict (a multimodal config's text_config when it has one)."""
     outer = config
     if isinstance(config.get("text_config"), dict):
-        config = {**config["text_config"], "model_type": config["text_config"].get("model_type",
-                                                                                    config.get("model_type", ""))}
+        config = {
+            **config["text_config"],
+            "model_type": config["text_config"].get("model_type", config.get("model_type", "")),
+        }
     layers, q_heads = _field(config, "num_hidden_layers"), _field(config, "num_attention_heads")
     if not layers or not q_heads:
-        raise ConfigError(f"{name or 'config'}: no num_hidden_layers / num_attention_heads: is it a transformer "
-                          "language model's config.json?")
-    kv_heads = config.get("num_key_value_heads") or config.get("num_kv_heads") or \
-        (1 if config.get("multi_query") else q_heads)
+        raise ConfigError(
+            f"{name or 'config'}: no num_hidden_layers / num_attention_heads: is it a transformer "
+            "language model's config.json?"
+        )
+    kv_heads = (
+        config.get("num_key_value_heads")
+        or config.get("num_kv_heads")
+        or (1 if config.get("multi_query") else q_heads)
+    )
     head_dim = config.get("head_dim")
     if not head_dim:
         hidden = _field(config, "hidden_size")
@@ -52,13 +72,23 @@ def shape_from_config(config: dict, name: str = "") -> ModelShape:
             raise ConfigError(f"{name or 'config'}: neither head_dim nor hidden_size is given")
         head_dim = hidden // q_heads
     if config.get("kv_lora_rank"):
-        raise ConfigError(f"{name or 'config'}: multi-head latent attention (kv_lora_rank) caches a compressed "
-                          "latent, not K/V per head: this formula does not apply")
+        raise ConfigError(
+            f"{name or 'config'}: multi-head latent attention (kv_lora_rank) caches a compressed "
+            "latent, not K/V per head: this formula does not apply"
+        )
     dtype = outer.get("torch_dtype") or outer.get("dtype") or config.get("torch_dtype") or config.get("dtype")
     windows = layer_windows({**config, "num_hidden_layers": int(layers)}, strict=False)
-    return ModelShape(name=name, layers=int(layers), q_heads=int(q_heads), kv_heads=int(kv_heads),
-                      head_dim=int(head_dim), dtype=dtype or "", elem_bytes=ELEMENT_BYTES.get(str(dtype), 0),
-                      windows=windows, model_type=config.get("model_type", "") or "")
+    return ModelShape(
+        name=name,
+        layers=int(layers),
+        q_heads=int(q_heads),
+        kv_heads=int(kv_heads),
+        head_dim=int(head_dim),
+        dtype=dtype or "",
+        elem_bytes=ELEMENT_BYTES.get(str(dtype), 0),
+        windows=windows,
+        model_type=config.get("model_type", "") or "",
+    )
 
 
 def load_config(source: str) -> tuple[dict, str]:
@@ -74,8 +104,10 @@ def load_config(source: str) -> tuple[dict, str]:
         except (OSError, json.JSONDecodeError) as exc:
             raise ConfigError(f"{path}: not a readable JSON config ({exc})") from None
     if source.startswith((".", "/", "~")) or source.endswith(".json") or source.count("/") != 1:
-        raise ConfigError(f"{source}: no such file or directory (give a config.json, a model directory or a "
-                          "hub id like meta-llama/Llama-3.1-8B)")
+        raise ConfigError(
+            f"{source}: no such file or directory (give a config.json, a model directory or a "
+            "hub id like meta-llama/Llama-3.1-8B)"
+        )
     try:
         import socket
 
@@ -84,17 +116,21 @@ def load_config(source: str) -> tuple[dict, str]:
         cached = try_to_load_from_cache(source, "config.json")
         if isinstance(cached, str):
             return json.loads(Path(cached).read_text()), source
-        socket.getaddrinfo("huggingface.co", 443)  # fail fast instead of minutes of retries offline
+        # fail fast instead of minutes of retries offline
+        socket.getaddrinfo("huggingface.co", 443)
         return json.loads(Path(hf_hub_download(source, "config.json")).read_text()), source
-    except Exception as exc:  # offline, gated, missing: one line
+    # offline, gated, missing: one line
+    except Exception as exc:
         if isinstance(exc, ModuleNotFoundError):
             why = 'huggingface_hub is not installed: pip install "kvtui[engine]"'
         elif isinstance(exc, OSError):
             why = "the hub is not reachable from here"
         else:
             why = type(exc).__name__
-        raise ConfigError(f"{source}: could not fetch its config.json from the hub ({why}); pass a local "
-                          "config.json or model directory instead") from None
+        raise ConfigError(
+            f"{source}: could not fetch its config.json from the hub ({why}); pass a local "
+            "config.json or model directory instead"
+        ) from None
 
 
 def element_bytes(dtype: str) -> float:
@@ -104,8 +140,14 @@ def element_bytes(dtype: str) -> float:
     return ELEMENT_BYTES[key]
 
 
-def kv_bytes(shape: ModelShape, tokens: list[int], elem: float, kv_heads: int | None = None,
-             block_size: int = 0, windows: bool = True) -> float:
+def kv_bytes(
+    shape: ModelShape,
+    tokens: list[int],
+    elem: float,
+    kv_heads: int | None = None,
+    block_size: int = 0,
+    windows: bool = True,
+) -> float:
     """Bytes of the K/V of sequences of `tokens` lengths; block_size > 0 rounds full layers up to whole blocks."""
     per_token_layer = shape.kv_bytes_per_token_per_layer(kv_heads, elem)
     total = 0.0
@@ -134,10 +176,14 @@ def format_budget(shape: ModelShape, tokens: list[int], dtype: str, block_size: 
         f"shape          {shape.layers} layers, {shape.q_heads} query heads, {shape.kv_heads} KV heads "
         f"({shape.attention_kind()}), head_dim {shape.head_dim}",
         f"dtype          {dtype} ({elem:g} bytes per element)",
-        f"tokens         {total_tokens:,}" + (f" in {len(tokens)} sequences ({', '.join(map(str, tokens))})"
-                                              if len(tokens) > 1 else ""),
+        f"tokens         {total_tokens:,}"
+        + (f" in {len(tokens)} sequences ({', '.join(map(str, tokens))})" if len(tokens) > 1 else ""),
         f"attention      {shape.layers - n_window} full layers"
-        + (f", {n_window} sliding-window layers (W = {', '.join(map(str, window_sizes))})" if n_window else ""),
+        + (
+            f", {n_window} sliding-window layers (W = {', '.join(map(str, window_sizes))})"
+            if n_window
+            else ""
+        ),
         "formula        2 (K and V) x layers x kv_heads x head_dim x bytes x tokens"
         + ("; a window layer holds min(tokens, W)" if n_window else ""),
         "",
@@ -162,7 +208,10 @@ def format_budget(shape: ModelShape, tokens: list[int], dtype: str, block_size: 
     if block_size:
         blocks = sum(-(-t // block_size) for t in tokens)
         waste = blocks * block_size - total_tokens
-        lines += ["", f"paging         {blocks:,} blocks of {block_size} tokens per full layer; {waste} slots "
-                      "reserved but unused (each sequence's last block)"
-                  + ("; window layers keep rings of W slots, not blocks" if n_window else "")]
+        lines += [
+            "",
+            f"paging         {blocks:,} blocks of {block_size} tokens per full layer; {waste} slots "
+            "reserved but unused (each sequence's last block)"
+            + ("; window layers keep rings of W slots, not blocks" if n_window else ""),
+        ]
     return "\n".join(lines)

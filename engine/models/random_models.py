@@ -13,30 +13,112 @@ import torch
 
 # name -> (config class, fields): the shape of the published checkpoint named in the comment
 SHAPES: dict[str, tuple[str, dict]] = {
-    "llama:tiny": ("LlamaConfig", dict(  # the long-context bench's model: 2 layers, 4 query / 2 KV heads
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=32768)),
-    "smollm2:135m": ("LlamaConfig", dict(  # HuggingFaceTB/SmolLM2-135M
-        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-        num_key_value_heads=3, max_position_embeddings=8192, rope_theta=100000.0, tie_word_embeddings=True)),
-    "llama:1b": ("LlamaConfig", dict(  # meta-llama/Llama-3.2-1B
-        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-        num_key_value_heads=8, head_dim=64, max_position_embeddings=131072, tie_word_embeddings=True,
-        rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=32.0, low_freq_factor=1.0,
-                             high_freq_factor=4.0, original_max_position_embeddings=8192))),
-    "llama:8b": ("LlamaConfig", dict(  # meta-llama/Llama-3.1-8B
-        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=8, head_dim=128, max_position_embeddings=131072,
-        rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
-                             high_freq_factor=4.0, original_max_position_embeddings=8192))),
-    "qwen2:0.5b": ("Qwen2Config", dict(  # Qwen/Qwen2.5-0.5B
-        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-        num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=True,
-        use_sliding_window=False)),
-    "qwen3:0.6b": ("Qwen3Config", dict(  # Qwen/Qwen3-0.6B
-        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-        num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rope_theta=1000000.0,
-        tie_word_embeddings=True, use_sliding_window=False)),
+    # the long-context bench's model: 2 layers, 4 query / 2 KV heads
+    "llama:tiny": (
+        "LlamaConfig",
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=32768,
+        ),
+    ),
+    # HuggingFaceTB/SmolLM2-135M
+    "smollm2:135m": (
+        "LlamaConfig",
+        dict(
+            vocab_size=49152,
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            max_position_embeddings=8192,
+            rope_theta=100000.0,
+            tie_word_embeddings=True,
+        ),
+    ),
+    # meta-llama/Llama-3.2-1B
+    "llama:1b": (
+        "LlamaConfig",
+        dict(
+            vocab_size=128256,
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=64,
+            max_position_embeddings=131072,
+            tie_word_embeddings=True,
+            rope_parameters=dict(
+                rope_type="llama3",
+                rope_theta=500000.0,
+                factor=32.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=8192,
+            ),
+        ),
+    ),
+    # meta-llama/Llama-3.1-8B
+    "llama:8b": (
+        "LlamaConfig",
+        dict(
+            vocab_size=128256,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=131072,
+            rope_parameters=dict(
+                rope_type="llama3",
+                rope_theta=500000.0,
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=8192,
+            ),
+        ),
+    ),
+    # Qwen/Qwen2.5-0.5B
+    "qwen2:0.5b": (
+        "Qwen2Config",
+        dict(
+            vocab_size=151936,
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            max_position_embeddings=32768,
+            rope_theta=1000000.0,
+            tie_word_embeddings=True,
+            use_sliding_window=False,
+        ),
+    ),
+    # Qwen/Qwen3-0.6B
+    "qwen3:0.6b": (
+        "Qwen3Config",
+        dict(
+            vocab_size=151936,
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=40960,
+            rope_theta=1000000.0,
+            tie_word_embeddings=True,
+            use_sliding_window=False,
+        ),
+    ),
 }
 
 
@@ -64,6 +146,7 @@ def random_model(spec: str, dtype: torch.dtype, device: torch.device):
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.eval()
-    model.generation_config.eos_token_id = None  # random weights: never stop early, every run the same length
+    # random weights: never stop early, every run the same length
+    model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     return model, None, config._name_or_path

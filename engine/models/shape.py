@@ -6,8 +6,9 @@ at most W tokens (a ring), a full layer all of them. MHA has one KV head per que
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 
 class ModelLoadError(RuntimeError):
@@ -61,7 +62,9 @@ class ModelShape:
             return "MHA"
         return "MQA" if kv == 1 else f"GQA {self.q_heads // kv}:1"
 
-    def kv_bytes_per_token_per_layer(self, kv_heads: int | None = None, elem_bytes: float | None = None) -> float:
+    def kv_bytes_per_token_per_layer(
+        self, kv_heads: int | None = None, elem_bytes: float | None = None
+    ) -> float:
         """2 (K and V) x kv_heads x head_dim x element bytes: the seeds' formula for one layer."""
         kv = self.kv_heads if kv_heads is None else kv_heads
         return 2 * kv * self.head_dim * (self.elem_bytes if elem_bytes is None else elem_bytes)

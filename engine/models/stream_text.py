@@ -16,8 +16,10 @@ class StreamDecoder:
         self.tokenizer = tokenizer
         self.skip = skip_special_tokens
         self.ids: list[int] = []
-        self.prefix_offset = 0  # decoding starts here (a little context before the unread tokens)
-        self.read_offset = 0  # tokens before this one have been printed
+        # decoding starts here (a little context before the unread tokens)
+        self.prefix_offset = 0
+        # tokens before this one have been printed
+        self.read_offset = 0
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip)
@@ -25,16 +27,17 @@ class StreamDecoder:
     def push(self, token_id: int) -> str:
         """Add one token; return the text it completes (possibly '' while a character is still partial)."""
         self.ids.append(token_id)
-        printed = self._decode(self.ids[self.prefix_offset:self.read_offset])
-        text = self._decode(self.ids[self.prefix_offset:])
+        printed = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        text = self._decode(self.ids[self.prefix_offset :])
         if text.endswith(REPLACEMENT) or len(text) <= len(printed):
-            return ""  # an unfinished character (or a token with no text of its own yet)
+            # an unfinished character (or a token with no text of its own yet)
+            return ""
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        return text[len(printed):]
+        return text[len(printed) :]
 
     def flush(self) -> str:
         """At the end: whatever is held back (an invalid byte sequence prints as U+FFFD, as decode would)."""
-        printed = self._decode(self.ids[self.prefix_offset:self.read_offset])
-        text = self._decode(self.ids[self.prefix_offset:])
+        printed = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        text = self._decode(self.ids[self.prefix_offset :])
         self.prefix_offset = self.read_offset = len(self.ids)
-        return text[len(printed):]
+        return text[len(printed) :]

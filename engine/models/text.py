@@ -6,7 +6,7 @@ decoded text of each id because the engine asks for it on every emitted token an
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 Prompt = str | Sequence[int] | Sequence[dict]
 
@@ -26,8 +26,10 @@ class TokenText:
         if items and all(isinstance(m, dict) for m in items):
             self._need_tokenizer("chat messages")
             if not getattr(self.tokenizer, "chat_template", None):
-                raise ValueError("this model has no chat template (a base model such as Gemma 3 270M): send plain "
-                                 "text, not chat messages")
+                raise ValueError(
+                    "this model has no chat template (a base model such as Gemma 3 270M): send plain "
+                    "text, not chat messages"
+                )
             text = self.tokenizer.apply_chat_template(items, tokenize=False, add_generation_prompt=True)
             return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if all(isinstance(t, int) and not isinstance(t, bool) for t in items):
@@ -35,7 +37,9 @@ class TokenText:
             if bad:
                 raise ValueError(f"token ids out of range for a vocabulary of {self.vocab_size}: {bad[:5]}")
             return items
-        raise TypeError("a prompt is text, a list of token ids, or a list of chat messages ({'role', 'content'})")
+        raise TypeError(
+            "a prompt is text, a list of token ids, or a list of chat messages ({'role', 'content'})"
+        )
 
     def edit_tokens(self, tokens: str | Sequence[int]) -> list[int]:
         """The tokens an edit types: text is tokenized without special tokens (it lands mid-sequence)."""
@@ -63,7 +67,10 @@ class TokenText:
 
 def _eos_ids(generation_config, tokenizer) -> set[int]:
     ids: set[int] = set()
-    for source in (getattr(generation_config, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+    for source in (
+        getattr(generation_config, "eos_token_id", None),
+        getattr(tokenizer, "eos_token_id", None),
+    ):
         if isinstance(source, int):
             ids.add(source)
         elif source:

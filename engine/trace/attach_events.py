@@ -17,7 +17,10 @@ ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "worker": (_STR, "worker id used by the events below (name, plus #rN for a rank of a shared stream)"),
         "source": (_STR, "endpoint as given on the command line (tcp://HOST:PORT)"),
         "name": (_STR, "display name (name= option, else HOST:PORT)"),
-        "rank": (_INT + "?", "data-parallel rank from the payload (vLLM data_parallel_rank, SGLang attn_dp_rank)"),
+        "rank": (
+            _INT + "?",
+            "data-parallel rank from the payload (vLLM data_parallel_rank, SGLang attn_dp_rank)",
+        ),
         "replay": (_STR + "?", "replay endpoint used to recover gaps"),
         "metrics": (_STR + "?", "/metrics URL polled for usage, hit rate and TTFT"),
         "blocks": (_INT + "?", "GPU blocks of the worker, when told (blocks= option); /metrics may tell too"),
@@ -26,7 +29,10 @@ ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "worker": (_STR, "worker that stored the blocks"),
         "hashes": (_LIST, "block hashes as u64 hex (16 digits), in chain order"),
         "parent": (_STR + "?", "hash of the block before the first one (null: the chain starts at the root)"),
-        "token_ids": (_LIST, "token ids of the blocks, block_size per hash (SGLang token pairs: the first of each)"),
+        "token_ids": (
+            _LIST,
+            "token ids of the blocks, block_size per hash (SGLang token pairs: the first of each)",
+        ),
         "block_size": (_INT, "tokens per block in this event"),
         "group": (_INT, "KV-cache group (vLLM group_idx for hybrid models; 0 when not given)"),
         "medium": (_STR + "?", "GPU, CPU, CPU_PINNED, DISK, ... (null: not given, taken as GPU)"),
@@ -34,9 +40,15 @@ ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "salt": (_STR + "?", "cache salt (SGLang's cache_salt; vLLM puts its salt in extra_keys)"),
         "texts": (_LIST + "?", "text of each token (only with --tokenizer)"),
         "extra_keys": (_LIST + "?", "vLLM's extra hash keys per block (LoRA name, multimodal ids, salt)"),
-        "spec_kind": (_STR + "?", "vLLM's kv_cache_spec_kind of the group (full attention, sliding window, ...)"),
+        "spec_kind": (
+            _STR + "?",
+            "vLLM's kv_cache_spec_kind of the group (full attention, sliding window, ...)",
+        ),
         "sliding_window": (_INT + "?", "vLLM's kv_cache_spec_sliding_window of the group"),
-        "token_pairs": ("bool?", "SGLang sent (token, next token) pairs (EAGLE); token_ids holds the first of each"),
+        "token_pairs": (
+            "bool?",
+            "SGLang sent (token, next token) pairs (EAGLE); token_ids holds the first of each",
+        ),
         "wire_seq": (_INT, "publisher's sequence number of the batch"),
         "engine_ts": (_FLOAT, "publisher's timestamp of the batch"),
     },
@@ -68,7 +80,10 @@ ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     "attach_metrics": {
         "source": (_STR, "endpoint whose server's /metrics was read"),
         "rank": (_STR, "rank label of the samples ('' when not labelled)"),
-        "facts": (_DICT, "kv_usage, prefix_queries, prefix_hits, hit_rate, preemptions, running, waiting, "
-                         "num_gpu_blocks, block_size, ttft_buckets, ttft_count, ttft_sum (those the page has)"),
+        "facts": (
+            _DICT,
+            "kv_usage, prefix_queries, prefix_hits, hit_rate, preemptions, running, waiting, "
+            "num_gpu_blocks, block_size, ttft_buckets, ttft_count, ttft_sum (those the page has)",
+        ),
     },
 }

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 PERCENTILES = (50, 95, 99)
 
@@ -49,8 +49,14 @@ class HitCounts:
         return HitCounts(*(a - b for a, b in zip(self._values(), other._values())))
 
     def _values(self) -> tuple[int, ...]:
-        return (self.matchable_tokens, self.hit_tokens, self.block_lookups, self.block_hits, self.requests,
-                self.hit_requests)
+        return (
+            self.matchable_tokens,
+            self.hit_tokens,
+            self.block_lookups,
+            self.block_hits,
+            self.requests,
+            self.hit_requests,
+        )
 
     @classmethod
     def lookup(cls, prompt_tokens: int, hit_tokens: int, block_size: int) -> HitCounts:
@@ -72,13 +78,21 @@ class HitCounts:
         return _rate(self.block_hits, self.block_lookups)
 
     def rates(self) -> dict[str, float]:
-        return {"token_hit_rate": self.token_hit_rate, "request_hit_rate": self.request_hit_rate,
-                "block_hit_rate": self.block_hit_rate}
+        return {
+            "token_hit_rate": self.token_hit_rate,
+            "request_hit_rate": self.request_hit_rate,
+            "block_hit_rate": self.block_hit_rate,
+        }
 
     def as_dict(self) -> dict[str, int]:
-        return {"matchable_tokens": self.matchable_tokens, "hit_tokens": self.hit_tokens,
-                "block_lookups": self.block_lookups, "block_hits": self.block_hits, "lookups": self.requests,
-                "hit_lookups": self.hit_requests}
+        return {
+            "matchable_tokens": self.matchable_tokens,
+            "hit_tokens": self.hit_tokens,
+            "block_lookups": self.block_lookups,
+            "block_hits": self.block_hits,
+            "lookups": self.requests,
+            "hit_lookups": self.hit_requests,
+        }
 
 
 def _rate(part: int, whole: int) -> float:
@@ -99,12 +113,18 @@ class HitRateTracker:
         self.windowed = HitCounts()
         self._recent: deque[HitCounts] = deque()
 
-    def record(self, matchable_tokens: int, hit_tokens: int, block_lookups: int, block_hits: int) -> HitCounts:
+    def record(
+        self, matchable_tokens: int, hit_tokens: int, block_lookups: int, block_hits: int
+    ) -> HitCounts:
         """Count one request's prefix lookup; returns its counts."""
         if not (0 <= hit_tokens <= matchable_tokens and 0 <= block_hits <= block_lookups):
-            raise ValueError(f"hit counts out of range: {hit_tokens}/{matchable_tokens} tokens, "
-                             f"{block_hits}/{block_lookups} blocks")
-        return self.add(HitCounts(matchable_tokens, hit_tokens, block_lookups, block_hits, 1, int(hit_tokens > 0)))
+            raise ValueError(
+                f"hit counts out of range: {hit_tokens}/{matchable_tokens} tokens, "
+                f"{block_hits}/{block_lookups} blocks"
+            )
+        return self.add(
+            HitCounts(matchable_tokens, hit_tokens, block_lookups, block_hits, 1, int(hit_tokens > 0))
+        )
 
     def add(self, one: HitCounts) -> HitCounts:
         self.total += one
@@ -121,8 +141,10 @@ class HitRateTracker:
 
     def event_fields(self) -> dict:
         """Fields of the `hit_rates` trace event."""
-        return {**self.total.rates(), "window": {"n": len(self._recent), "size": self.window,
-                                                 **self.windowed.rates()}}
+        return {
+            **self.total.rates(),
+            "window": {"n": len(self._recent), "size": self.window, **self.windowed.rates()},
+        }
 
 
 # --------------------------------------------------------------------------------------------- latency
@@ -175,7 +197,8 @@ class LatencyTracker:
         if req is None:
             return
         if req.ttft is None:
-            req.ttft = t - req.arrived  # until the engine's own figure arrives with request_finished
+            # until the engine's own figure arrives with request_finished
+            req.ttft = t - req.arrived
         if req.last_token is not None:
             self.itl.append(t - req.last_token)
         req.last_token = t
@@ -183,7 +206,8 @@ class LatencyTracker:
     def edited(self, request_id: str) -> None:
         req = self.requests.get(request_id)
         if req is not None:
-            req.last_token = None  # no inter-token latency across an edit
+            # no inter-token latency across an edit
+            req.last_token = None
 
     def finished(self, request_id: str, ttft: float | None, tpot_value: float | None) -> None:
         req = self.requests.get(request_id)

@@ -22,17 +22,19 @@ from __future__ import annotations
 import gc
 import json
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from engine.trace.schema import FAST_CHECKS, validate_event, validate_header
 
 CHUNK_BYTES = 1 << 20
-MAX_LINE_BYTES = 16 << 20  # an event line is a few hundred bytes; a 100k-token radix_insert is ~2 MB
+# an event line is a few hundred bytes; a 100k-token radix_insert is ~2 MB
+MAX_LINE_BYTES = 16 << 20
 TRUNCATED_TAIL_NOTE = "last line is incomplete (the writer stopped mid-line); ignored"
 
-Progress = Callable[[int, int, int], None]  # (bytes read, total bytes, events so far)
+# (bytes read, total bytes, events so far)
+Progress = Callable[[int, int, int], None]
 Batch = Callable[[list[dict]], None]
 
 
@@ -61,19 +63,27 @@ class TraceFile:
     events: list[dict] = field(default_factory=list)
     error: TraceError | None = None
     truncated_tail: bool = False
-    unknown_types: dict[str, int] = field(default_factory=dict)  # allow_unknown: kept, skipped by the reducer
+    # allow_unknown: kept, skipped by the reducer
+    unknown_types: dict[str, int] = field(default_factory=dict)
 
 
-def read_trace(path: str | Path, *, strict: bool = False, allow_unknown: bool = False,
-               progress: Progress | None = None, on_batch: Batch | None = None) -> TraceFile:
+def read_trace(
+    path: str | Path,
+    *,
+    strict: bool = False,
+    allow_unknown: bool = False,
+    progress: Progress | None = None,
+    on_batch: Batch | None = None,
+) -> TraceFile:
     """Read a trace file (see the module docstring for the modes)."""
     total = os.path.getsize(path)
     with open(path, "rb") as handle:
         return _Reader(strict, allow_unknown, on_batch).run(_blocks(handle), total, progress)
 
 
-def parse_trace_lines(lines: Iterable[str | bytes], *, strict: bool = False,
-                      allow_unknown: bool = False) -> TraceFile:
+def parse_trace_lines(
+    lines: Iterable[str | bytes], *, strict: bool = False, allow_unknown: bool = False
+) -> TraceFile:
     """The same reader over lines in memory (each with its newline, as a file yields them)."""
     data = b"".join(line.encode("utf-8") if isinstance(line, str) else line for line in lines)
     return _Reader(strict, allow_unknown, None).run(iter([data]) if data else iter(()), len(data), None)
@@ -102,8 +112,10 @@ class _Reader:
         self.out = TraceFile(header={})
         self.header: dict | None = None
         self.last_seq: int | None = None
-        self.line_no = 0  # lines consumed so far
-        self._pending_error: TraceError | None = None  # a bad line after good ones in the same block
+        # lines consumed so far
+        self.line_no = 0
+        # a bad line after good ones in the same block
+        self._pending_error: TraceError | None = None
 
     def run(self, blocks: Iterable[bytes], total: int, progress: Progress | None) -> TraceFile:
         enabled = gc.isenabled()
@@ -121,7 +133,8 @@ class _Reader:
         return out
 
     def _run(self, blocks: Iterable[bytes], total: int, progress: Progress | None) -> None:
-        pending: list[bytes] = []  # pieces of a line not finished yet
+        # pieces of a line not finished yet
+        pending: list[bytes] = []
         pending_len = done = 0
         for block in blocks:
             done += len(block)
@@ -130,20 +143,25 @@ class _Reader:
                 pending.append(block)
                 pending_len += len(block)
                 if pending_len > MAX_LINE_BYTES:
-                    return self._fail(self.line_no + 1, f"line longer than {MAX_LINE_BYTES >> 20} MiB: not a "
-                                                        "trace event (is this a trace file?)")
+                    return self._fail(
+                        self.line_no + 1,
+                        f"line longer than {MAX_LINE_BYTES >> 20} MiB: not a "
+                        "trace event (is this a trace file?)",
+                    )
                 continue
             head = block[:cut]
             if pending:
                 head = b"".join(pending) + head
-            rest = block[cut + 1:]
+            rest = block[cut + 1 :]
             pending, pending_len = ([rest], len(rest)) if rest else ([], 0)
             lines = head.split(b"\n")
             too_long = next((i for i, line in enumerate(lines) if len(line) > MAX_LINE_BYTES), None)
             if too_long is not None:
                 self._take(lines[:too_long], last_unterminated=False)
                 if self.out.error is None:
-                    self._fail(self.line_no + 1, f"line longer than {MAX_LINE_BYTES >> 20} MiB: not a trace event")
+                    self._fail(
+                        self.line_no + 1, f"line longer than {MAX_LINE_BYTES >> 20} MiB: not a trace event"
+                    )
                 return
             if not self._take(lines, last_unterminated=False):
                 return
@@ -174,8 +192,10 @@ class _Reader:
                 return True
         try:
             parsed = json.loads(b"[" + b",".join(lines) + b"]")
-            numbers = None  # line of event i: first_line + i (no blank lines, since the whole block parsed)
-            if len(parsed) != len(lines):  # a line holding two values ("{...},{...}"): find it
+            # line of event i: first_line + i (no blank lines, since the whole block parsed)
+            numbers = None
+            # a line holding two values ("{...},{...}"): find it
+            if len(parsed) != len(lines):
                 raise ValueError
         except (ValueError, RecursionError):
             parsed, numbers = self._parse_one_by_one(lines, first_line, last_unterminated)
@@ -221,13 +241,17 @@ class _Reader:
             check = checks.get(etype) if type(etype) is str else None
             if check is None or not check(event):
                 problem = self._why(event)
-                if problem is None:  # an unknown type, allowed
+                # an unknown type, allowed
+                if problem is None:
                     unknown[event["type"]] = unknown.get(event["type"], 0) + 1
             if problem is None:
                 seq = event["seq"]
                 if last is not None and seq != last + 1:
-                    problem = (f"seq {seq} does not follow {last}" if seq <= last else
-                               f"seq {seq} follows {last}: {seq - last - 1} event(s) missing before this line")
+                    problem = (
+                        f"seq {seq} does not follow {last}"
+                        if seq <= last
+                        else f"seq {seq} follows {last}: {seq - last - 1} event(s) missing before this line"
+                    )
             if problem is not None:
                 self._stop_at(good, numbers, first_line, i, problem)
                 return False
@@ -243,8 +267,12 @@ class _Reader:
 
     def _why(self, event) -> str | None:
         """Why a line failed the fast check (None: an unknown type that allow_unknown keeps)."""
-        if type(event) is dict and self.allow_unknown and type(event.get("type")) is str \
-                and event["type"] not in FAST_CHECKS:
+        if (
+            type(event) is dict
+            and self.allow_unknown
+            and type(event.get("type")) is str
+            and event["type"] not in FAST_CHECKS
+        ):
             if type(event.get("seq")) is not int or type(event.get("t")) not in (int, float):
                 return f"{event['type']}: an event needs an int seq and a number t"
             return None

@@ -10,14 +10,18 @@ from typing import Any
 from engine.trace.attach_events import ATTACH_EVENT_FIELDS
 
 SCHEMA_VERSION = 1
-MAX_BLOCKS = 1 << 24  # a header claiming more physical blocks is not a trace a viewer should allocate for
+# a header claiming more physical blocks is not a trace a viewer should allocate for
+MAX_BLOCKS = 1 << 24
 
 # Field name -> (json types allowed, meaning). "int?" style: the field may be null.
 _INT, _FLOAT, _STR, _LIST, _DICT, _BOOL = "int", "float", "str", "list", "dict", "bool"
 
 HEADER_FIELDS: dict[str, tuple[str, str]] = {
     "schema": (_INT, "schema version of this file"),
-    "model": (_DICT, "model shape: name, layers, q_heads, kv_heads, head_dim, dtype, elem_bytes, windows (per layer, null = full)"),
+    "model": (
+        _DICT,
+        "model shape: name, layers, q_heads, kv_heads, head_dim, dtype, elem_bytes, windows (per layer, null = full)",
+    ),
     "block_size": (_INT, "tokens per KV block"),
     "num_blocks": (_INT, "physical blocks in the pool"),
     "bytes_per_block": (_INT, "KV bytes of one block over all full-attention layers"),
@@ -141,8 +145,11 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "radix_unlock": {
         "node_id": (_INT, "the handle: it and every node above it lose one lock ref"),
-        "request_id": (_STR + "?", "the request that stopped using the path (finished, preempted, edited, "
-                                   "or moved its handle down the path)"),
+        "request_id": (
+            _STR + "?",
+            "the request that stopped using the path (finished, preempted, edited, "
+            "or moved its handle down the path)",
+        ),
         "lock_ref": (_INT, "the handle's lock refs after the unlock"),
     },
     "radix_hit": {
@@ -154,9 +161,15 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "request_id": (_STR, "the request"),
         "prompt_tokens": (_INT, "prompt length"),
         "matched_tokens": (_INT, "prompt tokens served from the cache"),
-        "reason": (_STR, "why matching stopped: divergent | block_floor | evicted | salt | short_prompt | "
-                         "disabled | full_match | window | empty_cache | cache_end"),
-        "detail": (_DICT, "reason-specific facts: position, expected/actual token ids and texts, evicted_at, policy"),
+        "reason": (
+            _STR,
+            "why matching stopped: divergent | block_floor | evicted | salt | short_prompt | "
+            "disabled | full_match | window | empty_cache | cache_end",
+        ),
+        "detail": (
+            _DICT,
+            "reason-specific facts: position, expected/actual token ids and texts, evicted_at, policy",
+        ),
     },
     "hit_rates": {
         "token_hit_rate": (_FLOAT, "hit tokens / prompt tokens that could match, cumulative"),
@@ -180,8 +193,11 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "copied": (_LIST, "[src, dst] pairs: m's block copied before its valid part was kept"),
         "first_recomputed": (_INT, "first position recomputed (m)"),
         "recompute_tokens": (_INT, "tokens to prefill again"),
-        "status": (_STR + "?", "the request after the edit: running (recomputes next step) or waiting (queued; a "
-                               "finished request re-attaches its cached prefix at the edit)"),
+        "status": (
+            _STR + "?",
+            "the request after the edit: running (recomputes next step) or waiting (queued; a "
+            "finished request re-attaches its cached prefix at the edit)",
+        ),
     },
     # --- sliding-window rings --------------------------------------------------------------------------
     "ring_write": {
@@ -197,16 +213,28 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     "ring_resume": {
         "request_id": (_STR, "request whose window-layer rings restart (edit, prefix hit, fork)"),
         "wanted": (_INT, "position the cache could otherwise resume at (edit point, prefix match)"),
-        "position": (_INT, "exact restart point chosen: window layers need that layer's K/V of the W-1 positions before it"),
-        "source": (_STR, "ring (its own ring still holds them) | snapshot (saved at a block boundary) | start | "
-                         "fork (a copy of its parent's rings)"),
+        "position": (
+            _INT,
+            "exact restart point chosen: window layers need that layer's K/V of the W-1 positions before it",
+        ),
+        "source": (
+            _STR,
+            "ring (its own ring still holds them) | snapshot (saved at a block boundary) | start | "
+            "fork (a copy of its parent's rings)",
+        ),
         "recompute_tokens": (_INT, "wanted - position: extra tokens recomputed through all layers"),
         "reason": (_STR, "window when position < wanted, else none"),
     },
     "sink_divergence": {
         "request_id": (_STR, "finished request run with attention sinks (or a forced window)"),
-        "max_logit_diff": (_FLOAT, "max |logit| difference vs a no-cache full-attention forward of its sequence"),
-        "positions": (_LIST, "positions whose logits were compared (each chunk's last, i.e. every sampled token)"),
+        "max_logit_diff": (
+            _FLOAT,
+            "max |logit| difference vs a no-cache full-attention forward of its sequence",
+        ),
+        "positions": (
+            _LIST,
+            "positions whose logits were compared (each chunk's last, i.e. every sampled token)",
+        ),
         "sink_tokens": (_INT, "S"),
         "window": (_INT, "W"),
         "argmax_changed": (_INT, "compared positions whose greedy token differs from full attention"),
@@ -251,7 +279,8 @@ def validate_event(event: Any) -> str | None:
             return f"{etype}: field {key!r} must be {spec}"
     for name, (spec, _) in EVENT_FIELDS[etype].items():
         if name not in event:
-            if spec.endswith("?"):  # a nullable field may also be left out
+            # a nullable field may also be left out
+            if spec.endswith("?"):
                 continue
             return f"{etype}: missing field {name!r}"
         if not _type_ok(event[name], spec):
@@ -266,14 +295,18 @@ def _short(value: Any, limit: int = 60) -> str:
 
 def validate_header(header: Any) -> str | None:
     if not isinstance(header, dict) or header.get("type") != "header":
-        return "first line must be the trace header ({\"type\": \"header\", ...})"
+        return 'first line must be the trace header ({"type": "header", ...})'
     if header.get("schema") != SCHEMA_VERSION:
         return f"schema version {header.get('schema')!r} is not supported (this kvtui reads {SCHEMA_VERSION})"
     for name, (spec, _) in HEADER_FIELDS.items():
         if name not in header or not _type_ok(header[name], spec):
             return f"header: field {name!r} missing or not {spec}"
-    for name, low, high in (("block_size", 0, 1 << 16), ("num_blocks", 0, MAX_BLOCKS), ("bytes_per_block", 0, None),
-                            ("bytes_per_token", 0, None)):
+    for name, low, high in (
+        ("block_size", 0, 1 << 16),
+        ("num_blocks", 0, MAX_BLOCKS),
+        ("bytes_per_block", 0, None),
+        ("bytes_per_token", 0, None),
+    ):
         value = header[name]
         if value < low or (high is not None and value > high):
             return f"header: {name} {value} is out of range ({low}..{high if high is not None else ''})"
@@ -282,9 +315,13 @@ def validate_header(header: Any) -> str | None:
 
 def schema_text() -> str:
     """Human-readable schema, printed by `kvtui schema` and mirrored in README."""
-    out = [f"kvtui trace schema version {SCHEMA_VERSION}: JSON Lines, header first, then one event per line.",
-           "Every event has seq (int, monotonic), t (float, seconds since start) and type.",
-           "A type ending in ? is nullable and may be left out.", "", "header:"]
+    out = [
+        f"kvtui trace schema version {SCHEMA_VERSION}: JSON Lines, header first, then one event per line.",
+        "Every event has seq (int, monotonic), t (float, seconds since start) and type.",
+        "A type ending in ? is nullable and may be left out.",
+        "",
+        "header:",
+    ]
     out += [f"  {name:<16} {spec:<6} {doc}" for name, (spec, doc) in HEADER_FIELDS.items()]
     for etype, fields in EVENT_FIELDS.items():
         out += ["", f"{etype}:"]
@@ -295,15 +332,22 @@ def schema_text() -> str:
 # --- the fast check: one generated predicate per event type -------------------------------------------------
 # validate_event explains a problem; these only answer "valid?" (about 5x faster), so a reader checks every
 # event with them and asks validate_event why only for the one that fails.
-_PY_TYPES = {_INT: ["int"], _FLOAT: ["int", "float"], _STR: ["str"], _LIST: ["list"], _DICT: ["dict"],
-             _BOOL: ["bool"]}
+_PY_TYPES = {
+    _INT: ["int"],
+    _FLOAT: ["int", "float"],
+    _STR: ["str"],
+    _LIST: ["list"],
+    _DICT: ["dict"],
+    _BOOL: ["bool"],
+}
 
 
 def _compile_check(fields: dict[str, tuple[str, str]]):
     terms = ["type(e.get('seq')) is int", "type(e.get('t')) in (int, float)"]
     for name, (spec, _) in fields.items():
         names = _PY_TYPES[spec.rstrip("?")]
-        if spec.endswith("?"):  # may be null or left out
+        # may be null or left out
+        if spec.endswith("?"):
             terms.append(f"type(e.get({name!r})) in ({', '.join(names + ['_NONE'])})")
         else:
             terms.append(f"type(e.get({name!r}, _MISSING)) in ({', '.join(names)},)")

@@ -14,8 +14,10 @@ class PhaseStats:
     phase: str
     requests: int = 0
     prompt_tokens: int = 0
-    generated_tokens: int = 0  # tokens the engine generated (every token_emitted, edits' reruns included)
-    hits: HitCounts = HitCounts()  # prefix lookups (first admissions and edits; not preemption readmissions)
+    # tokens the engine generated (every token_emitted, edits' reruns included)
+    generated_tokens: int = 0
+    # prefix lookups (first admissions and edits; not preemption readmissions)
+    hits: HitCounts = HitCounts()
     latency: LatencyTracker = field(default_factory=LatencyTracker)
 
     @property
@@ -72,17 +74,33 @@ def summarize(header: dict, events: list[dict]) -> list[PhaseStats]:
 
 def phase_json(s: PhaseStats) -> dict:
     """One phase as JSON: the table's row with full precision (seconds, rates in 0..1) and the raw counts."""
-    return {"phase": s.phase, "requests": s.requests, "prompt_tokens": s.prompt_tokens,
-            "generated_tokens": s.generated_tokens, **s.hits.rates(), "hit_counts": s.hits.as_dict(),
-            "ttft_s": summary(s.ttft), "tpot_s": summary(s.tpot), "itl_s": summary(s.itl)}
+    return {
+        "phase": s.phase,
+        "requests": s.requests,
+        "prompt_tokens": s.prompt_tokens,
+        "generated_tokens": s.generated_tokens,
+        **s.hits.rates(),
+        "hit_counts": s.hits.as_dict(),
+        "ttft_s": summary(s.ttft),
+        "tpot_s": summary(s.tpot),
+        "itl_s": summary(s.itl),
+    }
 
 
-def stats_json(trace_file: str, header: dict, events: list[dict], stats: list[PhaseStats],
-               error: str | None = None) -> dict:
+def stats_json(
+    trace_file: str, header: dict, events: list[dict], stats: list[PhaseStats], error: str | None = None
+) -> dict:
     """`kvtui stats --json`: one object. Extend it by adding keys (an attach trace adds "workers")."""
-    return {"trace": trace_file, "events": len(events), "block_size": header.get("block_size"),
-            "num_blocks": header.get("num_blocks"), "model": (header.get("model") or {}).get("name"),
-            "error": error, "phases": [phase_json(s) for s in stats[:-1]], "all": phase_json(stats[-1])}
+    return {
+        "trace": trace_file,
+        "events": len(events),
+        "block_size": header.get("block_size"),
+        "num_blocks": header.get("num_blocks"),
+        "model": (header.get("model") or {}).get("name"),
+        "error": error,
+        "phases": [phase_json(s) for s in stats[:-1]],
+        "all": phase_json(stats[-1]),
+    }
 
 
 def _ms(values: list[float]) -> str:
@@ -96,16 +114,23 @@ def _pct(value: float, counts: HitCounts) -> str:
 
 def format_stats(stats: list[PhaseStats]) -> str:
     qs = "/".join(f"p{q}" for q in PERCENTILES)
-    head = (f"{'phase':<10} {'reqs':>4} {'prompt':>7} {'gen':>6} {'tok hit':>8} {'req hit':>8} {'blk hit':>8}  "
-            f"{'TTFT ms ' + qs:<22} {'TPOT ms ' + qs:<22} {'ITL ms ' + qs}")
+    head = (
+        f"{'phase':<10} {'reqs':>4} {'prompt':>7} {'gen':>6} {'tok hit':>8} {'req hit':>8} {'blk hit':>8}  "
+        f"{'TTFT ms ' + qs:<22} {'TPOT ms ' + qs:<22} {'ITL ms ' + qs}"
+    )
     lines = [head, "-" * len(head)]
     for s in stats:
-        lines.append(f"{s.phase:<10} {s.requests:>4} {s.prompt_tokens:>7} {s.generated_tokens:>6} "
-                     f"{_pct(s.hits.token_hit_rate, s.hits):>8} {_pct(s.hits.request_hit_rate, s.hits):>8} "
-                     f"{_pct(s.hits.block_hit_rate, s.hits):>8}  "
-                     f"{_ms(s.ttft):<22} {_ms(s.tpot):<22} {_ms(s.itl)}")
-    lines += ["", "token hit = hit tokens / prompt tokens that could match (all but the last); request hit = "
-                  "lookups with any hit / lookups; block hit = block hits / block lookups. TTFT and TPOT: each "
-                  "request's latest run; ITL: every gap between two tokens of a request (percentiles "
-                  "interpolated)."]
+        lines.append(
+            f"{s.phase:<10} {s.requests:>4} {s.prompt_tokens:>7} {s.generated_tokens:>6} "
+            f"{_pct(s.hits.token_hit_rate, s.hits):>8} {_pct(s.hits.request_hit_rate, s.hits):>8} "
+            f"{_pct(s.hits.block_hit_rate, s.hits):>8}  "
+            f"{_ms(s.ttft):<22} {_ms(s.tpot):<22} {_ms(s.itl)}"
+        )
+    lines += [
+        "",
+        "token hit = hit tokens / prompt tokens that could match (all but the last); request hit = "
+        "lookups with any hit / lookups; block hit = block hits / block lookups. TTFT and TPOT: each "
+        "request's latest run; ITL: every gap between two tokens of a request (percentiles "
+        "interpolated).",
+    ]
     return "\n".join(lines)

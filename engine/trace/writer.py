@@ -5,12 +5,14 @@ from __future__ import annotations
 import io
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from engine.trace.schema import SCHEMA_VERSION
 
-Listener = Callable[[Any], None]  # given each event: a dict, or a struct with as_dict() (attach's block events)
+# given each event: a dict, or a struct with as_dict() (attach's block events)
+Listener = Callable[[Any], None]
 
 
 class TraceSink:
@@ -22,7 +24,8 @@ class TraceSink:
         self._seq = 0
         self.header: dict | None = None
         self.listeners: list[Listener] = []
-        self.batch_listeners: list[Callable[[list[dict]], None]] = []  # given runs of events (emit_events)
+        # given runs of events (emit_events)
+        self.batch_listeners: list[Callable[[list[dict]], None]] = []
         self.writers: list[TraceWriter] = []
 
     def set_header(self, header: dict) -> None:
@@ -30,7 +33,7 @@ class TraceSink:
         for writer in self.writers:
             writer.write_header(self.header)
 
-    def add_writer(self, writer: "TraceWriter") -> None:
+    def add_writer(self, writer: TraceWriter) -> None:
         self.writers.append(writer)
         if self.header is not None:
             writer.write_header(self.header)
@@ -55,7 +58,8 @@ class TraceSink:
         for event in events:
             if type(event) is dict:
                 event["seq"] = seq
-            else:  # an event struct with as_dict() (kvtui attach's block events)
+            # an event struct with as_dict() (kvtui attach's block events)
+            else:
                 event.seq = seq
             seq += 1
         self._seq = seq

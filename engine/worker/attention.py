@@ -30,19 +30,31 @@ def _visible(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None)
     return allowed
 
 
-def _context(blocks_view: torch.Tensor, blocks: torch.Tensor, length: int, first_slot: int | None) -> torch.Tensor:
+def _context(
+    blocks_view: torch.Tensor, blocks: torch.Tensor, length: int, first_slot: int | None
+) -> torch.Tensor:
     """[1, Hkv, length, D]: the first `length` positions of a sequence from a layer's [Hkv, blocks, size, D]: a
     view when its blocks are consecutive, else one index_select of whole blocks."""
     hkv, _, size, dim = blocks_view.shape
     if first_slot is not None:
-        return blocks_view.view(hkv, -1, dim)[:, first_slot:first_slot + length].unsqueeze(0)
+        return blocks_view.view(hkv, -1, dim)[:, first_slot : first_slot + length].unsqueeze(0)
     return blocks_view.index_select(1, blocks).view(hkv, -1, dim)[:, :length].unsqueeze(0)
 
 
-def _prefill(batch: PagedBatch, seg: PrefillSegment, window: int | None, query, key, value, k_blocks, v_blocks,
-             scaling, softcap) -> torch.Tensor:
-    q = query[:, :, seg.q_start:seg.q_end]
-    k_self, v_self = key[:, :, seg.q_start:seg.q_end], value[:, :, seg.q_start:seg.q_end]
+def _prefill(
+    batch: PagedBatch,
+    seg: PrefillSegment,
+    window: int | None,
+    query,
+    key,
+    value,
+    k_blocks,
+    v_blocks,
+    scaling,
+    softcap,
+) -> torch.Tensor:
+    q = query[:, :, seg.q_start : seg.q_end]
+    k_self, v_self = key[:, :, seg.q_start : seg.q_end], value[:, :, seg.q_start : seg.q_end]
     if window is None and seg.start == 0:
         return attend(q, k_self, v_self, None, scaling, softcap, causal=True)
     k_pre = _context(k_blocks, seg.blocks, seg.start, seg.first_slot)
@@ -59,15 +71,18 @@ def _prefill(batch: PagedBatch, seg: PrefillSegment, window: int | None, query, 
     return attend(q, k, v, allowed, scaling, softcap)
 
 
-def _decode(batch: PagedBatch, group: DecodeGroup, window: int | None, query, k_blocks, v_blocks, scaling,
-            softcap) -> torch.Tensor:
+def _decode(
+    batch: PagedBatch, group: DecodeGroup, window: int | None, query, k_blocks, v_blocks, scaling, softcap
+) -> torch.Tensor:
     n, width = group.blocks.shape
     size = k_blocks.shape[2]
     length = group.longest if group.uniform else width * size
-    if group.first_slot is not None:  # one sequence in consecutive blocks: a view of the slab, nothing copied
+    # one sequence in consecutive blocks: a view of the slab, nothing copied
+    if group.first_slot is not None:
         k = _context(k_blocks, group.blocks[0], length, group.first_slot)
         v = _context(v_blocks, group.blocks[0], length, group.first_slot)
-    else:  # [Hkv, N x B, size, D] -> [N, Hkv, L, D]
+    # [Hkv, N x B, size, D] -> [N, Hkv, L, D]
+    else:
         hkv, dim = k_blocks.shape[0], k_blocks.shape[3]
         flat = group.blocks.reshape(-1)
         k = k_blocks.index_select(1, flat).view(hkv, n, width * size, dim)[:, :, :length].transpose(0, 1)
@@ -78,19 +93,23 @@ def _decode(batch: PagedBatch, group: DecodeGroup, window: int | None, query, k_
     key = ("decode", id(group), window)
     if key not in batch.masks:
         if window is None and group.uniform:
-            batch.masks[key] = None  # every query sees its whole context and nothing is padding
+            # every query sees its whole context and nothing is padding
+            batch.masks[key] = None
         else:
             key_pos = torch.arange(length, device=q.device)[None, :]
             batch.masks[key] = _visible(group.positions[:, None], key_pos, window)[:, None, None, :]
     return attend(q, k, v, batch.masks[key], scaling, softcap).reshape(n, query.shape[1], query.shape[3])
 
 
-def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
-                    **kwargs):
+def paged_attention(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs
+):
     batch: PagedBatch | None = kwargs.get(BATCH_KWARG)
     if batch is None:
-        raise RuntimeError(f"the {ATTENTION_NAME!r} attention runs only inside the engine's forward "
-                           f"(engine.worker.runner.ModelRunner), which passes {BATCH_KWARG}=...")
+        raise RuntimeError(
+            f"the {ATTENTION_NAME!r} attention runs only inside the engine's forward "
+            f"(engine.worker.runner.ModelRunner), which passes {BATCH_KWARG}=..."
+        )
     layer = module.layer_idx
     _check_layer(batch, layer, kwargs)
     if batch.rings is not None and layer in batch.rings.layer_group:
@@ -101,12 +120,14 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     k_cache[:, batch.write_slots] = key[0]
     v_cache[:, batch.write_slots] = value[0]
     hkv, _, dim = k_cache.shape
-    k_blocks = k_cache.view(hkv, -1, batch.kv.block_size, dim)  # [Hkv, blocks, block_size, D]
+    # [Hkv, blocks, block_size, D]
+    k_blocks = k_cache.view(hkv, -1, batch.kv.block_size, dim)
     v_blocks = v_cache.view(hkv, -1, batch.kv.block_size, dim)
-    out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [T, Hq, D]
+    # [T, Hq, D]
+    out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])
     for seg in batch.prefills:
         attended = _prefill(batch, seg, window, query, key, value, k_blocks, v_blocks, scaling, softcap)
-        out[seg.q_start:seg.q_end] = attended[0].transpose(0, 1)
+        out[seg.q_start : seg.q_end] = attended[0].transpose(0, 1)
     for group in batch.decodes:
         out[group.q_index] = _decode(batch, group, window, query, k_blocks, v_blocks, scaling, softcap)
     return out.unsqueeze(0), None
@@ -115,35 +136,47 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
 def _check_layer(batch: PagedBatch, layer: int, kwargs: dict) -> None:
     """Refuse what we would silently get wrong: a window the config reading missed, learned sinks (GPT-OSS)."""
     if kwargs.get("s_aux") is not None:
-        raise NotImplementedError("this model has learned attention sinks (s_aux); kvtui's attention does not "
-                                  "apply them yet")
+        raise NotImplementedError(
+            "this model has learned attention sinks (s_aux); kvtui's attention does not apply them yet"
+        )
     native = kwargs.get("sliding_window")
     if batch.forced_window is None and "sliding_window" in kwargs and native != batch.windows[layer]:
-        raise ValueError(f"layer {layer}: the model attends through a window of {native} but kvtui read "
-                         f"{batch.windows[layer]} from its config (engine.models.shape.layer_windows); please report it")
+        raise ValueError(
+            f"layer {layer}: the model attends through a window of {native} but kvtui read "
+            f"{batch.windows[layer]} from its config (engine.models.shape.layer_windows); please report it"
+        )
 
 
 def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, softcap) -> torch.Tensor:
     """A window layer: prefill chunks read ring context + their own K/V, then write; decodes write, then read."""
     g, index = rings.layer_group[layer]
     plan, pool = rings.groups[g], rings.pools[g]
-    k_ring, v_ring = pool[index, 0], pool[index, 1]  # [rows, S+W, Hkv, D]
-    k_new, v_new = key[0].transpose(0, 1), value[0].transpose(0, 1)  # [T, Hkv, D]
-    out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])  # [T, Hq, D]
-    for seg in plan.segments:  # read before any write: a long chunk overwrites slots its first queries read
-        k = torch.cat([k_ring[seg.row, seg.context_slots], k_new[seg.q_start:seg.q_end]]).transpose(0, 1)
-        v = torch.cat([v_ring[seg.row, seg.context_slots], v_new[seg.q_start:seg.q_end]]).transpose(0, 1)
-        q = query[:, :, seg.q_start:seg.q_end]
-        out[seg.q_start:seg.q_end] = attend(q, k[None], v[None], seg.mask, scaling, softcap)[0].transpose(0, 1)
-        for _, buffer, slots, flat in seg.snapshots:  # the ring as it stands at a snapshot boundary inside the chunk
+    # [rows, S+W, Hkv, D]
+    k_ring, v_ring = pool[index, 0], pool[index, 1]
+    # [T, Hkv, D]
+    k_new, v_new = key[0].transpose(0, 1), value[0].transpose(0, 1)
+    # [T, Hq, D]
+    out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])
+    # read before any write: a long chunk overwrites slots its first queries read
+    for seg in plan.segments:
+        k = torch.cat([k_ring[seg.row, seg.context_slots], k_new[seg.q_start : seg.q_end]]).transpose(0, 1)
+        v = torch.cat([v_ring[seg.row, seg.context_slots], v_new[seg.q_start : seg.q_end]]).transpose(0, 1)
+        q = query[:, :, seg.q_start : seg.q_end]
+        out[seg.q_start : seg.q_end] = attend(q, k[None], v[None], seg.mask, scaling, softcap)[0].transpose(
+            0, 1
+        )
+        # the ring as it stands at a snapshot boundary inside the chunk
+        for _, buffer, slots, flat in seg.snapshots:
             buffer[index, 0], buffer[index, 1] = k_ring[seg.row], v_ring[seg.row]
             buffer[index, 0, slots], buffer[index, 1, slots] = k_new[flat], v_new[flat]
     k_ring[plan.write_rows, plan.write_slots] = k_new[plan.write_flat]
     v_ring[plan.write_rows, plan.write_slots] = v_new[plan.write_flat]
     if plan.decode_rows is not None:
-        k = k_ring[plan.decode_rows].permute(0, 2, 1, 3)  # [N, Hkv, S+W, D]
+        # [N, Hkv, S+W, D]
+        k = k_ring[plan.decode_rows].permute(0, 2, 1, 3)
         v = v_ring[plan.decode_rows].permute(0, 2, 1, 3)
-        q = query[0][:, plan.decode_flat].transpose(0, 1).unsqueeze(2)  # [N, Hq, 1, D]
+        # [N, Hq, 1, D]
+        q = query[0][:, plan.decode_flat].transpose(0, 1).unsqueeze(2)
         out[plan.decode_flat] = attend(q, k, v, plan.decode_mask, scaling, softcap)[:, :, 0]
     return out.unsqueeze(0)
 
@@ -161,9 +194,15 @@ class AttentionSwitch:
 
     def __init__(self, model):
         stock = model.config._attn_implementation
-        model.set_attn_implementation(ATTENTION_NAME)  # refuses a model that cannot take it, now
-        self.configs = list({id(c): c for c in (getattr(m, "config", None) for m in model.modules())
-                             if getattr(c, "_attn_implementation", None) == ATTENTION_NAME}.values())
+        # refuses a model that cannot take it, now
+        model.set_attn_implementation(ATTENTION_NAME)
+        self.configs = list(
+            {
+                id(c): c
+                for c in (getattr(m, "config", None) for m in model.modules())
+                if getattr(c, "_attn_implementation", None) == ATTENTION_NAME
+            }.values()
+        )
         model.set_attn_implementation(stock)
 
     @contextmanager

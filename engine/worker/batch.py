@@ -7,11 +7,13 @@ apart from both so that neither the rings nor the sinks check imports the attent
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import torch
 
 from engine.worker.paged_kv import PagedKV
 
-BATCH_KWARG = "kvtui_batch"  # the keyword that carries a PagedBatch through model(...) to our attention
+# the keyword that carries a PagedBatch through model(...) to our attention
+BATCH_KWARG = "kvtui_batch"
 
 
 @dataclass
@@ -21,8 +23,10 @@ class PrefillSegment:
     q_start: int
     q_end: int
     start: int
-    blocks: torch.Tensor  # [ceil(end / block_size)] the sequence's physical blocks up to the chunk's end
-    first_slot: int | None = None  # the blocks are consecutive from this slot: read the prefix as a view
+    # [ceil(end / block_size)] the sequence's physical blocks up to the chunk's end
+    blocks: torch.Tensor
+    # the blocks are consecutive from this slot: read the prefix as a view
+    first_slot: int | None = None
 
 
 @dataclass
@@ -30,12 +34,18 @@ class DecodeGroup:
     """One query token per sequence; a group runs in one attention call over its blocks (padded to its longest:
     the runner groups decodes of similar context lengths)."""
 
-    q_index: torch.Tensor  # [N] rows of the flat batch
-    positions: torch.Tensor  # [N] position of each query token
-    blocks: torch.Tensor  # [N, B_max] physical blocks of each sequence (padding repeats block 0)
-    longest: int  # the longest context (max position + 1)
-    uniform: bool = False  # all contexts have the same length (no padding to mask)
-    first_slot: int | None = None  # one sequence whose blocks are consecutive from this slot: read a view
+    # [N] rows of the flat batch
+    q_index: torch.Tensor
+    # [N] position of each query token
+    positions: torch.Tensor
+    # [N, B_max] physical blocks of each sequence (padding repeats block 0)
+    blocks: torch.Tensor
+    # the longest context (max position + 1)
+    longest: int
+    # all contexts have the same length (no padding to mask)
+    uniform: bool = False
+    # one sequence whose blocks are consecutive from this slot: read a view
+    first_slot: int | None = None
 
 
 @dataclass
@@ -45,8 +55,10 @@ class RingSegment:
     q_start: int
     q_end: int
     row: int
-    context_slots: torch.Tensor  # [c] physical slots of the positions it reads from the ring (sinks first)
-    mask: torch.Tensor  # [1, 1, n, c + n] over ring context + the chunk's own keys
+    # [c] physical slots of the positions it reads from the ring (sinks first)
+    context_slots: torch.Tensor
+    # [1, 1, n, c + n] over ring context + the chunk's own keys
+    mask: torch.Tensor
     # (boundary, buffer [L_g, 2, S+W, H, D], slots, flat rows): the ring as it is at a boundary inside the chunk
     snapshots: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
@@ -54,12 +66,16 @@ class RingSegment:
 @dataclass
 class RingGroupBatch:
     segments: list[RingSegment] = field(default_factory=list)
-    write_rows: torch.Tensor | None = None  # every new position that lands in a slot: row, slot, flat row
+    # every new position that lands in a slot: row, slot, flat row
+    write_rows: torch.Tensor | None = None
     write_slots: torch.Tensor | None = None
     write_flat: torch.Tensor | None = None
-    decode_rows: torch.Tensor | None = None  # [N]
-    decode_flat: torch.Tensor | None = None  # [N] query rows of the flat batch
-    decode_mask: torch.Tensor | None = None  # [N, 1, 1, S+W] or None when every slot is inside every window
+    # [N]
+    decode_rows: torch.Tensor | None = None
+    # [N] query rows of the flat batch
+    decode_flat: torch.Tensor | None = None
+    # [N, 1, 1, S+W] or None when every slot is inside every window
+    decode_mask: torch.Tensor | None = None
 
 
 @dataclass
@@ -79,9 +95,14 @@ class PagedBatch:
 
     kv: PagedKV
     windows: tuple[int | None, ...]
-    write_slots: torch.Tensor | None  # [T] slot of each token of the flat batch (None: no paged layer)
+    # [T] slot of each token of the flat batch (None: no paged layer)
+    write_slots: torch.Tensor | None
     prefills: list[PrefillSegment] = field(default_factory=list)
-    decodes: list[DecodeGroup] = field(default_factory=list)  # decode tokens, grouped by context length
-    masks: dict = field(default_factory=dict)  # (segment or "decode", window) -> mask, built once per forward
-    rings: RingBatch | None = None  # window layers: their rings and what each request reads and writes there
-    forced_window: int | None = None  # EngineConfig(window=W): windows differ from the model's on purpose
+    # decode tokens, grouped by context length
+    decodes: list[DecodeGroup] = field(default_factory=list)
+    # (segment or "decode", window) -> mask, built once per forward
+    masks: dict = field(default_factory=dict)
+    # window layers: their rings and what each request reads and writes there
+    rings: RingBatch | None = None
+    # EngineConfig(window=W): windows differ from the model's on purpose
+    forced_window: int | None = None

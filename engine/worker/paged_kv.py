@@ -14,14 +14,22 @@ from engine.models.shape import ModelShape
 
 
 class PagedKV:
-    def __init__(self, shape: ModelShape, num_blocks: int, block_size: int, dtype: torch.dtype,
-                 device: torch.device):
+    def __init__(
+        self, shape: ModelShape, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device
+    ):
         self.block_size = block_size
         self.num_blocks = num_blocks
         # full-attention layer index -> row in the slab; window layers keep their K/V elsewhere (rings)
         self.layer_slot = {layer: i for i, layer in enumerate(shape.paged_layers)}
-        self.kv = torch.zeros(len(self.layer_slot), 2, shape.kv_heads, num_blocks * block_size, shape.head_dim,
-                              dtype=dtype, device=device)
+        self.kv = torch.zeros(
+            len(self.layer_slot),
+            2,
+            shape.kv_heads,
+            num_blocks * block_size,
+            shape.head_dim,
+            dtype=dtype,
+            device=device,
+        )
         self._views = {layer: (self.kv[i, 0], self.kv[i, 1]) for layer, i in self.layer_slot.items()}
 
     @property
@@ -37,7 +45,7 @@ class PagedKV:
     def copy_block(self, src: int, dst: int, num_tokens: int) -> None:
         """Copy-on-write: the first `num_tokens` slots of block src into block dst, in every layer."""
         s, d = src * self.block_size, dst * self.block_size
-        self.kv[:, :, :, d:d + num_tokens] = self.kv[:, :, :, s:s + num_tokens]
+        self.kv[:, :, :, d : d + num_tokens] = self.kv[:, :, :, s : s + num_tokens]
 
     def slots_of(self, table: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """Slot index of positions [start, end) of a sequence whose block table (a tensor on the slab's device)
@@ -62,7 +70,7 @@ class BlockTables:
         self.known: dict[str, tuple[list[int], torch.Tensor, int | None]] = {}
 
     def get(self, request) -> torch.Tensor:
-        return self._entry(request)[1][:len(request.block_table)]
+        return self._entry(request)[1][: len(request.block_table)]
 
     def first_block(self, request) -> int | None:
         """The first block when the table is one run of consecutive blocks (a view reads it, no gather), else None."""
@@ -75,19 +83,19 @@ class BlockTables:
             copy, buffer, first = entry
             if len(table) == len(copy) and table == copy:
                 return entry
-            if len(table) > len(copy) and table[:len(copy)] == copy:
+            if len(table) > len(copy) and table[: len(copy)] == copy:
                 if len(table) > buffer.shape[0]:
                     bigger = torch.empty(2 * len(table), dtype=torch.long, device=self.device)
-                    bigger[:len(copy)] = buffer[:len(copy)]
+                    bigger[: len(copy)] = buffer[: len(copy)]
                     buffer = bigger
-                new = table[len(copy):]
-                buffer[len(copy):len(table)] = torch.tensor(new, dtype=torch.long, device=self.device)
+                new = table[len(copy) :]
+                buffer[len(copy) : len(table)] = torch.tensor(new, dtype=torch.long, device=self.device)
                 if first is not None and new != list(range(first + len(copy), first + len(table))):
                     first = None
                 entry = self.known[request.request_id] = (list(table), buffer, first)
                 return entry
         buffer = torch.empty(max(2 * len(table), 8), dtype=torch.long, device=self.device)
-        buffer[:len(table)] = torch.tensor(table, dtype=torch.long, device=self.device)
+        buffer[: len(table)] = torch.tensor(table, dtype=torch.long, device=self.device)
         first = table[0] if table and table == list(range(table[0], table[0] + len(table))) else None
         entry = self.known[request.request_id] = (list(table), buffer, first)
         return entry

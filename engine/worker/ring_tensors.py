@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import torch
 
-from engine.core.rings import RingGroup, RingManager, RingOp, RowCopy, SnapshotDrop, SnapshotRestore, SnapshotSave
+from engine.core.rings import (
+    RingGroup,
+    RingManager,
+    RingOp,
+    RowCopy,
+    SnapshotDrop,
+    SnapshotRestore,
+    SnapshotSave,
+)
 from engine.worker.batch import RingBatch, RingGroupBatch, RingSegment
 
 

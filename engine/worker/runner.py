@@ -57,8 +57,14 @@ def length_buckets(positions: list[int], most: int = 4, spread: float = 1.5) -> 
 
 
 class ModelRunner:
-    def __init__(self, model, kv: PagedKV, pool: BlockPool, windows: tuple[int | None, ...],
-                 rings: RingTensors | None = None):
+    def __init__(
+        self,
+        model,
+        kv: PagedKV,
+        pool: BlockPool,
+        windows: tuple[int | None, ...],
+        rings: RingTensors | None = None,
+    ):
         self.model = model
         self.kv = kv
         self.pool = pool
@@ -68,7 +74,8 @@ class ModelRunner:
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
         self.tables = BlockTables(self.device)
-        self.model_seconds: list[float] | None = None  # a list: each forward's model call is timed into it (bench)
+        # a list: each forward's model call is timed into it (bench)
+        self.model_seconds: list[float] | None = None
 
     def build_batch(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
         # K/V copies the manager decided since the last forward (the rings' own ops are applied in plan)
@@ -76,11 +83,13 @@ class ModelRunner:
             self.kv.copy_block(copy.src, copy.dst, copy.num_tokens)
         token_ids: list[int] = []
         positions: list[int] = []
-        writes: list[torch.Tensor | list[int]] = []  # slot tensors of prefill chunks, slot lists of decodes
+        # slot tensors of prefill chunks, slot lists of decodes
+        writes: list[torch.Tensor | list[int]] = []
         prefills: list[PrefillSegment] = []
         decode_rows, decode_pos, decode_tables, decode_reqs = [], [], [], []
         chunk_rows = []
-        paged = bool(self.kv.layer_slot)  # False: every layer keeps its K/V in rings, nothing to read or write
+        # False: every layer keeps its K/V in rings, nothing to read or write
+        paged = bool(self.kv.layer_slot)
         size = self.kv.block_size
         for chunk in chunks:
             req, start, n = chunk.request, chunk.start, chunk.num_tokens
@@ -99,12 +108,14 @@ class ModelRunner:
                 decode_rows.append(row)
                 decode_reqs.append(req)
                 decode_pos.append(start)
-                decode_tables.append(self.tables.get(req)[:start // size + 1])
+                decode_tables.append(self.tables.get(req)[: start // size + 1])
             else:
-                table = self.tables.get(req)[:-(-(start + n) // size)]
+                table = self.tables.get(req)[: -(-(start + n) // size)]
                 writes.append(self.kv.slots_of(table, start, start + n))
                 first = self.tables.first_block(req)
-                prefills.append(PrefillSegment(row, row + n, start, table, None if first is None else first * size))
+                prefills.append(
+                    PrefillSegment(row, row + n, start, table, None if first is None else first * size)
+                )
         decodes = []
         for bucket in length_buckets(decode_pos):
             pos = [decode_pos[i] for i in bucket]
@@ -122,12 +133,19 @@ class ModelRunner:
             decodes.append(group)
         paged_writes = None
         if writes:
-            parts = [w if isinstance(w, torch.Tensor) else torch.tensor(w, device=self.device) for w in writes]
+            parts = [
+                w if isinstance(w, torch.Tensor) else torch.tensor(w, device=self.device) for w in writes
+            ]
             paged_writes = parts[0] if len(parts) == 1 else torch.cat(parts)
-        batch = PagedBatch(kv=self.kv, windows=self.windows, write_slots=paged_writes,
-                           prefills=prefills, decodes=decodes,
-                           rings=self.rings.plan(chunks, chunk_rows) if self.rings is not None else None,
-                           forced_window=self.rings.shape.forced_window if self.rings is not None else None)
+        batch = PagedBatch(
+            kv=self.kv,
+            windows=self.windows,
+            write_slots=paged_writes,
+            prefills=prefills,
+            decodes=decodes,
+            rings=self.rings.plan(chunks, chunk_rows) if self.rings is not None else None,
+            forced_window=self.rings.shape.forced_window if self.rings is not None else None,
+        )
         self.tables.keep_only(chunk.request.request_id for chunk in chunks)
         ids, pos = torch.tensor([token_ids, positions], device=self.device).split(1)
         return ids, pos, batch
@@ -135,7 +153,8 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, chunks: list[ScheduledChunk], all_logits: bool = False) -> torch.Tensor:
         """Logits (float32) of the last token of every chunk, [len(chunks), vocab]; every token with all_logits."""
-        if self.separate and len(chunks) > 1:  # e.g. longrope: one request's length must not change another's
+        # e.g. longrope: one request's length must not change another's
+        if self.separate and len(chunks) > 1:
             return torch.cat([self._forward([chunk], all_logits) for chunk in chunks])
         return self._forward(chunks, all_logits)
 
@@ -160,18 +179,23 @@ class ModelRunner:
     def _forward(self, chunks: list[ScheduledChunk], all_logits: bool) -> torch.Tensor:
         ids, pos, batch = self.build_batch(chunks)
         if all_logits or all(c.num_tokens == 1 for c in chunks):
-            keep = 0  # every row (decodes only: one row per chunk already)
+            # every row (decodes only: one row per chunk already)
+            keep = 0
         elif len(chunks) == 1:
-            keep = 1  # the last row
+            # the last row
+            keep = 1
         else:
-            keep = torch.tensor(list(itertools.accumulate(c.num_tokens for c in chunks)), device=self.device) - 1
+            keep = (
+                torch.tensor(list(itertools.accumulate(c.num_tokens for c in chunks)), device=self.device) - 1
+            )
         timing = self.model_seconds is not None
         if timing:
             self._sync()
             started = time.perf_counter()
         with self.attention.paged():
-            out = self.model(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep,
-                             **{BATCH_KWARG: batch})
+            out = self.model(
+                input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep, **{BATCH_KWARG: batch}
+            )
         logits = out.logits[0].float()
         if timing:
             self._sync()

@@ -19,18 +19,26 @@ import torch.nn.functional as F
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None, scaling: float | None,
-           softcap: float | None, causal: bool = False) -> torch.Tensor:
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    allowed: torch.Tensor | None,
+    scaling: float | None,
+    softcap: float | None,
+    causal: bool = False,
+) -> torch.Tensor:
     """q [N, Hq, n, D], k/v [N, Hkv, L, D], allowed [N, 1, n, L] or None (all visible, or causal) -> [N, Hq, n, D]."""
     if softcap is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scaling, is_causal=causal,
-                                              enable_gqa=q.shape[1] != k.shape[1])
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed, scale=scaling, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1]
+        )
     if causal:
         allowed = causal_mask(q.shape[2], k.shape[2], q.device)
     n_batch, hq, n, dim = q.shape
     hkv = k.shape[1]
     grouped = q.view(n_batch, hkv, hq // hkv, n, dim)
-    scale = scaling if scaling is not None else dim ** -0.5
+    scale = scaling if scaling is not None else dim**-0.5
     scores = grouped @ k.unsqueeze(2).transpose(-1, -2) * scale
     scores = torch.tanh(scores / softcap) * softcap
     if allowed is not None:
@@ -49,8 +57,15 @@ def _repeat_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
-def chunk_over_prefix(q: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.Tensor, k_self: torch.Tensor,
-                      v_self: torch.Tensor, scaling: float | None, softcap: float | None) -> torch.Tensor:
+def chunk_over_prefix(
+    q: torch.Tensor,
+    k_prefix: torch.Tensor,
+    v_prefix: torch.Tensor,
+    k_self: torch.Tensor,
+    v_self: torch.Tensor,
+    scaling: float | None,
+    softcap: float | None,
+) -> torch.Tensor:
     """q [1, Hq, n, D] at positions [P, P + n); prefix K/V [1, Hkv, P, D] all visible; self K/V [1, Hkv, n, D]
     causal. Same result as one masked SDPA over the P + n keys, with the causal half of the self part skipped."""
     groups = q.shape[1] // k_self.shape[1]
@@ -60,16 +75,19 @@ def chunk_over_prefix(q: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.T
         hkv = k_prefix.shape[1]
         stacked = q.reshape(1, hkv, groups * n, dim)
         out_p, lse_p = _CPU_FLASH(stacked, k_prefix, v_prefix, scale=scaling)
-        out_s, lse_s = _CPU_FLASH(q, _repeat_heads(k_self, groups), _repeat_heads(v_self, groups), is_causal=True,
-                                  scale=scaling)
+        out_s, lse_s = _CPU_FLASH(
+            q, _repeat_heads(k_self, groups), _repeat_heads(v_self, groups), is_causal=True, scale=scaling
+        )
         return merge(out_p.reshape(1, hq, n, dim), lse_p.reshape(1, hq, n), out_s, lse_s)
     k, v = torch.cat([k_prefix, k_self], dim=2), torch.cat([v_prefix, v_self], dim=2)
     if softcap is None and q.device.type == "cuda":
         from torch.nn.attention.bias import causal_lower_right
 
-        bias = causal_lower_right(q.shape[2], k.shape[2])  # fused kernels take it; no mask is materialised
-        return F.scaled_dot_product_attention(q, _repeat_heads(k, groups), _repeat_heads(v, groups), attn_mask=bias,
-                                              scale=scaling)
+        # fused kernels take it; no mask is materialised
+        bias = causal_lower_right(q.shape[2], k.shape[2])
+        return F.scaled_dot_product_attention(
+            q, _repeat_heads(k, groups), _repeat_heads(v, groups), attn_mask=bias, scale=scaling
+        )
     return attend(q, k, v, causal_mask(q.shape[2], k.shape[2], q.device), scaling, softcap)
 
 

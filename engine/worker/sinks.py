@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import torch
 
-from engine.worker.batch import BATCH_KWARG
 from engine.core.request import Request, SamplingParams
 from engine.core.scheduler import ScheduledChunk
+from engine.worker.batch import BATCH_KWARG
 
 
 @torch.inference_mode()
 def sink_divergence(request: Request, runner, rings) -> dict:
     """Fields of the `sink_divergence` event: max |logit diff| over the rows that chose generated tokens."""
-    tokens = request.tokens[:-1]  # the last token's logits chose nothing yet
+    # the last token's logits chose nothing yet
+    tokens = request.tokens[:-1]
     probe = Request(f"{request.request_id}#sink-check", tokens, SamplingParams(), 0.0)
     model = runner.model
     ids, pos, batch = runner.build_batch([ScheduledChunk(probe, 0, len(tokens))])
@@ -27,9 +28,15 @@ def sink_divergence(request: Request, runner, rings) -> dict:
             ours = model(input_ids=ids, position_ids=pos, use_cache=False, **{BATCH_KWARG: batch}).logits[0]
     finally:
         rings.free(probe.request_id)
-    full = model(ids, use_cache=False).logits[0]  # the model's own attention: the engine's is on only in forwards
+    # the model's own attention: the engine's is on only in forwards
+    full = model(ids, use_cache=False).logits[0]
     first = len(request.prompt_token_ids) - 1
     ours, full = ours[first:].float(), full[first:].float()
-    return dict(request_id=request.request_id, max_logit_diff=round((ours - full).abs().max().item(), 6),
-                positions=list(range(first, len(tokens))), sink_tokens=rings.sinks, window=rings.shape.forced_window,
-                argmax_changed=int((ours.argmax(-1) != full.argmax(-1)).sum().item()))
+    return dict(
+        request_id=request.request_id,
+        max_logit_diff=round((ours - full).abs().max().item(), 6),
+        positions=list(range(first, len(tokens))),
+        sink_tokens=rings.sinks,
+        window=rings.shape.forced_window,
+        argmax_changed=int((ours.argmax(-1) != full.argmax(-1)).sum().item()),
+    )

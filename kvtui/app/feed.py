@@ -44,8 +44,13 @@ def _leave_a_core_for_the_ui() -> None:
 def plain_if_no_template(engine, prompt):
     """Chat messages for a model without a chat template (a base model such as Gemma 3 270M) go in as plain text:
     their contents, one per line (a made-up template would only give the base model junk to continue)."""
-    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt) \
-            and engine.tokenizer is not None and not getattr(engine.tokenizer, "chat_template", None):
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(m, dict) for m in prompt)
+        and engine.tokenizer is not None
+        and not getattr(engine.tokenizer, "chat_template", None)
+    ):
         return "\n".join(str(m.get("content", "")) for m in prompt)
     return prompt
 
@@ -79,15 +84,24 @@ class EventFeed:
 class Controller:
     """What the live UI asks of an engine. This base does nothing (a replay, or a test that pumps events)."""
 
-    dead: str | None = None  # why the engine stopped, once it has (the prompt box says so)
+    # why the engine stopped, once it has (the prompt box says so)
+    dead: str | None = None
 
-    def submit(self, prompt: str | list, max_tokens: int = 64, temperature: float = 0.0,
-               seed: int | None = None) -> None: ...
+    def submit(
+        self, prompt: str | list, max_tokens: int = 64, temperature: float = 0.0, seed: int | None = None
+    ) -> None: ...
 
     def abort(self, request_id: str) -> None: ...
 
-    def edit(self, request_id: str, position: int, text: str, kind: str, num_tokens: int = 1,
-             expected_token: int | None = None) -> None:
+    def edit(
+        self,
+        request_id: str,
+        position: int,
+        text: str,
+        kind: str,
+        num_tokens: int = 1,
+        expected_token: int | None = None,
+    ) -> None:
         """Edit tokens [position, position + num_tokens) (replace, delete) or insert before position.
 
         `expected_token`: the token id the view showed at `position`; the engine refuses the edit when its
@@ -103,7 +117,8 @@ class RecordingController(Controller):
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
-        self.sampling: list[dict] = []  # temperature and seed of each submit, in order
+        # temperature and seed of each submit, in order
+        self.sampling: list[dict] = []
 
     def submit(self, prompt, max_tokens: int = 64, temperature: float = 0.0, seed: int | None = None) -> None:
         self.calls.append(("submit", prompt, max_tokens))
@@ -127,10 +142,12 @@ class EngineWorker(Controller):
     --save-trace is complete and readable. If loading or a step fails, the worker reports it once as
     `EngineDied(reason)` on the feed and `dead` says why."""
 
-    STOP_TIMEOUT = 30.0  # seconds `stop` waits for the step in flight
+    # seconds `stop` waits for the step in flight
+    STOP_TIMEOUT = 30.0
 
-    def __init__(self, feed: EventFeed, model: str, engine_config, save_trace: str | None = None,
-                 engine_factory=None):
+    def __init__(
+        self, feed: EventFeed, model: str, engine_config, save_trace: str | None = None, engine_factory=None
+    ):
         """`engine_config`: an `EngineConfig`, or a dict of its fields (None values left at their defaults).
         `engine_factory`: builds the engine instead of loading `model` (tests: a tiny model)."""
         self.feed = feed
@@ -185,11 +202,14 @@ class EngineWorker(Controller):
         self.feed.put(FeedHeader(engine.trace.header))
         from kvtui.bench.machine_probe import emit_roofline
 
-        emit_roofline(engine)  # this machine's roofline for the model, measured once (the roofline view)
+        # this machine's roofline for the model, measured once (the roofline view)
+        emit_roofline(engine)
         self.feed.notice(f"model {self.model} ready: type a prompt and press Enter")
         if engine.tokenizer is not None and not getattr(engine.tokenizer, "chat_template", None):
-            self.feed.notice(f"{self.model} has no chat template (a base model): every prompt goes in as plain "
-                             "text, chat messages included")
+            self.feed.notice(
+                f"{self.model} has no chat template (a base model): every prompt goes in as plain "
+                "text, chat messages included"
+            )
         return engine
 
     def _die(self, reason: str) -> None:
@@ -199,7 +219,8 @@ class EngineWorker(Controller):
     def _run(self) -> None:
         try:
             engine = self._load()
-        except Exception as exc:  # unknown model, no hub, bad dtype...: say so, never crash the UI
+        # unknown model, no hub, bad dtype...: say so, never crash the UI
+        except Exception as exc:
             self._die(f"could not load model {self.model!r}: {exc}")
             return
         try:
@@ -246,8 +267,10 @@ class EngineWorker(Controller):
         try:
             match command:
                 case SubmitPrompt(prompt, max_tokens, temperature, seed):
-                    engine.submit(plain_if_no_template(engine, prompt),
-                                  SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed))
+                    engine.submit(
+                        plain_if_no_template(engine, prompt),
+                        SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed),
+                    )
                 case AbortRequest(request_id):
                     engine.abort(request_id)
                 case EditTokens(request_id, position, text, kind, num_tokens, expected_token):
@@ -263,8 +286,15 @@ class EngineWorker(Controller):
 _VERBS = {SubmitPrompt: "submit", AbortRequest: "abort", EditTokens: "edit", ForkRequest: "fork"}
 
 
-def apply_live_edit(engine, request_id: str, position: int, text: str, kind: str, num_tokens: int = 1,
-                    expected_token: int | None = None) -> None:
+def apply_live_edit(
+    engine,
+    request_id: str,
+    position: int,
+    text: str,
+    kind: str,
+    num_tokens: int = 1,
+    expected_token: int | None = None,
+) -> None:
     """One edit from the live UI: replace tokens [position, position + num_tokens) by `text`, whatever its
     length in tokens; insert `text` before position; or delete num_tokens tokens.
 
@@ -277,6 +307,8 @@ def apply_live_edit(engine, request_id: str, position: int, text: str, kind: str
         engine.edit(request_id, position, ids, kind="insert", expected_token=expected_token)
     elif kind == "delete":
         engine.edit(request_id, position, num_tokens, kind="delete", expected_token=expected_token)
-    else:  # the selection becomes the typed tokens, however many: one edit
-        engine.edit(request_id, position, ids, kind="replace", num_replaced=num_tokens,
-                    expected_token=expected_token)
+    # the selection becomes the typed tokens, however many: one edit
+    else:
+        engine.edit(
+            request_id, position, ids, kind="replace", num_replaced=num_tokens, expected_token=expected_token
+        )

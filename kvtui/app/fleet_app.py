@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -27,8 +27,10 @@ from kvtui.widgets.base import TextLine, update_if_changed
 from kvtui.widgets.fleet_table import FleetTableView
 from kvtui.widgets.fleet_tree import FleetTreeView
 
-TREE_EVERY = 1.0  # seconds between prefix-tree rebuilds while events flow
-VIEW_EVERY = 0.1  # seconds between two views asked of the collector (a person reads ten a second at most)
+# seconds between prefix-tree rebuilds while events flow
+TREE_EVERY = 1.0
+# seconds between two views asked of the collector (a person reads ten a second at most)
+VIEW_EVERY = 0.1
 
 
 def _draw_table(app: FleetApp, view: FleetView | None) -> None:
@@ -67,18 +69,32 @@ class FleetApp(App):
         Binding("escape", "leave_input", "leave input", show=False, id="fleet.escape"),
     ]
 
-    def __init__(self, *, source: str = "", collector=None, tokenizer=None, duration: float | None = None,
-                 header: dict | None = None, events: list[dict] | None = None, frame_rate: float | None = 30.0):
+    def __init__(
+        self,
+        *,
+        source: str = "",
+        collector=None,
+        tokenizer=None,
+        duration: float | None = None,
+        header: dict | None = None,
+        events: list[dict] | None = None,
+        frame_rate: float | None = 30.0,
+    ):
         super().__init__()
         self.source = source
-        self.collector = collector  # a CollectorClient (live `kvtui attach`)
-        self.tokenizer = tokenizer  # text prompts to token ids for the explainer
+        # a CollectorClient (live `kvtui attach`)
+        self.collector = collector
+        # text prompts to token ids for the explainer
+        self.tokenizer = tokenizer
         self.duration = duration
         self.frame_rate = frame_rate
-        self.events = events  # replay: the whole trace
+        # replay: the whole trace
+        self.events = events
         self.live = collector is not None
-        self.fleet: FleetState | None = None  # replay: folded here
-        self.view: FleetView | None = None  # what the views show
+        # replay: folded here
+        self.fleet: FleetState | None = None
+        # what the views show
+        self.view: FleetView | None = None
         self.started = time.monotonic()
         self._tree_at = 0.0
         self._dead_told = False
@@ -94,8 +110,11 @@ class FleetApp(App):
             with TabPane("2 Prefix tree", id="tree"):
                 yield FleetTreeView(id="fleet-tree")
             with TabPane("3 Explain", id="explain"):
-                yield Input(placeholder="prompt: token ids (1 2 3) or text with --tokenizer; options: "
-                                        "salt=S lora=L group=G | prompt", id="explain-input")
+                yield Input(
+                    placeholder="prompt: token ids (1 2 3) or text with --tokenizer; options: "
+                    "salt=S lora=L group=G | prompt",
+                    id="explain-input",
+                )
                 with VerticalScroll():
                     yield Static(id="explain-out")
         yield Input(id="goto-input")
@@ -115,7 +134,8 @@ class FleetApp(App):
     def tick(self) -> None:
         """Take what the collector sent; ask for the next view (with the tree when that tab is due)."""
         if not self.is_running or self.collector is None:
-            return  # a timer that fires while the app shuts down; a replay has nothing to take
+            # a timer that fires while the app shuts down; a replay has nothing to take
+            return
         collector = self.collector
         changed = False
         for message in collector.poll():
@@ -141,12 +161,14 @@ class FleetApp(App):
     def _tree_due(self, force: bool = False) -> bool:
         """The tree tab shows, and its rows are a second old (or it was just opened: force)."""
         return self.query_one("#fleet-tabs", TabbedContent).active == "tree" and (
-            force or not self.live or time.monotonic() - self._tree_at >= TREE_EVERY)
+            force or not self.live or time.monotonic() - self._tree_at >= TREE_EVERY
+        )
 
     # ------------------------------------------------------------------ drawing
     def refresh_views(self, force: bool = False) -> None:
         tab = self.query_one("#fleet-tabs", TabbedContent).active
-        if self.fleet is not None:  # a replay: build the view here
+        # a replay: build the view here
+        if self.fleet is not None:
             self.view = fleet_view(self.fleet, tree=self._tree_due(force))
         elif self.collector is not None:
             self.view = self.collector.view
@@ -165,14 +187,17 @@ class FleetApp(App):
         received = ""
         if self.collector is not None and self.collector.counters:
             received = f" · {self.collector.counters['blocks']:,} block hashes received"
-        return (f" {mode} {self.source} · event {view.index:,}{total} · {view.t:.2f}s · "
-                f"{len(view.workers)} workers · {view.nodes:,} blocks known{received}")
+        return (
+            f" {mode} {self.source} · event {view.index:,}{total} · {view.t:.2f}s · "
+            f"{len(view.workers)} workers · {view.nodes:,} blocks known{received}"
+        )
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#fleet-tabs", TabbedContent).active = tab
         if tab == "explain":
             self.query_one("#explain-input", Input).focus()
-        self._tree_at = 0.0  # the tree now, not in a second
+        # the tree now, not in a second
+        self._tree_at = 0.0
         self.refresh_views(force=True)
 
     def on_tabbed_content_tab_activated(self, _message) -> None:

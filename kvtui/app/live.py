@@ -12,7 +12,8 @@ from kvtui.widgets.base import TextLine
 from kvtui.widgets.prompt_bar import PromptBar
 from kvtui.widgets.token_strip import TokenStrip
 
-FEED_BATCH = 50_000  # most items drained per frame: a backlog is caught up over several frames
+# most items drained per frame: a backlog is caught up over several frames
+FEED_BATCH = 50_000
 
 LIVE_BINDINGS = [
     Binding("r", "begin_edit('replace')", "replace token", show=False, id="edit.replace"),
@@ -29,8 +30,10 @@ LIVE_BINDINGS = [
 class LiveMixin:
     """The part of `KvtuiApp` that talks to a running engine (through `feed` and `controller`)."""
 
-    engine_dead: str | None = None  # why the engine worker stopped, once it has
-    _pending_edit: tuple[str, int, int, int] | None = None  # (request, start, count, token id) of the open edit
+    # why the engine worker stopped, once it has
+    engine_dead: str | None = None
+    # (request, start, count, token id) of the open edit
+    _pending_edit: tuple[str, int, int, int] | None = None
 
     # ------------------------------------------------------------------ the feed
     def pump(self) -> bool:
@@ -84,15 +87,19 @@ class LiveMixin:
         self.chat = not self.chat
         if self.live:
             self.query_one(PromptBar).chat = self.chat
-        self.notify("chat mode: prompts go through the chat template" if self.chat else "plain prompt mode",
-                    timeout=2)
+        self.notify(
+            "chat mode: prompts go through the chat template" if self.chat else "plain prompt mode", timeout=2
+        )
         self.refresh_views()
 
     def _engine_died(self, reason: str) -> None:
         """The engine worker stopped for good: say so in a notice, the status line and the prompt box."""
         self.engine_dead = reason
-        self.notify(f"{reason}. Nothing more will run; the trace so far stays browsable.", severity="error",
-                    timeout=15)
+        self.notify(
+            f"{reason}. Nothing more will run; the trace so far stays browsable.",
+            severity="error",
+            timeout=15,
+        )
         if self.live:
             self.query_one(PromptBar).stop(reason)
             self.query_one("#status", TextLine).set(self.status_text())
@@ -111,7 +118,9 @@ class LiveMixin:
     # ------------------------------------------------------------------ edits and fork
     def _require_live(self, what: str) -> bool:
         if not self.live:
-            self.notify(f"{what} needs live mode (kvtui live); this is a replay", severity="warning", timeout=3)
+            self.notify(
+                f"{what} needs live mode (kvtui live); this is a replay", severity="warning", timeout=3
+            )
             return False
         if self.engine_dead:
             self.notify(f"{what}: the engine stopped ({self.engine_dead})", severity="error", timeout=5)
@@ -135,9 +144,15 @@ class LiveMixin:
             self.action_follow()
             live = self.state.requests.get(rid) if self.state is not None else None
             if live is None or live.token_ids[start:end] != seen:
-                now = "nothing (the request is gone)" if live is None else repr("".join(live.texts[start:end]))
-                self.notify(f"{what}: jumped to live, where positions {start}-{end - 1} of {rid} now hold {now}, "
-                            f"not what was selected: look and select again", severity="warning", timeout=8)
+                now = (
+                    "nothing (the request is gone)" if live is None else repr("".join(live.texts[start:end]))
+                )
+                self.notify(
+                    f"{what}: jumped to live, where positions {start}-{end - 1} of {rid} now hold {now}, "
+                    f"not what was selected: look and select again",
+                    severity="warning",
+                    timeout=8,
+                )
                 return None
             self.notify(f"{what}: jumped to live first (edits apply to the engine's present)", timeout=3)
         if not seen:
@@ -155,8 +170,10 @@ class LiveMixin:
         texts = self.view.request.texts
         if kind == "replace":
             where = f"position {start}" if count == 1 else f"positions {start}-{start + count - 1}"
-            what = (f"replace {''.join(texts[start:start + count])!r} ({where}, {count} token"
-                    f"{'s' if count > 1 else ''}) with this text, any length")
+            what = (
+                f"replace {''.join(texts[start : start + count])!r} ({where}, {count} token"
+                f"{'s' if count > 1 else ''}) with this text, any length"
+            )
         else:
             what = f"insert before position {start} ({texts[start]!r}) this text"
         self._pending_edit = target
@@ -171,8 +188,9 @@ class LiveMixin:
             self.notify(f"nothing to {mode}: type the new text", severity="warning", timeout=3)
             return
         rid, start, count, token_id = target
-        self.controller.edit(rid, start, text, mode, num_tokens=count if mode == "replace" else 1,
-                             expected_token=token_id)
+        self.controller.edit(
+            rid, start, text, mode, num_tokens=count if mode == "replace" else 1, expected_token=token_id
+        )
 
     def action_delete_token(self) -> None:
         if not self._require_live("delete a token"):

@@ -8,11 +8,12 @@ every field of every event (engine/trace/reader.py).
 
 from __future__ import annotations
 
-from engine.trace.reader import BatchRejected, Batch, Progress, TraceError, TraceFile, read_header, read_trace
+from engine.trace.reader import Batch, BatchRejected, Progress, TraceError, TraceFile, read_header, read_trace
 
 __all__ = ["BatchRejected", "LoadedTrace", "TraceError", "load_trace", "read_header"]
 
-LoadedTrace = TraceFile  # the reader's result (header, events, error, truncated_tail, unknown_types)
+# the reader's result (header, events, error, truncated_tail, unknown_types)
+LoadedTrace = TraceFile
 
 
 def load_trace(path: str, progress: Progress | None = None, on_batch: Batch | None = None) -> TraceFile:

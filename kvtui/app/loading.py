@@ -38,10 +38,15 @@ class LoadingMixin:
                 self.post_message(self.Loaded(None, LoadedTrace(header={}, error=error)))
                 return
             timeline = Timeline(header)
-            loaded = load_trace(path, progress=lambda done, total, n: self.post_message(self.LoadProgress(done, total, n)),
-                                on_batch=lambda batch: fold(timeline, batch))
+            loaded = load_trace(
+                path,
+                progress=lambda done, total, n: self.post_message(self.LoadProgress(done, total, n)),
+                on_batch=lambda batch: fold(timeline, batch),
+            )
         except OSError as exc:
-            self.post_message(self.Loaded(None, LoadedTrace(header={}, error=TraceError(0, f"cannot read: {exc}"))))
+            self.post_message(
+                self.Loaded(None, LoadedTrace(header={}, error=TraceError(0, f"cannot read: {exc}")))
+            )
             return
         self.post_message(self.Loaded(timeline, loaded))
 
@@ -54,15 +59,22 @@ class LoadingMixin:
         loaded, source = message.loaded, self.source
         if loaded.error is not None:
             where = f"{source}, line {loaded.error.line}" if loaded.error.line else f"{source}"
-            self.notify(f"{where}: {loaded.error.message} - showing the {len(loaded.events)} events before it",
-                        severity="error", timeout=10)
+            self.notify(
+                f"{where}: {loaded.error.message} - showing the {len(loaded.events)} events before it",
+                severity="error",
+                timeout=10,
+            )
         if loaded.truncated_tail:
-            self.notify(f"{source}: the last line is incomplete (the writer stopped mid-line); ignored",
-                        severity="warning", timeout=6)
+            self.notify(
+                f"{source}: the last line is incomplete (the writer stopped mid-line); ignored",
+                severity="warning",
+                timeout=6,
+            )
         if loaded.unknown_types:
             kinds = ", ".join(f"{k} ({n})" for k, n in sorted(loaded.unknown_types.items()))
-            self.notify(f"event types this kvtui does not know were skipped: {kinds}", severity="warning",
-                        timeout=6)
+            self.notify(
+                f"event types this kvtui does not know were skipped: {kinds}", severity="warning", timeout=6
+            )
         if message.timeline is None:
             return
         self.timeline = message.timeline
@@ -79,7 +91,11 @@ def fold(timeline: Timeline, batch: list[dict]) -> None:
     before = len(timeline)
     try:
         timeline.extend(batch)
-    except Exception as exc:  # a schema-valid event that contradicts the state so far (a corrupted trace)
+    # a schema-valid event that contradicts the state so far (a corrupted trace)
+    except Exception as exc:
         i = len(timeline) - before
-        raise BatchRejected(i, f"{batch[i]['type']}: the viewer cannot apply this event to the state so far "
-                               f"({type(exc).__name__}: {exc})") from None
+        raise BatchRejected(
+            i,
+            f"{batch[i]['type']}: the viewer cannot apply this event to the state so far "
+            f"({type(exc).__name__}: {exc})",
+        ) from None

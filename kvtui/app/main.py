@@ -13,24 +13,24 @@ selection.py (tabs and requests).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
+from kvtui.app.feed import Controller, EventFeed
 from kvtui.app.live import LIVE_BINDINGS, LiveMixin
 from kvtui.app.loading import LoadingMixin
 from kvtui.app.playback import PLAYBACK_BINDINGS, PlaybackMixin
 from kvtui.app.selection import SelectionMixin
 from kvtui.app.tabs import TABS, tab_bindings, tab_label
-from kvtui.app.feed import Controller, EventFeed
-from kvtui.state.opening import interesting_request, opening_cursor
 from kvtui.screens.help import HelpScreen
-from kvtui.screens.panel import PanelScreen
 from kvtui.screens.palette import KvtuiCommands
+from kvtui.screens.panel import PanelScreen
 from kvtui.state import CacheState
+from kvtui.state.opening import interesting_request, opening_cursor
 from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import TextLine, View
 from kvtui.widgets.block_pool import BlockPoolView
@@ -58,16 +58,28 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         Binding("escape", "leave_input", "leave input", show=False, id="app.escape"),
     ]
 
-    def __init__(self, timeline: Timeline | None = None, *, source: str = "", live: bool = False,
-                 feed: EventFeed | None = None, controller: Controller | None = None,
-                 clock: Callable[[], float] = time.monotonic, frame_rate: float | None = 30.0,
-                 max_tokens: int = 64, notices: list[tuple[str, str]] | None = None,
-                 trace_path: str | None = None, open_interesting: bool = False):
+    def __init__(
+        self,
+        timeline: Timeline | None = None,
+        *,
+        source: str = "",
+        live: bool = False,
+        feed: EventFeed | None = None,
+        controller: Controller | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        frame_rate: float | None = 30.0,
+        max_tokens: int = 64,
+        notices: list[tuple[str, str]] | None = None,
+        trace_path: str | None = None,
+        open_interesting: bool = False,
+    ):
         super().__init__()
         self.timeline = timeline
-        self.trace_path = trace_path  # replay: loaded in a thread worker, with progress (see load_worker)
+        # replay: loaded in a thread worker, with progress (see load_worker)
+        self.trace_path = trace_path
         self.open_interesting = open_interesting
-        self.loading: tuple[int, int, int] | None = None  # (bytes read, total, events) while loading
+        # (bytes read, total, events) while loading
+        self.loading: tuple[int, int, int] | None = None
         self.source = source
         self.live = live
         self.feed = feed
@@ -83,9 +95,11 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         self.speed = 1.0
         self.play_t = 0.0
         self.last_tick = clock()
-        self.chat = live  # an instruct model answers a chat message; ctrl+t sends plain text instead
+        # an instruct model answers a chat message; ctrl+t sends plain text instead
+        self.chat = live
         self.view = View(self.state)
-        self.input_mode: str | None = None  # "replace" | "insert" | "goto" while the small input is open
+        # "replace" | "insert" | "goto" while the small input is open
+        self.input_mode: str | None = None
         self._select_next_arrival = False
         if live and timeline is not None:
             self.state = timeline.tip
@@ -164,9 +178,11 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         view = self.view
         view.state = state
         if state is not None and (view.request_id is None or view.request_id not in state.requests):
-            view.request_id = state.order[-1] if state.order and self.live else (state.order[0] if state.order
-                                                                                  else None)
-        if isinstance(self.screen, PanelScreen):  # a panel covers the tabs: draw only it
+            view.request_id = (
+                state.order[-1] if state.order and self.live else (state.order[0] if state.order else None)
+            )
+        # a panel covers the tabs: draw only it
+        if isinstance(self.screen, PanelScreen):
             self.screen.update_view(view, self.timeline.events if self.timeline else [], self.status_text())
             return
         self.query_one("#status", TextLine).set(self.status_text())
@@ -174,8 +190,9 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         if tab is not None:
             tab.update(self, state, view)
         tl = self.timeline
-        self.query_one("#scrubber", Scrubber).update_position(self.cursor, len(tl) if tl else 0,
-                                                              tl.markers if tl else {})
+        self.query_one("#scrubber", Scrubber).update_position(
+            self.cursor, len(tl) if tl else 0, tl.markers if tl else {}
+        )
 
     def status_text(self) -> str:
         tl, state = self.timeline, self.state
@@ -187,8 +204,11 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         if tl is None or state is None:
             if self.live and self.engine_dead:
                 return f" kvtui {mode} · {source} · ENGINE STOPPED: {self.engine_dead}"
-            return (f" kvtui {mode} · {source} · waiting for the engine…" if self.live
-                    else f" replay {source} · no trace loaded")
+            return (
+                f" kvtui {mode} · {source} · waiting for the engine…"
+                if self.live
+                else f" replay {source} · no trace loaded"
+            )
         if self.live:
             play = "following" if self.following else "paused (F: follow)"
             if self.engine_dead:
@@ -197,8 +217,10 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             play = "▶" if self.playing else "⏸"
         last = state.last_event["type"] if state.last_event else "start"
         chat = " · chat" if self.live and self.chat else ""
-        return (f" {mode} {source} {play} {self.speed:g}x · event {self.cursor}/{len(tl)} {last} · step "
-                f"{max(state.step, 0)} · {state.t:.2f}s · {self.view.request_id or '-'}{chat}")
+        return (
+            f" {mode} {source} {play} {self.speed:g}x · event {self.cursor}/{len(tl)} {last} · step "
+            f"{max(state.step, 0)} · {state.t:.2f}s · {self.view.request_id or '-'}{chat}"
+        )
 
     # ------------------------------------------------------------------ the small input (go to, replace, insert)
     def _open_input(self, mode: str, placeholder: str) -> None:
@@ -232,7 +254,8 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
 
     # ------------------------------------------------------------------ panels, help and palette
     def action_show_panel(self, kind: str) -> None:
-        if isinstance(self.screen, PanelScreen):  # the same key closes it; the other panel's key swaps
+        # the same key closes it; the other panel's key swaps
+        if isinstance(self.screen, PanelScreen):
             shown = self.screen.kind
             self.screen.dismiss()
             if shown == kind:
@@ -248,8 +271,12 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         entries = []
         for binding in self.BINDINGS:
             entries.append((binding, partial(self.run_action, binding.action)))
-        for selector, cls in (("#pool-grid", BlockPoolView), ("#radix", RadixTreeView), ("#lanes", TimelineView),
-                              ("#token-strip", TokenStrip)):
+        for selector, cls in (
+            ("#pool-grid", BlockPoolView),
+            ("#radix", RadixTreeView),
+            ("#lanes", TimelineView),
+            ("#token-strip", TokenStrip),
+        ):
             for binding in cls.BINDINGS:
                 entries.append((binding, partial(self._run_widget_action, selector, binding.action)))
         return entries
@@ -264,4 +291,5 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         return "\n".join(rows)
 
     def on_unmount(self) -> None:
-        self.controller.stop()  # the live engine: stops after the step in flight, closes its trace, joins
+        # the live engine: stops after the step in flight, closes its trace, joins
+        self.controller.stop()

@@ -41,8 +41,11 @@ class PlaybackMixin:
         k = max(0, min(len(tl), k))
         if self.live and k == len(tl) and self.following:
             self.state = tl.tip
-        elif self.state is not None and self.state is not tl.tip and 0 <= k - self.cursor <= tl.keyframe_every:
-            self.state.apply_all(tl.events[self.cursor:k])  # forward: apply just the new events
+        elif (
+            self.state is not None and self.state is not tl.tip and 0 <= k - self.cursor <= tl.keyframe_every
+        ):
+            # forward: apply just the new events
+            self.state.apply_all(tl.events[self.cursor : k])
         else:
             self.state = tl.state_at(k)
         self.cursor = k

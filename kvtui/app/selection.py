@@ -38,7 +38,8 @@ class SelectionMixin:
     def select_request(self, request_id: str) -> None:
         if request_id != self.view.request_id:
             self.view.request_id = request_id
-            self.query_one("#token-strip", TokenStrip).cursor = None  # the last token
+            # the last token
+            self.query_one("#token-strip", TokenStrip).cursor = None
         self.refresh_views()
 
     def on_radix_tree_view_node_selected(self, message: RadixTreeView.NodeSelected) -> None:

@@ -5,8 +5,9 @@ refreshes the tabs from `TABS` alone; adding a tab is one entry here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -108,8 +109,10 @@ TABS: dict[str, Tab] = {
 
 def tab_bindings() -> list[Binding]:
     """1, 2, ...: show the tab of that number."""
-    return [Binding(str(key), f"show_tab('{tab_id}')", tab.description, show=False, id=f"tab.{tab_id}")
-            for key, (tab_id, tab) in enumerate(TABS.items(), 1)]
+    return [
+        Binding(str(key), f"show_tab('{tab_id}')", tab.description, show=False, id=f"tab.{tab_id}")
+        for key, (tab_id, tab) in enumerate(TABS.items(), 1)
+    ]
 
 
 def tab_label(tab_id: str) -> str:

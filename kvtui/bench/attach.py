@@ -25,13 +25,16 @@ import time
 
 import msgspec
 
-from kvtui.bench.live import _pcts  # frame times reported as `kvtui bench live` reports them
+# frame times reported as `kvtui bench live` reports them
+from kvtui.bench.live import _pcts
 from kvtui.sources.collector import FREEZE_EVERY
 
 BLOCK = 16
-IDLE = 4.0  # seconds the UI runs before the publisher starts (frame times with nothing arriving)
+# seconds the UI runs before the publisher starts (frame times with nothing arriving)
+IDLE = 4.0
 CHAIN = 32
-BATCH = 500  # events per message (a server's step publishes a batch)
+# events per message (a server's step publishes a batch)
+BATCH = 500
 
 
 def make_batches(n_blocks: int, pool: int, run: int = 1, seed: int = 0) -> list[bytes]:
@@ -47,9 +50,17 @@ def make_batches(n_blocks: int, pool: int, run: int = 1, seed: int = 0) -> list[
     parent = None
     while made < n_blocks:
         hashes = list(range(h, h + run))
-        batch.append({"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
-                      "token_ids": [(x * 7 + i) % 50_000 for x in hashes for i in range(BLOCK)],
-                      "block_size": BLOCK, "lora_id": None, "medium": "GPU"})
+        batch.append(
+            {
+                "type": "BlockStored",
+                "block_hashes": hashes,
+                "parent_block_hash": parent,
+                "token_ids": [(x * 7 + i) % 50_000 for x in hashes for i in range(BLOCK)],
+                "block_size": BLOCK,
+                "lora_id": None,
+                "medium": "GPU",
+            }
+        )
         live.extend(hashes)
         h += run
         parent = None if (h // run) % (CHAIN // run or 1) == 0 else hashes[-1]
@@ -65,20 +76,25 @@ def make_batches(n_blocks: int, pool: int, run: int = 1, seed: int = 0) -> list[
     return out
 
 
-def _publisher(endpoint: str, rate: float, seconds: float, pool: int, run: int, ready, port_out,
-               idle: float = 0.0) -> None:
+def _publisher(
+    endpoint: str, rate: float, seconds: float, pool: int, run: int, ready, port_out, idle: float = 0.0
+) -> None:
     import zmq
 
     ctx = zmq.Context()
-    pub = ctx.socket(zmq.XPUB)  # a PUB that also reports the subscriber joining
+    # a PUB that also reports the subscriber joining
+    pub = ctx.socket(zmq.XPUB)
     pub.set_hwm(1_000_000)
     pub.bind(endpoint)
     port_out.put(pub.getsockopt_string(zmq.LAST_ENDPOINT))
     payloads = make_batches(int(rate * seconds), pool, run)
-    per_message = rate * seconds / max(1, len(payloads))  # block events per message
-    pub.recv()  # the subscription
+    # block events per message
+    per_message = rate * seconds / max(1, len(payloads))
+    # the subscription
+    pub.recv()
     ready.set()
-    time.sleep(idle)  # the UI's frames with nothing arriving first: the same run's baseline for frame times
+    # the UI's frames with nothing arriving first: the same run's baseline for frame times
+    time.sleep(idle)
     start = time.perf_counter()
     for seq, payload in enumerate(payloads):
         due = start + seq * per_message / rate
@@ -86,7 +102,8 @@ def _publisher(endpoint: str, rate: float, seconds: float, pool: int, run: int, 
         if delay > 0:
             time.sleep(delay)
         pub.send_multipart((b"", seq.to_bytes(8, "big"), payload))
-    port_out.put(rate * seconds / (time.perf_counter() - start))  # what it managed to offer (a busy machine)
+    # what it managed to offer (a busy machine)
+    port_out.put(rate * seconds / (time.perf_counter() - start))
     time.sleep(1.0)
     pub.close(linger=2000)
     ctx.term()
@@ -101,11 +118,13 @@ def baseline(n_events: int, pool: int, run: int = 1) -> float:
 
     payloads = make_batches(n_events, pool, run, seed=1)
     fleet, sink = FleetState({}), TraceSink()
-    sink.batch_listeners.append(fleet.apply_all)  # as the collector folds: a message's events at once
+    # as the collector folds: a message's events at once
+    sink.batch_listeners.append(fleet.apply_all)
     blocks = 0
     t0 = frozen = time.perf_counter()
     for wire_seq, payload in enumerate(payloads):
-        if time.perf_counter() - frozen >= FREEZE_EVERY:  # and its garbage-collector policy
+        # and its garbage-collector policy
+        if time.perf_counter() - frozen >= FREEZE_EVERY:
             gc.freeze()
             frozen = time.perf_counter()
         batch = decode_payload(payload)
@@ -129,12 +148,16 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
     out: dict = {"_baseline_before": baseline(min(int(rate * seconds), 300_000), pool, run)}
     mp = multiprocessing.get_context("spawn")
     ready, ports = mp.Event(), mp.Queue()
-    proc = mp.Process(target=_publisher, args=("tcp://127.0.0.1:*", rate, seconds, pool, run, ready, ports,
-                                               IDLE), daemon=True)
+    proc = mp.Process(
+        target=_publisher,
+        args=("tcp://127.0.0.1:*", rate, seconds, pool, run, ready, ports, IDLE),
+        daemon=True,
+    )
     proc.start()
     endpoint = ports.get(timeout=60)
     sources = [parse_source(f"{endpoint},name=bench")]
-    collector = CollectorClient(sources, attach_header(sources, None))  # as `kvtui attach` runs
+    # as `kvtui attach` runs
+    collector = CollectorClient(sources, attach_header(sources, None))
     app = FleetApp(source="bench", collector=collector, frame_rate=30.0)
     ticks, frames, idle_frames = [], [], []
     state = {"last_tick": 0.0, "on": False, "frames": frames}
@@ -169,16 +192,19 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
                 while time.perf_counter() - start < span:
                     await asyncio.sleep(1.0)
                     i += 1
-                    await pilot.press("2" if i % 2 else "1")  # the tree and the fleet table, in turn
+                    # the tree and the fleet table, in turn
+                    await pilot.press("2" if i % 2 else "1")
             elapsed = time.perf_counter() - start
             state["on"] = False
-            view = collector.view  # what the UI had at the end (one request behind the collector)
+            # what the UI had at the end (one request behind the collector)
+            view = collector.view
             applied = sum(c["stored"] + c["removed"] for c in view.workers) if view else 0
             out["offered_blocks_per_s"] = rate
             out["received_blocks_per_s"] = collector.counters.get("blocks", 0) / elapsed
             out["applied_blocks_per_s"] = applied / elapsed
             out["applied_events_per_s"] = (view.index if view else 0) / elapsed
-            out["backlog_blocks"] = max(0, round(rate * elapsed) - applied)  # offered by now, not yet shown
+            # offered by now, not yet shown
+            out["backlog_blocks"] = max(0, round(rate * elapsed) - applied)
             counters = collector.stop()
             out["gaps"] = counters.get("gaps", 0)
 
@@ -189,20 +215,24 @@ def run(rate: float, seconds: float, pool: int, run: int = 1, size: tuple[int, i
         proc.join(10)
     try:
         out["sent_blocks_per_s"] = ports.get(timeout=5)
-    except Exception:  # the publisher did not finish: the figure is missing, the rest stands
+    # the publisher did not finish: the figure is missing, the rest stands
+    except Exception:
         pass
     out["tick"] = _pcts(ticks)
     out["frame"] = _pcts(frames)
     out["frames_over_33ms"] = sum(f > 0.033 for f in frames)
-    out["frame_idle"] = _pcts(idle_frames)  # the same UI, the same tab switches, nothing arriving
+    # the same UI, the same tab switches, nothing arriving
+    out["frame_idle"] = _pcts(idle_frames)
     out["idle_frames_over_33ms"] = sum(f > 0.033 for f in idle_frames)
     after = baseline(min(int(rate * seconds), 300_000), pool, run)
-    out["baseline_blocks_per_s"] = (out.pop("_baseline_before") + after) / 2  # before and after: a shared
+    # before and after: a shared
+    out["baseline_blocks_per_s"] = (out.pop("_baseline_before") + after) / 2
     # machine's load changes during the run
     out["applied_vs_baseline"] = out["applied_blocks_per_s"] / out["baseline_blocks_per_s"]
     return out
 
 
 def format_result(result: dict) -> str:
-    return "\n".join(f"{key:>20}: {value if isinstance(value, str) else f'{value:,.2f}'}"
-                     for key, value in result.items())
+    return "\n".join(
+        f"{key:>20}: {value if isinstance(value, str) else f'{value:,.2f}'}" for key, value in result.items()
+    )

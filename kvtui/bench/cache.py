@@ -7,13 +7,13 @@ that ran first (the warm-up that fills the cache). Medians are compared, with p9
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from engine.trace.metrics import percentile
 from engine.core.request import SamplingParams
+from engine.trace.metrics import percentile
 
 ONE_TOKEN = SamplingParams(max_tokens=1, ignore_eos=True)
 
@@ -39,17 +39,24 @@ class WarmCold:
         return percentile(self.warm, 50) / percentile(self.cold, 50)
 
 
-def warm_vs_cold(engine, prompt_tokens: int = 512, shared_fraction: float = 0.9, requests: int = 8,
-                 progress: Callable[[str], None] = lambda msg: None) -> WarmCold:
+def warm_vs_cold(
+    engine,
+    prompt_tokens: int = 512,
+    shared_fraction: float = 0.9,
+    requests: int = 8,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> WarmCold:
     vocab = engine.model.config.vocab_size
     generator = torch.Generator().manual_seed(7)
     shared = _random_tokens(vocab, int(prompt_tokens * shared_fraction), generator)
     suffix = prompt_tokens - len(shared)
-    _ttft(engine, _random_tokens(vocab, prompt_tokens, generator))  # warm up the kernels, not the cache
+    # warm up the kernels, not the cache
+    _ttft(engine, _random_tokens(vocab, prompt_tokens, generator))
     progress(f"cold: {requests} prompts of {prompt_tokens} tokens sharing nothing")
     cold = [_ttft(engine, _random_tokens(vocab, prompt_tokens, generator)) for _ in range(requests)]
     progress(f"warm: {requests} prompts sharing their first {len(shared)} tokens")
-    _ttft(engine, shared + _random_tokens(vocab, suffix, generator))  # fills the cache with the shared prefix
+    # fills the cache with the shared prefix
+    _ttft(engine, shared + _random_tokens(vocab, suffix, generator))
     warm, cached = [], 0
     for _ in range(requests):
         out = engine.generate([shared + _random_tokens(vocab, suffix, generator)], ONE_TOKEN)[0]
@@ -62,8 +69,10 @@ def warm_vs_cold(engine, prompt_tokens: int = 512, shared_fraction: float = 0.9,
 class EditCost:
     position: int
     tokens: int
-    full_prefill: float  # median seconds to prefill all n tokens cold
-    reprefill: float  # median seconds to prefill again after the edit at m
+    # median seconds to prefill all n tokens cold
+    full_prefill: float
+    # median seconds to prefill again after the edit at m
+    reprefill: float
     recompute_tokens: int
 
     @property
@@ -75,8 +84,13 @@ class EditCost:
         return 1.2 * (self.tokens - self.position) / self.tokens
 
 
-def edit_reprefill(engine, prompt_tokens: int = 512, positions: tuple[float, ...] = (0.25, 0.5, 0.75, 0.95),
-                   repeats: int = 3, progress: Callable[[str], None] = lambda msg: None) -> list[EditCost]:
+def edit_reprefill(
+    engine,
+    prompt_tokens: int = 512,
+    positions: tuple[float, ...] = (0.25, 0.5, 0.75, 0.95),
+    repeats: int = 3,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> list[EditCost]:
     """For each m: TTFT of a cold n-token prompt vs TTFT after editing token m of that finished request."""
     vocab = engine.model.config.vocab_size
     generator = torch.Generator().manual_seed(8)
@@ -113,6 +127,8 @@ def format_cache_bench(warm: WarmCold, edits: list[EditCost]) -> str:
     ]
     for e in edits:
         verdict = "ok" if e.ratio <= e.target else "over"
-        lines.append(f"  {e.position:>5} {e.tokens:>5} {e.recompute_tokens:>9} {e.full_prefill * 1000:>8.1f} "
-                     f"{e.reprefill * 1000:>8.1f} {e.ratio:>6.3f} {e.target:>10.3f} {verdict}")
+        lines.append(
+            f"  {e.position:>5} {e.tokens:>5} {e.recompute_tokens:>9} {e.full_prefill * 1000:>8.1f} "
+            f"{e.reprefill * 1000:>8.1f} {e.ratio:>6.3f} {e.target:>10.3f} {verdict}"
+        )
     return "\n".join(lines)

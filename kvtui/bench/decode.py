@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -22,7 +22,8 @@ from engine.core.request import SamplingParams
 @dataclass
 class DecodeRow:
     batch: int
-    context: int  # mean context over the timed steps
+    # mean context over the timed steps
+    context: int
     step_s: float
     bytes_per_step: float
 
@@ -31,13 +32,15 @@ class DecodeRow:
         return self.batch / self.step_s
 
     @property
-    def bandwidth(self) -> float:  # bytes / s
+    # bytes / s
+    def bandwidth(self) -> float:
         return self.bytes_per_step / self.step_s
 
 
 def weight_bytes(model) -> int:
     seen, total = set(), 0
-    for p in model.parameters():  # tied embeddings count once
+    # tied embeddings count once
+    for p in model.parameters():
         if p.data_ptr() not in seen:
             seen.add(p.data_ptr())
             total += p.numel() * p.element_size()
@@ -49,23 +52,34 @@ def _sync(engine) -> None:
         torch.cuda.synchronize()
 
 
-def measure_decode(engine, batches=(1, 8, 64), prompt_tokens: int = 512, steps: int = 64,
-                   progress: Callable[[str], None] = lambda msg: None) -> list[DecodeRow]:
+def measure_decode(
+    engine,
+    batches=(1, 8, 64),
+    prompt_tokens: int = 512,
+    steps: int = 64,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> list[DecodeRow]:
     vocab = engine.model.config.vocab_size
     weights = weight_bytes(engine.model)
     per_token = engine.shape.kv_bytes_per_token()
     generator = torch.Generator().manual_seed(9)
     rows = []
-    engine.generate([torch.randint(100, vocab, (32,), generator=generator).tolist()],
-                    SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
+    engine.generate(
+        [torch.randint(100, vocab, (32,), generator=generator).tolist()],
+        # warm up
+        SamplingParams(max_tokens=4, ignore_eos=True),
+    )
     for batch in batches:
         progress(f"batch {batch}: prefill {batch} x {prompt_tokens} tokens, then {steps} decode steps")
         params = SamplingParams(max_tokens=steps + 4, ignore_eos=True)
-        ids = [engine.submit(torch.randint(100, vocab, (prompt_tokens,), generator=generator).tolist(), params)
-               for _ in range(batch)]
+        ids = [
+            engine.submit(torch.randint(100, vocab, (prompt_tokens,), generator=generator).tolist(), params)
+            for _ in range(batch)
+        ]
         while any(not engine.requests[i].output_token_ids for i in ids):
             engine.step()
-        engine.step()  # every request decodes from here on
+        # every request decodes from here on
+        engine.step()
         _sync(engine)
         times = []
         contexts = []
@@ -83,17 +97,23 @@ def measure_decode(engine, batches=(1, 8, 64), prompt_tokens: int = 512, steps: 
 
 
 def format_decode(rows: list[DecodeRow], peak_tbs: float, copy_tbs: float | None) -> str:
-    head = f"{'batch':>5} {'context':>7} {'step ms':>8} {'tok/s':>9} {'GB/step':>8} {'TB/s':>6} {'of peak':>8}"
+    head = (
+        f"{'batch':>5} {'context':>7} {'step ms':>8} {'tok/s':>9} {'GB/step':>8} {'TB/s':>6} {'of peak':>8}"
+    )
     if copy_tbs:
         head += f" {'of copy':>8}"
     lines = [head, "-" * len(head)]
     for r in rows:
         tbs = r.bandwidth / 1e12
-        line = (f"{r.batch:>5} {r.context:>7} {r.step_s * 1000:>8.2f} {r.tokens_per_s:>9.1f} "
-                f"{r.bytes_per_step / 1e9:>8.3f} {tbs:>6.2f} {tbs / peak_tbs:>8.1%}")
+        line = (
+            f"{r.batch:>5} {r.context:>7} {r.step_s * 1000:>8.2f} {r.tokens_per_s:>9.1f} "
+            f"{r.bytes_per_step / 1e9:>8.3f} {tbs:>6.2f} {tbs / peak_tbs:>8.1%}"
+        )
         if copy_tbs:
             line += f" {tbs / copy_tbs:>8.1%}"
         lines.append(line)
-    lines.append(f"bytes per step = weights + every sequence's K/V read once; peak {peak_tbs} TB/s"
-                 + (f", measured copy {copy_tbs} TB/s" if copy_tbs else ""))
+    lines.append(
+        f"bytes per step = weights + every sequence's K/V read once; peak {peak_tbs} TB/s"
+        + (f", measured copy {copy_tbs} TB/s" if copy_tbs else "")
+    )
     return "\n".join(lines)

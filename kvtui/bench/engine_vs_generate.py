@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from engine.models.loading import stock_attention
 from engine.core.request import SamplingParams
+from engine.models.loading import stock_attention
 
 
 @dataclass
@@ -24,10 +24,14 @@ class BenchRow:
     system: str
     tokens: int
     seconds: float
-    ttft: float | None  # mean seconds
-    tpot: float | None  # mean seconds
-    baseline: str | None = None  # system this row is compared with
-    ratio: float | None = None  # tokens/s of this row / tokens/s of the baseline
+    # mean seconds
+    ttft: float | None
+    # mean seconds
+    tpot: float | None
+    # system this row is compared with
+    baseline: str | None = None
+    # tokens/s of this row / tokens/s of the baseline
+    ratio: float | None = None
     note: str = ""
 
     @property
@@ -43,7 +47,8 @@ def bench_prompts(vocab: int, prompt_tokens: int, count: int) -> list[list[int]]
 def _generate_config(model, max_tokens: int):
     config = copy.deepcopy(model.generation_config)
     config.max_new_tokens = max_tokens
-    config.min_new_tokens = max_tokens  # same token count as ours, which ignores EOS here
+    # same token count as ours, which ignores EOS here
+    config.min_new_tokens = max_tokens
     config.do_sample = False
     return config
 
@@ -70,8 +75,14 @@ def ours(engine, prompts: list[list[int]], max_tokens: int) -> BenchRow:
     outputs = engine.generate(prompts, params)
     seconds = time.perf_counter() - start
     tpots = [o.tpot for o in outputs if o.tpot is not None]
-    return BenchRow("", "kvtui engine", sum(len(o.token_ids) for o in outputs), seconds,
-                    sum(o.ttft for o in outputs) / len(outputs), sum(tpots) / len(tpots) if tpots else None)
+    return BenchRow(
+        "",
+        "kvtui engine",
+        sum(len(o.token_ids) for o in outputs),
+        seconds,
+        sum(o.ttft for o in outputs) / len(outputs),
+        sum(tpots) / len(tpots) if tpots else None,
+    )
 
 
 def hf_batch(model, prompts: list[list[int]], max_tokens: int) -> BenchRow:
@@ -83,8 +94,14 @@ def hf_batch(model, prompts: list[list[int]], max_tokens: int) -> BenchRow:
     return BenchRow("", "transformers generate_batch", tokens, seconds, None, None)
 
 
-def run_bench(engine, prompt_tokens: int = 64, max_tokens: int = 32, concurrent: int = 8, repeats: int = 1,
-              progress: Callable[[str], None] = lambda msg: None) -> list[BenchRow]:
+def run_bench(
+    engine,
+    prompt_tokens: int = 64,
+    max_tokens: int = 32,
+    concurrent: int = 8,
+    repeats: int = 1,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> list[BenchRow]:
     model = engine.model
     prompts = bench_prompts(model.config.vocab_size, prompt_tokens, concurrent)
     progress("warming up")
@@ -100,8 +117,14 @@ def run_bench(engine, prompt_tokens: int = 64, max_tokens: int = 32, concurrent:
 
     def hf_single():
         seconds, ttft = hf_generate(model, prompts[0], max_tokens)
-        return BenchRow("single stream", "transformers generate", max_tokens, seconds, ttft,
-                        (seconds - ttft) / (max_tokens - 1) if max_tokens > 1 else None)
+        return BenchRow(
+            "single stream",
+            "transformers generate",
+            max_tokens,
+            seconds,
+            ttft,
+            (seconds - ttft) / (max_tokens - 1) if max_tokens > 1 else None,
+        )
 
     base = best(hf_single)
     progress("single stream: kvtui engine")
@@ -117,12 +140,19 @@ def run_bench(engine, prompt_tokens: int = 64, max_tokens: int = 32, concurrent:
         total, ttfts, tpots, clock = 0.0, [], [], 0.0
         for prompt in prompts:
             seconds, ttft = hf_generate(model, prompt, max_tokens)
-            ttfts.append(clock + ttft)  # a request queued behind the others waits for them
+            # a request queued behind the others waits for them
+            ttfts.append(clock + ttft)
             clock += seconds
             tpots.append((seconds - ttft) / (max_tokens - 1) if max_tokens > 1 else 0.0)
             total += seconds
-        return BenchRow(scenario, "transformers generate, sequential", max_tokens * len(prompts), total,
-                        sum(ttfts) / len(ttfts), sum(tpots) / len(tpots))
+        return BenchRow(
+            scenario,
+            "transformers generate, sequential",
+            max_tokens * len(prompts),
+            total,
+            sum(ttfts) / len(ttfts),
+            sum(tpots) / len(tpots),
+        )
 
     seq = best(hf_sequential)
     progress(f"{scenario}: kvtui engine, batched")
@@ -135,12 +165,30 @@ def run_bench(engine, prompt_tokens: int = 64, max_tokens: int = 32, concurrent:
     try:
         cb = best(lambda: hf_batch(model, prompts, max_tokens))
         cb.scenario = scenario
-        batched_vs_cb = BenchRow(scenario, "kvtui engine, batched", batched.tokens, batched.seconds, batched.ttft,
-                                 batched.tpot, cb.system, batched.tokens_per_s / cb.tokens_per_s)
+        batched_vs_cb = BenchRow(
+            scenario,
+            "kvtui engine, batched",
+            batched.tokens,
+            batched.seconds,
+            batched.ttft,
+            batched.tpot,
+            cb.system,
+            batched.tokens_per_s / cb.tokens_per_s,
+        )
         rows += [cb, batched_vs_cb]
-    except Exception as exc:  # transformers' continuous batching is optional here; say why it did not run
-        rows.append(BenchRow(scenario, "transformers generate_batch", 0, 0.0, None, None,
-                             note=f"did not run: {type(exc).__name__}: {str(exc)[:80]}"))
+    # transformers' continuous batching is optional here; say why it did not run
+    except Exception as exc:
+        rows.append(
+            BenchRow(
+                scenario,
+                "transformers generate_batch",
+                0,
+                0.0,
+                None,
+                None,
+                note=f"did not run: {type(exc).__name__}: {str(exc)[:80]}",
+            )
+        )
     return rows
 
 
@@ -154,6 +202,8 @@ def format_table(rows: list[BenchRow]) -> str:
     for r in rows:
         ratio = f"{r.ratio:.2f}x vs {r.baseline}" if r.ratio is not None else r.note
         tps = f"{r.tokens_per_s:.1f}" if r.seconds else "-"
-        lines.append(f"{r.scenario:<14} {r.system:<34} {r.tokens:>6} {r.seconds:>7.2f} {tps:>8} "
-                     f"{_ms(r.ttft):>8} {_ms(r.tpot):>8}  {ratio}")
+        lines.append(
+            f"{r.scenario:<14} {r.system:<34} {r.tokens:>6} {r.seconds:>7.2f} {tps:>8} "
+            f"{_ms(r.ttft):>8} {_ms(r.tpot):>8}  {ratio}"
+        )
     return "\n".join(lines)

@@ -28,15 +28,17 @@ def bench_frames(header: dict, events: list[dict], repeat: int = 5) -> dict[str,
         widget.DEFAULT_WIDTH = WIDTH
         t0 = time.perf_counter()
         for _ in range(repeat):
-            widget._rows_key = None if hasattr(widget, "_rows_key") else None  # defeat per-state caches
+            # defeat per-state caches
+            widget._rows_key = None if hasattr(widget, "_rows_key") else None
             widget._cache_key = None
             widget._layout_key = None
             for y in range(HEIGHT):
                 widget.render_line(y)
         out[cls.__name__] = (time.perf_counter() - t0) / repeat * 1000
     for per_frame in (50, 2000):
-        out[f"live frame at {WIDTH}x{HEIGHT}, {per_frame} new events per frame (ingest + refresh + paint)"] = \
-            bench_live_frame(header, events, per_frame=per_frame)
+        out[
+            f"live frame at {WIDTH}x{HEIGHT}, {per_frame} new events per frame (ingest + refresh + paint)"
+        ] = bench_live_frame(header, events, per_frame=per_frame)
     return out
 
 
@@ -61,7 +63,7 @@ def bench_live_frame(header: dict, events: list[dict], per_frame: int = 2000, fr
             app.pump()
             await pilot.press("escape")
             for i in range(frames):
-                for ev in events[i * per_frame:(i + 1) * per_frame]:
+                for ev in events[i * per_frame : (i + 1) * per_frame]:
                     feed.put_event(ev)
                 t0 = time.perf_counter()
                 app.tick()

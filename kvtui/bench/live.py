@@ -13,8 +13,12 @@ import asyncio
 import statistics
 import time
 
-PROMPTS = ["Explain what a KV cache stores, in detail.", "Write a short story about a lighthouse keeper.",
-           "List ten facts about the planet Mars.", "Describe how a bicycle works."]
+PROMPTS = [
+    "Explain what a KV cache stores, in detail.",
+    "Write a short story about a lighthouse keeper.",
+    "List ten facts about the planet Mars.",
+    "Describe how a bicycle works.",
+]
 TABS = ("pool", "requests", "tree", "metrics", "tokens")
 TAB_KEYS = {"pool": "1", "requests": "2", "tree": "3", "metrics": "4", "tokens": "6"}
 
@@ -24,11 +28,15 @@ def _pcts(values: list[float]) -> str:
         return "n=0"
     ordered = sorted(values)
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return (f"p50 {statistics.median(ordered) * 1000:.1f} ms · p95 {pick(0.95) * 1000:.1f} ms · "
-            f"max {ordered[-1] * 1000:.1f} ms (n={len(ordered)})")
+    return (
+        f"p50 {statistics.median(ordered) * 1000:.1f} ms · p95 {pick(0.95) * 1000:.1f} ms · "
+        f"max {ordered[-1] * 1000:.1f} ms (n={len(ordered)})"
+    )
 
 
-def run(model: str, device: str, seconds: float, size: tuple[int, int], max_tokens: int, num_blocks: int) -> dict:
+def run(
+    model: str, device: str, seconds: float, size: tuple[int, int], max_tokens: int, num_blocks: int
+) -> dict:
     from textual.screen import Screen
 
     from engine.engine import EngineConfig
@@ -37,7 +45,9 @@ def run(model: str, device: str, seconds: float, size: tuple[int, int], max_toke
 
     feed = EventFeed()
     worker = EngineWorker(feed, model, EngineConfig(device=device, num_blocks=num_blocks))
-    app = KvtuiApp(source=model, live=True, feed=feed, controller=worker, frame_rate=30.0, max_tokens=max_tokens)
+    app = KvtuiApp(
+        source=model, live=True, feed=feed, controller=worker, frame_rate=30.0, max_tokens=max_tokens
+    )
     ticks: list[float] = []
     paints: list[float] = []
     frames: list[float] = []
@@ -83,8 +93,10 @@ def run(model: str, device: str, seconds: float, size: tuple[int, int], max_toke
             out["load_s"] = time.perf_counter() - t0
             for prompt in PROMPTS:
                 worker.submit(prompt, max_tokens)
-            await pilot.press("escape")  # leave the prompt box, so tab keys switch tabs
-            await asyncio.sleep(1.0)  # let the prefills start
+            # leave the prompt box, so tab keys switch tabs
+            await pilot.press("escape")
+            # let the prefills start
+            await asyncio.sleep(1.0)
             n0 = len(app.timeline)
             tokens0 = app.timeline.tip.counts.get("token_emitted", 0)
             state["measuring"] = True
@@ -97,7 +109,8 @@ def run(model: str, device: str, seconds: float, size: tuple[int, int], max_toke
                 lags.append(max(0.0, time.perf_counter() - expected))
                 expected = time.perf_counter()
                 i += 1
-                if i % 30 == 0:  # a tab switch every second, as a user would
+                # a tab switch every second, as a user would
+                if i % 30 == 0:
                     await pilot.press(TAB_KEYS[TABS[(i // 30) % len(TABS)]])
             elapsed = time.perf_counter() - start
             state["measuring"] = False
@@ -110,11 +123,17 @@ def run(model: str, device: str, seconds: float, size: tuple[int, int], max_toke
         asyncio.run(main())
     finally:
         Screen._on_timer_update = original_paint
-    out.update(tick=_pcts(ticks), paint=_pcts(paints), frame=_pcts(frames), loop_lag=_pcts(lags),
-               **{f"frame[{tab}]": _pcts(v) for tab, v in per_tab.items()})
+    out.update(
+        tick=_pcts(ticks),
+        paint=_pcts(paints),
+        frame=_pcts(frames),
+        loop_lag=_pcts(lags),
+        **{f"frame[{tab}]": _pcts(v) for tab, v in per_tab.items()},
+    )
     return out
 
 
 def format_result(result: dict) -> str:
-    return "\n".join(f"{key:>18}: {value if isinstance(value, str) else f'{value:,.1f}'}"
-                     for key, value in result.items())
+    return "\n".join(
+        f"{key:>18}: {value if isinstance(value, str) else f'{value:,.1f}'}" for key, value in result.items()
+    )

@@ -13,21 +13,27 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from engine.models.loading import stock_attention
 from engine.core.request import SamplingParams
+from engine.models.loading import stock_attention
 
 
 def tiny_llama(max_positions: int, hidden: int = 64, layers: int = 2, seed: int = 0):
     import transformers
 
-    config = transformers.LlamaConfig(vocab_size=256, hidden_size=hidden, intermediate_size=2 * hidden,
-                                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                                      max_position_embeddings=max_positions)
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+    )
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     model.generation_config.eos_token_id = None
@@ -38,7 +44,8 @@ def tiny_llama(max_positions: int, hidden: int = 64, layers: int = 2, seed: int 
 @dataclass
 class Pair:
     work: str
-    baseline: list[float]  # seconds per repeat
+    # seconds per repeat
+    baseline: list[float]
     engine: list[float]
 
     @property
@@ -66,14 +73,20 @@ def _engine(model, max_batched_tokens: int):
     from engine.engine import Engine, EngineConfig
 
     longest = model.config.max_position_embeddings
-    config = EngineConfig(prefix_cache=False, block_size=16, num_blocks=longest // 16 + 8,
-                          max_batched_tokens=max_batched_tokens)
+    config = EngineConfig(
+        prefix_cache=False, block_size=16, num_blocks=longest // 16 + 8, max_batched_tokens=max_batched_tokens
+    )
     return Engine.from_model(model, config=config)
 
 
-def run_long_context(prefill_lengths=(2048, 8192, 16384), decode_after: int = 8192, decode_tokens: int = 32,
-                     repeats: int = 3, max_batched_tokens: int = 512,
-                     progress: Callable[[str], None] = lambda msg: None) -> list[Pair]:
+def run_long_context(
+    prefill_lengths=(2048, 8192, 16384),
+    decode_after: int = 8192,
+    decode_tokens: int = 32,
+    repeats: int = 3,
+    max_batched_tokens: int = 512,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> list[Pair]:
     longest = max([*prefill_lengths, decode_after + (decode_tokens + 1) * repeats + 1])
     model = tiny_llama(longest + 16)
     engine = _engine(model, max_batched_tokens)
@@ -90,11 +103,19 @@ def run_long_context(prefill_lengths=(2048, 8192, 16384), decode_after: int = 81
         pair = Pair(f"prefill {n:,} tokens", [], [])
         for r in range(repeats):
             progress(f"prefill {n}: repeat {r + 1}/{repeats}")
-            pair.baseline.append(_timed(lambda: _hf_prefill(model, ids)))
-            pair.engine.append(_timed(lambda: engine.generate([prompt], one)))
+            pair.baseline.append(_timed(lambda ids=ids: _hf_prefill(model, ids)))
+            pair.engine.append(_timed(lambda prompt=prompt: engine.generate([prompt], one)))
         pairs.append(pair)
-    pairs.append(_decode_pair(model, engine, torch.randint(3, 256, (decode_after,), generator=generator).tolist(),
-                              decode_tokens, repeats, progress))
+    pairs.append(
+        _decode_pair(
+            model,
+            engine,
+            torch.randint(3, 256, (decode_after,), generator=generator).tolist(),
+            decode_tokens,
+            repeats,
+            progress,
+        )
+    )
     return pairs
 
 
@@ -110,7 +131,8 @@ def _decode_pair(model, engine, prompt: list[int], tokens: int, repeats: int, pr
         model(torch.tensor([prompt]), past_key_values=cache, use_cache=True, logits_to_keep=1)
     rid = engine.submit(prompt, SamplingParams(max_tokens=(tokens + 1) * repeats + 1, ignore_eos=True))
     while engine.requests[rid].num_computed < len(prompt):
-        engine.step()  # the prefill; every later step decodes one token
+        # the prefill; every later step decodes one token
+        engine.step()
     next_id = torch.tensor([[prompt[-1]]])
     for r in range(repeats):
         progress(f"decode after {len(prompt)}: repeat {r + 1}/{repeats}")
@@ -120,8 +142,12 @@ def _decode_pair(model, engine, prompt: list[int], tokens: int, repeats: int, pr
         start = time.perf_counter()
         with stock_attention(model):
             for i in range(tokens):
-                logits = model(next_id, past_key_values=cache, use_cache=True,
-                               position_ids=torch.tensor([[len(prompt) + i]])).logits
+                logits = model(
+                    next_id,
+                    past_key_values=cache,
+                    use_cache=True,
+                    position_ids=torch.tensor([[len(prompt) + i]]),
+                ).logits
                 next_id = logits[:, -1:].argmax(-1)
         pair.baseline.append((time.perf_counter() - start) / tokens)
         start = time.perf_counter()
@@ -137,7 +163,9 @@ def format_long_context(pairs: list[Pair]) -> str:
     lines = [head, "-" * len(head)]
     for p in pairs:
         lo, hi = min(p.ratios), max(p.ratios)
-        lines.append(f"{p.work:<30} {statistics.median(p.baseline) * 1000:>15.1f} "
-                     f"{statistics.median(p.engine) * 1000:>10.1f} {p.ratio:>6.2f}  {lo:>5.2f}-{hi:<5.2f}")
+        lines.append(
+            f"{p.work:<30} {statistics.median(p.baseline) * 1000:>15.1f} "
+            f"{statistics.median(p.engine) * 1000:>10.1f} {p.ratio:>6.2f}  {lo:>5.2f}-{hi:<5.2f}"
+        )
     lines.append("ratio = engine / transformers, median of per-repeat ratios (target <= 1.2)")
     return "\n".join(lines)

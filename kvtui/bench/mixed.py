@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
-from engine.models.loading import stock_attention
 from engine.core.request import SamplingParams
+from engine.models.loading import stock_attention
 from kvtui.bench.engine_vs_generate import _generate_config
 
 
@@ -35,8 +35,8 @@ def padded_generate(model, prompts: list[list[int]], max_tokens: int) -> int:
     ids = torch.zeros(len(prompts), width, dtype=torch.long)
     mask = torch.zeros(len(prompts), width, dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     config = _generate_config(model, max_tokens)
     config.pad_token_id = 0
     with stock_attention(model):
@@ -46,8 +46,9 @@ def padded_generate(model, prompts: list[list[int]], max_tokens: int) -> int:
 
 def generate_batch(model, prompts: list[list[int]], max_tokens: int) -> int:
     with stock_attention(model):
-        results = model.generate_batch(prompts, generation_config=_generate_config(model, max_tokens),
-                                       progress_bar=False)
+        results = model.generate_batch(
+            prompts, generation_config=_generate_config(model, max_tokens), progress_bar=False
+        )
     return sum(len(r.generated_tokens) for r in results.values())
 
 
@@ -61,26 +62,38 @@ class MixedResult:
     count: int
     lengths: tuple[int, int]
     max_tokens: int
-    seconds: dict[str, list[float]] = field(default_factory=dict)  # system -> seconds per repeat
+    # system -> seconds per repeat
+    seconds: dict[str, list[float]] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
 
     def ratio(self, baseline: str) -> float | None:
         if baseline not in self.seconds or not self.seconds[baseline]:
             return None
-        per = [(self.tokens["kvtui engine"] / e) / (self.tokens[baseline] / b)
-               for e, b in zip(self.seconds["kvtui engine"], self.seconds[baseline])]
+        per = [
+            (self.tokens["kvtui engine"] / e) / (self.tokens[baseline] / b)
+            for e, b in zip(self.seconds["kvtui engine"], self.seconds[baseline])
+        ]
         return statistics.median(per)
 
 
-def run_mixed(engine, count: int = 64, shortest: int = 16, longest: int = 512, max_tokens: int = 32,
-              repeats: int = 1, progress: Callable[[str], None] = lambda msg: None,
-              generate_batch_too: bool = True) -> MixedResult:
+def run_mixed(
+    engine,
+    count: int = 64,
+    shortest: int = 16,
+    longest: int = 512,
+    max_tokens: int = 32,
+    repeats: int = 1,
+    progress: Callable[[str], None] = lambda msg: None,
+    generate_batch_too: bool = True,
+) -> MixedResult:
     model = engine.model
     prompts = mixed_prompts(model.config.vocab_size, count, shortest, longest)
-    systems = {"kvtui engine": lambda: ours(engine, prompts, max_tokens),
-               "transformers padded generate": lambda: padded_generate(model, prompts, max_tokens),
-               "transformers generate_batch": lambda: generate_batch(model, prompts, max_tokens)}
+    systems = {
+        "kvtui engine": lambda: ours(engine, prompts, max_tokens),
+        "transformers padded generate": lambda: padded_generate(model, prompts, max_tokens),
+        "transformers generate_batch": lambda: generate_batch(model, prompts, max_tokens),
+    }
     if not generate_batch_too:
         del systems["transformers generate_batch"]
     result = MixedResult(count, (shortest, longest), max_tokens)
@@ -95,7 +108,8 @@ def run_mixed(engine, count: int = 64, shortest: int = 16, longest: int = 512, m
             start = time.perf_counter()
             try:
                 result.tokens[name] = run()
-            except Exception as exc:  # transformers' continuous batching may not run on this setup: say why
+            # transformers' continuous batching may not run on this setup: say why
+            except Exception as exc:
                 result.failed[name] = f"{type(exc).__name__}: {str(exc)[:100]}"
                 continue
             result.seconds.setdefault(name, []).append(time.perf_counter() - start)
@@ -104,14 +118,20 @@ def run_mixed(engine, count: int = 64, shortest: int = 16, longest: int = 512, m
 
 def format_mixed(result: MixedResult) -> str:
     lo, hi = result.lengths
-    lines = [f"{result.count} concurrent requests, prompts of {lo}-{hi} tokens, {result.max_tokens} new tokens each",
-             f"{'system':<30} {'tokens':>7} {'sec (median)':>12} {'tok/s':>8}  ours / it"]
+    lines = [
+        f"{result.count} concurrent requests, prompts of {lo}-{hi} tokens, {result.max_tokens} new tokens each",
+        f"{'system':<30} {'tokens':>7} {'sec (median)':>12} {'tok/s':>8}  ours / it",
+    ]
     for name, seconds in result.seconds.items():
         median = statistics.median(seconds)
         ratio = "" if name == "kvtui engine" else f"{result.ratio(name):.2f}x"
-        lines.append(f"{name:<30} {result.tokens[name]:>7} {median:>12.2f} {result.tokens[name] / median:>8.1f}  "
-                     f"{ratio}")
+        lines.append(
+            f"{name:<30} {result.tokens[name]:>7} {median:>12.2f} {result.tokens[name] / median:>8.1f}  "
+            f"{ratio}"
+        )
     for name, why in result.failed.items():
         lines.append(f"{name:<30} did not run: {why}")
-    lines.append("targets: >= 1.5x padded generate, >= 2x generate_batch (throughput, median of per-repeat ratios)")
+    lines.append(
+        "targets: >= 1.5x padded generate, >= 2x generate_batch (throughput, median of per-repeat ratios)"
+    )
     return "\n".join(lines)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -21,8 +21,10 @@ from engine.core.request import SamplingParams
 @dataclass
 class OverheadRow:
     context: int
-    phase: str  # "decode" or "prefill"
-    step_ms: float  # median per step
+    # "decode" or "prefill"
+    phase: str
+    # median per step
+    step_ms: float
     model_ms: float
     steps: int
 
@@ -45,13 +47,17 @@ def _timed_steps(engine, count: int) -> tuple[list[float], list[float]]:
     return steps, model
 
 
-def measure_overhead(engine, contexts=(1024, 4096, 8192), steps: int = 32,
-                     progress: Callable[[str], None] = lambda msg: None) -> list[OverheadRow]:
+def measure_overhead(
+    engine, contexts=(1024, 4096, 8192), steps: int = 32, progress: Callable[[str], None] = lambda msg: None
+) -> list[OverheadRow]:
     vocab = engine.model.config.vocab_size
     limit = getattr(engine.model.config, "max_position_embeddings", None) or max(contexts) + steps + 1
     generator = torch.Generator().manual_seed(5)
-    engine.generate([torch.randint(100, vocab, (64,), generator=generator).tolist()],
-                    SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
+    engine.generate(
+        [torch.randint(100, vocab, (64,), generator=generator).tolist()],
+        # warm up
+        SamplingParams(max_tokens=4, ignore_eos=True),
+    )
     rows = []
     for context in contexts:
         prompt_len = min(context, limit - steps - 2)
@@ -63,13 +69,28 @@ def measure_overhead(engine, contexts=(1024, 4096, 8192), steps: int = 32,
             s, m = _timed_steps(engine, 1)
             prefill_steps += s
             prefill_model += m
-        engine.step()  # the first decode (allocates and warms up the shapes)
+        # the first decode (allocates and warms up the shapes)
+        engine.step()
         decode_steps, decode_model = _timed_steps(engine, steps)
         engine.abort(rid)
-        rows.append(OverheadRow(prompt_len, "prefill", statistics.median(prefill_steps) * 1000,
-                                statistics.median(prefill_model) * 1000, len(prefill_steps)))
-        rows.append(OverheadRow(prompt_len, "decode", statistics.median(decode_steps) * 1000,
-                                statistics.median(decode_model) * 1000, len(decode_steps)))
+        rows.append(
+            OverheadRow(
+                prompt_len,
+                "prefill",
+                statistics.median(prefill_steps) * 1000,
+                statistics.median(prefill_model) * 1000,
+                len(prefill_steps),
+            )
+        )
+        rows.append(
+            OverheadRow(
+                prompt_len,
+                "decode",
+                statistics.median(decode_steps) * 1000,
+                statistics.median(decode_model) * 1000,
+                len(decode_steps),
+            )
+        )
     return rows
 
 
@@ -77,7 +98,9 @@ def format_overhead(rows: list[OverheadRow]) -> str:
     head = f"{'context':>8} {'phase':<8} {'steps':>5} {'step ms':>8} {'model ms':>9} {'overhead ms':>11} {'share':>6}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.context:>8} {r.phase:<8} {r.steps:>5} {r.step_ms:>8.2f} {r.model_ms:>9.2f} "
-                     f"{r.overhead_ms:>11.2f} {r.fraction:>6.1%}")
+        lines.append(
+            f"{r.context:>8} {r.phase:<8} {r.steps:>5} {r.step_ms:>8.2f} {r.model_ms:>9.2f} "
+            f"{r.overhead_ms:>11.2f} {r.fraction:>6.1%}"
+        )
     lines.append("overhead = median step - median model call (target: <= 5% of a step, flat in the context)")
     return "\n".join(lines)

@@ -13,18 +13,34 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 # a tiny Gemma-3-style model: one sliding-window layer (W=8) and one full-attention layer, 97-token vocabulary
-TINY_MODEL = dict(vocab_size=97, hidden_size=32, intermediate_size=48, max_position_embeddings=4096,
-                  num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8,
-                  layer_types=["sliding_attention", "full_attention"])
+TINY_MODEL = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=48,
+    max_position_embeddings=4096,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    sliding_window=8,
+    layer_types=["sliding_attention", "full_attention"],
+)
 
 
-def record_trace(n_events: int, seed: int = 11, block_size: int = 16, num_blocks: int = 1024, running: int = 48,
-                 edit_rate: float = 0.01, fork_rate: float = 0.01,
-                 progress: Callable[[str], None] = lambda msg: None) -> tuple[dict, list[dict]]:
+def record_trace(
+    n_events: int,
+    seed: int = 11,
+    block_size: int = 16,
+    num_blocks: int = 1024,
+    running: int = 48,
+    edit_rate: float = 0.01,
+    fork_rate: float = 0.01,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> tuple[dict, list[dict]]:
     """Header and the first `n_events` events of a run of our engine on a tiny random model (no download).
 
     About 30k events/s on a CPU: requests are submitted so that `running` stay in flight; after each step a
@@ -33,15 +49,20 @@ def record_trace(n_events: int, seed: int = 11, block_size: int = 16, num_blocks
     import torch
     import transformers
 
-    from engine.engine import Engine, EngineConfig
     from engine.core.request import SamplingParams
+    from engine.engine import Engine, EngineConfig
 
     config = transformers.Gemma3TextConfig(**TINY_MODEL)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    model.generation_config.eos_token_id = None  # random weights: run every request to its max_tokens
-    engine = Engine.from_model(model, config=EngineConfig(device="cpu", block_size=block_size,
-                                                          num_blocks=num_blocks, max_num_seqs=running + 16))
+    # random weights: run every request to its max_tokens
+    model.generation_config.eos_token_id = None
+    engine = Engine.from_model(
+        model,
+        config=EngineConfig(
+            device="cpu", block_size=block_size, num_blocks=num_blocks, max_num_seqs=running + 16
+        ),
+    )
     events: list[dict] = []
     engine.trace.listeners.append(events.append)
     rng = random.Random(seed)
@@ -49,9 +70,11 @@ def record_trace(n_events: int, seed: int = 11, block_size: int = 16, num_blocks
     tokens = lambda n: [rng.randrange(3, vocab) for _ in range(n)]  # noqa: E731
     systems = [tokens(rng.randrange(16, 96)) for _ in range(6)]
     in_flight: set[str] = set()
-    finished: dict[str, list[int]] = {}  # request id -> its tokens when it finished
+    # request id -> its tokens when it finished
+    finished: dict[str, list[int]] = {}
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model: one thread is faster than many
+    # a tiny model: one thread is faster than many
+    torch.set_num_threads(1)
     next_report = 100_000
     try:
         while len(events) < n_events:
@@ -107,7 +130,8 @@ def bench_parse(header, events) -> float:
         path = Path(tmp) / "bench.jsonl"
         write_trace_file(path, header, events)
         t0 = time.perf_counter()
-        read_trace(path, allow_unknown=True)  # what replay reads with (kvtui.app.loader): every field checked
+        # what replay reads with (kvtui.app.loader): every field checked
+        read_trace(path, allow_unknown=True)
         return len(events) / (time.perf_counter() - t0)
 
 
@@ -125,8 +149,13 @@ def bench_seek(header, events, samples: int = 30) -> tuple[float, float]:
     return statistics.median(times), max(times)
 
 
-def run(header: dict, events: list[dict], parse: bool = False, frames: bool = True,
-        echo: Callable[[str], None] = print) -> None:
+def run(
+    header: dict,
+    events: list[dict],
+    parse: bool = False,
+    frames: bool = True,
+    echo: Callable[[str], None] = print,
+) -> None:
     """Print every UI figure for one trace."""
     rate = bench_ingest(header, events)
     echo(f"ingest (reducer + keyframes): {rate:,.0f} events/s")

@@ -39,28 +39,60 @@ the token ids of each block. It has no physical block ids, ref counts, locks or 
 
 @click.command(help=ATTACH_HELP, short_help="Watch vLLM / SGLang servers' KV caches through their KV events.")
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--topic", default="", help="Topic to subscribe to (the server's \"topic\"; default: all).")
-@click.option("--bind", is_flag=True, help="Listen on each SOURCE address for servers that connect to it "
-                                           "(a server given a non-wildcard endpoint connects instead of binding). "
-                                           "Servers are told apart by host and topic (ZeroMQ names only the "
-                                           "peer's IP): give servers on one host distinct topics.")
-@click.option("--dp-size", default=1, show_default=True, help="Data-parallel ranks per server: rank r publishes "
-                                                                 "on port PORT+r (and replays on REPLAY+r).")
-@click.option("--metrics", "metrics_url", default=None, help="Prometheus /metrics URL for every SOURCE "
-                                                             "(metrics= on a SOURCE overrides it).")
-@click.option("--tokenizer", default=None, help="Tokenizer directory or hub id: show token ids as text and "
-                                                "explain text prompts (loads transformers' AutoTokenizer).")
-@click.option("-o", "--out", "out", type=click.Path(dir_okay=False), default=None,
-              help="Record the normalised event stream to this trace (kvtui replay / stats read it).")
+@click.option("--topic", default="", help='Topic to subscribe to (the server\'s "topic"; default: all).')
+@click.option(
+    "--bind",
+    is_flag=True,
+    help="Listen on each SOURCE address for servers that connect to it "
+    "(a server given a non-wildcard endpoint connects instead of binding). "
+    "Servers are told apart by host and topic (ZeroMQ names only the "
+    "peer's IP): give servers on one host distinct topics.",
+)
+@click.option(
+    "--dp-size",
+    default=1,
+    show_default=True,
+    help="Data-parallel ranks per server: rank r publishes on port PORT+r (and replays on REPLAY+r).",
+)
+@click.option(
+    "--metrics",
+    "metrics_url",
+    default=None,
+    help="Prometheus /metrics URL for every SOURCE (metrics= on a SOURCE overrides it).",
+)
+@click.option(
+    "--tokenizer",
+    default=None,
+    help="Tokenizer directory or hub id: show token ids as text and "
+    "explain text prompts (loads transformers' AutoTokenizer).",
+)
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Record the normalised event stream to this trace (kvtui replay / stats read it).",
+)
 @click.option("--headless", is_flag=True, help="No UI: receive (and record), then print a summary.")
-@click.option("--duration", type=float, default=None, help="Seconds to attach for (headless: until Ctrl-C "
-                                                           "when not given).")
-@click.option("--explain", "explain", multiple=True, help="Headless: at the end, explain this prompt against "
-                                                          "every worker (token ids '1 2 3', or text with "
-                                                          "--tokenizer; '[salt=S] [lora=L] [group=G] | PROMPT').")
+@click.option(
+    "--duration",
+    type=float,
+    default=None,
+    help="Seconds to attach for (headless: until Ctrl-C when not given).",
+)
+@click.option(
+    "--explain",
+    "explain",
+    multiple=True,
+    help="Headless: at the end, explain this prompt against "
+    "every worker (token ids '1 2 3', or text with "
+    "--tokenizer; '[salt=S] [lora=L] [group=G] | PROMPT').",
+)
 @click.option("--replay-timeout", default=2.0, show_default=True, help="Seconds to wait for a replay answer.")
-def attach(sources, topic, bind, dp_size, metrics_url, tokenizer, out, headless, duration, explain,
-           replay_timeout):
+def attach(
+    sources, topic, bind, dp_size, metrics_url, tokenizer, out, headless, duration, explain, replay_timeout
+):
     from engine.trace import TraceSink, TraceWriter
     from kvtui.sources.endpoints import SourceError, parse_sources
 
@@ -88,7 +120,9 @@ def attach(sources, topic, bind, dp_size, metrics_url, tokenizer, out, headless,
         if out:
             sink.add_writer(TraceWriter(out))
         sink.set_header(header)
-        _headless(Attacher(parsed, sink, tokenizer=tok, replay_timeout=replay_timeout), sink, duration, queries)
+        _headless(
+            Attacher(parsed, sink, tokenizer=tok, replay_timeout=replay_timeout), sink, duration, queries
+        )
         sink.close()
     else:
         _ui(parsed, header, out, tokenizer, tok, duration, replay_timeout)
@@ -132,13 +166,17 @@ def _headless(attacher, sink, duration, queries) -> None:
         pass
     attacher.stop()
     c = attacher.counters
-    click.echo(f"attached {time.monotonic() - started:.1f}s: {c.messages} messages, {c.events} events, "
-               f"{c.blocks} block hashes; {c.gaps} gaps ({c.lost} batches lost), {c.restarts} restarts, "
-               f"{c.malformed} malformed")
+    click.echo(
+        f"attached {time.monotonic() - started:.1f}s: {c.messages} messages, {c.events} events, "
+        f"{c.blocks} block hashes; {c.gaps} gaps ({c.lost} batches lost), {c.restarts} restarts, "
+        f"{c.malformed} malformed"
+    )
     for w in workers_summary(fleet):
-        click.echo(f"  {w['worker']:<24} {w['source']:<24} rank {w['rank']!s:<4} resident {w['resident_blocks']:>7} "
-                   f"stored {w['blocks_stored']:>8} removed {w['blocks_removed']:>8} gaps {w['gaps']} "
-                   f"malformed {w['malformed']}")
+        click.echo(
+            f"  {w['worker']:<24} {w['source']:<24} rank {w['rank']!s:<4} resident {w['resident_blocks']:>7} "
+            f"stored {w['blocks_stored']:>8} removed {w['blocks_removed']:>8} gaps {w['gaps']} "
+            f"malformed {w['malformed']}"
+        )
     for text, ids, options in queries:
         click.echo(f"explain {text!r} ({len(ids)} tokens):")
         for result in explain_prompt(fleet, ids, **options):
@@ -150,17 +188,23 @@ def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeou
     from kvtui.app.fleet_app import FleetApp
     from kvtui.sources.collector import STOP_TIMEOUT, CollectorClient
 
-    collector = CollectorClient(sources, header, out=out, tokenizer=tokenizer_name, replay_timeout=replay_timeout)
+    collector = CollectorClient(
+        sources, header, out=out, tokenizer=tokenizer_name, replay_timeout=replay_timeout
+    )
     app = FleetApp(source="attach", collector=collector, tokenizer=tokenizer, duration=duration)
     try:
         app.run()
     finally:
-        collector.stop()  # after the message it is folding; the -o trace is closed when this returns
+        # after the message it is folding; the -o trace is closed when this returns
+        collector.stop()
     if collector.dead:
         click.echo(f"warning: {collector.dead}", err=True)
     elif out and not collector.stopped:
-        click.echo(f"warning: the collector did not stop within {STOP_TIMEOUT:g} s; {out} may end mid-line "
-                   "(kvtui replay reads it up to there)", err=True)
+        click.echo(
+            f"warning: the collector did not stop within {STOP_TIMEOUT:g} s; {out} may end mid-line "
+            "(kvtui replay reads it up to there)",
+            err=True,
+        )
 
 
 def replay_attach(trace: str, header: dict) -> None:
@@ -170,20 +214,38 @@ def replay_attach(trace: str, header: dict) -> None:
 
     loaded = load_trace(trace)
     if loaded.error is not None:
-        click.echo(f"{trace}, line {loaded.error.line}: {loaded.error.message} (showing the "
-                   f"{len(loaded.events)} events before it)", err=True)
+        click.echo(
+            f"{trace}, line {loaded.error.line}: {loaded.error.message} (showing the "
+            f"{len(loaded.events)} events before it)",
+            err=True,
+        )
     FleetApp(source=trace, header=header, events=loaded.events).run()
 
 
-
 @click.command("attach", short_help="Sustained ZeroMQ attach ingest with the fleet UI open.")
-@click.option("--rate", type=float, default=120_000, show_default=True,
-              help="Block events per second the publisher offers.")
+@click.option(
+    "--rate",
+    type=float,
+    default=120_000,
+    show_default=True,
+    help="Block events per second the publisher offers.",
+)
 @click.option("--seconds", type=float, default=10.0, show_default=True, help="How long to measure.")
-@click.option("--pool", type=int, default=20_000, show_default=True,
-              help="Blocks the publisher keeps resident (then one removal per store).")
-@click.option("--run", "run_blocks", type=int, default=1, show_default=True,
-              help="Blocks per BlockStored event: 1 as SGLang publishes, more as vLLM stores a prompt's run.")
+@click.option(
+    "--pool",
+    type=int,
+    default=20_000,
+    show_default=True,
+    help="Blocks the publisher keeps resident (then one removal per store).",
+)
+@click.option(
+    "--run",
+    "run_blocks",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Blocks per BlockStored event: 1 as SGLang publishes, more as vLLM stores a prompt's run.",
+)
 def attach_bench(rate, seconds, pool, run_blocks):
     """Sustained ingest of KV events from a publisher process over loopback ZeroMQ with the fleet UI open
     (headless, 200x60, 30 frames/s): received and applied block events per second, frame times (target

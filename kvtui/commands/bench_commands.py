@@ -8,7 +8,6 @@ import time
 import click
 
 from kvtui.commands.attach_commands import attach_bench
-
 from kvtui.commands.bench_engine_commands import ENGINE_BENCHES
 from kvtui.commands.engine_commands import check_device, engine_config, engine_options, load_engine
 
@@ -17,15 +16,18 @@ def _say(msg: str) -> None:
     click.echo(f"  {msg}", err=True)
 
 
-@click.group(invoke_without_command=True,
-             short_help="Engine vs generate, cache, UI benchmarks.")
+@click.group(invoke_without_command=True, short_help="Engine vs generate, cache, UI benchmarks.")
 @engine_options
 @click.option("--prompt-tokens", default=64, show_default=True, help="Prompt length of each request.")
 @click.option("--max-tokens", default=32, show_default=True, help="Tokens generated per request.")
 @click.option("--concurrent", default=8, show_default=True, help="Requests in the concurrent scenario.")
 @click.option("--repeats", default=1, show_default=True, help="Runs of each scenario (best is reported).")
-@click.option("--cache", "cache_bench", is_flag=True,
-              help="Instead: warm vs cold TTFT with a 90%-shared prefix, and re-prefill after edits.")
+@click.option(
+    "--cache",
+    "cache_bench",
+    is_flag=True,
+    help="Instead: warm vs cold TTFT with a 90%-shared prefix, and re-prefill after edits.",
+)
 @click.pass_context
 def bench(ctx, model, prompt_tokens, max_tokens, concurrent, repeats, cache_bench, **options):
     """Benchmarks. With no subcommand: our engine against transformers' generate on the same model, in the
@@ -43,12 +45,17 @@ def bench(ctx, model, prompt_tokens, max_tokens, concurrent, repeats, cache_benc
       kvtui bench live --seconds 10        frame times while the real engine decodes
     """
     if ctx.invoked_subcommand is not None:
-        typed = [param.opts[0] for param in ctx.command.params
-                 if ctx.get_parameter_source(param.name) is click.core.ParameterSource.COMMANDLINE]
+        typed = [
+            param.opts[0]
+            for param in ctx.command.params
+            if ctx.get_parameter_source(param.name) is click.core.ParameterSource.COMMANDLINE
+        ]
         if typed:
             sub = ctx.invoked_subcommand
-            raise click.UsageError(f"options before `{sub}` are the engine bench's ({', '.join(typed)}); put "
-                                   f"`{sub}`'s own options after its name (see `kvtui bench {sub} --help`)")
+            raise click.UsageError(
+                f"options before `{sub}` are the engine bench's ({', '.join(typed)}); put "
+                f"`{sub}`'s own options after its name (see `kvtui bench {sub} --help`)"
+            )
         return
     from kvtui.bench.engine_vs_generate import format_table, run_bench
 
@@ -58,29 +65,51 @@ def bench(ctx, model, prompt_tokens, max_tokens, concurrent, repeats, cache_benc
         from kvtui.bench.cache import edit_reprefill, format_cache_bench, warm_vs_cold
 
         tokens = max(prompt_tokens, 64)
-        click.echo(format_cache_bench(warm_vs_cold(engine, tokens, progress=_say),
-                                      edit_reprefill(engine, tokens, repeats=max(repeats, 3), progress=_say)))
+        click.echo(
+            format_cache_bench(
+                warm_vs_cold(engine, tokens, progress=_say),
+                edit_reprefill(engine, tokens, repeats=max(repeats, 3), progress=_say),
+            )
+        )
         return
-    click.echo(f"bench on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device}): "
-               f"{prompt_tokens}-token prompts, {max_tokens} new tokens, {concurrent} concurrent", err=True)
+    click.echo(
+        f"bench on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device}): "
+        f"{prompt_tokens}-token prompts, {max_tokens} new tokens, {concurrent} concurrent",
+        err=True,
+    )
     rows = run_bench(engine, prompt_tokens, max_tokens, concurrent, repeats, progress=_say)
     click.echo(format_table(rows))
 
 
-LIVE_FRAME_EVENTS = 2000 * 30  # kvtui.bench.frames: 30 live frames of 2000 new events each
+# kvtui.bench.frames: 30 live frames of 2000 new events each
+LIVE_FRAME_EVENTS = 2000 * 30
 
 
 def trace_options(default_events: int):
     """Where a UI bench gets its trace: a fresh recording of our engine on a tiny random model, or a file."""
 
     def decorate(func):
-        @click.option("--events", type=click.IntRange(min=1), default=default_events, show_default=True,
-                      help="Events to record: a run of our engine on a tiny randomly initialised model (no "
-                           "download, about 20-30k events/s on a CPU).")
-        @click.option("--trace", "trace_path", type=click.Path(exists=True, dir_okay=False), default=None,
-                      help="Measure this trace file instead of recording one (e.g. fixtures/traces/chat.jsonl).")
-        @click.option("--save", type=click.Path(dir_okay=False), default=None,
-                      help="Also write the recorded trace here, to measure it again later with --trace.")
+        @click.option(
+            "--events",
+            type=click.IntRange(min=1),
+            default=default_events,
+            show_default=True,
+            help="Events to record: a run of our engine on a tiny randomly initialised model (no "
+            "download, about 20-30k events/s on a CPU).",
+        )
+        @click.option(
+            "--trace",
+            "trace_path",
+            type=click.Path(exists=True, dir_okay=False),
+            default=None,
+            help="Measure this trace file instead of recording one (e.g. fixtures/traces/chat.jsonl).",
+        )
+        @click.option(
+            "--save",
+            type=click.Path(dir_okay=False),
+            default=None,
+            help="Also write the recorded trace here, to measure it again later with --trace.",
+        )
         @functools.wraps(func)
         def wrapper(events, trace_path, save, **kwargs):
             return func(_load_or_record(events, trace_path, save), **kwargs)
@@ -96,21 +125,30 @@ def _load_or_record(events: int, trace_path: str | None, save: str | None) -> tu
     context = click.get_current_context()
     if trace_path is not None:
         if context.get_parameter_source("events") is click.core.ParameterSource.COMMANDLINE or save:
-            raise click.UsageError("--events and --save describe a recording; --trace measures a file as it is")
+            raise click.UsageError(
+                "--events and --save describe a recording; --trace measures a file as it is"
+            )
         try:
             header, recorded = read_trace_file(trace_path)
-        except ValueError as exc:  # engine.trace.TraceError: says the line and what is wrong
+        # engine.trace.TraceError: says the line and what is wrong
+        except ValueError as exc:
             raise click.ClickException(f"{trace_path}: {exc}") from None
         click.echo(f"trace {trace_path}: {len(recorded):,} events, {header['num_blocks']} blocks", err=True)
         if len(recorded) < LIVE_FRAME_EVENTS:
-            click.echo(f"note: the live frame fed 2000 events per frame needs {LIVE_FRAME_EVENTS:,} events; with "
-                       f"fewer, its later frames are empty and its figure means little", err=True)
+            click.echo(
+                f"note: the live frame fed 2000 events per frame needs {LIVE_FRAME_EVENTS:,} events; with "
+                f"fewer, its later frames are empty and its figure means little",
+                err=True,
+            )
         return header, recorded
     click.echo(f"recording {events:,} events of our engine on a tiny random model", err=True)
     t0 = time.perf_counter()
     header, recorded = record_trace(events, progress=_say)
-    click.echo(f"recorded trace: {len(recorded):,} events, {header['num_blocks']} blocks "
-               f"(in {time.perf_counter() - t0:.1f} s)", err=True)
+    click.echo(
+        f"recorded trace: {len(recorded):,} events, {header['num_blocks']} blocks "
+        f"(in {time.perf_counter() - t0:.1f} s)",
+        err=True,
+    )
     if save:
         write_trace_file(save, header, recorded)
         click.echo(f"wrote {save}", err=True)
@@ -120,8 +158,12 @@ def _load_or_record(events: int, trace_path: str | None, save: str | None) -> tu
 @bench.command("ui", short_help="Replay ingest, seek and frame times on a big recorded trace.")
 @trace_options(default_events=300_000)
 @click.option("--parse", is_flag=True, help="Also measure parsing + validating a trace file.")
-@click.option("--frames/--no-frames", default=True, show_default=True,
-              help="Also time every view's frame (`kvtui bench frames` measures them alone).")
+@click.option(
+    "--frames/--no-frames",
+    default=True,
+    show_default=True,
+    help="Also time every view's frame (`kvtui bench frames` measures them alone).",
+)
 def ui_bench(trace, parse, frames):
     """Replay ingest (reducer + keyframes), seek at random points, and every view's frame time, on a big trace.
 
@@ -152,10 +194,21 @@ def _size(ctx, param, value: str) -> tuple[int, int]:
 
 
 @bench.command("live", short_help="Frame times of the live app while the real engine decodes.")
-@click.option("--model", "-m", default="smollm2", show_default=True,
-              help="'smollm2' (embedded), a local transformers directory, a .gguf file, or a hub id.")
-@click.option("--device", default="cpu", show_default=True, callback=check_device, metavar="auto|cpu|cuda[:N]",
-              help="Where the model runs: auto, cpu, cuda or cuda:N.")
+@click.option(
+    "--model",
+    "-m",
+    default="smollm2",
+    show_default=True,
+    help="'smollm2' (embedded), a local transformers directory, a .gguf file, or a hub id.",
+)
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    callback=check_device,
+    metavar="auto|cpu|cuda[:N]",
+    help="Where the model runs: auto, cpu, cuda or cuda:N.",
+)
 @click.option("--seconds", type=float, default=20.0, show_default=True, help="How long to measure.")
 @click.option("--size", default="200x60", show_default=True, callback=_size, help="Terminal size, COLSxROWS.")
 @click.option("--max-tokens", type=int, default=256, show_default=True, help="Tokens generated per prompt.")
@@ -171,8 +224,10 @@ def live_bench(model, device, seconds, size, max_tokens, num_blocks):
     click.echo(format_result(run(model, device, seconds, size, max_tokens, num_blocks)))
 
 
-for _command in ENGINE_BENCHES:  # long, overhead, mixed, prefix (kvtui/commands/bench_engine_commands.py)
+# long, overhead, mixed, prefix (kvtui/commands/bench_engine_commands.py)
+for _command in ENGINE_BENCHES:
     bench.add_command(_command)
-bench.add_command(attach_bench)  # kvtui/commands/attach_commands.py
+# kvtui/commands/attach_commands.py
+bench.add_command(attach_bench)
 
 COMMANDS = [bench]

@@ -16,7 +16,9 @@ def _ints(ctx, param, value: str) -> tuple[int, ...]:
     try:
         numbers = tuple(int(x) for x in value.split(","))
     except ValueError:
-        raise click.BadParameter(f"{value!r}: give whole numbers separated by commas, e.g. 1024,4096") from None
+        raise click.BadParameter(
+            f"{value!r}: give whole numbers separated by commas, e.g. 1024,4096"
+        ) from None
     if not numbers or min(numbers) < 1:
         raise click.BadParameter(f"{value!r}: every number must be at least 1")
     return numbers
@@ -29,21 +31,50 @@ def _threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-THREADS = click.option("--threads", type=click.IntRange(min=1), default=None,
-                       help="torch CPU threads for both systems (on a shared machine, 1 is the least noisy).")
-REPEATS = click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
-                       help="Rounds; each round runs the engine and its baseline back to back, medians reported.")
+THREADS = click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="torch CPU threads for both systems (on a shared machine, 1 is the least noisy).",
+)
+REPEATS = click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Rounds; each round runs the engine and its baseline back to back, medians reported.",
+)
 
 
 @click.command("long", short_help="Long-context prefill and decode vs transformers (tiny random Llama).")
-@click.option("--lengths", default="2048,8192,16384", show_default=True, callback=_ints,
-              help="Prefill lengths in tokens.")
-@click.option("--decode-after", type=click.IntRange(min=1), default=8192, show_default=True,
-              help="Decode after a prompt of this many tokens.")
-@click.option("--decode-tokens", type=click.IntRange(min=2), default=32, show_default=True,
-              help="Decode steps timed per round.")
-@click.option("--max-batched-tokens", type=click.IntRange(min=1), default=512, show_default=True,
-              help="The engine's chunk budget (a prefill longer than this runs in chunks over its own prefix).")
+@click.option(
+    "--lengths",
+    default="2048,8192,16384",
+    show_default=True,
+    callback=_ints,
+    help="Prefill lengths in tokens.",
+)
+@click.option(
+    "--decode-after",
+    type=click.IntRange(min=1),
+    default=8192,
+    show_default=True,
+    help="Decode after a prompt of this many tokens.",
+)
+@click.option(
+    "--decode-tokens",
+    type=click.IntRange(min=2),
+    default=32,
+    show_default=True,
+    help="Decode steps timed per round.",
+)
+@click.option(
+    "--max-batched-tokens",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="The engine's chunk budget (a prefill longer than this runs in chunks over its own prefix).",
+)
 @REPEATS
 @THREADS
 def long_bench(lengths, decode_after, decode_tokens, max_batched_tokens, repeats, threads):
@@ -60,15 +91,25 @@ def long_bench(lengths, decode_after, decode_tokens, max_batched_tokens, repeats
     from kvtui.bench.long_context import format_long_context, run_long_context
 
     _threads(threads)
-    click.echo(format_long_context(run_long_context(lengths, decode_after, decode_tokens, repeats,
-                                                    max_batched_tokens, progress=_say)))
+    click.echo(
+        format_long_context(
+            run_long_context(lengths, decode_after, decode_tokens, repeats, max_batched_tokens, progress=_say)
+        )
+    )
 
 
 @click.command("overhead", short_help="Engine time per step beyond the model's forward, by context size.")
 @engine_options
-@click.option("--contexts", default="1024,4096,8192", show_default=True, callback=_ints,
-              help="Context sizes (prompt tokens; capped by the model's positions).")
-@click.option("--steps", type=click.IntRange(min=2), default=32, show_default=True, help="Decode steps timed.")
+@click.option(
+    "--contexts",
+    default="1024,4096,8192",
+    show_default=True,
+    callback=_ints,
+    help="Context sizes (prompt tokens; capped by the model's positions).",
+)
+@click.option(
+    "--steps", type=click.IntRange(min=2), default=32, show_default=True, help="Decode steps timed."
+)
 @THREADS
 def overhead_bench(model, contexts, steps, threads, **options):
     """One stream: every step is timed whole and its model call alone; overhead = step - model (scheduling,
@@ -83,23 +124,47 @@ def overhead_bench(model, contexts, steps, threads, **options):
 
     _threads(threads)
     need = max(contexts) + steps + 64
-    engine = load_engine(model, engine_config({"prefix_cache": False, "num_blocks": -(-need // 16) + 8,
-                                               "block_size": 16}, **options))
+    engine = load_engine(
+        model,
+        engine_config({"prefix_cache": False, "num_blocks": -(-need // 16) + 8, "block_size": 16}, **options),
+    )
     click.echo(f"overhead on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device})", err=True)
     click.echo(format_overhead(measure_overhead(engine, contexts, steps, progress=_say)))
 
 
-@click.command("mixed", short_help="N concurrent mixed-length requests vs padded generate and generate_batch.")
+@click.command(
+    "mixed", short_help="N concurrent mixed-length requests vs padded generate and generate_batch."
+)
 @engine_options
-@click.option("--requests", "count", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Concurrent requests.")
-@click.option("--lengths", default="16,512", show_default=True, callback=_ints,
-              help="Shortest,longest prompt (uniform between).")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Tokens generated per request.")
+@click.option(
+    "--requests",
+    "count",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Concurrent requests.",
+)
+@click.option(
+    "--lengths",
+    default="16,512",
+    show_default=True,
+    callback=_ints,
+    help="Shortest,longest prompt (uniform between).",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Tokens generated per request.",
+)
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Rounds.")
-@click.option("--generate-batch/--no-generate-batch", default=True, show_default=True,
-              help="Also run transformers' generate_batch (slow on a CPU: minutes for what takes seconds here).")
+@click.option(
+    "--generate-batch/--no-generate-batch",
+    default=True,
+    show_default=True,
+    help="Also run transformers' generate_batch (slow on a CPU: minutes for what takes seconds here).",
+)
 @THREADS
 def mixed_bench(model, count, lengths, max_tokens, repeats, generate_batch, threads, **options):
     """Every prompt at once: our continuous batching vs transformers' generate on one left-padded batch and
@@ -117,14 +182,31 @@ def mixed_bench(model, count, lengths, max_tokens, repeats, generate_batch, thre
         raise click.BadParameter("give two numbers, shortest,longest", param_hint="--lengths")
     _threads(threads)
     engine = load_engine(model, engine_config({"prefix_cache": False, "max_num_seqs": count}, **options))
-    click.echo(format_mixed(run_mixed(engine, count, lengths[0], lengths[1], max_tokens, repeats, progress=_say,
-                                      generate_batch_too=generate_batch)))
+    click.echo(
+        format_mixed(
+            run_mixed(
+                engine,
+                count,
+                lengths[0],
+                lengths[1],
+                max_tokens,
+                repeats,
+                progress=_say,
+                generate_batch_too=generate_batch,
+            )
+        )
+    )
 
 
 @click.command("prefix", short_help="Shared-prefix workloads: throughput and TTFT, prefix cache on vs off.")
 @engine_options
-@click.option("--workload", "workloads", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Workload file(s) [default: the shared-system and shared-background fixtures].")
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Workload file(s) [default: the shared-system and shared-background fixtures].",
+)
 @REPEATS
 @THREADS
 def prefix_bench(model, workloads, repeats, threads, **options):
@@ -146,13 +228,29 @@ def prefix_bench(model, workloads, repeats, threads, **options):
 @click.command("decode", short_help="Decode tok/s at batch sizes B and the share of memory bandwidth used.")
 @engine_options
 @click.option("--batches", default="1,8,64", show_default=True, callback=_ints, help="Batch sizes.")
-@click.option("--prompt-tokens", type=click.IntRange(min=1), default=512, show_default=True,
-              help="Prompt length of every request.")
-@click.option("--steps", type=click.IntRange(min=2), default=64, show_default=True, help="Decode steps timed.")
-@click.option("--peak-tbs", type=float, default=4.8, show_default=True,
-              help="The memory's peak bandwidth in TB/s (H200 HBM3e: 4.8).")
-@click.option("--copy-tbs", type=float, default=None,
-              help="A measured device-copy bandwidth in TB/s to compare with as well (H200: about 4.3).")
+@click.option(
+    "--prompt-tokens",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="Prompt length of every request.",
+)
+@click.option(
+    "--steps", type=click.IntRange(min=2), default=64, show_default=True, help="Decode steps timed."
+)
+@click.option(
+    "--peak-tbs",
+    type=float,
+    default=4.8,
+    show_default=True,
+    help="The memory's peak bandwidth in TB/s (H200 HBM3e: 4.8).",
+)
+@click.option(
+    "--copy-tbs",
+    type=float,
+    default=None,
+    help="A measured device-copy bandwidth in TB/s to compare with as well (H200: about 4.3).",
+)
 @THREADS
 def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threads, **options):
     """Decode throughput at each batch size; each step reads every weight and every sequence's K/V once, so
@@ -167,12 +265,24 @@ def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threa
 
     _threads(threads)
     need = max(batches) * (prompt_tokens + steps + 8)
-    engine = load_engine(model, engine_config({"prefix_cache": False, "max_num_seqs": max(batches),
-                                               "num_blocks": -(-need // 16) + max(batches) + 8, "block_size": 16},
-                                              **options))
+    engine = load_engine(
+        model,
+        engine_config(
+            {
+                "prefix_cache": False,
+                "max_num_seqs": max(batches),
+                "num_blocks": -(-need // 16) + max(batches) + 8,
+                "block_size": 16,
+            },
+            **options,
+        ),
+    )
     click.echo(f"decode on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device})", err=True)
-    click.echo(format_decode(measure_decode(engine, batches, prompt_tokens, steps, progress=_say), peak_tbs,
-                             copy_tbs))
+    click.echo(
+        format_decode(
+            measure_decode(engine, batches, prompt_tokens, steps, progress=_say), peak_tbs, copy_tbs
+        )
+    )
 
 
 ENGINE_BENCHES = [long_bench, overhead_bench, mixed_bench, prefix_bench, decode_bench]

@@ -7,12 +7,28 @@ import click
 
 @click.command("compare-edit")
 @click.argument("text")
-@click.option("--position", "-p", type=int, default=None,
-              help="m: the token to replace, counted in the causal model's tokens of TEXT [default: the middle].")
-@click.option("--token", "-t", "replacement", default=" dog", show_default=True,
-              help="The replacement text (its first token in each model's vocabulary).")
-@click.option("--model", "-m", default="smollm2", show_default=True,
-              help="The causal model: 'smollm2', 'gemma3', a local directory, a .gguf file or a hub id.")
+@click.option(
+    "--position",
+    "-p",
+    type=int,
+    default=None,
+    help="m: the token to replace, counted in the causal model's tokens of TEXT [default: the middle].",
+)
+@click.option(
+    "--token",
+    "-t",
+    "replacement",
+    default=" dog",
+    show_default=True,
+    help="The replacement text (its first token in each model's vocabulary).",
+)
+@click.option(
+    "--model",
+    "-m",
+    default="smollm2",
+    show_default=True,
+    help="The causal model: 'smollm2', 'gemma3', a local directory, a .gguf file or a hub id.",
+)
 @click.option("--width", default=32, show_default=True, help="Width of the bars.")
 def compare_edit(text, position, replacement, model, width):
     """Replace token m of TEXT; per position, how much each model's hidden states changed.
@@ -39,8 +55,15 @@ def compare_edit(text, position, replacement, model, width):
             reach = measure(causal, causal_tokenizer, text, position, replacement, causal_name, "causal")
         encoder, encoder_tokenizer, encoder_name = load_encoder()
         at = aligned_position(causal_tokenizer, encoder_tokenizer, text, position)
-        encoded = measure(encoder, encoder_tokenizer, text, at, replacement.strip() or replacement, encoder_name,
-                          "bidirectional")
+        encoded = measure(
+            encoder,
+            encoder_tokenizer,
+            text,
+            at,
+            replacement.strip() or replacement,
+            encoder_name,
+            "bidirectional",
+        )
     except (EditReachError, ModelLoadError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(format_reach(reach, width))

@@ -7,9 +7,8 @@ import re
 
 import click
 
-from kvtui.commands.publish_option import open_publisher, publish_option
-
 from kvtui.commands import compare_commands
+from kvtui.commands.publish_option import open_publisher, publish_option
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -24,23 +23,52 @@ def check_device(ctx, param, value: str | None) -> str | None:
 def engine_options(func):
     """Options shared by every command that loads a model."""
 
-    @click.option("--model", "-m", default="smollm2", show_default=True,
-                  help="'smollm2' (embedded), 'gemma3' (Gemma 3 270M base: 15 sliding-window layers, W=512, "
-                       "and 3 full; plain text, no chat template), a local transformers directory, a .gguf "
-                       "file, or a hub id.")
-    @click.option("--device", default="auto", show_default=True, callback=check_device, metavar="auto|cpu|cuda[:N]",
-                  help="Where the model runs: auto (a GPU if torch sees one), cpu, cuda or cuda:N.")
-    @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True,
-                  help="Weights and KV cache precision (bfloat16 halves the KV bytes).")
+    @click.option(
+        "--model",
+        "-m",
+        default="smollm2",
+        show_default=True,
+        help="'smollm2' (embedded), 'gemma3' (Gemma 3 270M base: 15 sliding-window layers, W=512, "
+        "and 3 full; plain text, no chat template), a local transformers directory, a .gguf "
+        "file, or a hub id.",
+    )
+    @click.option(
+        "--device",
+        default="auto",
+        show_default=True,
+        callback=check_device,
+        metavar="auto|cpu|cuda[:N]",
+        help="Where the model runs: auto (a GPU if torch sees one), cpu, cuda or cuda:N.",
+    )
+    @click.option(
+        "--dtype",
+        type=click.Choice(DTYPES),
+        default="float32",
+        show_default=True,
+        help="Weights and KV cache precision (bfloat16 halves the KV bytes).",
+    )
     @click.option("--block-size", default=16, show_default=True, help="Tokens per KV block.")
     @click.option("--num-blocks", type=int, default=None, help="Blocks in the pool [default: 256 MiB of KV].")
-    @click.option("--max-batched-tokens", default=512, show_default=True,
-                  help="Token budget per step; longer prompts are prefilled in chunks.")
-    @click.option("--prefix-cache/--no-prefix-cache", default=True, show_default=True,
-                  help="Share cached prefixes between requests (radix tree).")
-    @click.option("--eviction", type=click.Choice(["lru", "lfu", "cost"]), default="lru", show_default=True,
-                  help="Which cached block goes first when the pool is full: least recently used, least "
-                       "frequently used, or cheapest to recompute.")
+    @click.option(
+        "--max-batched-tokens",
+        default=512,
+        show_default=True,
+        help="Token budget per step; longer prompts are prefilled in chunks.",
+    )
+    @click.option(
+        "--prefix-cache/--no-prefix-cache",
+        default=True,
+        show_default=True,
+        help="Share cached prefixes between requests (radix tree).",
+    )
+    @click.option(
+        "--eviction",
+        type=click.Choice(["lru", "lfu", "cost"]),
+        default="lru",
+        show_default=True,
+        help="Which cached block goes first when the pool is full: least recently used, least "
+        "frequently used, or cheapest to recompute.",
+    )
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         return func(*args, **kwargs)
@@ -53,10 +81,15 @@ def engine_config(overrides: dict | None = None, **options):
 
     keys = ("device", "dtype", "block_size", "num_blocks", "max_batched_tokens", "prefix_cache", "eviction")
     values = {key: options[key] for key in keys}
-    values.update(overrides or {})  # a workload's "engine" section beats the defaults ...
+    # a workload's "engine" section beats the defaults ...
+    values.update(overrides or {})
     context = click.get_current_context(silent=True)
-    for key in keys:  # ... and an option typed on the command line beats the workload
-        if context is not None and context.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE:
+    # ... and an option typed on the command line beats the workload
+    for key in keys:
+        if (
+            context is not None
+            and context.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE
+        ):
             values[key] = options[key]
     try:
         return EngineConfig(**values)
@@ -92,9 +125,14 @@ def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, tr
     if trace_path:
         engine.add_trace_file(trace_path)
     try:
-        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
-        text = prompt if raw or engine.tokenizer is None or not engine.tokenizer.chat_template else \
-            [{"role": "user", "content": prompt}]
+        params = SamplingParams(
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
+        )
+        text = (
+            prompt
+            if raw or engine.tokenizer is None or not engine.tokenizer.chat_template
+            else [{"role": "user", "content": prompt}]
+        )
         request_id = engine.submit(text, params)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
@@ -103,7 +141,8 @@ def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, tr
 
     decoder = StreamDecoder(engine.tokenizer) if engine.tokenizer is not None else None
 
-    def stream(event):  # whole characters only: an emoji split over byte tokens prints once it is complete
+    # whole characters only: an emoji split over byte tokens prints once it is complete
+    def stream(event):
         if event["type"] == "token_emitted" and event["request_id"] == request_id:
             click.echo(decoder.push(event["token_id"]) if decoder else event["text"], nl=False)
 
@@ -116,14 +155,23 @@ def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, tr
     out = engine.output(request_id)
     tpot = f"{out.tpot * 1000:.1f} ms" if out.tpot is not None else "n/a (one token)"
     click.echo()
-    click.echo(f"\n-- {len(out.token_ids)} tokens ({out.finish_reason}); TTFT {out.ttft * 1000:.1f} ms; "
-               f"TPOT {tpot}", err=True)
+    click.echo(
+        f"\n-- {len(out.token_ids)} tokens ({out.finish_reason}); TTFT {out.ttft * 1000:.1f} ms; TPOT {tpot}",
+        err=True,
+    )
 
 
 @click.command()
-@click.option("--workload", "-w", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Workload JSON (see fixtures/workloads/).")
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Trace file to write (JSONL).")
+@click.option(
+    "--workload",
+    "-w",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Workload JSON (see fixtures/workloads/).",
+)
+@click.option(
+    "--out", "-o", required=True, type=click.Path(dir_okay=False), help="Trace file to write (JSONL)."
+)
 @engine_options
 @publish_option
 def record(workload, out, model, publish, **options):
@@ -134,7 +182,8 @@ def record(workload, out, model, publish, **options):
         spec = load_workload(workload)
     except WorkloadError as exc:
         raise click.ClickException(str(exc)) from None
-    publisher = open_publisher(publish) if publish else None  # a bad address fails before the model loads
+    # a bad address fails before the model loads
+    publisher = open_publisher(publish) if publish else None
     engine = load_engine(model, engine_config(spec.engine, **options))
     engine.add_trace_file(out)
     if publisher is not None:
@@ -142,15 +191,20 @@ def record(workload, out, model, publish, **options):
         click.echo(f"publishing vLLM KV events on {publisher.endpoint}", err=True)
     from kvtui.bench.machine_probe import emit_roofline
 
-    emit_roofline(engine)  # this machine's roofline for the model, once, for the roofline view
-    total = len(spec.requests) + len(spec.edits)  # an edited request finishes once more
+    # this machine's roofline for the model, once, for the roofline view
+    emit_roofline(engine)
+    # an edited request finishes once more
+    total = len(spec.requests) + len(spec.edits)
     done = 0
 
     def progress(output):
         nonlocal done
         done += 1
-        click.echo(f"  [{done}/{total}] {output.request_id}: {len(output.token_ids)} tokens, "
-                   f"{output.cached_tokens} cached, TTFT {output.ttft * 1000:.0f} ms", err=True)
+        click.echo(
+            f"  [{done}/{total}] {output.request_id}: {len(output.token_ids)} tokens, "
+            f"{output.cached_tokens} cached, TTFT {output.ttft * 1000:.0f} ms",
+            err=True,
+        )
 
     click.echo(f"recording {spec.name}: {total} requests -> {out}", err=True)
     try:
@@ -166,12 +220,21 @@ def record(workload, out, model, publish, **options):
 
 @click.command()
 @engine_options
-@click.option("--config", "config_source", metavar="FILE|DIR|HUB-ID",
-              help="Any model's config.json (or a directory holding one, or a hub id): KV bytes from the config "
-                   "alone, no weights loaded: MHA / GQA / MQA side by side, window layers, block rounding.")
-@click.option("--tokens", default="8192", show_default=True, metavar="N[,N...]",
-              help="With --config: tokens in the cache; a comma list for several sequences (each rounded up "
-                   "to whole blocks of --block-size).")
+@click.option(
+    "--config",
+    "config_source",
+    metavar="FILE|DIR|HUB-ID",
+    help="Any model's config.json (or a directory holding one, or a hub id): KV bytes from the config "
+    "alone, no weights loaded: MHA / GQA / MQA side by side, window layers, block rounding.",
+)
+@click.option(
+    "--tokens",
+    default="8192",
+    show_default=True,
+    metavar="N[,N...]",
+    help="With --config: tokens in the cache; a comma list for several sequences (each rounded up "
+    "to whole blocks of --block-size).",
+)
 def info(model, config_source, tokens, **options):
     """Print the model's KV cache shape and the byte arithmetic of the pool.
 
@@ -195,14 +258,18 @@ def config_info(source: str, tokens: str, dtype: str, block_size: int) -> str:
         if not counts or min(counts) < 0:
             raise ValueError
     except ValueError:
-        raise click.BadParameter(f"{tokens!r}: give a token count or a comma list of them", param_hint="--tokens")
+        raise click.BadParameter(
+            f"{tokens!r}: give a token count or a comma list of them", param_hint="--tokens"
+        ) from None
     context = click.get_current_context(silent=True)
-    typed = context is not None and context.get_parameter_source("dtype") is click.core.ParameterSource.COMMANDLINE
+    typed = (
+        context is not None
+        and context.get_parameter_source("dtype") is click.core.ParameterSource.COMMANDLINE
+    )
     try:
         config, name = load_config(source)
         shape = shape_from_config(config, name)
-        return format_budget(shape, counts, dtype if typed or not shape.dtype else shape.dtype,
-                             block_size)
+        return format_budget(shape, counts, dtype if typed or not shape.dtype else shape.dtype, block_size)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -217,8 +284,9 @@ def format_info(engine) -> str:
         f"dtype          {shape.dtype} ({shape.elem_bytes} bytes)",
     ]
     windows = sorted({w for w in shape.windows if w is not None})
-    kinds = f"{len(shape.full_layers)} full" + (f", {len(shape.window_layers)} sliding window W={windows}"
-                                                if windows else "")
+    kinds = f"{len(shape.full_layers)} full" + (
+        f", {len(shape.window_layers)} sliding window W={windows}" if windows else ""
+    )
     if shape.forced_window is not None:
         kinds += f" (attention sinks: first {shape.sink_tokens} + last {shape.forced_window} on every layer)"
     lines += [
@@ -238,21 +306,27 @@ def format_info(engine) -> str:
         for w in shape.windows:
             if w is not None:
                 groups[w] = groups.get(w, 0) + 1
-        terms = " + ".join(f"{n} x ({shape.sink_tokens} + {w})" if shape.sink_tokens else f"{n} x {w}"
-                           for w, n in groups.items())
+        terms = " + ".join(
+            f"{n} x ({shape.sink_tokens} + {w})" if shape.sink_tokens else f"{n} x {w}"
+            for w, n in groups.items()
+        )
         ring = shape.ring_bytes_per_request()
         lines += [
-            f"window layers  ring of S + W slots per layer (slot = position mod W), constant however long it runs:",
+            "window layers  ring of S + W slots per layer (slot = position mod W), constant however long it runs:",
             f"               {terms} slots x {per_layer:,} B = {ring:,} B per request",
         ]
         rings = engine.cache.rings
         if rings.enabled:
-            lines.append(f"ring tensors   {rings.nbytes:,} B allocated now ({len(rings.states)} requests); "
-                         f"snapshots every {rings.interval} positions, budget {rings.snapshot_budget:,} B")
+            lines.append(
+                f"ring tensors   {rings.nbytes:,} B allocated now ({len(rings.states)} requests); "
+                f"snapshots every {rings.interval} positions, budget {rings.snapshot_budget:,} B"
+            )
     if shape.kv_heads != shape.q_heads:
         mha = per_layer * shape.q_heads // shape.kv_heads
-        lines.append(f"vs MHA         {mha:,} B per token per layer if every query head kept its own K/V "
-                     f"({shape.q_heads // shape.kv_heads}x more)")
+        lines.append(
+            f"vs MHA         {mha:,} B per token per layer if every query head kept its own K/V "
+            f"({shape.q_heads // shape.kv_heads}x more)"
+        )
     return "\n".join(lines)
 
 
@@ -266,8 +340,12 @@ def schema():
 
 @click.command()
 @click.argument("trace_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object instead of the table: the same figures, rates in 0..1, seconds.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object instead of the table: the same figures, rates in 0..1, seconds.",
+)
 def stats(trace_file, as_json):
     """Hit rates and TTFT / TPOT / ITL percentiles (p50/p95/p99) per workload phase of a TRACE_FILE.
 
@@ -279,17 +357,21 @@ def stats(trace_file, as_json):
     from engine.trace.stats import format_stats, stats_json, summarize
 
     try:
-        trace = read_trace(trace_file, allow_unknown=True)  # the reader replay uses
+        # the reader replay uses
+        trace = read_trace(trace_file, allow_unknown=True)
     except OSError as exc:
         raise click.ClickException(f"{trace_file}: cannot read it ({exc.strerror or exc})") from None
     if trace.error is not None and not trace.events:
         raise click.ClickException(f"{trace_file}: {trace.error}")
     if trace.error is not None:
-        click.echo(f"warning: {trace_file}: {trace.error}; summarising the {len(trace.events)} events before it",
-                   err=True)
+        click.echo(
+            f"warning: {trace_file}: {trace.error}; summarising the {len(trace.events)} events before it",
+            err=True,
+        )
     summary = summarize(trace.header, trace.events)
     workers = None
-    if trace.header.get("kind") == "attach":  # recorded by `kvtui attach -o`: one summary per worker
+    # recorded by `kvtui attach -o`: one summary per worker
+    if trace.header.get("kind") == "attach":
         from kvtui.state.fleet import format_workers, replay_fleet, workers_summary
 
         workers = workers_summary(replay_fleet(trace.header, trace.events))
@@ -306,4 +388,3 @@ def stats(trace_file, as_json):
 
 
 COMMANDS = [generate, record, info, schema, stats] + compare_commands.COMMANDS
-

@@ -7,8 +7,13 @@ import click
 
 @click.command()
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
-@click.option("--perfetto", "perfetto_out", required=True, type=click.Path(dir_okay=False),
-              help="Write a Perfetto protobuf trace here (open it at https://ui.perfetto.dev).")
+@click.option(
+    "--perfetto",
+    "perfetto_out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Write a Perfetto protobuf trace here (open it at https://ui.perfetto.dev).",
+)
 def export(trace, perfetto_out):
     """Export TRACE to another tool's format.
 
@@ -25,16 +30,22 @@ def export(trace, perfetto_out):
     if loaded.error is not None and not loaded.events:
         raise click.ClickException(f"{trace}, line {loaded.error.line}: {loaded.error.message}")
     if loaded.error is not None:
-        click.echo(f"warning: {trace}, line {loaded.error.line}: {loaded.error.message}; exporting the "
-                   f"{len(loaded.events)} events before it", err=True)
+        click.echo(
+            f"warning: {trace}, line {loaded.error.line}: {loaded.error.message}; exporting the "
+            f"{len(loaded.events)} events before it",
+            err=True,
+        )
     data = build_perfetto(loaded.header, loaded.events, title=f"kvtui {trace.rsplit('/', 1)[-1]}")
     try:
         with open(perfetto_out, "wb") as handle:
             handle.write(data)
     except OSError as exc:
         raise click.ClickException(f"cannot write {perfetto_out}: {exc.strerror}") from None
-    click.echo(f"wrote {perfetto_out} ({len(data):,} bytes, {len(loaded.events):,} events); open it at "
-               f"https://ui.perfetto.dev", err=True)
+    click.echo(
+        f"wrote {perfetto_out} ({len(data):,} bytes, {len(loaded.events):,} events); open it at "
+        f"https://ui.perfetto.dev",
+        err=True,
+    )
 
 
 COMMANDS = [export]

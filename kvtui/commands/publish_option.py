@@ -8,9 +8,12 @@ import click
 from kvtui.app.feed import EventFeed
 
 publish_option = click.option(
-    "--publish", default=None, metavar="tcp://HOST:PORT[,replay=...][,topic=...]",
+    "--publish",
+    default=None,
+    metavar="tcp://HOST:PORT[,replay=...][,topic=...]",
     help="Also publish the prefix cache as vLLM KV events on ZeroMQ (binds HOST:PORT; replay= adds a replay "
-         "endpoint). Watch it with: kvtui attach tcp://HOST:PORT")
+    "endpoint). Watch it with: kvtui attach tcp://HOST:PORT",
+)
 
 
 def open_publisher(text: str):
@@ -25,7 +28,8 @@ def open_publisher(text: str):
         return KvEventPublisher(**options)
     except ImportError:
         raise click.ClickException("--publish needs pyzmq and msgspec: pip install pyzmq msgspec") from None
-    except Exception as exc:  # a bad option, an address in use: one line
+    # a bad option, an address in use: one line
+    except Exception as exc:
         raise click.ClickException(f"--publish {text!r}: {exc}") from None
 
 

@@ -16,11 +16,18 @@ def served_command(args: tuple[str, ...]) -> str:
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (0.0.0.0: every interface; anyone who reaches it gets the UI).")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (0.0.0.0: every interface; anyone who reaches it gets the UI).",
+)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--public-url", default=None, help="URL the browser uses, when it differs from http://HOST:PORT "
-                                                 "(behind a proxy).")
+@click.option(
+    "--public-url",
+    default=None,
+    help="URL the browser uses, when it differs from http://HOST:PORT (behind a proxy).",
+)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def serve(host, port, public_url, args):
     """Serve the kvtui UI in a web browser: open http://HOST:PORT.

@@ -15,18 +15,26 @@ def _check_model_path(model: str) -> None:
     """A model named as a file or directory that does not exist: say so now, not after the UI opened."""
     looks_local = model.startswith((".", "/", "~")) or model.endswith(".gguf")
     if looks_local and not os.path.exists(os.path.expanduser(model)):
-        raise click.ClickException(f"model {model!r}: no such file or directory (give 'smollm2', a local "
-                                   f"transformers directory, a .gguf file or a hub id)")
+        raise click.ClickException(
+            f"model {model!r}: no such file or directory (give 'smollm2', a local "
+            f"transformers directory, a .gguf file or a hub id)"
+        )
     path = os.path.expanduser(model)
     if os.path.isdir(path) and not os.path.isfile(os.path.join(path, "config.json")):
-        raise click.ClickException(f"model {model!r} is a directory without config.json: not a transformers model")
+        raise click.ClickException(
+            f"model {model!r} is a directory without config.json: not a transformers model"
+        )
 
 
 @click.command()
 @engine_options
 @click.option("--max-tokens", type=int, default=64, show_default=True, help="Tokens to generate per prompt.")
-@click.option("--save-trace", type=click.Path(dir_okay=False), default=None,
-              help="Also write everything the UI sees to this trace file.")
+@click.option(
+    "--save-trace",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write everything the UI sees to this trace file.",
+)
 @publish_option
 def live(model, max_tokens, save_trace, publish, **options):
     """Open the live UI: type prompts, watch the cache, edit tokens."""
@@ -45,7 +53,8 @@ def live(model, max_tokens, save_trace, publish, **options):
     try:
         app.run()
     finally:
-        worker.stop()  # after the app is gone too (it stops it on unmount): the saved trace is closed whole
+        # after the app is gone too (it stops it on unmount): the saved trace is closed whole
+        worker.stop()
         if publisher is not None:
             publisher.close()
 
@@ -53,8 +62,12 @@ def live(model, max_tokens, save_trace, publish, **options):
 @click.command()
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
 @click.option("--check", is_flag=True, help="only validate the trace and print a summary (no UI)")
-@click.option("--from-start", is_flag=True, help="open at the first event (default: the end of the trace, or "
-                                                 "the busiest step when the end holds no blocks)")
+@click.option(
+    "--from-start",
+    is_flag=True,
+    help="open at the first event (default: the end of the trace, or "
+    "the busiest step when the end holds no blocks)",
+)
 def replay(trace, check, from_start):
     """Replay a recorded trace: play, step, seek and inspect every view."""
     from kvtui.app.loader import load_trace, read_header
@@ -66,19 +79,23 @@ def replay(trace, check, from_start):
         from kvtui.app.loading import fold
         from kvtui.state.timeline import Timeline
 
-        timeline = Timeline(header)  # the replay's own path: reader, then reducer
+        # the replay's own path: reader, then reducer
+        timeline = Timeline(header)
         loaded = load_trace(trace, on_batch=lambda batch: fold(timeline, batch))
         if loaded.error is not None:
             click.echo(f"{trace}, line {loaded.error.line}: {loaded.error.message}", err=True)
         unknown = ", ".join(f"{k} ({n})" for k, n in sorted(loaded.unknown_types.items()))
-        click.echo(f"{trace}: {len(loaded.events)} events, {header.get('num_blocks')} blocks of "
-                   f"{header.get('block_size')} tokens" + (" (truncated last line ignored)"
-                                                            if loaded.truncated_tail else "")
-                   + (f"; unknown event types skipped: {unknown}" if unknown else ""))
+        click.echo(
+            f"{trace}: {len(loaded.events)} events, {header.get('num_blocks')} blocks of "
+            f"{header.get('block_size')} tokens"
+            + (" (truncated last line ignored)" if loaded.truncated_tail else "")
+            + (f"; unknown event types skipped: {unknown}" if unknown else "")
+        )
         if loaded.error is not None:
             sys.exit(1)
         return
-    if header.get("kind") == "attach":  # recorded by `kvtui attach -o`: the fleet views
+    # recorded by `kvtui attach -o`: the fleet views
+    if header.get("kind") == "attach":
         from kvtui.commands.attach_commands import replay_attach
 
         return replay_attach(trace, header)

@@ -21,8 +21,15 @@ from kvtui.state.timeline import is_miss
 
 SEQUENCE_ID = 1
 ROOT_UUID = 1
-COUNTERS = ("free blocks", "used blocks", "cached blocks", "tokens per step",
-            "token hit rate", "request hit rate", "block hit rate")
+COUNTERS = (
+    "free blocks",
+    "used blocks",
+    "cached blocks",
+    "tokens per step",
+    "token hit rate",
+    "request hit rate",
+    "block hit rate",
+)
 SLICE_BEGIN, SLICE_END = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END
 INSTANT, COUNTER = TrackEvent.TYPE_INSTANT, TrackEvent.TYPE_COUNTER
 
@@ -69,8 +76,11 @@ class _Builder:
             self._track(uuid, name, parent, counter, unit)
         return uuid
 
-    def event(self, track: str | tuple[str, str], t: float, kind: int, name: str = "", args: dict | None = None) -> None:
-        uuid = self.track(track)  # the track's descriptor goes before its first event
+    def event(
+        self, track: str | tuple[str, str], t: float, kind: int, name: str = "", args: dict | None = None
+    ) -> None:
+        # the track's descriptor goes before its first event
+        uuid = self.track(track)
         packet = self._packet()
         packet.timestamp = _ns(t)
         ev = packet.track_event
@@ -90,7 +100,9 @@ class _Builder:
             else:
                 ann.string_value = str(value)
 
-    def slice(self, track: str | tuple[str, str], t0: float, t1: float, name: str, args: dict | None = None) -> None:
+    def slice(
+        self, track: str | tuple[str, str], t0: float, t1: float, name: str, args: dict | None = None
+    ) -> None:
         self.event(track, t0, SLICE_BEGIN, name, args)
         self.event(track, max(t0, t1), SLICE_END)
 
@@ -112,13 +124,16 @@ def request_track(request_id: str) -> tuple[str, str]:
 def build_perfetto(header: dict, events: list[dict], title: str = "kvtui") -> bytes:
     """The serialized Perfetto trace of a kvtui trace's header and events."""
     out = _Builder(title)
-    for name in COUNTERS:  # counter tracks first, so they sit together at the top
+    # counter tracks first, so they sit together at the top
+    for name in COUNTERS:
         out.track(name, counter=True, unit="%" if name.endswith("rate") else "")
     state = CacheState(header)
     queued_since: dict[str, float] = {}
-    step_chunks: list[dict] = []  # prefill_chunk / decode events of the step in progress
+    # prefill_chunk / decode events of the step in progress
+    step_chunks: list[dict] = []
     last_step_end = 0.0
-    lane_free: dict[str, float] = {}  # request id -> when its last slice ended (a step's time includes scheduling)
+    # request id -> when its last slice ended (a step's time includes scheduling)
+    lane_free: dict[str, float] = {}
     for ev in events:
         state.apply(ev)
         etype, t = ev["type"], ev["t"]
@@ -134,7 +149,8 @@ def build_perfetto(header: dict, events: list[dict], title: str = "kvtui") -> by
         elif etype in ("prefill_chunk", "decode"):
             step_chunks.append(ev)
         elif etype == "step":
-            begin = min(t, max(last_step_end, t - ev["duration"]))  # steps never overlap on a track
+            # steps never overlap on a track
+            begin = min(t, max(last_step_end, t - ev["duration"]))
             last_step_end = t
             for chunk in step_chunks:
                 args = {"step": chunk["step"], "tokens in step": ev["num_tokens"]}
@@ -160,22 +176,61 @@ def build_perfetto(header: dict, events: list[dict], title: str = "kvtui") -> by
             out.event(request_track(rid), t, INSTANT, "preempted", {"tokens to recompute": ev["num_tokens"]})
             queued_since[rid] = t
         elif etype == "edit":
-            out.event(request_track(rid), t, INSTANT, f"edit {ev['kind']} @{ev['position']}",
-                      {"position": ev["position"], "kind": ev["kind"], "new tokens": len(ev["token_ids"]),
-                       "text": "".join(ev["texts"]), "deleted": ev["num_deleted"]})
+            out.event(
+                request_track(rid),
+                t,
+                INSTANT,
+                f"edit {ev['kind']} @{ev['position']}",
+                {
+                    "position": ev["position"],
+                    "kind": ev["kind"],
+                    "new tokens": len(ev["token_ids"]),
+                    "text": "".join(ev["texts"]),
+                    "deleted": ev["num_deleted"],
+                },
+            )
         elif etype == "invalidate":
-            out.event(request_track(rid), t, INSTANT, f"invalidate from {ev['first_recomputed']}",
-                      {"kept blocks": len(ev["kept"]), "dropped blocks": len(ev["dropped"]),
-                       "copied blocks": len(ev["copied"]), "recompute tokens": ev["recompute_tokens"]})
+            out.event(
+                request_track(rid),
+                t,
+                INSTANT,
+                f"invalidate from {ev['first_recomputed']}",
+                {
+                    "kept blocks": len(ev["kept"]),
+                    "dropped blocks": len(ev["dropped"]),
+                    "copied blocks": len(ev["copied"]),
+                    "recompute tokens": ev["recompute_tokens"],
+                },
+            )
         elif etype == "prefix_match" and is_miss(ev):
-            args = {"reason": ev["reason"], "matched tokens": ev["matched_tokens"],
-                    "prompt tokens": ev["prompt_tokens"]}
-            args.update({k: v for k, v in (ev.get("detail") or {}).items() if isinstance(v, (int, float, str))})
+            args = {
+                "reason": ev["reason"],
+                "matched tokens": ev["matched_tokens"],
+                "prompt tokens": ev["prompt_tokens"],
+            }
+            args.update(
+                {k: v for k, v in (ev.get("detail") or {}).items() if isinstance(v, (int, float, str))}
+            )
             out.event(request_track(rid), t, INSTANT, f"miss: {ev['reason']}", args)
         elif etype == "block_evicted":
-            out.event("evictions", t, INSTANT, f"evict block {ev['physical']}",
-                      {"physical": ev["physical"], "policy": ev["policy"], "node": ev["node_id"], "hash": ev["hash"]})
+            out.event(
+                "evictions",
+                t,
+                INSTANT,
+                f"evict block {ev['physical']}",
+                {
+                    "physical": ev["physical"],
+                    "policy": ev["policy"],
+                    "node": ev["node_id"],
+                    "hash": ev["hash"],
+                },
+            )
         elif etype == "request_finished":
-            out.event(request_track(rid), t, INSTANT, f"finished ({ev['reason']})",
-                      {"output tokens": ev["num_output_tokens"], "cached tokens": ev["cached_tokens"]})
+            out.event(
+                request_track(rid),
+                t,
+                INSTANT,
+                f"finished ({ev['reason']})",
+                {"output tokens": ev["num_output_tokens"], "cached tokens": ev["cached_tokens"]},
+            )
     return out.builder.serialize()

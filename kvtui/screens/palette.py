@@ -20,4 +20,3 @@ class KvtuiCommands(Provider):
             score = matcher.match(text)
             if score > 0:
                 yield Hit(score, matcher.highlight(text), run, help=binding.id)
-

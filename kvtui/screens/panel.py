@@ -32,7 +32,8 @@ class PanelScreen(Screen):
         self.kind = kind
         cls, self.title_text = PANELS[kind]
         self.body = cls(id="panel-view")
-        self.status = TextLine(id="panel-status")  # made here: the app may draw before the screen is composed
+        # made here: the app may draw before the screen is composed
+        self.status = TextLine(id="panel-status")
         self.keys = TextLine(id="panel-keys")
         self.keys.set(f" {self.title_text} · > < engine step · space play · [ ] request · esc close")
 

@@ -24,13 +24,15 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from kvtui.sources.endpoints import Source
-from kvtui.sources.sequence import DUPLICATE, GAP, NEXT, RESTART, SeqTracker
 from kvtui.sources.block_events import AllBlocksCleared, KvBlockStored
+from kvtui.sources.endpoints import Source
+from kvtui.sources.sequence import DUPLICATE, GAP, RESTART, SeqTracker
 from kvtui.sources.wire import END_SEQ, Batch, WireError, decode_payload, decode_seq
 
-DRAIN_PER_SOCKET = 2000  # messages taken from one socket before the others get a turn
-REPLAY_SERVE_EVERY = 200  # replayed batches received between two calls of the after_messages callbacks
+# messages taken from one socket before the others get a turn
+DRAIN_PER_SOCKET = 2000
+# replayed batches received between two calls of the after_messages callbacks
+REPLAY_SERVE_EVERY = 200
 
 
 def load_tokenizer(name: str):
@@ -38,19 +40,28 @@ def load_tokenizer(name: str):
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise ValueError('--tokenizer needs transformers: pip install "kvtui[engine]" (or run ./install.sh)') from None
+        raise ValueError(
+            '--tokenizer needs transformers: pip install "kvtui[engine]" (or run ./install.sh)'
+        ) from None
     try:
         return AutoTokenizer.from_pretrained(name)
-    except Exception as exc:  # no such directory, no hub: one line
+    # no such directory, no hub: one line
+    except Exception as exc:
         raise ValueError(f"tokenizer {name!r}: {str(exc).splitlines()[0]}") from None
 
 
 def attach_header(sources, tokenizer: str | None) -> dict:
     """An attach trace's header: the fields every trace has (zero where an attached fleet has no such number)
     plus kind=attach and the sources as given."""
-    return {"kind": "attach", "model": {"name": "attach", "tokenizer": tokenizer}, "block_size": 0,
-            "num_blocks": 0, "bytes_per_block": 0, "bytes_per_token": 0,
-            "config": {"sources": [s.as_dict() for s in sources]}}
+    return {
+        "kind": "attach",
+        "model": {"name": "attach", "tokenizer": tokenizer},
+        "block_size": 0,
+        "num_blocks": 0,
+        "bytes_per_block": 0,
+        "bytes_per_token": 0,
+        "config": {"sources": [s.as_dict() for s in sources]},
+    }
 
 
 def stamp(batch: Batch, worker: str, wire_seq: int, t: float, text=None) -> None:
@@ -76,7 +87,8 @@ class Stream:
     source: Source
     name: str
     tracker: SeqTracker = field(default_factory=SeqTracker)
-    workers: dict = field(default_factory=dict)  # rank -> worker id
+    # rank -> worker id
+    workers: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -91,26 +103,39 @@ class Counters:
 
 
 class Attacher:
-    def __init__(self, sources: list[Source], sink, *, tokenizer=None, replay_timeout: float = 2.0,
-                 metrics_every: float = 2.0, context: zmq.Context | None = None):
+    def __init__(
+        self,
+        sources: list[Source],
+        sink,
+        *,
+        tokenizer=None,
+        replay_timeout: float = 2.0,
+        metrics_every: float = 2.0,
+        context: zmq.Context | None = None,
+    ):
         self.sources = sources
         self.sink = sink
-        self.tokenizer = tokenizer  # anything with .decode([id]) (optional, --tokenizer)
+        # anything with .decode([id]) (optional, --tokenizer)
+        self.tokenizer = tokenizer
         self._texts: dict[int, str] = {}
         self.replay_timeout = replay_timeout
         self.metrics_every = metrics_every
         self.ctx = context or zmq.Context.instance()
         self.counters = Counters()
-        self.notices: queue.SimpleQueue = queue.SimpleQueue()  # (severity, text) for the UI
+        # (severity, text) for the UI
+        self.notices: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[tuple, Stream] = {}
         self._sockets: dict[zmq.Socket, Source] = {}
         self._metrics: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._metrics_thread: threading.Thread | None = None
-        self.after_messages: list = []  # called between messages (the collector answers its UI there)
-        self.ready = threading.Event()  # sockets open, first replays done (tests wait for it)
-        self.wake_fds: list[int] = []  # more file descriptors the loop polls (a collector's pipe to its UI)
+        # called between messages (the collector answers its UI there)
+        self.after_messages: list = []
+        # sockets open, first replays done (tests wait for it)
+        self.ready = threading.Event()
+        # more file descriptors the loop polls (a collector's pipe to its UI)
+        self.wake_fds: list[int] = []
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -121,7 +146,9 @@ class Attacher:
 
     def start_metrics(self) -> None:
         if any(s.metrics for s in self.sources) and self._metrics_thread is None:
-            self._metrics_thread = threading.Thread(target=self._poll_metrics, name="kvtui-metrics", daemon=True)
+            self._metrics_thread = threading.Thread(
+                target=self._poll_metrics, name="kvtui-metrics", daemon=True
+            )
             self._metrics_thread.start()
 
     def stopping(self) -> bool:
@@ -167,7 +194,8 @@ class Attacher:
     def _open(self) -> None:
         for source in self.sources:
             sock = self.ctx.socket(zmq.SUB)
-            sock.setsockopt(zmq.RCVHWM, 0)  # never drop what arrived while a replay ran
+            # never drop what arrived while a replay ran
+            sock.setsockopt(zmq.RCVHWM, 0)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SUBSCRIBE, source.topic.encode())
             if source.bind:
@@ -194,16 +222,19 @@ class Attacher:
                 frames = [f.bytes for f in frames]
             try:
                 self.on_message(source, frames, peer)
-            except Exception as exc:  # a message no check foresaw: counted and shown, the stream goes on
-                self._malformed(source, f"could not be applied ({type(exc).__name__}: {exc})",
-                                sum(map(len, frames)))
+            # a message no check foresaw: counted and shown, the stream goes on
+            except Exception as exc:
+                self._malformed(
+                    source, f"could not be applied ({type(exc).__name__}: {exc})", sum(map(len, frames))
+                )
 
     # ------------------------------------------------------------------ one live message
     def on_message(self, source: Source, frames: list[bytes], peer: str = "") -> None:
         self.counters.messages += 1
         if len(frames) != 3:
-            return self._malformed(source, f"{len(frames)} frames (expected topic, seq, payload)",
-                                   sum(map(len, frames)))
+            return self._malformed(
+                source, f"{len(frames)} frames (expected topic, seq, payload)", sum(map(len, frames))
+            )
         topic, seq_frame, payload = frames
         try:
             seq = decode_seq(seq_frame)
@@ -239,8 +270,15 @@ class Attacher:
 
     def _restart(self, stream: Stream, seq: int) -> None:
         self.counters.restarts += 1
-        self.sink.emit("attach_gap", source=stream.source.endpoint, kind="restart",
-                    expected=stream.tracker.applied + 1, got=seq, recovered=0, lost=0)
+        self.sink.emit(
+            "attach_gap",
+            source=stream.source.endpoint,
+            kind="restart",
+            expected=stream.tracker.applied + 1,
+            got=seq,
+            recovered=0,
+            lost=0,
+        )
         for worker in stream.workers.values():
             self.sink.emit("kv_all_cleared", worker=worker, cause="restart")
         stream.tracker.restart()
@@ -273,8 +311,15 @@ class Attacher:
     def _gap_event(self, stream: Stream, kind: str, first: int, got: int, recovered: int, lost: int) -> None:
         self.counters.gaps += 1
         self.counters.lost += lost
-        self.sink.emit("attach_gap", source=stream.source.endpoint, kind=kind, expected=first, got=got,
-                    recovered=recovered, lost=lost)
+        self.sink.emit(
+            "attach_gap",
+            source=stream.source.endpoint,
+            kind=kind,
+            expected=first,
+            got=got,
+            recovered=recovered,
+            lost=lost,
+        )
 
     def _fetch(self, source: Source, start: int) -> tuple[list[tuple[int, Batch]], bool]:
         """Ask the replay endpoint for every buffered batch from `start`: ([(seq, batch)], whether it answered)."""
@@ -289,21 +334,31 @@ class Attacher:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not dealer.poll(int(left * 1000)):
-                    what = "finish answering" if answered else "answer (is the server up, replay_endpoint set?)"
-                    self.notices.put(("warning", f"{source.name}: the replay endpoint {source.replay} did not "
-                                                 f"{what} within {self.replay_timeout:g}s"))
+                    what = (
+                        "finish answering" if answered else "answer (is the server up, replay_endpoint set?)"
+                    )
+                    self.notices.put(
+                        (
+                            "warning",
+                            f"{source.name}: the replay endpoint {source.replay} did not "
+                            f"{what} within {self.replay_timeout:g}s",
+                        )
+                    )
                     break
                 frames = dealer.recv_multipart()
                 answered = True
                 if len(out) % REPLAY_SERVE_EVERY == REPLAY_SERVE_EVERY - 1:
-                    self._after()  # a long replay: the collector still answers (and hears stop)
+                    # a long replay: the collector still answers (and hears stop)
+                    self._after()
                     if self._stop.is_set():
                         break
-                deadline = time.monotonic() + self.replay_timeout  # a long replay is fine while it flows
+                # a long replay is fine while it flows
+                deadline = time.monotonic() + self.replay_timeout
                 if frames and frames[0] == b"":
                     frames = frames[1:]
                 if len(frames) == 3:
-                    frames = frames[1:]  # [topic, seq, payload] (vLLM >= 0.26, SGLang) -> [seq, payload]
+                    # [topic, seq, payload] (vLLM >= 0.26, SGLang) -> [seq, payload]
+                    frames = frames[1:]
                 if len(frames) != 2:
                     self._malformed(source, f"replay reply of {len(frames)} frames", sum(map(len, frames)))
                     continue
@@ -328,8 +383,16 @@ class Attacher:
             own = rank is None or rank == (source.dp_rank or 0)
             worker = stream.name if own and len(stream.workers) == 0 else f"{stream.name}#r{rank}"
             stream.workers[rank] = worker
-            self.sink.emit("attach_worker", worker=worker, source=source.endpoint, name=stream.name, rank=rank,
-                           replay=source.replay, metrics=source.metrics, blocks=source.blocks)
+            self.sink.emit(
+                "attach_worker",
+                worker=worker,
+                source=source.endpoint,
+                name=stream.name,
+                rank=rank,
+                replay=source.replay,
+                metrics=source.metrics,
+                blocks=source.blocks,
+            )
         return worker
 
     def _apply(self, stream: Stream, seq: int, batch: Batch) -> None:
@@ -338,7 +401,8 @@ class Attacher:
         self.counters.events += len(events)
         self.counters.blocks += batch.blocks
         worker = self._worker(stream, batch.rank if batch.rank is not None else stream.source.dp_rank)
-        t = round(self.sink.now(), 6)  # when it arrived: the sink's clock, as every trace's `t`
+        # when it arrived: the sink's clock, as every trace's `t`
+        t = round(self.sink.now(), 6)
         stamp(batch, worker, seq, t, self._text if self.tokenizer is not None else None)
         self.sink.emit_events(events)
 
@@ -347,7 +411,8 @@ class Attacher:
         if text is None:
             try:
                 text = self.tokenizer.decode([token_id])
-            except Exception:  # an id outside the tokenizer's vocabulary: show the id
+            # an id outside the tokenizer's vocabulary: show the id
+            except Exception:
                 text = f"<{token_id}>"
             self._texts[token_id] = text
         return text
@@ -386,5 +451,6 @@ class Attacher:
     def emit_metrics(self, source: Source, ranks: dict[str, dict]) -> None:
         for rank, facts in sorted(ranks.items()):
             if source.dp_rank is not None and rank not in ("", str(source.dp_rank)):
-                continue  # another rank's server samples: that rank's own source reports them
+                # another rank's server samples: that rank's own source reports them
+                continue
             self.sink.emit("attach_metrics", source=source.endpoint, rank=rank, facts=facts)

@@ -12,12 +12,17 @@ no publisher sends, so a message cannot set them.
 
 from __future__ import annotations
 
-from typing import Optional, Union
-
 import msgspec
 
-_OURS = {"seq": "kvtui:seq", "t": "kvtui:t", "worker": "kvtui:worker", "wire_seq": "kvtui:wire_seq",
-         "engine_ts": "kvtui:engine_ts", "texts": "kvtui:texts", "token_pairs": "kvtui:token_pairs"}
+_OURS = {
+    "seq": "kvtui:seq",
+    "t": "kvtui:t",
+    "worker": "kvtui:worker",
+    "wire_seq": "kvtui:wire_seq",
+    "engine_ts": "kvtui:engine_ts",
+    "texts": "kvtui:texts",
+    "token_pairs": "kvtui:token_pairs",
+}
 
 
 def hash_hex(value: int) -> str:
@@ -34,32 +39,58 @@ class _Ours(msgspec.Struct, kw_only=True, gc=False, rename=_OURS):
     engine_ts: float = 0.0
 
 
-class KvBlockStored(_Ours, tag="BlockStored", gc=False,
-                    rename={"hashes": "block_hashes", "parent": "parent_block_hash", "group": "group_idx",
-                            "lora": "lora_name", "salt": "cache_salt", "spec_kind": "kv_cache_spec_kind",
-                            "sliding_window": "kv_cache_spec_sliding_window", **_OURS}):
-    hashes: list[Union[int, bytes]]  # ints once the decoder has checked them
-    parent: Union[int, bytes, None]
+class KvBlockStored(
+    _Ours,
+    tag="BlockStored",
+    gc=False,
+    rename={
+        "hashes": "block_hashes",
+        "parent": "parent_block_hash",
+        "group": "group_idx",
+        "lora": "lora_name",
+        "salt": "cache_salt",
+        "spec_kind": "kv_cache_spec_kind",
+        "sliding_window": "kv_cache_spec_sliding_window",
+        **_OURS,
+    },
+):
+    # ints once the decoder has checked them
+    hashes: list[int | bytes]
+    parent: int | bytes | None
     token_ids: list[int]
     block_size: int
-    lora_id: Optional[int] = None  # the wire's; `lora` is its name, else this id (the decoder sets it)
-    medium: Optional[str] = None
-    lora: Optional[str] = None
-    salt: Optional[str] = None
-    extra_keys: Optional[list] = None
-    group: Optional[int] = None
-    spec_kind: Optional[str] = None
-    sliding_window: Optional[int] = None
-    texts: Optional[list] = None
-    token_pairs: bool = False  # SGLang's (token, next token) pairs were flattened to tokens
+    # the wire's; `lora` is its name, else this id (the decoder sets it)
+    lora_id: int | None = None
+    medium: str | None = None
+    lora: str | None = None
+    salt: str | None = None
+    extra_keys: list | None = None
+    group: int | None = None
+    spec_kind: str | None = None
+    sliding_window: int | None = None
+    texts: list | None = None
+    # SGLang's (token, next token) pairs were flattened to tokens
+    token_pairs: bool = False
 
     def as_dict(self) -> dict:
         """The event as the trace writes it (engine/trace/attach_events.py)."""
-        out = {"seq": self.seq, "t": self.t, "type": "kv_block_stored", "worker": self.worker,
-               "wire_seq": self.wire_seq, "engine_ts": self.engine_ts, "hashes": [hash_hex(h) for h in self.hashes],
-               "parent": None if self.parent is None else hash_hex(self.parent), "token_ids": self.token_ids,
-               "block_size": self.block_size, "medium": self.medium, "group": self.group or 0,
-               "lora": self.lora, "salt": self.salt}  # the decoder made lora (name, else id) and extra_keys
+        out = {
+            "seq": self.seq,
+            "t": self.t,
+            "type": "kv_block_stored",
+            "worker": self.worker,
+            "wire_seq": self.wire_seq,
+            "engine_ts": self.engine_ts,
+            "hashes": [hash_hex(h) for h in self.hashes],
+            "parent": None if self.parent is None else hash_hex(self.parent),
+            "token_ids": self.token_ids,
+            "block_size": self.block_size,
+            "medium": self.medium,
+            "group": self.group or 0,
+            # the decoder made lora (name, else id) and extra_keys
+            "lora": self.lora,
+            "salt": self.salt,
+        }
         if self.extra_keys:
             out["extra_keys"] = self.extra_keys
         if self.spec_kind is not None:
@@ -73,31 +104,64 @@ class KvBlockStored(_Ours, tag="BlockStored", gc=False,
         return out
 
     @classmethod
-    def from_dict(cls, e: dict) -> "KvBlockStored":
+    def from_dict(cls, e: dict) -> KvBlockStored:
         """A trace's event (hex hashes) as the struct the reducer folds."""
         parent = e.get("parent")
-        return cls([int(h, 16) for h in e["hashes"]], None if parent is None else int(parent, 16), e["token_ids"],
-                   e["block_size"], None, e.get("medium"), e.get("lora"), e.get("salt"), e.get("extra_keys"),
-                   e.get("group", 0), e.get("spec_kind"), e.get("sliding_window"), e.get("texts"),
-                   bool(e.get("token_pairs")), seq=e["seq"], t=e["t"], worker=e["worker"],
-                   wire_seq=e.get("wire_seq", 0), engine_ts=e.get("engine_ts", 0.0))
+        return cls(
+            [int(h, 16) for h in e["hashes"]],
+            None if parent is None else int(parent, 16),
+            e["token_ids"],
+            e["block_size"],
+            None,
+            e.get("medium"),
+            e.get("lora"),
+            e.get("salt"),
+            e.get("extra_keys"),
+            e.get("group", 0),
+            e.get("spec_kind"),
+            e.get("sliding_window"),
+            e.get("texts"),
+            bool(e.get("token_pairs")),
+            seq=e["seq"],
+            t=e["t"],
+            worker=e["worker"],
+            wire_seq=e.get("wire_seq", 0),
+            engine_ts=e.get("engine_ts", 0.0),
+        )
 
 
-class KvBlockRemoved(_Ours, tag="BlockRemoved", gc=False,
-                     rename={"hashes": "block_hashes", "group": "group_idx", **_OURS}):
-    hashes: list[Union[int, bytes]]
-    medium: Optional[str] = None
-    group: Optional[int] = None
+class KvBlockRemoved(
+    _Ours, tag="BlockRemoved", gc=False, rename={"hashes": "block_hashes", "group": "group_idx", **_OURS}
+):
+    hashes: list[int | bytes]
+    medium: str | None = None
+    group: int | None = None
 
     def as_dict(self) -> dict:
-        return {"seq": self.seq, "t": self.t, "type": "kv_block_removed", "worker": self.worker,
-                "hashes": [hash_hex(h) for h in self.hashes], "group": self.group or 0, "medium": self.medium,
-                "wire_seq": self.wire_seq, "engine_ts": self.engine_ts}
+        return {
+            "seq": self.seq,
+            "t": self.t,
+            "type": "kv_block_removed",
+            "worker": self.worker,
+            "hashes": [hash_hex(h) for h in self.hashes],
+            "group": self.group or 0,
+            "medium": self.medium,
+            "wire_seq": self.wire_seq,
+            "engine_ts": self.engine_ts,
+        }
 
     @classmethod
-    def from_dict(cls, e: dict) -> "KvBlockRemoved":
-        return cls([int(h, 16) for h in e["hashes"]], e.get("medium"), e.get("group", 0), seq=e["seq"], t=e["t"],
-                   worker=e["worker"], wire_seq=e.get("wire_seq", 0), engine_ts=e.get("engine_ts", 0.0))
+    def from_dict(cls, e: dict) -> KvBlockRemoved:
+        return cls(
+            [int(h, 16) for h in e["hashes"]],
+            e.get("medium"),
+            e.get("group", 0),
+            seq=e["seq"],
+            t=e["t"],
+            worker=e["worker"],
+            wire_seq=e.get("wire_seq", 0),
+            engine_ts=e.get("engine_ts", 0.0),
+        )
 
 
 class AllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", gc=False):

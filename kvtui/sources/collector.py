@@ -38,17 +38,23 @@ from kvtui.sources.collector_messages import (
     ViewReady,
 )
 
-STOP_TIMEOUT = 10.0  # seconds the UI waits for the collector to close its trace
-NICENESS = 5  # the collector's scheduling priority below the UI's
-FREEZE_EVERY = 0.05  # seconds between two gc.freeze() of the collector's state (a freeze costs nothing)
+# seconds the UI waits for the collector to close its trace
+STOP_TIMEOUT = 10.0
+# the collector's scheduling priority below the UI's
+NICENESS = 5
+# seconds between two gc.freeze() of the collector's state (a freeze costs nothing)
+FREEZE_EVERY = 0.05
 
 
-def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str | None,
-            replay_timeout: float) -> None:
+def collect(
+    conn, sources: list, header: dict, out: str | None, tokenizer: str | None, replay_timeout: float
+) -> None:
     """The collector process: attach, fold, answer the UI until it says stop (or goes away)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the UI, which then stops us in order
+    # Ctrl-C is for the UI, which then stops us in order
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        os.nice(NICENESS)  # where the two compete for a core, the UI's frames come first; we catch up after
+        # where the two compete for a core, the UI's frames come first; we catch up after
+        os.nice(NICENESS)
     except OSError:
         pass
     from engine.trace import TraceSink, TraceWriter
@@ -59,7 +65,8 @@ def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str |
     if tokenizer:
         try:
             tok = load_tokenizer(tokenizer)
-        except ValueError as exc:  # the UI process loaded it already; say why this one could not
+        # the UI process loaded it already; say why this one could not
+        except ValueError as exc:
             conn.send(CollectorNotice(f"collector: {exc}", "warning"))
     sink = TraceSink()
     if out:
@@ -75,15 +82,18 @@ def collect(conn, sources: list, header: dict, out: str | None, tokenizer: str |
     failure = None
     try:
         attacher.run()
-        if not attacher.stopping():  # the loop gave up by itself (sockets that would not open)
+        # the loop gave up by itself (sockets that would not open)
+        if not attacher.stopping():
             failure = "the collector stopped: " + "; ".join(t for _, t in _drain(attacher.notices))
-    except Exception as exc:  # a bug of ours: the UI says so instead of waiting for views forever
+    # a bug of ours: the UI says so instead of waiting for views forever
+    except Exception as exc:
         failure = f"the collector failed: {type(exc).__name__}: {exc}"
     finally:
         sink.close()
         try:
             conn.send(CollectorFailed(failure) if failure else CollectorStopped(asdict(attacher.counters)))
-        except OSError:  # the UI is gone
+        # the UI is gone
+        except OSError:
             pass
 
 
@@ -119,7 +129,9 @@ class _Server:
                     case AskView(with_tree):
                         # rates decay while nothing comes
                         self.fleet.now = max(self.fleet.t, attacher.sink.now())
-                        conn.send(ViewReady(fleet_view(self.fleet, tree=with_tree), asdict(attacher.counters)))
+                        conn.send(
+                            ViewReady(fleet_view(self.fleet, tree=with_tree), asdict(attacher.counters))
+                        )
                     case AskExplain(token_ids, options):
                         try:
                             text = explain_text(self.fleet, token_ids, options)
@@ -130,7 +142,8 @@ class _Server:
                     case StopCollecting():
                         attacher.stop()
                         return
-        except (EOFError, OSError):  # the UI process ended without saying stop: end too
+        # the UI process ended without saying stop: end too
+        except (EOFError, OSError):
             attacher.stop()
 
 
@@ -138,18 +151,34 @@ class CollectorClient:
     """The UI's end: starts the collector, asks for views without ever waiting on one (a frame polls), stops
     it in order (so the -o trace is whole)."""
 
-    def __init__(self, sources: list, header: dict, *, out: str | None = None, tokenizer: str | None = None,
-                 replay_timeout: float = 2.0):
-        ctx = multiprocessing.get_context("spawn")  # no fork of a process that runs threads and a terminal UI
+    def __init__(
+        self,
+        sources: list,
+        header: dict,
+        *,
+        out: str | None = None,
+        tokenizer: str | None = None,
+        replay_timeout: float = 2.0,
+    ):
+        # no fork of a process that runs threads and a terminal UI
+        ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=collect, args=(child, sources, header, out, tokenizer, replay_timeout),
-                                   name="kvtui-collector", daemon=True)
+        self.process = ctx.Process(
+            target=collect,
+            args=(child, sources, header, out, tokenizer, replay_timeout),
+            name="kvtui-collector",
+            daemon=True,
+        )
         self.process.start()
         child.close()
-        self.view = None  # the latest FleetView
-        self.counters: dict = {}  # the attacher's: messages, events, blocks, malformed, gaps, lost, restarts
-        self.asked = False  # a view request is on its way
-        self.dead: str | None = None  # why the collector stopped answering, once it has
+        # the latest FleetView
+        self.view = None
+        # the attacher's: messages, events, blocks, malformed, gaps, lost, restarts
+        self.counters: dict = {}
+        # a view request is on its way
+        self.asked = False
+        # why the collector stopped answering, once it has
+        self.dead: str | None = None
         self.stopped = False
 
     def ask(self, with_tree: bool) -> None:

@@ -25,14 +25,17 @@ class SourceError(ValueError):
 
 @dataclass(frozen=True)
 class Source:
-    endpoint: str  # as given (after --dp-size expansion): the worker's `source` in stats and traces
+    # as given (after --dp-size expansion): the worker's `source` in stats and traces
+    endpoint: str
     name: str
     replay: str | None = None
     metrics: str | None = None
     topic: str = ""
-    blocks: int | None = None  # GPU blocks of each worker, when /metrics cannot tell
+    # GPU blocks of each worker, when /metrics cannot tell
+    blocks: int | None = None
     bind: bool = False
-    dp_rank: int | None = None  # set by --dp-size expansion
+    # set by --dp-size expansion
+    dp_rank: int | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -54,19 +57,24 @@ def parse_source(text: str, *, topic: str = "", metrics: str | None = None, bind
     endpoint, options = parts[0], {}
     host, port = check_tcp(endpoint, "source")
     if not bind and host in ("*", "0.0.0.0"):
-        raise SourceError(f"source {endpoint!r}: a wildcard host only makes sense with --bind "
-                          f"(give the server's address, e.g. tcp://127.0.0.1:{port})")
+        raise SourceError(
+            f"source {endpoint!r}: a wildcard host only makes sense with --bind "
+            f"(give the server's address, e.g. tcp://127.0.0.1:{port})"
+        )
     for part in parts[1:]:
         key, sep, value = part.partition("=")
         if not sep or key not in OPTIONS or not value:
-            raise SourceError(f"source {text!r}: option {part!r} is not one of "
-                              f"{', '.join(o + '=...' for o in OPTIONS)}")
+            raise SourceError(
+                f"source {text!r}: option {part!r} is not one of {', '.join(o + '=...' for o in OPTIONS)}"
+            )
         options[key] = value
     if "replay" in options:
         check_tcp(options["replay"], "replay endpoint")
         if bind:
-            raise SourceError(f"source {text!r}: replay= needs the server's address; with --bind the servers "
-                              "connect to us, so give each server's replay endpoint as a source of its own")
+            raise SourceError(
+                f"source {text!r}: replay= needs the server's address; with --bind the servers "
+                "connect to us, so give each server's replay endpoint as a source of its own"
+            )
     if "metrics" in options and not options["metrics"].startswith(("http://", "https://")):
         raise SourceError(f"source {text!r}: metrics= must be an http(s):// URL of a /metrics page")
     blocks = None
@@ -74,9 +82,15 @@ def parse_source(text: str, *, topic: str = "", metrics: str | None = None, bind
         if not options["blocks"].isdigit() or int(options["blocks"]) <= 0:
             raise SourceError(f"source {text!r}: blocks= must be a positive integer")
         blocks = int(options["blocks"])
-    return Source(endpoint=endpoint, name=options.get("name") or f"{host}:{port}", replay=options.get("replay"),
-                  metrics=options.get("metrics", metrics), topic=options.get("topic", topic), blocks=blocks,
-                  bind=bind)
+    return Source(
+        endpoint=endpoint,
+        name=options.get("name") or f"{host}:{port}",
+        replay=options.get("replay"),
+        metrics=options.get("metrics", metrics),
+        topic=options.get("topic", topic),
+        blocks=blocks,
+        bind=bind,
+    )
 
 
 def offset_port(endpoint: str, rank: int) -> str:
@@ -93,14 +107,21 @@ def expand(sources: list[Source], dp_size: int) -> list[Source]:
     out = []
     for source in sources:
         for rank in range(dp_size):
-            out.append(replace(source, endpoint=offset_port(source.endpoint, rank),
-                               replay=source.replay and offset_port(source.replay, rank),
-                               name=f"{source.name}/dp{rank}", dp_rank=rank))
+            out.append(
+                replace(
+                    source,
+                    endpoint=offset_port(source.endpoint, rank),
+                    replay=source.replay and offset_port(source.replay, rank),
+                    name=f"{source.name}/dp{rank}",
+                    dp_rank=rank,
+                )
+            )
     return out
 
 
-def parse_sources(texts: list[str], *, topic: str = "", metrics: str | None = None, bind: bool = False,
-                  dp_size: int = 1) -> list[Source]:
+def parse_sources(
+    texts: list[str], *, topic: str = "", metrics: str | None = None, bind: bool = False, dp_size: int = 1
+) -> list[Source]:
     sources = expand([parse_source(t, topic=topic, metrics=metrics, bind=bind) for t in texts], dp_size)
     seen = set()
     for source in sources:

@@ -15,7 +15,7 @@ import math
 import re
 import urllib.request
 
-_SAMPLE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$')
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
@@ -87,8 +87,9 @@ def summarize(text: str) -> dict[str, dict]:
         buckets = out.pop("_ttft", None)
         if buckets:
             finite = sorted(b for b in buckets if b is not None)
-            out["ttft_buckets"] = [[b, buckets[b]] for b in finite] + ([[None, buckets[None]]]
-                                                                        if None in buckets else [])
+            out["ttft_buckets"] = [[b, buckets[b]] for b in finite] + (
+                [[None, buckets[None]]] if None in buckets else []
+            )
     return ranks
 
 

@@ -17,19 +17,25 @@ NEXT, GAP, DUPLICATE, RESTART = "next", "gap", "duplicate", "restart"
 
 @dataclass
 class SeqTracker:
-    applied: int = -1  # highest sequence number applied (from the live stream or a replay)
-    last_live: int | None = None  # last sequence number seen on the live stream
-    applied_ts: float | None = None  # the publisher's timestamp of the batch `applied`
+    # highest sequence number applied (from the live stream or a replay)
+    applied: int = -1
+    # last sequence number seen on the live stream
+    last_live: int | None = None
+    # the publisher's timestamp of the batch `applied`
+    applied_ts: float | None = None
 
     def classify(self, seq: int, ts: float | None = None) -> str:
         """What live message `seq` (batch timestamp `ts`) is, before it is applied. GAP: batches applied+1 ..
         seq-1 are missing."""
         if self.last_live is not None and seq <= self.last_live:
-            return RESTART  # the live stream of one publisher only goes up
+            # the live stream of one publisher only goes up
+            return RESTART
         if seq <= self.applied:
             if ts is not None and self.applied_ts is not None and ts > self.applied_ts:
-                return RESTART  # an old number on a newer batch: a new process
-            return DUPLICATE  # a replay already delivered it
+                # an old number on a newer batch: a new process
+                return RESTART
+            # a replay already delivered it
+            return DUPLICATE
         if seq == self.applied + 1:
             return NEXT
         return GAP

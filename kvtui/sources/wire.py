@@ -20,19 +20,32 @@ that position. We never recompute an engine's hashes: prompts are matched by the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any
 
 import msgspec
 
 from kvtui.sources.block_events import AllBlocksCleared, KvBlockRemoved, KvBlockStored
 
-END_SEQ = b"\xff" * 8  # the replay stream's end marker
-MAX_PAYLOAD_BYTES = 32 << 20  # a bigger message is counted as malformed ("oversized") and dropped
+# the replay stream's end marker
+END_SEQ = b"\xff" * 8
+# a bigger message is counted as malformed ("oversized") and dropped
+MAX_PAYLOAD_BYTES = 32 << 20
 U64 = (1 << 64) - 1
 
 _decode = msgspec.msgpack.Decoder().decode
-_ARRAY_STORED = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
-                 "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
+_ARRAY_STORED = (
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+    "lora_name",
+    "extra_keys",
+    "group_idx",
+    "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+)
 _ARRAY_REMOVED = ("block_hashes", "medium", "group_idx")
 
 
@@ -42,8 +55,8 @@ class WireError(ValueError):
 
 class _MapBatch(msgspec.Struct, array_like=True, gc=False):
     ts: float
-    events: list[Union[KvBlockStored, KvBlockRemoved, AllBlocksCleared]]
-    rank: Optional[int] = None
+    events: list[KvBlockStored | KvBlockRemoved | AllBlocksCleared]
+    rank: int | None = None
 
 
 _decode_map_batch = msgspec.msgpack.Decoder(_MapBatch).decode
@@ -58,8 +71,10 @@ class Batch:
     ts: float
     events: list
     rank: int | None
-    layout: str  # "map", "array" or "empty" (a batch with no events)
-    blocks: int = 0  # block hashes in its stored and removed events
+    # "map", "array" or "empty" (a batch with no events)
+    layout: str
+    # block hashes in its stored and removed events
+    blocks: int = 0
 
 
 def hash_u64(value: Any) -> int:
@@ -107,7 +122,8 @@ def _fast(payload: bytes) -> Batch | None:
                 e.lora = str(e.lora_id)
             if e.extra_keys:
                 e.extra_keys = _jsonable(e.extra_keys)
-        for h in hashes:  # vLLM's u64 ints need nothing; SGLang's negative ones and raw bytes do
+        # vLLM's u64 ints need nothing; SGLang's negative ones and raw bytes do
+        for h in hashes:
             if type(h) is not int or h < 0:
                 if not h:
                     return None
@@ -175,7 +191,8 @@ def _stored(f: dict) -> KvBlockStored:
     if not isinstance(tokens, list):
         raise WireError("BlockStored: token_ids is not an array")
     pairs = bool(tokens) and isinstance(tokens[0], list)
-    if pairs:  # SGLang EAGLE: (token, next token) per position
+    # SGLang EAGLE: (token, next token) per position
+    if pairs:
         tokens = [t[0] if isinstance(t, list) and t else t for t in tokens]
     if not all(type(t) is int for t in tokens):
         raise WireError("BlockStored: token_ids holds something other than integers")
@@ -189,11 +206,21 @@ def _stored(f: dict) -> KvBlockStored:
     extra = f.get("extra_keys")
     if extra is not None and not isinstance(extra, list):
         raise WireError(f"BlockStored: extra_keys is not an array: {str(extra)[:40]}")
-    return KvBlockStored(hashes, None if parent is None else hash_u64(parent), tokens, size, lora_id,
-                         _opt_str(f, "medium"), lora if isinstance(lora, str) else (
-                             None if lora_id is None else str(lora_id)), _opt_str(f, "cache_salt"),
-                         _jsonable(extra) if extra else None, _group(f), _opt_str(f, "kv_cache_spec_kind"),
-                         window if type(window) is int else None, token_pairs=pairs)
+    return KvBlockStored(
+        hashes,
+        None if parent is None else hash_u64(parent),
+        tokens,
+        size,
+        lora_id,
+        _opt_str(f, "medium"),
+        lora if isinstance(lora, str) else (None if lora_id is None else str(lora_id)),
+        _opt_str(f, "cache_salt"),
+        _jsonable(extra) if extra else None,
+        _group(f),
+        _opt_str(f, "kv_cache_spec_kind"),
+        window if type(window) is int else None,
+        token_pairs=pairs,
+    )
 
 
 def _hashes(f: dict) -> list[int]:

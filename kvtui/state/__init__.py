@@ -31,6 +31,20 @@ from kvtui.state.rings import Ring
 from kvtui.state.tree import RadixNode
 
 __all__ = [
-    "CACHED", "FINISHED", "FREE", "PREEMPTED", "RUNNING", "SHARED", "USED", "WAITING", "WRITING",
-    "CacheState", "History", "RadixNode", "RequestRecord", "Ring", "replay", "state_fingerprint",
+    "CACHED",
+    "FINISHED",
+    "FREE",
+    "PREEMPTED",
+    "RUNNING",
+    "SHARED",
+    "USED",
+    "WAITING",
+    "WRITING",
+    "CacheState",
+    "History",
+    "RadixNode",
+    "RequestRecord",
+    "Ring",
+    "replay",
+    "state_fingerprint",
 ]

@@ -9,7 +9,7 @@ write (see `_GENERATIONS`).
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 from kvtui.state.metrics import History, MetricsReducer
 from kvtui.state.pool import PoolReducer
@@ -32,20 +32,23 @@ class CacheState(PoolReducer, RequestsReducer, TreeReducer, RingsReducer, Metric
         n = self.num_blocks = int(header.get("num_blocks") or 0)
         self.bytes_per_block: int = int(header.get("bytes_per_block") or 0)
         self.bytes_per_token: int = int(header.get("bytes_per_token") or 0)
-        self.index = 0  # events applied
+        # events applied
+        self.index = 0
         self.seq = -1
         self.t = 0.0
         self.step = -1
-        self.counts: dict[str, int] = {}  # events applied, by type
+        # events applied, by type
+        self.counts: dict[str, int] = {}
         self.last_event: dict | None = None
-        self._gen = next(_GENERATIONS)  # copy-on-write ownership (see _GENERATIONS)
+        # copy-on-write ownership (see _GENERATIONS)
+        self._gen = next(_GENERATIONS)
         self._init_pool(n)
         self._init_requests()
         self._init_tree()
         self._init_rings()
         self._init_metrics(history)
 
-    def snapshot(self) -> "CacheState":
+    def snapshot(self) -> CacheState:
         """A copy that later `apply` calls on either side never disturb (cheap: objects are copied on write)."""
         new = CacheState.__new__(CacheState)
         new.__dict__.update(self.__dict__)
@@ -80,8 +83,8 @@ def _collect_handlers() -> dict[str, Callable[[CacheState, dict], None]]:
     for cls in CacheState.__mro__:
         for name, fn in vars(cls).items():
             if name.startswith("_on_"):
-                assert name[len("_on_"):] not in handlers, f"two reducers handle {name[len('_on_'):]!r}"
-                handlers[name[len("_on_"):]] = fn
+                assert name[len("_on_") :] not in handlers, f"two reducers handle {name[len('_on_') :]!r}"
+                handlers[name[len("_on_") :]] = fn
     return handlers
 
 

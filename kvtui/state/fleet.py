@@ -26,10 +26,16 @@ import msgspec
 from kvtui.sources.block_events import KvBlockRemoved, KvBlockStored
 
 GPU = "GPU"
-RATE_WINDOW = 5  # seconds of trace time the stored/removed rates average over
-GONE_MEMORY = 200_000  # removed nodes remembered for the miss explainer
-HAS = ("blocks by hash per worker", "the prefix chain (parent hashes)", "token ids of stored blocks",
-       "KV usage, token hit rate, TTFT, preemptions (from /metrics)")
+# seconds of trace time the stored/removed rates average over
+RATE_WINDOW = 5
+# removed nodes remembered for the miss explainer
+GONE_MEMORY = 200_000
+HAS = (
+    "blocks by hash per worker",
+    "the prefix chain (parent hashes)",
+    "token ids of stored blocks",
+    "KV usage, token hit rate, TTFT, preemptions (from /metrics)",
+)
 LACKS = ("physical block ids", "ref counts", "locks", "block tables", "requests")
 
 
@@ -40,16 +46,21 @@ class HashNode(msgspec.Struct, gc=False):
     100k blocks/s."""
 
     group: int
-    hash: int  # u64
+    # u64
+    hash: int
     parent: int | None
-    token_ids: list  # the event's own list when it stored one block (never mutated), else a slice of it
+    # the event's own list when it stored one block (never mutated), else a slice of it
+    token_ids: list
     lora: str | None = None
     salt: str | None = None
     extra: object = None
     texts: list | None = None
-    t: float = 0.0  # first stored
-    holders: dict = {}  # worker -> frozenset of media (a fresh dict per node)
-    removed: dict | None = None  # worker -> t of its last removal (made at the first removal)
+    # first stored
+    t: float = 0.0
+    # worker -> frozenset of media (a fresh dict per node)
+    holders: dict = {}
+    # worker -> t of its last removal (made at the first removal)
+    removed: dict | None = None
 
 
 @dataclass
@@ -58,15 +69,21 @@ class Worker:
     source: str
     name: str
     rank: int | None = None
-    blocks: int | None = None  # GPU blocks, when the source was told (blocks=)
-    held: int = 0  # blocks it holds (any medium); which ones: the nodes whose holders name it
-    held_by_group: dict = field(default_factory=dict)  # KV-cache group -> blocks held in it
-    resident: int = 0  # blocks held on the GPU
-    stored: int = 0  # blocks stored (events x hashes)
+    # GPU blocks, when the source was told (blocks=)
+    blocks: int | None = None
+    # blocks it holds (any medium); which ones: the nodes whose holders name it
+    held: int = 0
+    # KV-cache group -> blocks held in it
+    held_by_group: dict = field(default_factory=dict)
+    # blocks held on the GPU
+    resident: int = 0
+    # blocks stored (events x hashes)
+    stored: int = 0
     removed: int = 0
     cleared: int = 0
     block_size: int | None = None
-    buckets: dict = field(default_factory=dict)  # int(t) -> [stored, removed]
+    # int(t) -> [stored, removed]
+    buckets: dict = field(default_factory=dict)
 
     def rates(self, now: float) -> tuple[float, float]:
         """Blocks stored and removed per second over the last RATE_WINDOW seconds of trace time."""
@@ -94,16 +111,24 @@ class FleetState:
         self.workers: dict[str, Worker] = {}
         self.sources: dict[str, SourceCounts] = {}
         self.nodes: dict[tuple, HashNode] = {}
-        self.children: dict[tuple, dict] = {}  # (group, parent hash or None) -> {child hash: None}, in order
-        self.metrics: dict[tuple, dict] = {}  # (source, rank label) -> latest facts
-        self.metrics_before: dict[tuple, dict] = {}  # the reading before (for rates over the interval)
-        self.gone: OrderedDict = OrderedDict()  # nodes no worker holds, oldest first
-        self.orphans: dict[tuple, None] = {}  # nodes whose parent block was never seen (or was forgotten)
-        self.held_nodes = 0  # nodes at least one worker holds
+        # (group, parent hash or None) -> {child hash: None}, in order
+        self.children: dict[tuple, dict] = {}
+        # (source, rank label) -> latest facts
+        self.metrics: dict[tuple, dict] = {}
+        # the reading before (for rates over the interval)
+        self.metrics_before: dict[tuple, dict] = {}
+        # nodes no worker holds, oldest first
+        self.gone: OrderedDict = OrderedDict()
+        # nodes whose parent block was never seen (or was forgotten)
+        self.orphans: dict[tuple, None] = {}
+        # nodes at least one worker holds
+        self.held_nodes = 0
         self.index = 0
         self.t = 0.0
-        self.now: float | None = None  # live: the clock of the stream (rates decay when events stop)
-        self.notes: list[str] = []  # gaps, restarts and malformed messages, newest last (bounded)
+        # live: the clock of the stream (rates decay when events stop)
+        self.now: float | None = None
+        # gaps, restarts and malformed messages, newest last (bounded)
+        self.notes: list[str] = []
 
     # ------------------------------------------------------------------ folding events
     def apply(self, event: dict) -> None:
@@ -114,7 +139,13 @@ class FleetState:
         structs (kvtui/sources/block_events.py; a trace's dicts are made into them) and are folded right here,
         their lookups hoisted out of the loop: live attach folds 100k a second. Other types go to their `_on_`
         handler."""
-        nodes, children, orphans, gone, workers = self.nodes, self.children, self.orphans, self.gone, self.workers
+        nodes, children, orphans, gone, workers = (
+            self.nodes,
+            self.children,
+            self.orphans,
+            self.gone,
+            self.workers,
+        )
         wid = worker = bucket = None
         last_t = None
         folded = 0
@@ -127,7 +158,8 @@ class FleetState:
                     cls = KvBlockStored if etype == "kv_block_stored" else KvBlockRemoved
                     try:
                         e = cls.from_dict(e)
-                    except (ValueError, TypeError, AttributeError):  # a hand-made trace: not 16 hex digits
+                    # a hand-made trace: not 16 hex digits
+                    except (ValueError, TypeError, AttributeError):
                         self.t = e["t"]
                         self._note(f"event {e['seq']}: a block hash that is not 16 hex digits; event skipped")
                         continue
@@ -135,17 +167,20 @@ class FleetState:
                     handler = _HANDLERS.get(etype)
                     self.t = e["t"]
                     if handler is not None:
-                        self.index += folded - 1  # a handler reads a consistent state
+                        # a handler reads a consistent state
+                        self.index += folded - 1
                         folded = 1
                         handler(self, e)
-                        wid = None  # a handler may have made or changed workers
+                        # a handler may have made or changed workers
+                        wid = None
                     continue
             t = self.t = e.t
             if e.worker != wid:
                 wid = e.worker
                 worker = workers.get(wid) or self._worker(wid)
                 last_t = None
-            if t != last_t:  # blocks stored / removed per second of trace time (a message's events share t)
+            # blocks stored / removed per second of trace time (a message's events share t)
+            if t != last_t:
                 last_t = t
                 bucket = worker.buckets.get(int(t)) or self._bucket(worker, t)
             group, hashes, medium = e.group or 0, e.hashes, e.medium or GPU
@@ -164,14 +199,24 @@ class FleetState:
                 key = (group, h)
                 node = nodes.get(key)
                 if node is None:
-                    if n == 1:  # SGLang stores one block per event: no slicing (the event's list is never changed)
-                        node = HashNode(group, h, parent, tokens, e.lora, e.salt, extra[0] if extra else None,
-                                        texts, t)
+                    # SGLang stores one block per event: no slicing (the event's list is never changed)
+                    if n == 1:
+                        node = HashNode(
+                            group, h, parent, tokens, e.lora, e.salt, extra[0] if extra else None, texts, t
+                        )
                     else:
                         lo, hi = i * size, (i + 1) * size
-                        node = HashNode(group, h, parent, tokens[lo:hi], e.lora, e.salt,
-                                        extra[i] if extra and i < len(extra) else None,
-                                        texts[lo:hi] if texts else None, t)
+                        node = HashNode(
+                            group,
+                            h,
+                            parent,
+                            tokens[lo:hi],
+                            e.lora,
+                            e.salt,
+                            extra[i] if extra and i < len(extra) else None,
+                            texts[lo:hi] if texts else None,
+                            t,
+                        )
                     nodes[key] = node
                     self.held_nodes += 1
                     node.holders[wid] = only
@@ -196,7 +241,8 @@ class FleetState:
                         held += 1
                         resident += gpu
                     elif medium not in media:
-                        holders[wid] = media | only  # another tier (offloaded to CPU, say): media are frozensets
+                        # another tier (offloaded to CPU, say): media are frozensets
+                        holders[wid] = media | only
                         resident += gpu
                 parent = h
             worker.stored += n
@@ -210,7 +256,8 @@ class FleetState:
 
     def _worker(self, wid: str) -> Worker:
         worker = self.workers.get(wid)
-        if worker is None:  # an event before its attach_worker (a hand-written trace): still counted
+        # an event before its attach_worker (a hand-written trace): still counted
+        if worker is None:
             worker = self.workers[wid] = Worker(wid, "", wid)
         return worker
 
@@ -222,14 +269,19 @@ class FleetState:
 
     def _on_attach_worker(self, e: dict) -> None:
         worker = self._worker(e["worker"])
-        worker.source, worker.name, worker.rank, worker.blocks = e["source"], e["name"], e.get("rank"), e.get(
-            "blocks")
+        worker.source, worker.name, worker.rank, worker.blocks = (
+            e["source"],
+            e["name"],
+            e.get("rank"),
+            e.get("blocks"),
+        )
         self._source(e["source"])
 
     def _on_kv_all_cleared(self, e: dict) -> None:
         worker = self._worker(e["worker"])
         t, wid = e["t"], worker.worker
-        if worker.held:  # rare (a reset or a restart): a scan of the nodes instead of a per-worker index
+        # rare (a reset or a restart): a scan of the nodes instead of a per-worker index
+        if worker.held:
             for key, node in list(self.nodes.items()):
                 for medium in node.holders.get(wid, ()):
                     self._drop(worker, key, medium, t)
@@ -241,7 +293,8 @@ class FleetState:
         node = self.nodes.get(key)
         media = node.holders.get(worker.worker) if node is not None else None
         if media is None or medium not in media:
-            return  # a removal of a block we never saw stored (joined late, or lost in a gap)
+            # a removal of a block we never saw stored (joined late, or lost in a gap)
+            return
         if medium == GPU:
             worker.resident -= 1
         if len(media) > 1:
@@ -266,7 +319,8 @@ class FleetState:
         siblings = self.children.get((node.group, node.parent))
         if siblings is not None:
             siblings.pop(node.hash, None)
-        for child in self.children.pop(key, ()):  # their parent is gone from memory: they hang loose
+        # their parent is gone from memory: they hang loose
+        for child in self.children.pop(key, ()):
             self.orphans[(node.group, child)] = None
 
     @staticmethod
@@ -287,8 +341,11 @@ class FleetState:
             counts.gaps += 1
             counts.lost += e["lost"]
         if e["kind"] == "restart" or e["lost"]:
-            what = "restarted" if e["kind"] == "restart" else \
-                f"{e['kind'].replace('_', ' ')}: {e['lost']} batch(es) lost, {e['recovered']} replayed"
+            what = (
+                "restarted"
+                if e["kind"] == "restart"
+                else f"{e['kind'].replace('_', ' ')}: {e['lost']} batch(es) lost, {e['recovered']} replayed"
+            )
             self._note(f"{e['source']} {what} (seq {e['expected']} -> {e['got']})")
 
     def _on_attach_malformed(self, e: dict) -> None:
@@ -326,7 +383,8 @@ class FleetState:
         return sorted(node.holders) if node is not None else []
 
 
-_ONLY: dict[str, frozenset] = {}  # medium -> frozenset({medium}), shared by every holder on that one medium
+# medium -> frozenset({medium}), shared by every holder on that one medium
+_ONLY: dict[str, frozenset] = {}
 
 
 def _only(medium: str) -> frozenset:
@@ -336,7 +394,7 @@ def _only(medium: str) -> frozenset:
     return media
 
 
-_HANDLERS = {name[len("_on_"):]: fn for name, fn in vars(FleetState).items() if name.startswith("_on_")}
+_HANDLERS = {name[len("_on_") :]: fn for name, fn in vars(FleetState).items() if name.startswith("_on_")}
 
 
 def replay_fleet(header: dict, events) -> FleetState:
@@ -350,23 +408,41 @@ def workers_summary(state: FleetState) -> list[dict]:
     out = []
     for worker in state.workers.values():
         counts = state.sources.get(worker.source, SourceCounts())
-        out.append({"source": worker.source, "name": worker.name, "worker": worker.worker, "rank": worker.rank,
-                    "resident_blocks": worker.resident, "blocks_stored": worker.stored,
-                    "blocks_removed": worker.removed, "gaps": counts.gaps, "lost_batches": counts.lost,
-                    "restarts": counts.restarts, "malformed": counts.malformed})
+        out.append(
+            {
+                "source": worker.source,
+                "name": worker.name,
+                "worker": worker.worker,
+                "rank": worker.rank,
+                "resident_blocks": worker.resident,
+                "blocks_stored": worker.stored,
+                "blocks_removed": worker.removed,
+                "gaps": counts.gaps,
+                "lost_batches": counts.lost,
+                "restarts": counts.restarts,
+                "malformed": counts.malformed,
+            }
+        )
     return out
 
 
 def format_workers(workers: list[dict]) -> str:
     """`kvtui stats` of an attach trace: the workers table."""
-    head = (f"{'worker':<24} {'source':<26} {'rank':>4} {'resident':>8} {'stored':>8} {'removed':>8} {'gaps':>5} "
-            f"{'lost':>5} {'restarts':>8} {'malformed':>9}")
+    head = (
+        f"{'worker':<24} {'source':<26} {'rank':>4} {'resident':>8} {'stored':>8} {'removed':>8} {'gaps':>5} "
+        f"{'lost':>5} {'restarts':>8} {'malformed':>9}"
+    )
     lines = [head, "-" * len(head)]
     for w in workers:
-        lines.append(f"{w['worker']:<24} {w['source']:<26} {w['rank'] if w['rank'] is not None else '-':>4} "
-                     f"{w['resident_blocks']:>8} {w['blocks_stored']:>8} {w['blocks_removed']:>8} {w['gaps']:>5} "
-                     f"{w['lost_batches']:>5} {w['restarts']:>8} {w['malformed']:>9}")
-    lines += ["", "resident = blocks on the GPU at the end of the trace; stored / removed = block hashes in "
-                  "BlockStored / BlockRemoved events; gaps, lost batches, restarts and malformed messages are "
-                  "counted per source (its publisher's stream)."]
+        lines.append(
+            f"{w['worker']:<24} {w['source']:<26} {w['rank'] if w['rank'] is not None else '-':>4} "
+            f"{w['resident_blocks']:>8} {w['blocks_stored']:>8} {w['blocks_removed']:>8} {w['gaps']:>5} "
+            f"{w['lost_batches']:>5} {w['restarts']:>8} {w['malformed']:>9}"
+        )
+    lines += [
+        "",
+        "resident = blocks on the GPU at the end of the trace; stored / removed = block hashes in "
+        "BlockStored / BlockRemoved events; gaps, lost batches, restarts and malformed messages are "
+        "counted per source (its publisher's stream).",
+    ]
     return "\n".join(lines)

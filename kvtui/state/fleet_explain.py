@@ -23,11 +23,19 @@ from engine.core.miss_explainer import common_prefix
 from kvtui.state.fleet import FleetState, HashNode, Worker
 
 
-def explain_prompt(state: FleetState, token_ids: list[int], *, lora: str | None = None, salt: str | None = None,
-                   group: int | None = None) -> list[dict]:
+def explain_prompt(
+    state: FleetState,
+    token_ids: list[int],
+    *,
+    lora: str | None = None,
+    salt: str | None = None,
+    group: int | None = None,
+) -> list[dict]:
     """One explanation per worker (in worker order)."""
-    return [explain_worker(state, worker, token_ids, lora=lora, salt=salt, group=group)
-            for worker in state.workers.values()]
+    return [
+        explain_worker(state, worker, token_ids, lora=lora, salt=salt, group=group)
+        for worker in state.workers.values()
+    ]
 
 
 def _flat(value) -> list:
@@ -40,8 +48,11 @@ def _identity_ok(node: HashNode, lora: str | None, salt: str | None) -> str | No
     """None when the block is for this adapter and salt; else which of them differs."""
     if node.lora != lora:
         return "lora"
-    extras = [x for x in _flat(node.extra) if x is not None and x != node.lora] if node.extra is not None else []
-    salted_in_extras = salt is not None and salt in extras  # vLLM carries the salt among the extra keys
+    extras = (
+        [x for x in _flat(node.extra) if x is not None and x != node.lora] if node.extra is not None else []
+    )
+    # vLLM carries the salt among the extra keys
+    salted_in_extras = salt is not None and salt in extras
     if node.salt != salt and not (node.salt is None and salted_in_extras):
         return "salt" if node.salt is not None or not extras else "extra_keys"
     if extras and not salted_in_extras:
@@ -53,14 +64,23 @@ def _text(node: HashNode, i: int) -> str | None:
     return node.texts[i] if node.texts and i < len(node.texts) else None
 
 
-def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, lora=None, salt=None,
-                   group=None) -> dict:
+def explain_worker(
+    state: FleetState, worker: Worker, token_ids: list[int], *, lora=None, salt=None, group=None
+) -> dict:
     name = worker.worker
     size = worker.block_size
     groups = sorted(g for g, n in worker.held_by_group.items() if n)
     g = group if group is not None else (groups[0] if groups else 0)
-    out = {"worker": name, "group": g, "block_size": size, "matched_blocks": 0, "matched_tokens": 0,
-           "prompt_tokens": len(token_ids), "reason": "empty", "detail": {}}
+    out = {
+        "worker": name,
+        "group": g,
+        "block_size": size,
+        "matched_blocks": 0,
+        "matched_tokens": 0,
+        "prompt_tokens": len(token_ids),
+        "reason": "empty",
+        "detail": {},
+    }
     if not size or not worker.held:
         out["message"] = f"{name}: holds no block" + ("" if size else " (block size unknown)")
         return out
@@ -71,9 +91,10 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
             out["reason"] = "full_match" if pos == len(token_ids) else "block_floor"
             out["detail"] = {"position": pos, "left": len(token_ids) - pos}
             break
-        want = list(token_ids[pos:pos + size])
+        want = list(token_ids[pos : pos + size])
         kids = [nodes[(g, h)] for h in state.children.get((g, parent), ())]
-        same = [n for n in kids if n.token_ids == want]  # this block of the prompt, on any worker
+        # this block of the prompt, on any worker
+        same = [n for n in kids if n.token_ids == want]
         equal = [n for n in same if name in n.holders]
         good = [n for n in equal if _identity_ok(n, lora, salt) is None]
         if good:
@@ -85,8 +106,9 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
         if equal:
             node = equal[0]
             out["reason"] = _identity_ok(node, lora, salt)
-            out["detail"].update(cached_lora=node.lora, cached_salt=node.salt, cached_extra=node.extra,
-                                 lora=lora, salt=salt)
+            out["detail"].update(
+                cached_lora=node.lora, cached_salt=node.salt, cached_extra=node.extra, lora=lora, salt=salt
+            )
             break
         removed = [n for n in same if n.removed and name in n.removed]
         if removed:
@@ -98,16 +120,34 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
             out["detail"]["holders"] = others
         # blocks of another size (a worker whose block size changed) cannot match; they would end the common
         # prefix with no token to show
-        mine = [(common_prefix(n.token_ids, want), n) for n in kids if name in n.holders and len(n.token_ids) == size]
+        mine = [
+            (common_prefix(n.token_ids, want), n)
+            for n in kids
+            if name in n.holders and len(n.token_ids) == size
+        ]
         k, best = max(mine, key=lambda m: m[0]) if mine else (0, None)
         if best is not None and (k or not others):
             out["reason"] = "divergent"
-            out["detail"].update(position=pos + k, prompt_token=want[k], cached_token=best.token_ids[k],
-                                 cached_text=_text(best, k))
+            out["detail"].update(
+                position=pos + k,
+                prompt_token=want[k],
+                cached_token=best.token_ids[k],
+                cached_text=_text(best, k),
+            )
             break
-        other_groups = [x for x in groups if x != g and any(
-            nodes[(x, h)].token_ids == want and name in nodes[(x, h)].holders
-            for h in state.children.get((x, parent), ()))] if pos == 0 else []
+        other_groups = (
+            [
+                x
+                for x in groups
+                if x != g
+                and any(
+                    nodes[(x, h)].token_ids == want and name in nodes[(x, h)].holders
+                    for h in state.children.get((x, parent), ())
+                )
+            ]
+            if pos == 0
+            else []
+        )
         if other_groups:
             out["reason"] = "group"
             out["detail"]["groups"] = other_groups
@@ -123,26 +163,32 @@ def explain_worker(state: FleetState, worker: Worker, token_ids: list[int], *, l
 
 
 def _message(o: dict) -> str:
-    d, n = o["detail"], f"{o['matched_blocks']} block(s) = {o['matched_tokens']}/{o['prompt_tokens']} tokens cached"
+    d, n = (
+        o["detail"],
+        f"{o['matched_blocks']} block(s) = {o['matched_tokens']}/{o['prompt_tokens']} tokens cached",
+    )
     reason = o["reason"]
     why = {
         "full_match": "every full block cached",
         "block_floor": f"the last {d.get('left')} token(s) do not fill a block of {o['block_size']}: "
-                       "only whole blocks are cached",
+        "only whole blocks are cached",
         "removed": f"block {d.get('block')} was cached here and removed at {d.get('t', 0):.2f}s",
         "elsewhere": f"block {d.get('block')} is not here but on {', '.join(d.get('holders', []))}",
         "lora": f"block {d.get('block')} is cached for LoRA {d.get('cached_lora')!r}, not {d.get('lora')!r}",
         "salt": f"block {d.get('block')} is cached under salt {d.get('cached_salt')!r}, not {d.get('salt')!r}",
         "extra_keys": f"block {d.get('block')} was hashed with extra keys {d.get('cached_extra')!r} "
-                      "(multimodal ids, salt or LoRA) that this prompt lacks",
+        "(multimodal ids, salt or LoRA) that this prompt lacks",
         "group": f"these tokens are cached in group(s) {d.get('groups')}, not group {o['group']}",
-        "cache_end": f"nothing cached after block {d.get('block', 0) - 1}" if d.get("block") else
-                     "none of its blocks starts the prompt",
+        "cache_end": f"nothing cached after block {d.get('block', 0) - 1}"
+        if d.get("block")
+        else "none of its blocks starts the prompt",
     }.get(reason)
     if reason == "divergent":
         text = f" {d['cached_text']!r}" if d.get("cached_text") is not None else ""
-        why = (f"first differing token at position {d['position']}: prompt has {d['prompt_token']}, "
-               f"the cache has {d['cached_token']}{text}")
+        why = (
+            f"first differing token at position {d['position']}: prompt has {d['prompt_token']}, "
+            f"the cache has {d['cached_token']}{text}"
+        )
         if d.get("holders"):
             why += f" (block {d['block']} is on {', '.join(d['holders'])})"
     return f"{o['worker']}: {n}; {why}"

@@ -14,31 +14,45 @@ from kvtui.sources.prometheus import histogram_quantile, token_hit_rate
 from kvtui.state.fleet import FleetState, HashNode, SourceCounts, Worker
 from kvtui.state.fleet_explain import explain_prompt
 
-MAX_ROWS = 2_000  # tree rows built per rebuild (the first ones, depth first): a frame stays cheap
-ROW_TEXT = 240  # characters of a row's tokens kept (wider than most terminals; a view is pickled each second)
-NOTES = 12  # stream notes shown
+# tree rows built per rebuild (the first ones, depth first): a frame stays cheap
+MAX_ROWS = 2_000
+# characters of a row's tokens kept (wider than most terminals; a view is pickled each second)
+ROW_TEXT = 240
+# stream notes shown
+NOTES = 12
 
 
 @dataclass
 class TreeRow:
     depth: int
     group: int
-    blocks: int  # blocks in the chain this row stands for
-    first_hash: str  # 16 hex digits
-    holders: tuple  # workers holding every block of the chain
-    text: str  # the chain's tokens: text with a tokenizer, else ids (cut at ROW_TEXT)
+    # blocks in the chain this row stands for
+    blocks: int
+    # 16 hex digits
+    first_hash: str
+    # workers holding every block of the chain
+    holders: tuple
+    # the chain's tokens: text with a tokenizer, else ids (cut at ROW_TEXT)
+    text: str
     orphan: bool = False
 
 
 @dataclass
 class FleetView:
-    index: int  # events folded
-    t: float  # trace time of the last one
-    nodes: int  # (group, hash) blocks known, held or remembered
-    unique: int  # distinct blocks held by at least one worker
-    workers: list[dict] = field(default_factory=list)  # worker_cells of each, in arrival order
-    notes: list[str] = field(default_factory=list)  # gaps, restarts, malformed messages, newest last
-    tree: list[TreeRow] | None = None  # when asked for (the tree tab)
+    # events folded
+    index: int
+    # trace time of the last one
+    t: float
+    # (group, hash) blocks known, held or remembered
+    nodes: int
+    # distinct blocks held by at least one worker
+    unique: int
+    # worker_cells of each, in arrival order
+    workers: list[dict] = field(default_factory=list)
+    # gaps, restarts, malformed messages, newest last
+    notes: list[str] = field(default_factory=list)
+    # when asked for (the tree tab)
+    tree: list[TreeRow] | None = None
 
 
 def worker_cells(fleet: FleetState, worker: Worker) -> dict:
@@ -47,19 +61,36 @@ def worker_cells(fleet: FleetState, worker: Worker) -> dict:
     stored, removed = worker.rates(fleet.now if fleet.now is not None else fleet.t)
     buckets = facts.get("ttft_buckets") or []
     counts = fleet.sources.get(worker.source) or SourceCounts()
-    return {"worker": worker.worker, "rank": worker.rank, "resident": worker.resident, "stored": worker.stored,
-            "removed": worker.removed,
-            "capacity": fleet.capacity(worker), "stored_per_s": stored, "removed_per_s": removed,
-            "kv_usage": facts.get("kv_usage"), "hit_rate": token_hit_rate(facts, before),
-            "ttft": [histogram_quantile(q, buckets) for q in (0.5, 0.95, 0.99)],
-            "preemptions": facts.get("preemptions"),
-            "gaps": counts.gaps, "lost": counts.lost, "restarts": counts.restarts, "malformed": counts.malformed}
+    return {
+        "worker": worker.worker,
+        "rank": worker.rank,
+        "resident": worker.resident,
+        "stored": worker.stored,
+        "removed": worker.removed,
+        "capacity": fleet.capacity(worker),
+        "stored_per_s": stored,
+        "removed_per_s": removed,
+        "kv_usage": facts.get("kv_usage"),
+        "hit_rate": token_hit_rate(facts, before),
+        "ttft": [histogram_quantile(q, buckets) for q in (0.5, 0.95, 0.99)],
+        "preemptions": facts.get("preemptions"),
+        "gaps": counts.gaps,
+        "lost": counts.lost,
+        "restarts": counts.restarts,
+        "malformed": counts.malformed,
+    }
 
 
 def fleet_view(fleet: FleetState, *, tree: bool = False) -> FleetView:
-    return FleetView(fleet.index, fleet.t, len(fleet.nodes), fleet.held_nodes,
-                     [worker_cells(fleet, w) for w in fleet.workers.values()], fleet.notes[-NOTES:],
-                     tree_rows(fleet) if tree else None)
+    return FleetView(
+        fleet.index,
+        fleet.t,
+        len(fleet.nodes),
+        fleet.held_nodes,
+        [worker_cells(fleet, w) for w in fleet.workers.values()],
+        fleet.notes[-NOTES:],
+        tree_rows(fleet) if tree else None,
+    )
 
 
 def _chain(fleet: FleetState, node: HashNode, seen: set) -> list[HashNode]:
@@ -69,7 +100,8 @@ def _chain(fleet: FleetState, node: HashNode, seen: set) -> list[HashNode]:
     seen.add(id(node))
     while True:
         held = [k for k in fleet.children.get((node.group, node.hash), ()) if nodes[(node.group, k)].holders]
-        if len(held) != 1:  # removed children (kept for the explainer) do not split a row
+        # removed children (kept for the explainer) do not split a row
+        if len(held) != 1:
             return chain
         child = nodes[(node.group, held[0])]
         if child.holders.keys() != node.holders.keys() or id(child) in seen:
@@ -109,11 +141,23 @@ def tree_rows(fleet: FleetState, limit: int = MAX_ROWS) -> list[TreeRow]:
         if not node.holders or id(node) in seen:
             continue
         chain = _chain(fleet, node, seen)
-        rows.append(TreeRow(depth, group, len(chain), f"{node.hash:016x}", tuple(sorted(node.holders)),
-                            _chain_text(chain), orphan))
+        rows.append(
+            TreeRow(
+                depth,
+                group,
+                len(chain),
+                f"{node.hash:016x}",
+                tuple(sorted(node.holders)),
+                _chain_text(chain),
+                orphan,
+            )
+        )
         last = chain[-1]
-        kids = [fleet.nodes[(group, h)] for h in fleet.children.get((group, last.hash), ())
-                if (group, h) in fleet.nodes]
+        kids = [
+            fleet.nodes[(group, h)]
+            for h in fleet.children.get((group, last.hash), ())
+            if (group, h) in fleet.nodes
+        ]
         stack.extend((depth + 1, group, k, False) for k in reversed(kids))
     return rows
 
@@ -123,7 +167,10 @@ def explain_text(fleet: FleetState | None, ids: list[int], options: dict) -> str
     if fleet is None:
         return "no events yet"
     results = explain_prompt(fleet, ids, **options)
-    lines = [f"{len(ids)} prompt tokens against {len(results)} workers (matched by the token ids each stored "
-             "block carries; hashes are never recomputed):", ""]
+    lines = [
+        f"{len(ids)} prompt tokens against {len(results)} workers (matched by the token ids each stored "
+        "block carries; hashes are never recomputed):",
+        "",
+    ]
     lines += [r["message"] for r in sorted(results, key=lambda r: -r["matched_tokens"])]
     return "\n".join(lines)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SCAN_LIMIT = 200_000  # most events looked at backwards from the cursor to find the step's events
+# most events looked at backwards from the cursor to find the step's events
+SCAN_LIMIT = 200_000
 
 # regions of a (query, key) pair
 CACHED, CHUNK, SINK, MASKED, FUTURE = "cached", "chunk", "sink", "masked", "future"
@@ -23,9 +24,12 @@ CACHED, CHUNK, SINK, MASKED, FUTURE = "cached", "chunk", "sink", "masked", "futu
 @dataclass(frozen=True)
 class Chunk:
     request_id: str
-    kind: str  # prefill | decode
-    start: int  # first query position
-    end: int  # one past the last; keys are [0, end)
+    # prefill | decode
+    kind: str
+    # first query position
+    start: int
+    # one past the last; keys are [0, end)
+    end: int
 
     @property
     def queries(self) -> int:
@@ -34,7 +38,8 @@ class Chunk:
 
 @dataclass(frozen=True)
 class LayerKind:
-    window: int | None  # None: full attention
+    # None: full attention
+    window: int | None
     sinks: int
     layers: tuple[int, ...]
 
@@ -56,7 +61,8 @@ class LayerKind:
 class StepMasks:
     step: int | None
     chunks: list[Chunk] = field(default_factory=list)
-    ring_writes: dict[tuple[str, int], dict] = field(default_factory=dict)  # (request, group) -> ring_write
+    # (request, group) -> ring_write
+    ring_writes: dict[tuple[str, int], dict] = field(default_factory=dict)
 
 
 def layer_kinds(header: dict) -> list[LayerKind]:
@@ -101,17 +107,20 @@ def cell(kind: LayerKind, start: int, q0: int, q1: int, k0: int, k1: int) -> tup
     counts = {CACHED: 0, CHUNK: 0, SINK: 0, MASKED: 0, FUTURE: 0}
     W, S = kind.window, kind.sinks
     for q in range(q0, q1):
-        hi = min(k1, q + 1)  # keys <= q in the cell: [k0, hi)
+        # keys <= q in the cell: [k0, hi)
+        hi = min(k1, q + 1)
         counts[FUTURE] += k1 - max(k0, hi)
         if hi <= k0:
             continue
-        lo_band = k0 if W is None else max(k0, q - W + 1)  # the window band [q-W+1, q]
+        # the window band [q-W+1, q]
+        lo_band = k0 if W is None else max(k0, q - W + 1)
         band = max(0, hi - lo_band)
         if band:
             counts[CACHED] += max(0, min(hi, start) - lo_band)
             counts[CHUNK] += max(0, hi - max(lo_band, start))
         left = min(lo_band, hi)
-        before = max(0, left - k0)  # keys of the cell left of the band (all <= q)
+        # keys of the cell left of the band (all <= q)
+        before = max(0, left - k0)
         sinks = max(0, min(left, S) - k0) if W is not None else 0
         counts[SINK] += sinks
         counts[MASKED] += before - sinks

@@ -26,8 +26,10 @@ class MetricsReducer:
 
     def _init_metrics(self, history: History | None) -> None:
         self.history = history if history is not None else History()
-        self.hit_rates: dict | None = None  # the last hit_rates event
-        self.n_steps = 0  # history.steps rows this state has seen
+        # the last hit_rates event
+        self.hit_rates: dict | None = None
+        # history.steps rows this state has seen
+        self.n_steps = 0
         self.n_hits = 0
         self.n_itl = 0
         self.evictions = 0
@@ -35,14 +37,14 @@ class MetricsReducer:
 
     # ------------------------------------------------------------------ derived views
     def history_steps(self) -> list[tuple]:
-        return self.history.steps[:self.n_steps]
+        return self.history.steps[: self.n_steps]
 
     def history_hits(self) -> list[tuple]:
-        return self.history.hits[:self.n_hits]
+        return self.history.hits[: self.n_hits]
 
     def itl_values(self, last: int | None = None) -> list[float]:
         lo = 0 if last is None else max(0, self.n_itl - last)
-        return [gap for _, gap in self.history.itl[lo:self.n_itl]]
+        return [gap for _, gap in self.history.itl[lo : self.n_itl]]
 
     # ------------------------------------------------------------------ events
     def _record_itl(self, t: float, gap: float) -> None:
@@ -55,8 +57,18 @@ class MetricsReducer:
         self.step = ev["step"]
         hist = self.history.steps
         if self.n_steps == len(hist):
-            hist.append((ev["t"], ev["step"], self.n_used, self.n_cached, self.n_free, ev["num_tokens"],
-                         ev["duration"], ev["seq"]))
+            hist.append(
+                (
+                    ev["t"],
+                    ev["step"],
+                    self.n_used,
+                    self.n_cached,
+                    self.n_free,
+                    ev["num_tokens"],
+                    ev["duration"],
+                    ev["seq"],
+                )
+            )
         self.n_steps += 1
 
     def _on_hit_rates(self, ev: dict) -> None:
@@ -64,6 +76,16 @@ class MetricsReducer:
         hist = self.history.hits
         if self.n_hits == len(hist):
             w = ev.get("window") or {}
-            hist.append((ev["t"], ev["token_hit_rate"], ev["request_hit_rate"], ev["block_hit_rate"],
-                         w.get("token_hit_rate"), w.get("request_hit_rate"), w.get("block_hit_rate"), ev["seq"]))
+            hist.append(
+                (
+                    ev["t"],
+                    ev["token_hit_rate"],
+                    ev["request_hit_rate"],
+                    ev["block_hit_rate"],
+                    w.get("token_hit_rate"),
+                    w.get("request_hit_rate"),
+                    w.get("block_hit_rate"),
+                    ev["seq"],
+                )
+            )
         self.n_hits += 1

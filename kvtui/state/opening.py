@@ -20,7 +20,8 @@ def opening_cursor(timeline: Timeline) -> int:
     tip = timeline.tip
     if tip.n_used or tip.n_cached or not timeline.history.steps:
         return end
-    steps = timeline.history.steps  # (t, step, used, cached, free, num_tokens, duration, seq)
+    # (t, step, used, cached, free, num_tokens, duration, seq)
+    steps = timeline.history.steps
     best = max(range(len(steps)), key=lambda i: (steps[i][2] + steps[i][3], -i))
     seq = steps[best][7]
     # the cursor just after that step event: events are seq-ordered, so find it by seq

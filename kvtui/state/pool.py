@@ -11,7 +11,8 @@ from __future__ import annotations
 # Block states as the pool view draws them.
 FREE, USED, SHARED, CACHED, WRITING = "free", "used", "shared", "cached", "writing"
 
-_FREE, _HELD, _CACHED = 0, 1, 2  # PoolReducer.kind values
+# PoolReducer.kind values
+_FREE, _HELD, _CACHED = 0, 1, 2
 
 
 class PoolReducer:
@@ -19,17 +20,20 @@ class PoolReducer:
 
     def _init_pool(self, n: int) -> None:
         self.ref = [0] * n
-        self.kind = bytearray(n)  # _FREE, _HELD (in some table, or released but not yet freed/cached), _CACHED
+        # _FREE, _HELD (in some table, or released but not yet freed/cached), _CACHED
+        self.kind = bytearray(n)
         # Owners of each block as an immutable tuple of (request_id, logical): snapshots copy only the list.
         self.owners: list[tuple[tuple[str, int], ...]] = [()] * n
         self.block_hash: list[str | None] = [None] * n
         self.born: list[float] = [0.0] * n
-        self.block_node: dict[int, int] = {}  # physical -> the radix node that holds it (kept by the tree reducer)
+        # physical -> the radix node that holds it (kept by the tree reducer)
+        self.block_node: dict[int, int] = {}
         self.writing: set[int] = set()
         self._writing_step = -1
         self.n_free = n
         self.n_cached = 0
-        self.tables: dict[str, list[int]] = {}  # request id -> physical block per logical block (-1: none)
+        # request id -> physical block per logical block (-1: none)
+        self.tables: dict[str, list[int]] = {}
 
     def _snapshot_pool(self, new) -> None:
         new.ref = list(self.ref)
@@ -61,12 +65,12 @@ class PoolReducer:
             req = self.requests.get(rid)
             if req is not None:
                 lo = logical * bs
-                return req.token_ids[lo:lo + bs], req.texts[lo:lo + bs]
+                return req.token_ids[lo : lo + bs], req.texts[lo : lo + bs]
         node_id = self.block_node.get(physical)
         node = self.nodes.get(node_id) if node_id is not None else None
         if node is not None and physical in node.blocks:
             lo = node.blocks.index(physical) * bs
-            return node.token_ids[lo:lo + bs], node.texts[lo:lo + bs]
+            return node.token_ids[lo : lo + bs], node.texts[lo : lo + bs]
         return [], []
 
     # ------------------------------------------------------------------ helpers
@@ -117,7 +121,8 @@ class PoolReducer:
         table = self.tables.get(rid)
         if not table:
             return
-        if first_logical == last_logical:  # a decode: one block
+        # a decode: one block
+        if first_logical == last_logical:
             if first_logical < len(table) and table[first_logical] >= 0:
                 self.writing.add(table[first_logical])
             return
@@ -138,7 +143,8 @@ class PoolReducer:
 
     def _on_block_shared(self, ev: dict) -> None:
         p, rid, logical = ev["physical"], ev["request_id"], ev["logical"]
-        self._set_kind(p, _HELD)  # a hit on a cached block brings it back into use
+        # a hit on a cached block brings it back into use
+        self._set_kind(p, _HELD)
         self.ref[p] = ev["ref_count"]
         if (rid, logical) not in self.owners[p]:
             self.owners[p] += ((rid, logical),)
@@ -189,4 +195,5 @@ class PoolReducer:
         if node_id is None:
             node_id = ev.get("node_id")
         if node_id is not None:
-            self._trim_node(node_id, p, ev["seq"])  # the tree reducer: the node loses this block
+            # the tree reducer: the node loses this block
+            self._trim_node(node_id, p, ev["seq"])

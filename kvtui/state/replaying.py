@@ -28,13 +28,33 @@ def state_fingerprint(state: CacheState) -> dict[str, Any]:
         "tables": {k: list(v) for k, v in sorted(state.tables.items())},
         "free": state.n_free,
         "n_cached": state.n_cached,
-        "requests": {rid: (r.status, r.prompt_len, list(r.token_ids), list(r.texts), r.ttft, r.tpot,
-                           r.match and r.match["reason"], len(r.marks))
-                     for rid, r in sorted(state.requests.items())},
-        "nodes": {nid: (n.parent_id, list(n.blocks), list(n.token_ids), sorted(n.children), n.hits,
-                        sorted(n.lockers))
-                  for nid, n in sorted(state.nodes.items())},
-        "rings": {f"{k[0]}/{k[1]}": (list(r.slots), r.head, r.overwrites) for k, r in sorted(state.rings.items())},
+        "requests": {
+            rid: (
+                r.status,
+                r.prompt_len,
+                list(r.token_ids),
+                list(r.texts),
+                r.ttft,
+                r.tpot,
+                r.match and r.match["reason"],
+                len(r.marks),
+            )
+            for rid, r in sorted(state.requests.items())
+        },
+        "nodes": {
+            nid: (
+                n.parent_id,
+                list(n.blocks),
+                list(n.token_ids),
+                sorted(n.children),
+                n.hits,
+                sorted(n.lockers),
+            )
+            for nid, n in sorted(state.nodes.items())
+        },
+        "rings": {
+            f"{k[0]}/{k[1]}": (list(r.slots), r.head, r.overwrites) for k, r in sorted(state.rings.items())
+        },
         "steps": state.history_steps(),
         "hits": state.history_hits(),
         "n_itl": state.n_itl,

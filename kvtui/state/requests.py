@@ -21,7 +21,8 @@ class RequestRecord:
     `Request`."""
 
     request_id: str
-    ordinal: int  # arrival order, 0-based: stable colors and lane order
+    # arrival order, 0-based: stable colors and lane order
+    ordinal: int
     prompt_len: int
     token_ids: list[int]
     texts: list[str]
@@ -40,20 +41,24 @@ class RequestRecord:
     ttft: float | None = None
     tpot: float | None = None
     num_output: int = 0
-    match: dict | None = None  # the prefix_match event: the miss explainer
+    # the prefix_match event: the miss explainer
+    match: dict | None = None
     # Timeline marks: (t, kind, step) with kind in arrived/scheduled/prefill/decode/edit/preempted/finished.
     marks: list[tuple[float, str, int]] = field(default_factory=list)
     edits: list[dict] = field(default_factory=list)
-    locked: list[int] = field(default_factory=list)  # radix nodes this request holds a lock ref on
-    ring_resume: dict | None = None  # the last ring_resume event (window layers restarting after an edit/hit)
-    sink_divergence: dict | None = None  # attention sinks vs full attention, when the run used sinks
+    # radix nodes this request holds a lock ref on
+    locked: list[int] = field(default_factory=list)
+    # the last ring_resume event (window layers restarting after an edit/hit)
+    ring_resume: dict | None = None
+    # attention sinks vs full attention, when the run used sinks
+    sink_divergence: dict | None = None
     owner: int = 0
 
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
 
-    def copy(self) -> "RequestRecord":
+    def copy(self) -> RequestRecord:
         new = _copy.copy(self)
         new.token_ids = list(self.token_ids)
         new.texts = list(self.texts)
@@ -68,7 +73,8 @@ class RequestsReducer:
 
     def _init_requests(self) -> None:
         self.requests: dict[str, RequestRecord] = {}
-        self.order: list[str] = []  # request ids by arrival
+        # request ids by arrival
+        self.order: list[str] = []
         self.last_edit: dict | None = None
         self.last_invalidate: dict | None = None
 
@@ -95,14 +101,25 @@ class RequestsReducer:
         ordinal = old.ordinal if old is not None else len(self.order) - 1
         parent = self.requests.get(ev.get("parent_id") or "")
         prompt_len = len(ids)
-        if parent is not None and parent.token_ids[:len(ids)] == ids:
+        if parent is not None and parent.token_ids[: len(ids)] == ids:
             # A fork carries only the prompt, but shares the parent's whole sequence so far (its next token
             # is emitted at the parent's next position).
             ids, texts = list(parent.token_ids), list(parent.texts)
         self.requests[rid] = RequestRecord(
-            rid, ordinal, prompt_len, ids, texts, max_tokens=ev.get("max_tokens", 0), cache_salt=ev.get("cache_salt"),
-            parent_id=ev.get("parent_id"), arrived=ev["t"], marks=[(ev["t"], "arrived", self.step)], owner=self._gen,
-            cached_tokens=parent.cached_tokens if parent is not None else 0)  # a fork inherits what its parent got
+            rid,
+            ordinal,
+            prompt_len,
+            ids,
+            texts,
+            max_tokens=ev.get("max_tokens", 0),
+            cache_salt=ev.get("cache_salt"),
+            parent_id=ev.get("parent_id"),
+            arrived=ev["t"],
+            marks=[(ev["t"], "arrived", self.step)],
+            owner=self._gen,
+            # a fork inherits what its parent got
+            cached_tokens=parent.cached_tokens if parent is not None else 0,
+        )
 
     def _on_request_scheduled(self, ev: dict) -> None:
         req = self._req(ev["request_id"])
@@ -150,7 +167,8 @@ class RequestsReducer:
         if position < len(req.token_ids):
             del req.token_ids[position:]
             del req.texts[position:]
-        elif position > len(req.token_ids):  # tokens this trace never showed: keep positions aligned
+        # tokens this trace never showed: keep positions aligned
+        elif position > len(req.token_ids):
             gap = position - len(req.token_ids)
             req.token_ids.extend([-1] * gap)
             req.texts.extend(["�"] * gap)
@@ -182,9 +200,11 @@ class RequestsReducer:
         req = self._req(ev["request_id"])
         if req is not None:
             req.match = ev
-            req.num_computed = ev["matched_tokens"]  # the cached prefix is valid K/V from the start
+            # the cached prefix is valid K/V from the start
+            req.num_computed = ev["matched_tokens"]
             if not (ev.get("detail") or {}).get("readmission"):
-                req.cached_tokens = ev["matched_tokens"]  # what the cache served at the first lookup
+                # what the cache served at the first lookup
+                req.cached_tokens = ev["matched_tokens"]
 
     # ------------------------------------------------------------------ edits
     def _on_edit(self, ev: dict) -> None:
@@ -197,18 +217,21 @@ class RequestsReducer:
         if kind == "insert":
             n_del = 0
         # the same rule as engine/core/edits.py apply_edit
-        ids = req.token_ids[:m] + new_ids + req.token_ids[m + n_del:]
-        texts = req.texts[:m] + new_texts + req.texts[m + n_del:]
+        ids = req.token_ids[:m] + new_ids + req.token_ids[m + n_del :]
+        texts = req.texts[:m] + new_texts + req.texts[m + n_del :]
         in_prompt = m < req.prompt_len or req.num_tokens == req.prompt_len
-        if in_prompt:  # in the prompt (or nothing generated yet): the prompt changes, generated tokens go
+        # in the prompt (or nothing generated yet): the prompt changes, generated tokens go
+        if in_prompt:
             keep = max(m + len(new_ids), req.prompt_len + len(new_ids) - n_del)
-        else:  # in the generated part: the sequence up to and including the edit is the new context
+        # in the generated part: the sequence up to and including the edit is the new context
+        else:
             keep = m + len(new_ids)
         req.token_ids, req.texts = ids[:keep], texts[:keep]
         if in_prompt:
             req.prompt_len = keep
         req.num_output = max(0, len(req.token_ids) - req.prompt_len)
-        req.last_token = None  # no inter-token latency across an edit
+        # no inter-token latency across an edit
+        req.last_token = None
         req.marks.append((ev["t"], "edit", self.step))
         req.edits.append(ev)
 
@@ -218,7 +241,8 @@ class RequestsReducer:
         if req is None:
             return
         status = ev.get("status")
-        if status is None:  # traces from before the field: a running request kept running, others queued
+        # traces from before the field: a running request kept running, others queued
+        if status is None:
             status = RUNNING if req.status == RUNNING else WAITING
         req.status = status
         req.num_computed = ev["first_recomputed"]

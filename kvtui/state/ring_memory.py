@@ -12,13 +12,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class RingMemory:
-    context: int  # positions whose K/V exist (computed so far)
+    # positions whose K/V exist (computed so far)
+    context: int
     window_layers: int
     full_layers: int
-    ring_bytes: int  # K/V the rings hold now: each window layer min(context, S + W) positions
-    ring_capacity: int  # bytes the rings reserve: S + W slots per window layer
-    full_bytes: int  # K/V the same window layers would hold with full attention: context positions each
-    paged_bytes: int  # K/V of the full-attention layers (in the paged pool): context positions each
+    # K/V the rings hold now: each window layer min(context, S + W) positions
+    ring_bytes: int
+    # bytes the rings reserve: S + W slots per window layer
+    ring_capacity: int
+    # K/V the same window layers would hold with full attention: context positions each
+    full_bytes: int
+    # K/V of the full-attention layers (in the paged pool): context positions each
+    paged_bytes: int
 
     @property
     def saved(self) -> int:
@@ -32,12 +37,18 @@ def ring_memory(header: dict, context: int) -> RingMemory | None:
     window_sizes = [w for w in windows if w]
     if not window_sizes:
         return None
-    per_token = 2 * int(model.get("kv_heads") or 0) * int(model.get("head_dim") or 0) \
+    per_token = (
+        2
+        * int(model.get("kv_heads") or 0)
+        * int(model.get("head_dim") or 0)
         * int(model.get("elem_bytes") or 0)
+    )
     sinks = int(model.get("sink_tokens") or 0)
     full = len(windows) - len(window_sizes)
     return RingMemory(
-        context=context, window_layers=len(window_sizes), full_layers=full,
+        context=context,
+        window_layers=len(window_sizes),
+        full_layers=full,
         ring_bytes=sum(min(context, sinks + w) for w in window_sizes) * per_token,
         ring_capacity=sum(sinks + w for w in window_sizes) * per_token,
         full_bytes=len(window_sizes) * context * per_token,

@@ -17,19 +17,22 @@ class Ring:
     request_id: str
     group: int
     window: int
-    slots: list[int]  # position held by each slot, -1 = empty
-    head: int = 0  # next slot to be written
+    # position held by each slot, -1 = empty
+    slots: list[int]
+    # next slot to be written
+    head: int = 0
     writes: int = 0
     last_written: list[int] = field(default_factory=list)
     last_evicted: list[int] = field(default_factory=list)
     overwrites: int = 0
     owner: int = 0
-    sinks: int = 0  # attention sinks: positions < sinks stay in slots 0..sinks-1; the ring proper follows
+    # attention sinks: positions < sinks stay in slots 0..sinks-1; the ring proper follows
+    sinks: int = 0
 
     def slot_of(self, position: int) -> int:
         return position if position < self.sinks else self.sinks + position % self.window
 
-    def copy(self) -> "Ring":
+    def copy(self) -> Ring:
         new = _copy.copy(self)
         new.slots = list(self.slots)
         new.last_written = list(self.last_written)
@@ -51,16 +54,20 @@ class RingsReducer:
         window, sinks = ev["window"], ev.get("sink_tokens") or 0
         ring = self.rings.get(key)
         if ring is None or ring.window != window or ring.sinks != sinks:
-            ring = self.rings[key] = Ring(ev["request_id"], ev["group"], window, [-1] * (sinks + window),
-                                          owner=self._gen, sinks=sinks)
+            ring = self.rings[key] = Ring(
+                ev["request_id"], ev["group"], window, [-1] * (sinks + window), owner=self._gen, sinks=sinks
+            )
         elif ring.owner != self._gen:
             ring = self.rings[key] = ring.copy()
             ring.owner = self._gen
         start, end = ev["start"], ev["end"]
-        if start == 0:  # a fresh ring (first prefill, or a restart from the start): nothing in it is valid
+        # a fresh ring (first prefill, or a restart from the start): nothing in it is valid
+        if start == 0:
             ring.slots = [-1] * len(ring.slots)
         slots = ring.slots
-        written = [p for p in range(start, min(end, sinks))] + list(range(max(start, sinks, end - window), end))
+        written = [p for p in range(start, min(end, sinks))] + list(
+            range(max(start, sinks, end - window), end)
+        )
         for pos in written:
             slot = ring.slot_of(pos)
             if slots[slot] >= 0 and slots[slot] != pos:
@@ -82,8 +89,9 @@ class RingsReducer:
             key = (rid, group)
             ring = self.rings.get(key)
             if ring is None or ring.window != window or ring.sinks != sinks:
-                ring = self.rings[key] = Ring(rid, group, window, [-1] * (sinks + window), owner=self._gen,
-                                              sinks=sinks)
+                ring = self.rings[key] = Ring(
+                    rid, group, window, [-1] * (sinks + window), owner=self._gen, sinks=sinks
+                )
             elif ring.owner != self._gen:
                 ring = self.rings[key] = ring.copy()
                 ring.owner = self._gen

@@ -20,17 +20,25 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Roofline:
-    mem_bandwidth: float  # bytes/s
-    peak_flops: float  # FLOP/s
+    # bytes/s
+    mem_bandwidth: float
+    # FLOP/s
+    peak_flops: float
     weight_bytes: int
     flops_per_token: int
     device: str = ""
     dtype: str = ""
 
     @classmethod
-    def from_event(cls, ev: dict) -> "Roofline":
-        return cls(ev["mem_bandwidth"], ev["peak_flops"], ev["weight_bytes"], ev["flops_per_token"],
-                   ev.get("device", ""), ev.get("dtype", ""))
+    def from_event(cls, ev: dict) -> Roofline:
+        return cls(
+            ev["mem_bandwidth"],
+            ev["peak_flops"],
+            ev["weight_bytes"],
+            ev["flops_per_token"],
+            ev.get("device", ""),
+            ev.get("dtype", ""),
+        )
 
     @property
     def memory_floor(self) -> float:
@@ -53,11 +61,14 @@ class Roofline:
 
 @dataclass(frozen=True)
 class StepPoint:
-    index: int  # events applied when the step event is visible (cursor position)
+    # events applied when the step event is visible (cursor position)
+    index: int
     step: int
     tokens: int
-    prefill: int  # prefill chunks in the step
-    decode: int  # decode requests in the step
+    # prefill chunks in the step
+    prefill: int
+    # decode requests in the step
+    decode: int
     duration: float
 
     @property
@@ -82,15 +93,23 @@ class RooflineScan:
             ev = events[i]
             etype = ev["type"]
             if etype == "step":
-                self.points.append(StepPoint(i + 1, ev["step"], ev["num_tokens"], ev["num_prefill"],
-                                             ev["num_decode"], ev["duration"]))
+                self.points.append(
+                    StepPoint(
+                        i + 1,
+                        ev["step"],
+                        ev["num_tokens"],
+                        ev["num_prefill"],
+                        ev["num_decode"],
+                        ev["duration"],
+                    )
+                )
             elif etype == "roofline" and self.roofline is None:
                 self.roofline = Roofline.from_event(ev)
         self.scanned = len(events)
 
     def upto(self, cursor: int) -> list[StepPoint]:
         """The steps visible after `cursor` events."""
-        return self.points[:bisect_left(self.points, cursor + 1, key=lambda p: p.index)]
+        return self.points[: bisect_left(self.points, cursor + 1, key=lambda p: p.index)]
 
 
 def log_position(value: float, lo: float, hi: float, cells: int) -> int:

@@ -51,7 +51,8 @@ class Timeline:
             if enabled:
                 gc.enable()
         if added > 10_000:
-            gc.freeze()  # events live as long as the app: keep later collections from rescanning them
+            # events live as long as the app: keep later collections from rescanning them
+            gc.freeze()
         return added
 
     def _extend(self, events) -> int:
@@ -94,7 +95,8 @@ class Timeline:
         k = max(0, min(k, len(self.events)))
         i = bisect_right(self._kf_index, k) - 1
         enabled = gc.isenabled()
-        gc.disable()  # a seek allocates a burst of objects and frees no cycles
+        # a seek allocates a burst of objects and frees no cycles
+        gc.disable()
         try:
             state = self._kf_state[i].snapshot()
             start = self._kf_index[i]

@@ -12,7 +12,6 @@ import copy as _copy
 from dataclasses import dataclass, field
 
 
-
 @dataclass(slots=True)
 class RadixNode:
     """A node of the prefix tree: a run of whole blocks and their tokens."""
@@ -24,14 +23,16 @@ class RadixNode:
     texts: list[str]
     children: list[int] = field(default_factory=list)
     hits: int = 0
-    lockers: list[str] = field(default_factory=list)  # one entry per lock ref: the requests whose path holds it
+    # one entry per lock ref: the requests whose path holds it
+    lockers: list[str] = field(default_factory=list)
     created: float = 0.0
     last_access: float = 0.0
-    mark: str = ""  # the last thing that happened to it: insert | hit | split
+    # the last thing that happened to it: insert | hit | split
+    mark: str = ""
     mark_seq: int = -1
     owner: int = 0
 
-    def copy(self) -> "RadixNode":
+    def copy(self) -> RadixNode:
         new = _copy.copy(self)
         new.blocks = list(self.blocks)
         new.token_ids = list(self.token_ids)
@@ -46,7 +47,8 @@ class TreeReducer:
 
     def _init_tree(self) -> None:
         self.nodes: dict[int, RadixNode] = {0: RadixNode(0, -1, [], [], [], owner=self._gen)}
-        self.evicted_nodes: list[tuple[int, float, str]] = []  # (node_id, t, text) recent evictions
+        # (node_id, t, text) recent evictions
+        self.evicted_nodes: list[tuple[int, float, str]] = []
 
     def _snapshot_tree(self, new) -> None:
         new.nodes = dict(self.nodes)
@@ -87,14 +89,18 @@ class TreeReducer:
             nxt = None
             for child_id in node.children:
                 child = self.nodes.get(child_id)
-                if child is not None and child.token_ids[:bs] == token_ids[pos:pos + bs] and len(child.token_ids) >= bs:
+                if (
+                    child is not None
+                    and child.token_ids[:bs] == token_ids[pos : pos + bs]
+                    and len(child.token_ids) >= bs
+                ):
                     nxt = child
                     break
             if nxt is None:
                 return out
             for i, p in enumerate(nxt.blocks):
                 lo = i * bs
-                if len(token_ids) < pos + bs or nxt.token_ids[lo:lo + bs] != token_ids[pos:pos + bs]:
+                if len(token_ids) < pos + bs or nxt.token_ids[lo : lo + bs] != token_ids[pos : pos + bs]:
                     return out
                 out.append((nxt.node_id, p))
                 pos += bs
@@ -105,7 +111,8 @@ class TreeReducer:
         """A request uses the path from the root to `node_id`: every node on it gains one lock ref."""
         rid, node_id = ev.get("request_id") or "?", ev["node_id"]
         walk = node_id
-        while walk:  # the root (0) holds no blocks and no locks
+        # the root (0) holds no blocks and no locks
+        while walk:
             node = self._node(walk)
             if node is None:
                 break
@@ -137,7 +144,7 @@ class TreeReducer:
         if node is not None and p in node.blocks:
             node = self._node(node_id)
             i = node.blocks.index(p)
-            for q in node.blocks[i + 1:]:
+            for q in node.blocks[i + 1 :]:
                 self.block_node.pop(q, None)
             cut = i * self.block_size
             node.blocks, node.token_ids, node.texts = node.blocks[:i], node.token_ids[:cut], node.texts[:cut]
@@ -146,9 +153,18 @@ class TreeReducer:
     def _on_radix_insert(self, ev: dict) -> None:
         node_id, parent_id = ev["node_id"], ev["parent_id"]
         t = ev["t"]
-        self.nodes[node_id] = RadixNode(node_id, parent_id, list(ev["blocks"]), list(ev["token_ids"]),
-                                        list(ev["texts"]), created=t, last_access=t, mark="insert",
-                                        mark_seq=ev["seq"], owner=self._gen)
+        self.nodes[node_id] = RadixNode(
+            node_id,
+            parent_id,
+            list(ev["blocks"]),
+            list(ev["token_ids"]),
+            list(ev["texts"]),
+            created=t,
+            last_access=t,
+            mark="insert",
+            mark_seq=ev["seq"],
+            owner=self._gen,
+        )
         parent = self._node(parent_id)
         if parent is not None:
             parent.children.append(node_id)
@@ -163,9 +179,21 @@ class TreeReducer:
             return
         at, new_id = ev["at"], ev["new_node_id"]
         cut = at * self.block_size
-        child = RadixNode(new_id, node.node_id, node.blocks[at:], node.token_ids[cut:], node.texts[cut:],
-                          children=node.children, hits=node.hits, lockers=list(node.lockers), created=ev["t"],
-                          last_access=node.last_access, mark="split", mark_seq=ev["seq"], owner=self._gen)
+        child = RadixNode(
+            new_id,
+            node.node_id,
+            node.blocks[at:],
+            node.token_ids[cut:],
+            node.texts[cut:],
+            children=node.children,
+            hits=node.hits,
+            lockers=list(node.lockers),
+            created=ev["t"],
+            last_access=node.last_access,
+            mark="split",
+            mark_seq=ev["seq"],
+            owner=self._gen,
+        )
         self.nodes[new_id] = child
         for grandchild_id in child.children:
             grandchild = self._node(grandchild_id)
@@ -173,7 +201,8 @@ class TreeReducer:
                 grandchild.parent_id = new_id
         for p in child.blocks:
             self.block_node[p] = new_id
-        for rid in set(child.lockers):  # a request whose handle was this node now holds the suffix (engine/core/radix.py)
+        # a request whose handle was this node now holds the suffix (engine/core/radix.py)
+        for rid in set(child.lockers):
             req = self.requests.get(rid)
             if req is not None and node.node_id in req.locked:
                 req = self._req(rid)
@@ -190,7 +219,8 @@ class TreeReducer:
         parent = self._node(node.parent_id)
         if parent is not None and node_id in parent.children:
             parent.children.remove(node_id)
-        for child_id in node.children:  # should not happen (only leaves are evicted); keep them reachable
+        # should not happen (only leaves are evicted); keep them reachable
+        for child_id in node.children:
             child = self._node(child_id)
             if child is not None and parent is not None:
                 child.parent_id = parent.node_id

@@ -29,7 +29,8 @@ class View:
     state: CacheState | None = None
     request_id: str | None = None
     block: int | None = None
-    node_id: int | None = None  # radix node selected in the tree: its blocks are highlighted in the pool
+    # radix node selected in the tree: its blocks are highlighted in the pool
+    node_id: int | None = None
 
     @property
     def request(self):
@@ -113,7 +114,8 @@ class LineView(Themed, ScrollView, can_focus=True):
 
     COMPONENT_CLASSES = COMPONENT_CLASSES
     DEFAULT_CSS = role_css("LineView")
-    DEFAULT_WIDTH = 80  # used before the widget has a size (direct render_line calls in tests)
+    # used before the widget has a size (direct render_line calls in tests)
+    DEFAULT_WIDTH = 80
 
     def __init__(self, view: View | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -136,7 +138,8 @@ class LineView(Themed, ScrollView, can_focus=True):
     def refresh_rows(self) -> None:
         width = self.content_width()
         self.virtual_size = Size(width, self.row_count(width))
-        self._base_style = None  # recomputed once per frame, not once per line (it walks the DOM)
+        # recomputed once per frame, not once per line (it walks the DOM)
+        self._base_style = None
         self.refresh()
 
     def on_resize(self) -> None:

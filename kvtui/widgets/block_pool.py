@@ -20,10 +20,12 @@ from kvtui.widgets.base import STATE_GLYPH, STATE_ROLE, LineView, View, fmt_byte
 from kvtui.widgets.palette import Palette, markup
 
 CELL = 2
-MARGIN = 6  # "12345 " row label
+# "12345 " row label
+MARGIN = 6
 
 
-EDIT_MARK_SECONDS = 3.0  # how long (trace time) the pool keeps showing the last edit boundary
+# how long (trace time) the pool keeps showing the last edit boundary
+EDIT_MARK_SECONDS = 3.0
 
 
 def edit_marks(state: CacheState) -> dict[int, str]:
@@ -73,7 +75,9 @@ class BlockPoolView(LineView):
             return 1
         return -(-state.num_blocks // self.columns(width))
 
-    def cell_style(self, state: CacheState, p: int, kind: str, palette: Palette | None = None) -> tuple[str, Style]:
+    def cell_style(
+        self, state: CacheState, p: int, kind: str, palette: Palette | None = None
+    ) -> tuple[str, Style]:
         palette = palette or self.palette()
         glyph, style = STATE_GLYPH[kind], palette[STATE_ROLE[kind]]
         if kind == SHARED:
@@ -91,13 +95,20 @@ class BlockPoolView(LineView):
         dim = palette["dim"]
         if state is None:
             return pad([Segment("no trace yet", dim)], width)
-        kept, dropped, copied, node_block = palette["kept"], palette["dropped"], palette["copied"], palette["node"]
+        kept, dropped, copied, node_block = (
+            palette["kept"],
+            palette["dropped"],
+            palette["copied"],
+            palette["node"],
+        )
         cursor_style = palette["cursor"]
         cols = self.columns(width)
         first = row * cols
         segments = [Segment(f"{first:>{MARGIN - 1}} ", dim)]
         marks = edit_marks(state)
-        selected = set(self.view.state.tables.get(self.view.request_id or "", ())) if self.view.request_id else set()
+        selected = (
+            set(self.view.state.tables.get(self.view.request_id or "", ())) if self.view.request_id else set()
+        )
         node = state.nodes.get(self.view.node_id) if self.view.node_id is not None else None
         node_blocks = set(node.blocks) if node is not None else ()
         focused = self.has_focus
@@ -171,9 +182,13 @@ def pool_legend(state: CacheState | None, view: View | None = None) -> Content:
     shared = sum(1 for p in range(state.num_blocks) if state.ref[p] > 1)
     used = state.n_used
     parts: list = []
-    for glyph, kind, label, count in (("■", USED, "used", used - shared), ("2", SHARED, "shared", shared),
-                                      ("□", CACHED, "cached", state.n_cached), ("·", FREE, "free", state.n_free),
-                                      ("▶", WRITING, "writing", len(state.writing))):
+    for glyph, kind, label, count in (
+        ("■", USED, "used", used - shared),
+        ("2", SHARED, "shared", shared),
+        ("□", CACHED, "cached", state.n_cached),
+        ("·", FREE, "free", state.n_free),
+        ("▶", WRITING, "writing", len(state.writing)),
+    ):
         parts += [(glyph, markup(STATE_ROLE[kind])), f" {label} {count}  "]
     parts.append((f"{state.num_blocks}×{state.block_size} tok", markup("dim")))
     node = state.nodes.get(view.node_id) if view is not None and view.node_id else None
@@ -194,11 +209,15 @@ def edit_summary(state: CacheState | None, request_id: str | None) -> Content:
     edit = state.last_edit if state.last_edit and state.last_edit["request_id"] == inv["request_id"] else {}
     return Content.assemble(
         (f"edit {inv['request_id']} {edit.get('kind', '')}@{edit.get('position', '?')} ", markup("bold")),
-        (f" kept {len(inv['kept'])} ", markup("kept")), " ",
-        (f" dropped {len(inv['dropped'])} ", markup("dropped")), " ",
+        (f" kept {len(inv['kept'])} ", markup("kept")),
+        " ",
+        (f" dropped {len(inv['dropped'])} ", markup("dropped")),
+        " ",
         (f" copied {len(inv['copied'])} ", markup("copied")),
         f" reuse 0-{inv['first_recomputed'] - 1}, recompute {inv['recompute_tokens']} tok"
-        if inv["first_recomputed"] else f" recompute all {inv['recompute_tokens']} tok")
+        if inv["first_recomputed"]
+        else f" recompute all {inv['recompute_tokens']} tok",
+    )
 
 
 def block_details(state: CacheState | None, physical: int | None) -> Content:
@@ -207,8 +226,11 @@ def block_details(state: CacheState | None, physical: int | None) -> Content:
     if state is None or physical is None or not 0 <= physical < state.num_blocks:
         return Content.styled("Select a block (arrows in the pool, Enter selects its owner).", dim)
     kind = state.block_state(physical)
-    parts: list = [(f"block P{physical}  ", markup("bold")), (kind, markup(STATE_ROLE[kind])),
-                   f"  ref {state.ref[physical]}\n"]
+    parts: list = [
+        (f"block P{physical}  ", markup("bold")),
+        (kind, markup(STATE_ROLE[kind])),
+        f"  ref {state.ref[physical]}\n",
+    ]
     owners = state.owners[physical]
     parts.append("owners: " + (", ".join(f"{rid}:L{logical}" for rid, logical in owners) or "none") + "\n")
     if state.block_hash[physical]:

@@ -45,15 +45,28 @@ class BlockTableView(LineView):
         n = req.num_tokens
         if row == 0 and not table and req.status == "finished":
             kept = self.kept()
-            return pad([Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
-                        Segment(f"finished · tree keeps {len(kept)}/{-(-n // bs)} blocks ({len(kept) * bs} tok)",
-                                bold)], width)
+            return pad(
+                [
+                    Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
+                    Segment(
+                        f"finished · tree keeps {len(kept)}/{-(-n // bs)} blocks ({len(kept) * bs} tok)", bold
+                    ),
+                ],
+                width,
+            )
         if row == 0:
             blocks = -(-n // bs) if n else 0
             waste = blocks * bs - n
-            return pad([Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
-                        Segment(f"{len(table)} blocks · {n} tokens · tail waste {waste} slot{'s' * (waste != 1)}",
-                                bold)], width)
+            return pad(
+                [
+                    Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
+                    Segment(
+                        f"{len(table)} blocks · {n} tokens · tail waste {waste} slot{'s' * (waste != 1)}",
+                        bold,
+                    ),
+                ],
+                width,
+            )
         if row == 1:
             return pad([Segment(" logical  physical  fill   tokens", palette["heading"])], width)
         logical = row - HEADER_ROWS
@@ -65,9 +78,12 @@ class BlockTableView(LineView):
             return pad([Segment(f" L{logical:<7} -", dim)], width)
         kind = state.block_state(p)
         kind_style = palette[STATE_ROLE[kind]]
-        texts = req.texts[logical * bs:logical * bs + fill]
-        segs = [Segment(f" L{logical:<7}", dim), Segment(f"P{p:<8}", kind_style),
-                Segment(f"{fill:>2}/{bs:<3}", bold if fill < bs else dim)]
+        texts = req.texts[logical * bs : logical * bs + fill]
+        segs = [
+            Segment(f" L{logical:<7}", dim),
+            Segment(f"P{p:<8}", kind_style),
+            Segment(f"{fill:>2}/{bs:<3}", bold if fill < bs else dim),
+        ]
         if state.ref[p] > 1:
             segs.append(Segment(f"×{state.ref[p]} ", kind_style))
         segs.append(Segment(" " + "".join(show_text(t) for t in texts)))
@@ -79,12 +95,18 @@ class BlockTableView(LineView):
         palette = self.palette()
         dim = palette["dim"]
         if logical >= len(kept):
-            why = ("rest: released (or not a whole block)" if req.status == "finished"
-                   else "no blocks yet")
+            why = "rest: released (or not a whole block)" if req.status == "finished" else "no blocks yet"
             return pad([Segment(f" {why}", dim)], width)
         node_id, p = kept[logical]
-        texts = req.texts[logical * bs:(logical + 1) * bs]
+        texts = req.texts[logical * bs : (logical + 1) * bs]
         kind = state.block_state(p)
-        return pad([Segment(f" L{logical:<7}", dim), Segment(f"P{p:<8}", palette[STATE_ROLE[kind]]),
-                    Segment(f"{bs:>2}/{bs:<3}", dim), Segment(f"n{node_id} ", dim),
-                    Segment("".join(show_text(t) for t in texts))], width)
+        return pad(
+            [
+                Segment(f" L{logical:<7}", dim),
+                Segment(f"P{p:<8}", palette[STATE_ROLE[kind]]),
+                Segment(f"{bs:>2}/{bs:<3}", dim),
+                Segment(f"n{node_id} ", dim),
+                Segment("".join(show_text(t) for t in texts)),
+            ],
+            width,
+        )

@@ -63,29 +63,58 @@ class ChartsView(LineView):
         n_hits, n_steps = state.n_hits, state.n_steps
         out: list[tuple] = []
         n = (state.hit_rates or {}).get("window", {}).get("n", "N")
-        out.append(("head", f"hit rates over time ({n_hits} samples; windowed = last {n} lookups; an edit is a new "
-                            f"lookup, a preempted request's readmission is not)"))
+        out.append(
+            (
+                "head",
+                f"hit rates over time ({n_hits} samples; windowed = last {n} lookups; an edit is a new "
+                f"lookup, a preempted request's readmission is not)",
+            )
+        )
         if not n_hits:
             out.append(("text", "  no hit_rates events yet"))
-        for label, i, color in (("token (cum)", 1, "series-token-cum"), ("token (window)", 4, "series-token"),
-                                ("request (cum)", 2, "series-request-cum"), ("request (window)", 5, "series-request"),
-                                ("block (cum)", 3, "series-block-cum"), ("block (window)", 6, "series-block")):
+        for label, i, color in (
+            ("token (cum)", 1, "series-token-cum"),
+            ("token (window)", 4, "series-token"),
+            ("request (cum)", 2, "series-request-cum"),
+            ("request (window)", 5, "series-request"),
+            ("block (cum)", 3, "series-block-cum"),
+            ("block (window)", 6, "series-block"),
+        ):
             if n_hits:
                 values = _series(hits, n_hits, i)
                 last = values[-1]
                 out.append(("spark", label, values, 1.0, "-" if last is None else f"{last:6.1%}", color))
         out.append(("head", f"KV memory in blocks ({state.num_blocks} total, {n_steps} steps)"))
         top = float(state.num_blocks or 1)
-        for label, i, color, now in (("used", 2, "used", state.n_used), ("cached", 3, "cached", state.n_cached),
-                                     ("free", 4, "free", state.n_free)):
+        for label, i, color, now in (
+            ("used", 2, "used", state.n_used),
+            ("cached", 3, "cached", state.n_cached),
+            ("free", 4, "free", state.n_free),
+        ):
             out.append(("spark", label, _series(steps, n_steps, i), top, f"{now}", color))
         out.extend(("text", line) for line in memory_lines(state))
         out.append(("head", "engine steps"))
         last = steps[n_steps - 1] if n_steps else None
-        out.append(("spark", "tokens / step", _series(steps, n_steps, 5), None, f"{last[5]}" if last else "-",
-                    "series-tokens"))
-        out.append(("spark", "step time", _series(steps, n_steps, 6), None, fmt_seconds(last[6]) if last else "-",
-                    "series-time"))
+        out.append(
+            (
+                "spark",
+                "tokens / step",
+                _series(steps, n_steps, 5),
+                None,
+                f"{last[5]}" if last else "-",
+                "series-tokens",
+            )
+        )
+        out.append(
+            (
+                "spark",
+                "step time",
+                _series(steps, n_steps, 6),
+                None,
+                fmt_seconds(last[6]) if last else "-",
+                "series-time",
+            )
+        )
         return out
 
     def row_count(self, width: int) -> int:
@@ -101,9 +130,14 @@ class ChartsView(LineView):
             return pad([Segment(args[0], palette["dim"])], width)
         label, values, top, value, role = args
         spark = sparkline(values, max(1, width - LABEL - VALUE - 2), top)
-        return pad([Segment(f"  {label:<{LABEL - 2}}", palette["dim"]),
-                    Segment(spark.ljust(width - LABEL - VALUE - 2), palette[role]),
-                    Segment(f" {value:>{VALUE}}", palette["bold"])], width)
+        return pad(
+            [
+                Segment(f"  {label:<{LABEL - 2}}", palette["dim"]),
+                Segment(spark.ljust(width - LABEL - VALUE - 2), palette[role]),
+                Segment(f" {value:>{VALUE}}", palette["bold"]),
+            ],
+            width,
+        )
 
 
 def memory_lines(state: CacheState) -> list[str]:
@@ -111,12 +145,16 @@ def memory_lines(state: CacheState) -> list[str]:
     bpt, bpb = state.bytes_per_token, state.bytes_per_block
     tokens = sum(state.requests[rid].num_tokens for rid in state.tables if rid in state.requests)
     used_bytes = state.n_used * bpb
-    lines = [f"  pool: {state.num_blocks} blocks × {fmt_bytes(bpb)} = {fmt_bytes(state.num_blocks * bpb)};"
-             f" in use {fmt_bytes(used_bytes)}, cached {fmt_bytes(state.n_cached * bpb)}",
-             f"  formula: {tokens} tokens held × {fmt_bytes(bpt)}/token = {fmt_bytes(tokens * bpt)}"
-             f" (2 × layers × kv_heads × head_dim × bytes)"]
+    lines = [
+        f"  pool: {state.num_blocks} blocks × {fmt_bytes(bpb)} = {fmt_bytes(state.num_blocks * bpb)};"
+        f" in use {fmt_bytes(used_bytes)}, cached {fmt_bytes(state.n_cached * bpb)}",
+        f"  formula: {tokens} tokens held × {fmt_bytes(bpt)}/token = {fmt_bytes(tokens * bpt)}"
+        f" (2 × layers × kv_heads × head_dim × bytes)",
+    ]
     if tokens:
         diff = used_bytes - tokens * bpt
-        lines.append(f"  pool - formula = {fmt_bytes(diff)}: tail waste of last blocks"
-                     f"{', minus blocks shared between requests' if diff < 0 else ''}")
+        lines.append(
+            f"  pool - formula = {fmt_bytes(diff)}: tail waste of last blocks"
+            f"{', minus blocks shared between requests' if diff < 0 else ''}"
+        )
     return lines

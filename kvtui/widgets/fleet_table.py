@@ -14,8 +14,10 @@ from kvtui.widgets.base import LineView, fmt_seconds, pad
 from kvtui.widgets.palette import Palette, theme_palette
 
 BAR = 12
-COLUMNS = (f"{'worker':<22} {'rank':>4} {'resident':>8} {'occupancy':<{BAR + 6}} {'stored/s':>8} "
-           f"{'removed/s':>9} {'KV use':>6} {'hit':>6} {'TTFT p50/p95/p99':<20} {'preempt':>7}  stream")
+COLUMNS = (
+    f"{'worker':<22} {'rank':>4} {'resident':>8} {'occupancy':<{BAR + 6}} {'stored/s':>8} "
+    f"{'removed/s':>9} {'KV use':>6} {'hit':>6} {'TTFT p50/p95/p99':<20} {'preempt':>7}  stream"
+)
 
 
 def _pct(value) -> str:
@@ -24,7 +26,7 @@ def _pct(value) -> str:
 
 def occupancy_bar(resident: int, capacity: int | None) -> str:
     if not capacity:
-        return f"{'?':<{BAR}} (pool size unknown)"[:BAR + 6]
+        return f"{'?':<{BAR}} (pool size unknown)"[: BAR + 6]
     filled = min(BAR, round(BAR * resident / capacity))
     return f"{'█' * filled}{'░' * (BAR - filled)} {resident / capacity:>4.0%}"
 
@@ -35,12 +37,16 @@ def row_segments(c: dict, ordinal: int, palette: Palette | None = None) -> list[
     trouble = c["lost"] or c["restarts"] or c["malformed"]
     preempt = "-" if c["preemptions"] is None else f"{c['preemptions']:.0f}"
     palette = palette or theme_palette()
-    return [Segment(f"{c['worker'][:22]:<22} ", palette.owner(ordinal)),
-            Segment(f"{'-' if c['rank'] is None else c['rank']:>4} {c['resident']:>8} "),
-            Segment(f"{occupancy_bar(c['resident'], c['capacity']):<{BAR + 6}} ", palette.owner(ordinal)),
-            Segment(f"{c['stored_per_s']:>8.1f} {c['removed_per_s']:>9.1f} {_pct(c['kv_usage']):>6} "
-                    f"{_pct(c['hit_rate']):>6} {ttft:<20} {preempt:>7}  "),
-            Segment(stream, palette["warning"] if trouble else palette["dim"])]
+    return [
+        Segment(f"{c['worker'][:22]:<22} ", palette.owner(ordinal)),
+        Segment(f"{'-' if c['rank'] is None else c['rank']:>4} {c['resident']:>8} "),
+        Segment(f"{occupancy_bar(c['resident'], c['capacity']):<{BAR + 6}} ", palette.owner(ordinal)),
+        Segment(
+            f"{c['stored_per_s']:>8.1f} {c['removed_per_s']:>9.1f} {_pct(c['kv_usage']):>6} "
+            f"{_pct(c['hit_rate']):>6} {ttft:<20} {preempt:>7}  "
+        ),
+        Segment(stream, palette["warning"] if trouble else palette["dim"]),
+    ]
 
 
 def fleet_lines(view: FleetView | None, palette: Palette | None = None) -> list[list[Segment]]:
@@ -50,12 +56,18 @@ def fleet_lines(view: FleetView | None, palette: Palette | None = None) -> list[
         return [[Segment("waiting for the first event…", dim)]]
     total = sum(c["resident"] for c in view.workers)
     unique = view.unique
-    lines = [[Segment(f"{len(view.workers)} workers · {total:,} resident blocks · {unique:,} distinct "
-                      f"(group, hash) blocks held · {total - unique:,} duplicate copies across workers",
-                      palette["bold"])],
-             [Segment("an attached engine publishes: " + ", ".join(HAS), dim)],
-             [Segment("it lacks: " + ", ".join(LACKS) + " (not shown, not invented)", dim)],
-             [Segment(COLUMNS, heading)]]
+    lines = [
+        [
+            Segment(
+                f"{len(view.workers)} workers · {total:,} resident blocks · {unique:,} distinct "
+                f"(group, hash) blocks held · {total - unique:,} duplicate copies across workers",
+                palette["bold"],
+            )
+        ],
+        [Segment("an attached engine publishes: " + ", ".join(HAS), dim)],
+        [Segment("it lacks: " + ", ".join(LACKS) + " (not shown, not invented)", dim)],
+        [Segment(COLUMNS, heading)],
+    ]
     for i, cells in enumerate(view.workers):
         lines.append(row_segments(cells, i, palette))
     if view.notes:

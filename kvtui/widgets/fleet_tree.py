@@ -39,8 +39,16 @@ class FleetTreeView(LineView):
         if row == 0:
             n = len(self.rows)
             more = f" (first {MAX_ROWS:,})" if n >= MAX_ROWS else ""
-            return pad([Segment(f"prefix tree over block hashes: {n:,} rows{more} · [holders] blocks "
-                                f"first-hash  tokens", heading)], width)
+            return pad(
+                [
+                    Segment(
+                        f"prefix tree over block hashes: {n:,} rows{more} · [holders] blocks "
+                        f"first-hash  tokens",
+                        heading,
+                    )
+                ],
+                width,
+            )
         r = self.rows[row - 1]
         indent = "  " * min(r.depth, 30)
         segs = [Segment(indent + ("└ " if r.depth else ""), dim)]
@@ -53,5 +61,8 @@ class FleetTreeView(LineView):
         segs.append(Segment(f"[{','.join(r.holders)}]", duplicated if len(r.holders) > 1 else heading))
         if len(r.holders) > 1:
             segs.append(Segment(f" x{len(r.holders)}", duplicated))
-        segs += [Segment(f" {r.blocks} blk {r.first_hash[:8]} ", dim), Segment(show_text(r.text)[:max(0, width)])]
+        segs += [
+            Segment(f" {r.blocks} blk {r.first_hash[:8]} ", dim),
+            Segment(show_text(r.text)[: max(0, width)]),
+        ]
         return pad(segs, width)

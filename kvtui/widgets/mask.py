@@ -20,7 +20,8 @@ from kvtui.widgets.base import BuiltLinesView, pad
 from kvtui.widgets.palette import theme_palette
 
 MAX_QUERY_ROWS = 12
-LEFT = 10  # query label cells
+# query label cells
+LEFT = 10
 REGION_ROLE = {CACHED: "cached", CHUNK: "prefill", SINK: "sink", MASKED: "evicted"}
 # the regions' looks in the default theme (what a view draws before it is mounted)
 REGION_STYLE = {region: theme_palette()[role] for region, role in REGION_ROLE.items()}
@@ -59,30 +60,57 @@ class MaskView(BuiltLinesView):
         dim, heading = palette["dim"], palette["heading"]
         region = {kind: palette[role] for kind, role in REGION_ROLE.items()}
         kinds = layer_kinds(header)
-        out = [pad([Segment("attention masks", heading),
+        out = [
+            pad(
+                [
+                    Segment("attention masks", heading),
                     Segment(f" of engine step {masks.step}" if masks.step is not None else "", heading),
-                    Segment(" · rows: query positions computed this step · columns: key positions", dim)], width)]
-        legend = [Segment("█ ", region[CACHED]), Segment("cached prefix (fully visible)  ", dim),
-                  Segment("█ ", region[CHUNK]), Segment("this chunk (causal)  ", dim),
-                  Segment("█ ", region[SINK]), Segment("sink  ", dim),
-                  Segment("· ", region[MASKED]), Segment("outside the window  ", dim),
-                  Segment("▓▒░ partly  blank: future (k > q)", dim)]
+                    Segment(" · rows: query positions computed this step · columns: key positions", dim),
+                ],
+                width,
+            )
+        ]
+        legend = [
+            Segment("█ ", region[CACHED]),
+            Segment("cached prefix (fully visible)  ", dim),
+            Segment("█ ", region[CHUNK]),
+            Segment("this chunk (causal)  ", dim),
+            Segment("█ ", region[SINK]),
+            Segment("sink  ", dim),
+            Segment("· ", region[MASKED]),
+            Segment("outside the window  ", dim),
+            Segment("▓▒░ partly  blank: future (k > q)", dim),
+        ]
         out.append(pad(legend, width))
         if not masks.chunks:
             out.append(pad([Segment("no engine step at the cursor yet (step forward with > )", dim)], width))
             return out
         selected = self.view.request_id
-        chunks = sorted(masks.chunks, key=lambda c: c.request_id != selected)  # the selected request first
+        # the selected request first
+        chunks = sorted(masks.chunks, key=lambda c: c.request_id != selected)
         for chunk in chunks:
             req = state.requests.get(chunk.request_id) if state is not None else None
             style = (palette.owner(req.ordinal) if req is not None else Style()) + palette["bold"]
-            what = (f"prefill {chunk.start}..{chunk.end} ({chunk.queries} queries)" if chunk.kind == "prefill"
-                    else f"decode position {chunk.start}")
-            before = (f" · {chunk.start} cached before this step (prefix hit or earlier chunks)" if chunk.start
-                      else " · nothing cached before it")
+            what = (
+                f"prefill {chunk.start}..{chunk.end} ({chunk.queries} queries)"
+                if chunk.kind == "prefill"
+                else f"decode position {chunk.start}"
+            )
+            before = (
+                f" · {chunk.start} cached before this step (prefix hit or earlier chunks)"
+                if chunk.start
+                else " · nothing cached before it"
+            )
             out.append(Strip.blank(width))
-            out.append(pad([Segment(chunk.request_id, style), Segment(f" {what} · keys 0..{chunk.end - 1}{before}",
-                                                                      dim)], width))
+            out.append(
+                pad(
+                    [
+                        Segment(chunk.request_id, style),
+                        Segment(f" {what} · keys 0..{chunk.end - 1}{before}", dim),
+                    ],
+                    width,
+                )
+            )
             for kind in kinds:
                 out += self._matrix(chunk, kind, masks, width)
         return out
@@ -97,17 +125,43 @@ class MaskView(BuiltLinesView):
             rule = f"each query sees itself + the {kind.window - 1} keys before it"
             if kind.sinks:
                 rule += f", and sink positions 0-{kind.sinks - 1} always"
-        rows = [pad([Segment(f"  {kind.label}", palette["bold"]),
-                     Segment(f" · {_layers(kind.layers)} · {rule}", dim)], width)]
+        rows = [
+            pad(
+                [
+                    Segment(f"  {kind.label}", palette["bold"]),
+                    Segment(f" · {_layers(kind.layers)} · {rule}", dim),
+                ],
+                width,
+            )
+        ]
         if kind.window is not None:
-            ring = next((ev for (rid, _), ev in masks.ring_writes.items()
-                         if rid == chunk.request_id and ev["window"] == kind.window), None)
+            ring = next(
+                (
+                    ev
+                    for (rid, _), ev in masks.ring_writes.items()
+                    if rid == chunk.request_id and ev["window"] == kind.window
+                ),
+                None,
+            )
             if ring is not None:
                 evicted = ring["evicted"]
-                dropped = (f", overwrote {evicted[0]}..{evicted[-1]} ({len(evicted)} fell out of the window)"
-                           if evicted else ", nothing overwritten")
-                rows.append(pad([Segment(f"  ring: wrote positions {ring['start']}..{ring['end'] - 1} into "
-                                         f"{kind.window} slots (slot = position mod W){dropped}", dim)], width))
+                dropped = (
+                    f", overwrote {evicted[0]}..{evicted[-1]} ({len(evicted)} fell out of the window)"
+                    if evicted
+                    else ", nothing overwritten"
+                )
+                rows.append(
+                    pad(
+                        [
+                            Segment(
+                                f"  ring: wrote positions {ring['start']}..{ring['end'] - 1} into "
+                                f"{kind.window} slots (slot = position mod W){dropped}",
+                                dim,
+                            )
+                        ],
+                        width,
+                    )
+                )
         cols = max(4, width - LEFT - 1)
         keys_per_col = max(1, math.ceil(chunk.end / cols))
         ncols = math.ceil(chunk.end / keys_per_col)
@@ -115,16 +169,26 @@ class MaskView(BuiltLinesView):
         axis = [" "] * ncols
         for pos, label in ((0, "0"), (chunk.start, f"▏{chunk.start}"), (chunk.end - 1, str(chunk.end - 1))):
             c = max(0, min(pos // keys_per_col, ncols - len(label)))
-            if len(label) <= ncols and all(a == " " for a in axis[c:c + len(label)]):
-                axis[c:c + len(label)] = list(label)[:ncols - c]
+            if len(label) <= ncols and all(a == " " for a in axis[c : c + len(label)]):
+                axis[c : c + len(label)] = list(label)[: ncols - c]
         if keys_per_col > 1 or q_per_row > 1:
-            rows.append(pad([Segment(f"  1 column = {keys_per_col} key{'s' if keys_per_col > 1 else ''}, 1 row = "
-                                     f"{q_per_row} quer{'ies' if q_per_row > 1 else 'y'}", dim)], width))
+            rows.append(
+                pad(
+                    [
+                        Segment(
+                            f"  1 column = {keys_per_col} key{'s' if keys_per_col > 1 else ''}, 1 row = "
+                            f"{q_per_row} quer{'ies' if q_per_row > 1 else 'y'}",
+                            dim,
+                        )
+                    ],
+                    width,
+                )
+            )
         rows.append(pad([Segment("keys".rjust(LEFT - 1) + " ", dim), Segment("".join(axis), dim)], width))
         for q0 in range(chunk.start, chunk.end, q_per_row):
             q1 = min(chunk.end, q0 + q_per_row)
             label = f"q {q0}" if q1 - q0 == 1 else f"q {q0}-{q1 - 1}"
-            segs = [Segment(label.rjust(LEFT - 1)[:LEFT - 1] + " ", dim)]
+            segs = [Segment(label.rjust(LEFT - 1)[: LEFT - 1] + " ", dim)]
             for c in range(ncols):
                 k0 = c * keys_per_col
                 k1 = min(chunk.end, k0 + keys_per_col)

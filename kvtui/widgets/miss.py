@@ -31,9 +31,25 @@ MATCHED = ("matched-a", "matched-b")
 EQUAL_RECOMPUTED = ("equal-a", "equal-b")
 DIFFERENT = "dropped"
 COMPUTED = ("token-a", "token-b")
-SHOWN_KEYS = {"reused_partial", "position", "block", "node_id", "expected_text", "actual_text", "expected_id", "actual_id",
-              "readmission", "evicted_at", "evicted_seq", "policy", "partial_tokens", "equal_tokens", "block_size",
-              "other_salts", "hash"}
+SHOWN_KEYS = {
+    "reused_partial",
+    "position",
+    "block",
+    "node_id",
+    "expected_text",
+    "actual_text",
+    "expected_id",
+    "actual_id",
+    "readmission",
+    "evicted_at",
+    "evicted_seq",
+    "policy",
+    "partial_tokens",
+    "equal_tokens",
+    "block_size",
+    "other_salts",
+    "hash",
+}
 
 
 class _Parts:
@@ -55,13 +71,16 @@ def visible(text: str | None) -> str:
 
 def explain(state: CacheState | None, req: RequestRecord | None) -> Content:
     if state is None or req is None:
-        return Content.styled("Select a request ([ and ]) to see how its prompt matched the prefix cache.",
-                              markup("dim"))
+        return Content.styled(
+            "Select a request ([ and ]) to see how its prompt matched the prefix cache.", markup("dim")
+        )
     match = req.match
     out = _Parts()
     out.append(f"{req.request_id}: ", role="bold")
     if match is None:
-        out.append("no prefix match yet (not scheduled, or the engine does not emit prefix_match)", role="dim")
+        out.append(
+            "no prefix match yet (not scheduled, or the engine does not emit prefix_match)", role="dim"
+        )
         return out.content()
     matched, total, reason = match["matched_tokens"], match["prompt_tokens"], match["reason"]
     detail = match.get("detail") or {}
@@ -74,46 +93,62 @@ def explain(state: CacheState | None, req: RequestRecord | None) -> Content:
     out.append(f" - {REASONS.get(reason, 'reason not known to this kvtui')}\n")
     _reason_detail(out, reason, detail, matched, state.block_size)
     if detail.get("reused_partial"):
-        out.append(f"the last {detail['reused_partial']} of them come from a partly used cached block (copied "
-                   "before this request writes into it)\n", role="cached")
+        out.append(
+            f"the last {detail['reused_partial']} of them come from a partly used cached block (copied "
+            "before this request writes into it)\n",
+            role="cached",
+        )
     extra = {k: v for k, v in detail.items() if k not in SHOWN_KEYS}
     if extra:
         out.append(", ".join(f"{k}={v}" for k, v in extra.items()) + "\n", role="dim")
     _prompt(out, req, matched, total, reason, detail)
-    out.append("\ngreen from cache · yellow equal but recomputed · red first difference · grey computed",
-               role="dim")
+    out.append(
+        "\ngreen from cache · yellow equal but recomputed · red first difference · grey computed", role="dim"
+    )
     return out.content()
 
 
 def _reason_detail(out: _Parts, reason: str, detail: dict, matched: int, block_size: int) -> None:
     pos = detail.get("position")
     if reason == "divergent" and pos is not None:
-        where = f" (block L{detail['block']}" + (f", tree node n{detail['node_id']})" if "node_id" in detail
-                                                  else ")") if "block" in detail else ""
+        where = (
+            f" (block L{detail['block']}"
+            + (f", tree node n{detail['node_id']})" if "node_id" in detail else ")")
+            if "block" in detail
+            else ""
+        )
         out.append(f"first difference at position {pos}{where}: cached ")
         out.append(f"{visible(detail.get('expected_text'))}", role="cached")
         out.append(f" (id {detail.get('expected_id')}) vs prompt ")
         out.append(f"{visible(detail.get('actual_text'))}", role="evicted")
         out.append(f" (id {detail.get('actual_id')})\n")
         if pos > matched:
-            out.append(f"positions {matched}-{pos - 1} equal the cache but share a block with the difference: "
-                       f"recomputed\n", role="recompute")
+            out.append(
+                f"positions {matched}-{pos - 1} equal the cache but share a block with the difference: "
+                f"recomputed\n",
+                role="recompute",
+            )
     elif reason == "block_floor":
         partial, equal = detail.get("partial_tokens"), detail.get("equal_tokens")
         out.append(f"match ends at position {pos if pos is not None else matched}, a block boundary")
         if partial is not None:
-            out.append(f"; the next {partial} tokens fill only part of a {detail.get('block_size', block_size)}-"
-                       f"token block")
+            out.append(
+                f"; the next {partial} tokens fill only part of a {detail.get('block_size', block_size)}-"
+                f"token block"
+            )
             if equal is not None:
                 out.append(f" ({equal} of them equal the cache)")
         out.append("\n")
     elif reason == "evicted":
         when = detail.get("evicted_at")
-        out.append(f"block L{detail.get('block', '?')} was evicted at "
-                   f"{fmt_seconds(when) if isinstance(when, (int, float)) else '?'}"
-                   + (f" (event #{detail['evicted_seq']})" if "evicted_seq" in detail else "")
-                   + f" by the {detail.get('policy', '?')} policy"
-                   + (f"; hash {detail['hash']}" if "hash" in detail else "") + "\n")
+        out.append(
+            f"block L{detail.get('block', '?')} was evicted at "
+            f"{fmt_seconds(when) if isinstance(when, (int, float)) else '?'}"
+            + (f" (event #{detail['evicted_seq']})" if "evicted_seq" in detail else "")
+            + f" by the {detail.get('policy', '?')} policy"
+            + (f"; hash {detail['hash']}" if "hash" in detail else "")
+            + "\n"
+        )
     elif reason == "salt":
         salts = detail.get("other_salts")
         out.append(f"this request's salt differs; the matching blocks belong to salt(s) {salts}\n")

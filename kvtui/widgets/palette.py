@@ -141,9 +141,21 @@ ROLES: dict[str, Role] = {
 }
 
 # Request colours by arrival order: a request keeps its colour across frames, runs and snapshot tests.
-OWNERS: tuple[Role, ...] = tuple(Role(v) for v in (
-    "$primary", "$accent", "$success", "$text-secondary", "$error", "$primary-lighten-3", "$success-lighten-3",
-    "$accent-darken-3", "$error-lighten-3", "$foreground"))
+OWNERS: tuple[Role, ...] = tuple(
+    Role(v)
+    for v in (
+        "$primary",
+        "$accent",
+        "$success",
+        "$text-secondary",
+        "$error",
+        "$primary-lighten-3",
+        "$success-lighten-3",
+        "$accent-darken-3",
+        "$error-lighten-3",
+        "$foreground",
+    )
+)
 ROLES.update({f"owner-{i}": role for i, role in enumerate(OWNERS)})
 
 PREFIX = "kv--"
@@ -188,8 +200,9 @@ class Palette:
         styles = {}
         for name, role in ROLES.items():
             full = widget.get_component_rich_style(PREFIX + name)
-            styles[name] = _keep(role, full.color if role.color else None,
-                                 full.bgcolor if role.background else None)
+            styles[name] = _keep(
+                role, full.color if role.color else None, full.bgcolor if role.background else None
+            )
         return cls(styles)
 
 

@@ -30,8 +30,9 @@ class PromptBar(Horizontal):
     class Submitted(Message):
         """A prompt to send, with the sampling values the boxes hold (their defaults when empty)."""
 
-        def __init__(self, bar: PromptBar, prompt: str, temperature: float, seed: int | None,
-                     max_tokens: int) -> None:
+        def __init__(
+            self, bar: PromptBar, prompt: str, temperature: float, seed: int | None, max_tokens: int
+        ) -> None:
             super().__init__()
             self.bar = bar
             self.prompt = prompt
@@ -46,8 +47,9 @@ class PromptBar(Horizontal):
     # a chat message (through the model's chat template) or plain text: only the placeholder says which
     chat: reactive[bool] = reactive(True, init=False)
 
-    def __init__(self, *, max_tokens: int = 64, chat: bool = True, id: str | None = None,
-                 classes: str | None = None) -> None:
+    def __init__(
+        self, *, max_tokens: int = 64, chat: bool = True, id: str | None = None, classes: str | None = None
+    ) -> None:
         super().__init__(id=id, classes=classes)
         self.max_tokens = max_tokens
         self.set_reactive(PromptBar.chat, chat)
@@ -90,13 +92,17 @@ class PromptBar(Horizontal):
             seed = int(values["seed"]) if values["seed"] else None
             max_tokens = int(values["max-tokens"]) if values["max-tokens"] else self.max_tokens
         except ValueError:
-            self.notify(f"temperature is a number, seed and max tokens whole numbers (got temp "
-                        f"{values['temperature']!r}, seed {values['seed']!r}, max {values['max-tokens']!r})",
-                        severity="error", timeout=5)
+            self.notify(
+                f"temperature is a number, seed and max tokens whole numbers (got temp "
+                f"{values['temperature']!r}, seed {values['seed']!r}, max {values['max-tokens']!r})",
+                severity="error",
+                timeout=5,
+            )
             return None
         if temperature < 0 or max_tokens < 1:
-            self.notify("temperature must be >= 0 (0 = greedy) and max tokens >= 1", severity="error",
-                        timeout=5)
+            self.notify(
+                "temperature must be >= 0 (0 = greedy) and max tokens >= 1", severity="error", timeout=5
+            )
             return None
         return temperature, seed, max_tokens
 

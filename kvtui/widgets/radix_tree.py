@@ -22,7 +22,8 @@ from kvtui.state import CacheState
 from kvtui.widgets.base import LineView, fmt_seconds, pad, show_text
 from kvtui.widgets.palette import Palette
 
-RECENT_EVENTS = 64  # how long (in events) a node keeps its insert / hit / split mark
+# how long (in events) a node keeps its insert / hit / split mark
+RECENT_EVENTS = 64
 # a node's recent mark -> its colour role (kvtui/widgets/palette.py)
 MARK_ROLE = {"insert": "insert-mark", "hit": "hit-mark", "split": "split-mark", "evict": "evict-mark"}
 MAX_INDENT = 24
@@ -83,8 +84,14 @@ class RadixTreeView(LineView):
         if row == 0:
             return pad([Segment("recently evicted (newest last):", palette["heading"])], width)
         node_id, t, text = state.evicted_nodes[row - 1]
-        return pad([Segment(f"  ✗ n{node_id} ", palette["evicted"]),
-                    Segment(show_text(text), dim), Segment(f"  at {t:.2f}s", dim)], width)
+        return pad(
+            [
+                Segment(f"  ✗ n{node_id} ", palette["evicted"]),
+                Segment(show_text(text), dim),
+                Segment(f"  at {t:.2f}s", dim),
+            ],
+            width,
+        )
 
     def _node_row(self, state: CacheState, index: int, width: int) -> Strip:
         depth, node_id = self._rows[index]
@@ -99,8 +106,10 @@ class RadixTreeView(LineView):
         if recent:
             segs.append(Segment(f"{node.mark}", palette[MARK_ROLE[node.mark]]))
             segs.append(Segment(" "))
-        right = (f"  n{node_id} {block_run(node.blocks)} hits {node.hits} lock {len(node.lockers)}"
-                 f" {fmt_seconds(max(0.0, state.t - node.last_access))} ago")
+        right = (
+            f"  n{node_id} {block_run(node.blocks)} hits {node.hits} lock {len(node.lockers)}"
+            f" {fmt_seconds(max(0.0, state.t - node.last_access))} ago"
+        )
         used = sum(s.cell_length for s in segs)
         room = max(8, width - used - len(right))
         style = palette["bold"] if node.lockers else Style()
@@ -113,13 +122,22 @@ class RadixTreeView(LineView):
     def _header(self, state: CacheState, rows: list) -> list[Segment]:
         locked = sum(1 for n in state.nodes.values() if n.lockers)
         palette = self.palette()
-        segs = [Segment(f"root · {len(rows)} nodes · {locked} locked · {state.evictions} blocks evicted",
-                        palette["heading"])]
+        segs = [
+            Segment(
+                f"root · {len(rows)} nodes · {locked} locked · {state.evictions} blocks evicted",
+                palette["heading"],
+            )
+        ]
         node = self.selected(state)
         if node is not None:
-            segs.append(Segment(f" · n{node.node_id}: {len(node.token_ids)} tok in {len(node.blocks)} block{'s' * (len(node.blocks) != 1)}"
-                                + (f", locked by {', '.join(dict.fromkeys(node.lockers))}" if node.lockers else "")
-                                + " (Enter: see in pool)", palette["dim"]))
+            segs.append(
+                Segment(
+                    f" · n{node.node_id}: {len(node.token_ids)} tok in {len(node.blocks)} block{'s' * (len(node.blocks) != 1)}"
+                    + (f", locked by {', '.join(dict.fromkeys(node.lockers))}" if node.lockers else "")
+                    + " (Enter: see in pool)",
+                    palette["dim"],
+                )
+            )
         return segs
 
     def selected(self, state: CacheState | None = None):
@@ -174,7 +192,7 @@ def _node_text(state: CacheState, node, style: Style, palette: Palette) -> list[
     if same < len(texts):
         # the first token that differs from the earlier sibling: the `dropped` role (where reuse stops)
         segs.append(Segment(show_text(texts[same]).replace(" ", "␣") or "∅", palette["dropped"]))
-    segs.append(Segment("".join(show_text(t) for t in texts[same + 1:]), style))
+    segs.append(Segment("".join(show_text(t) for t in texts[same + 1 :]), style))
     return segs
 
 

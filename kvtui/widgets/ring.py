@@ -14,10 +14,12 @@ from kvtui.state.ring_memory import ring_memory
 from kvtui.widgets.base import LineView, fmt_bytes, pad
 
 ROWS_PER_RING = 4
-HEAD_ROWS = 4  # the heading, then ring memory vs full attention (a line and two bars)
+# the heading, then ring memory vs full attention (a line and two bars)
+HEAD_ROWS = 4
 
 
-MAX_RINGS = 64  # rings shown: the selected request's, then those of unfinished requests
+# rings shown: the selected request's, then those of unfinished requests
+MAX_RINGS = 64
 
 
 class RingView(LineView):
@@ -35,8 +37,13 @@ class RingView(LineView):
             return self._rings
         requests = state.requests
         mine = [r for r in state.rings.values() if r.request_id == rid]
-        others = [r for r in state.rings.values() if r.request_id != rid and r.request_id in requests
-                  and requests[r.request_id].status != "finished"]
+        others = [
+            r
+            for r in state.rings.values()
+            if r.request_id != rid
+            and r.request_id in requests
+            and requests[r.request_id].status != "finished"
+        ]
         others.sort(key=lambda r: (requests[r.request_id].ordinal, r.group))
         self._rings, self._key = (sorted(mine, key=lambda r: r.group) + others)[:MAX_RINGS], key
         return self._rings
@@ -51,14 +58,26 @@ class RingView(LineView):
         if row == 0:
             windows = [w for w in (state.header.get("model", {}).get("windows") or [])] if state else []
             kinds = sum(1 for w in windows if w)
-            return pad([Segment(f"window layers: {kinds} of {len(windows)}  · slot = position mod W · window = "
-                                f"current token + W-1 before it", palette["heading"])], width)
+            return pad(
+                [
+                    Segment(
+                        f"window layers: {kinds} of {len(windows)}  · slot = position mod W · window = "
+                        f"current token + W-1 before it",
+                        palette["heading"],
+                    )
+                ],
+                width,
+            )
         if row < HEAD_ROWS:
             return self._memory_row(row, width)
         rings = self.rings()
         if not rings:
-            return pad([Segment("no ring writes in this trace (the model has no sliding-window layers)", dim)]
-                       if row == HEAD_ROWS else [], width)
+            return pad(
+                [Segment("no ring writes in this trace (the model has no sliding-window layers)", dim)]
+                if row == HEAD_ROWS
+                else [],
+                width,
+            )
         ring = rings[(row - HEAD_ROWS) // ROWS_PER_RING]
         part = (row - HEAD_ROWS) % ROWS_PER_RING
         cell = max(4, len(str(max(ring.slots) if ring.slots else 0)) + 2)
@@ -68,15 +87,28 @@ class RingView(LineView):
         if part == 0:
             req = state.requests.get(ring.request_id)
             style = palette.owner(req.ordinal) + bold if req else bold
-            return pad([Segment(f"{ring.request_id}", style),
-                        Segment(f" group {ring.group} W={ring.window}"
-                                + (f" + {ring.sinks} sink slots (positions 0-{ring.sinks - 1} kept forever)"
-                                   if ring.sinks else "")
-                                + f" head→slot {ring.head}"
-                                f" writes {ring.writes} overwrites {ring.overwrites}"
-                                + (f" (showing {per_line} of {len(ring.slots)} slots)"
-                                   if per_line < len(ring.slots) else ""),
-                                dim)], width)
+            return pad(
+                [
+                    Segment(f"{ring.request_id}", style),
+                    Segment(
+                        f" group {ring.group} W={ring.window}"
+                        + (
+                            f" + {ring.sinks} sink slots (positions 0-{ring.sinks - 1} kept forever)"
+                            if ring.sinks
+                            else ""
+                        )
+                        + f" head→slot {ring.head}"
+                        f" writes {ring.writes} overwrites {ring.overwrites}"
+                        + (
+                            f" (showing {per_line} of {len(ring.slots)} slots)"
+                            if per_line < len(ring.slots)
+                            else ""
+                        ),
+                        dim,
+                    ),
+                ],
+                width,
+            )
         if part == 1:
             segs = [Segment("  ")]
             for i in range(len(slots)):
@@ -112,14 +144,31 @@ class RingView(LineView):
             return pad([], width)
         if row == 1:
             ratio = f" ({memory.full_bytes / memory.ring_bytes:.1f}x)" if memory.ring_bytes else ""
-            return pad([Segment(f"{req.request_id} at {memory.context} tokens: ", palette["bold"]),
-                        Segment(f"full attention would hold {fmt_bytes(memory.full_bytes)}{ratio} on the "
-                                f"{memory.window_layers} window layers, rings {fmt_bytes(memory.ring_bytes)} "
-                                f"(saved {fmt_bytes(memory.saved)}; the {memory.full_layers} full layers page "
-                                f"{fmt_bytes(memory.paged_bytes)})", dim)], width)
+            return pad(
+                [
+                    Segment(f"{req.request_id} at {memory.context} tokens: ", palette["bold"]),
+                    Segment(
+                        f"full attention would hold {fmt_bytes(memory.full_bytes)}{ratio} on the "
+                        f"{memory.window_layers} window layers, rings {fmt_bytes(memory.ring_bytes)} "
+                        f"(saved {fmt_bytes(memory.saved)}; the {memory.full_layers} full layers page "
+                        f"{fmt_bytes(memory.paged_bytes)})",
+                        dim,
+                    ),
+                ],
+                width,
+            )
         room = max(10, width - 30)
         top = max(memory.full_bytes, memory.ring_bytes) or 1
-        label, value, role = (("rings", memory.ring_bytes, "ring-bar") if row == 2 else
-                              ("full attention", memory.full_bytes, "full-bar"))
-        return pad([Segment(f" {label:<15}", dim), Segment("█" * max(1, round(room * value / top)), palette[role]),
-                    Segment(f" {fmt_bytes(value)}", dim)], width)
+        label, value, role = (
+            ("rings", memory.ring_bytes, "ring-bar")
+            if row == 2
+            else ("full attention", memory.full_bytes, "full-bar")
+        )
+        return pad(
+            [
+                Segment(f" {label:<15}", dim),
+                Segment("█" * max(1, round(room * value / top)), palette[role]),
+                Segment(f" {fmt_bytes(value)}", dim),
+            ],
+            width,
+        )

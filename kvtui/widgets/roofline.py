@@ -16,7 +16,8 @@ from kvtui.state.roofline import RooflineScan, StepPoint, log_position
 from kvtui.widgets.base import BuiltLinesView, fmt_bytes, fmt_seconds, pad
 
 CHART_ROWS = 14
-LABEL = 9  # y-axis label cells
+# y-axis label cells
+LABEL = 9
 # a step's kind is its colour role (kvtui/widgets/palette.py), drawn bold
 KIND_ROLE = {"decode": "decode", "prefill": "prefill", "mixed": "mixed"}
 KIND_GLYPH = {"decode": "●", "prefill": "▲", "mixed": "◆"}
@@ -62,25 +63,77 @@ class RooflineView(BuiltLinesView):
         roof = self.scan.roofline
         palette = self.palette()
         dim, bold = palette["dim"], palette["bold"]
-        out = [pad([Segment("prefill vs decode on this machine's roofline", palette["heading"]),
-                    Segment(" · x: tokens in the step (log) · y: the step's time (log)", dim)], width)]
+        out = [
+            pad(
+                [
+                    Segment("prefill vs decode on this machine's roofline", palette["heading"]),
+                    Segment(" · x: tokens in the step (log) · y: the step's time (log)", dim),
+                ],
+                width,
+            )
+        ]
         if roof is None:
-            out.append(pad([Segment("no roofline event in this trace (recorded before kvtui measured the machine):"
-                                    " steps only", dim)], width))
+            out.append(
+                pad(
+                    [
+                        Segment(
+                            "no roofline event in this trace (recorded before kvtui measured the machine):"
+                            " steps only",
+                            dim,
+                        )
+                    ],
+                    width,
+                )
+            )
         else:
-            out.append(pad([Segment("memory floor ", bold), Segment(
-                f"{fmt_bytes(roof.weight_bytes)} of weights / {_si(roof.mem_bandwidth, 'B/s')} = "
-                f"{_time(roof.memory_floor)} per step, whatever the tokens ({roof.device} {roof.dtype})")],
-                width))
-            out.append(pad([Segment("compute      ", bold), Segment(
-                f"{_si(roof.flops_per_token, 'FLOP')} per token / {_si(roof.peak_flops, 'FLOP/s')} = "
-                f"{_time(roof.per_token)} per token · ridge at {roof.ridge:,.0f} tokens per step")], width))
+            out.append(
+                pad(
+                    [
+                        Segment("memory floor ", bold),
+                        Segment(
+                            f"{fmt_bytes(roof.weight_bytes)} of weights / {_si(roof.mem_bandwidth, 'B/s')} = "
+                            f"{_time(roof.memory_floor)} per step, whatever the tokens ({roof.device} {roof.dtype})"
+                        ),
+                    ],
+                    width,
+                )
+            )
+            out.append(
+                pad(
+                    [
+                        Segment("compute      ", bold),
+                        Segment(
+                            f"{_si(roof.flops_per_token, 'FLOP')} per token / {_si(roof.peak_flops, 'FLOP/s')} = "
+                            f"{_time(roof.per_token)} per token · ridge at {roof.ridge:,.0f} tokens per step"
+                        ),
+                    ],
+                    width,
+                )
+            )
         out.append(pad([Segment("measured     ", bold), Segment(self._summary(points, roof))], width))
         out.append(pad([Segment("per request  ", bold), Segment(self._requests())], width))
-        out.append(pad([Segment("decode steps read every weight once however long the context: TPOT stays flat.",
-                                dim)], width))
-        out.append(pad([Segment("a T-token prefill costs T x the compute per token past the ridge: TTFT grows "
-                                "with the prompt.", dim)], width))
+        out.append(
+            pad(
+                [
+                    Segment(
+                        "decode steps read every weight once however long the context: TPOT stays flat.", dim
+                    )
+                ],
+                width,
+            )
+        )
+        out.append(
+            pad(
+                [
+                    Segment(
+                        "a T-token prefill costs T x the compute per token past the ridge: TTFT grows "
+                        "with the prompt.",
+                        dim,
+                    )
+                ],
+                width,
+            )
+        )
         out += self._chart(points, roof, width)
         return out
 
@@ -91,10 +144,14 @@ class RooflineView(BuiltLinesView):
         if not done:
             return "no finished request yet"
         done.sort(key=lambda r: (r.prompt_len, r.request_id))
-        if len(done) > 4:  # the shortest, two between, the longest
+        # the shortest, two between, the longest
+        if len(done) > 4:
             done = [done[0], done[len(done) // 3], done[2 * len(done) // 3], done[-1]]
-        return " · ".join(f"{r.prompt_len} prompt tokens: TTFT {_time(r.ttft)}, TPOT "
-                          f"{_time(r.tpot) if r.tpot is not None else '-'}" for r in done)
+        return " · ".join(
+            f"{r.prompt_len} prompt tokens: TTFT {_time(r.ttft)}, TPOT "
+            f"{_time(r.tpot) if r.tpot is not None else '-'}"
+            for r in done
+        )
 
     @staticmethod
     def _summary(points: list[StepPoint], roof) -> str:
@@ -110,8 +167,10 @@ class RooflineView(BuiltLinesView):
         if prefill:
             per_token = percentile([p.duration / p.tokens for p in prefill if p.tokens], 50)
             big = max(prefill, key=lambda p: p.tokens)
-            parts.append(f"prefill: median {_time(per_token)} per token, {big.tokens} tokens took "
-                         f"{_time(big.duration)}")
+            parts.append(
+                f"prefill: median {_time(per_token)} per token, {big.tokens} tokens took "
+                f"{_time(big.duration)}"
+            )
         return " · ".join(parts)
 
     def _chart(self, points: list[StepPoint], roof, width: int) -> list[Strip]:
@@ -133,21 +192,25 @@ class RooflineView(BuiltLinesView):
         grid: list[list[tuple[str, Style]]] = [[(" ", dim)] * cols for _ in range(CHART_ROWS)]
         if roof is not None:
             for c in range(cols):
-                n = x_hi ** (c / (cols - 1))  # x axis from 1 token to x_hi, log
+                # x axis from 1 token to x_hi, log
+                n = x_hi ** (c / (cols - 1))
                 r = CHART_ROWS - 1 - log_position(roof.bound(n), y_lo, y_hi, CHART_ROWS)
                 grid[r][c] = ("─" if n <= roof.ridge else "╱", roof_style)
         rank = {"decode": 0, "mixed": 1, "prefill": 2}
         best: dict[tuple[int, int], StepPoint] = {}
         for p in points:
-            cell = (CHART_ROWS - 1 - log_position(max(p.duration, y_lo), y_lo, y_hi, CHART_ROWS),
-                    log_position(max(p.tokens, 1), 1, x_hi, cols))
+            cell = (
+                CHART_ROWS - 1 - log_position(max(p.duration, y_lo), y_lo, y_hi, CHART_ROWS),
+                log_position(max(p.tokens, 1), 1, x_hi, cols),
+            )
             if cell not in best or rank[p.kind] >= rank[best[cell].kind]:
                 best[cell] = p
         last = points[-1] if points else None
         for (r, c), p in best.items():
             style = kind_style[p.kind] + (cursor if p is last else Style())
             grid[r][c] = (KIND_GLYPH[p.kind], style)
-        if last is not None:  # the latest step always shows, highlighted
+        # the latest step always shows, highlighted
+        if last is not None:
             r = CHART_ROWS - 1 - log_position(max(last.duration, y_lo), y_lo, y_hi, CHART_ROWS)
             c = log_position(max(last.tokens, 1), 1, x_hi, cols)
             grid[r][c] = (KIND_GLYPH[last.kind], kind_style[last.kind] + cursor)
@@ -162,8 +225,8 @@ class RooflineView(BuiltLinesView):
         while n <= x_hi:
             c = log_position(n, 1, x_hi, cols)
             text = f"{n:,}"
-            if all(t == " " for t in ticks[c:c + len(text) + 1]):
-                ticks[c:c + len(text)] = list(text)
+            if all(t == " " for t in ticks[c : c + len(text) + 1]):
+                ticks[c : c + len(text)] = list(text)
             n *= 4
         rows.append(pad([Segment(" " * LABEL + "".join(ticks)[:cols], dim)], width))
         legend = [Segment(" " * LABEL)]
@@ -171,8 +234,13 @@ class RooflineView(BuiltLinesView):
             legend += [Segment(KIND_GLYPH[kind], kind_style[kind]), Segment(f" {kind} step  ", dim)]
         if roof is not None:
             legend += [Segment("─╱", roof_style), Segment(" roofline  ", dim)]
-        legend += [Segment("▲", cursor),
-                   Segment(" the step at the cursor" + (f" (step {last.step}: {last.tokens} tokens, "
-                                                        f"{_time(last.duration)})" if last else ""), dim)]
+        legend += [
+            Segment("▲", cursor),
+            Segment(
+                " the step at the cursor"
+                + (f" (step {last.step}: {last.tokens} tokens, {_time(last.duration)})" if last else ""),
+                dim,
+            ),
+        ]
         rows.append(pad(legend, width))
         return rows

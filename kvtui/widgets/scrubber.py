@@ -15,8 +15,13 @@ from kvtui.widgets.base import Themed, pad
 from kvtui.widgets.palette import COMPONENT_CLASSES, role_css
 
 # (marker kind, glyph, colour role (kvtui/widgets/palette.py)), the most important first
-MARKS = (("preempt", "P", "preempt"), ("edit", "E", "edit"), ("eviction", "x", "eviction"), ("miss", "m", "miss"),
-         ("arrival", "A", "arrival"))
+MARKS = (
+    ("preempt", "P", "preempt"),
+    ("edit", "E", "edit"),
+    ("eviction", "x", "eviction"),
+    ("miss", "m", "miss"),
+    ("arrival", "A", "arrival"),
+)
 # the bar: done up to the knob (`used`), still to play (`free`)
 DONE, TODO, KNOB = "used", "free", "knob"
 
@@ -51,8 +56,14 @@ class Scrubber(Themed, Widget):
         if y == 1:
             knob = self.column_of(self.cursor, width)
             palette = self.palette()
-            return pad([Segment("━" * knob, palette[DONE]), Segment("●", palette[KNOB]),
-                        Segment("─" * (width - knob - 1), palette[TODO])], width).apply_style(self.rich_style)
+            return pad(
+                [
+                    Segment("━" * knob, palette[DONE]),
+                    Segment("●", palette[KNOB]),
+                    Segment("─" * (width - knob - 1), palette[TODO]),
+                ],
+                width,
+            ).apply_style(self.rich_style)
         return Strip.blank(width, self.rich_style)
 
     def _marker_line(self, width: int) -> Strip:
@@ -79,4 +90,3 @@ class Scrubber(Themed, Widget):
         width = self.size.width or 80
         if self.total:
             self.post_message(self.Seek(round(event.x * self.total / max(1, width - 1))))
-

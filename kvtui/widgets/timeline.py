@@ -22,8 +22,14 @@ from kvtui.widgets.palette import Palette, markup, owner_markup, theme_palette
 
 LABEL = 10
 # mark -> (glyph, colour role (kvtui/widgets/palette.py))
-GLYPHS = {"prefill": ("█", "prefill"), "decode": ("▪", "decode"), "edit": ("E", "edit-mark"),
-          "preempted": ("P", "preempt"), "finished": ("┃", "dim"), "scheduled": ("▏", "prefill")}
+GLYPHS = {
+    "prefill": ("█", "prefill"),
+    "decode": ("▪", "decode"),
+    "edit": ("E", "edit-mark"),
+    "preempted": ("P", "preempt"),
+    "finished": ("┃", "dim"),
+    "scheduled": ("▏", "prefill"),
+}
 PRIORITY = {"edit": 5, "preempted": 4, "prefill": 3, "finished": 2, "decode": 1, "scheduled": 0}
 QUEUED = ("·", "dim")
 RUNNING = ("─", "running")
@@ -54,14 +60,16 @@ class TimelineView(LineView):
         cols = max(1, width - LABEL)
         if row == 0:
             axis = f"0s{'':{max(0, cols - 12)}}{state.t:.2f}s"
-            return pad([Segment(f"{'request':<{LABEL}}", palette["heading"]), Segment(axis[:cols], dim)], width)
+            return pad(
+                [Segment(f"{'request':<{LABEL}}", palette["heading"]), Segment(axis[:cols], dim)], width
+            )
         rid = state.order[row - 1]
         req = state.requests[rid]
         label_style = palette.owner(req.ordinal) + palette["bold"]
         if rid == self.view.request_id:
             label_style += palette["cursor"]
         cells = lane_cells(req, span, cols, state.t, palette)
-        segs = [Segment(f"{rid[:LABEL - 1]:<{LABEL - 1}} ", label_style)]
+        segs = [Segment(f"{rid[: LABEL - 1]:<{LABEL - 1}} ", label_style)]
         segs += [Segment(glyph, style) for glyph, style in cells]
         return pad(segs, width)
 
@@ -82,9 +90,11 @@ class TimelineView(LineView):
             self.post_message(self.RequestSelected(state.order[row]))
 
 
-def lane_cells(req: RequestRecord, span: float, cols: int, now: float,
-               palette: Palette | None = None) -> list[tuple[str, Style]]:
+def lane_cells(
+    req: RequestRecord, span: float, cols: int, now: float, palette: Palette | None = None
+) -> list[tuple[str, Style]]:
     """One (glyph, style) per column for a request's lane."""
+
     def col(t: float) -> int:
         return max(0, min(cols - 1, int(t / span * cols)))
 
@@ -121,9 +131,11 @@ def latency_values(state: CacheState, last: int | None = None) -> dict[str, list
     them; `last`: only the most recent `last` requests (and 8 x as many gaps)."""
     order = state.order if last is None else state.order[-last:]
     reqs = [state.requests[rid] for rid in order]
-    return {"ttft": [r.ttft for r in reqs if r.ttft is not None],
-            "tpot": [r.tpot for r in reqs if r.tpot is not None],
-            "itl": state.itl_values(last=None if last is None else last * 8)}
+    return {
+        "ttft": [r.ttft for r in reqs if r.ttft is not None],
+        "tpot": [r.tpot for r in reqs if r.tpot is not None],
+        "itl": state.itl_values(last=None if last is None else last * 8),
+    }
 
 
 def latency_summary(state: CacheState | None, last: int = 2000) -> Content:
@@ -143,9 +155,13 @@ def latency_summary(state: CacheState | None, last: int = 2000) -> Content:
 def request_summary(req: RequestRecord | None) -> Content:
     if req is None:
         return Content.styled("no request selected", markup("dim"))
-    parts: list = [(f"{req.request_id} ", f"{owner_markup(req.ordinal)} bold"),
-                   (f"{req.status}  prompt {req.prompt_len}  generated {req.num_output}  cached {req.cached_tokens}  "
-                    f"TTFT {fmt_seconds(req.ttft)}  TPOT {fmt_seconds(req.tpot)}")]
+    parts: list = [
+        (f"{req.request_id} ", f"{owner_markup(req.ordinal)} bold"),
+        (
+            f"{req.status}  prompt {req.prompt_len}  generated {req.num_output}  cached {req.cached_tokens}  "
+            f"TTFT {fmt_seconds(req.ttft)}  TPOT {fmt_seconds(req.tpot)}"
+        ),
+    ]
     if req.edits:
         parts.append((f"  edits {len(req.edits)}", markup("edit")))
     if req.parent_id:
@@ -159,13 +175,17 @@ def window_facts(req: RequestRecord) -> Content:
     parts: list = []
     resume = req.ring_resume
     if resume:
-        text = (f"  ring restart at {resume.get('position')} (wanted {resume.get('wanted')}, from "
-                f"{resume.get('source')}, +{resume.get('recompute_tokens')} tok)")
+        text = (
+            f"  ring restart at {resume.get('position')} (wanted {resume.get('wanted')}, from "
+            f"{resume.get('source')}, +{resume.get('recompute_tokens')} tok)"
+        )
         parts.append((text, markup("ring-bar")))
     sink = req.sink_divergence
     if sink:
-        text = (f"  sinks S={sink.get('sink_tokens')} W={sink.get('window')}: max logit diff "
-                f"{sink.get('max_logit_diff', 0):.3g}, {sink.get('argmax_changed')} of "
-                f"{len(sink.get('positions') or [])} tokens differ from full attention")
+        text = (
+            f"  sinks S={sink.get('sink_tokens')} W={sink.get('window')}: max logit diff "
+            f"{sink.get('max_logit_diff', 0):.3g}, {sink.get('argmax_changed')} of "
+            f"{len(sink.get('positions') or [])} tokens differ from full attention"
+        )
         parts.append((text, markup("recompute")))
     return Content.assemble(*parts)

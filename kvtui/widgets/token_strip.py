@@ -39,9 +39,12 @@ class TokenStrip(LineView):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.cursor: int | None = None  # None: the last token (follows generation)
-        self.anchor: int | None = None  # the other end of a shift+arrow selection (None: just the cursor)
-        self._anchor_request: str | None = None  # the request the selection was made in
+        # None: the last token (follows generation)
+        self.cursor: int | None = None
+        # the other end of a shift+arrow selection (None: just the cursor)
+        self.anchor: int | None = None
+        # the request the selection was made in
+        self._anchor_request: str | None = None
         self._layout_key: tuple | None = None
         self._layout: list[list[tuple[int, str]]] = []
 
@@ -98,8 +101,17 @@ class TokenStrip(LineView):
         palette = self.palette()
         dim = palette["dim"]
         if state is None or req is None:
-            return pad([Segment("No request selected: type a prompt below, or [ and ] to pick one." if row == 0
-                                else "", dim)], width)
+            return pad(
+                [
+                    Segment(
+                        "No request selected: type a prompt below, or [ and ] to pick one."
+                        if row == 0
+                        else "",
+                        dim,
+                    )
+                ],
+                width,
+            )
         if row == 0:
             return pad(self._header(), width)
         if row == 1:
@@ -132,14 +144,17 @@ class TokenStrip(LineView):
         return pad(segs, width)
 
     def _header(self) -> list[Segment]:
-        state, req = self.view.state, self.view.request
+        req = self.view.request
         palette = self.palette()
         dim = palette["dim"]
-        return [Segment(f"{req.request_id} ", palette.owner(req.ordinal) + palette["bold"]),
-                Segment(f"{req.status} · {req.num_tokens} tokens: ", dim),
-                Segment(" prompt ", palette["prompt-b"]), Segment(f" {req.prompt_len} · ", dim),
-                Segment(" generated ", palette["generated-b"]),
-                Segment(f" {req.num_output} · TTFT {fmt_seconds(req.ttft)}", dim)]
+        return [
+            Segment(f"{req.request_id} ", palette.owner(req.ordinal) + palette["bold"]),
+            Segment(f"{req.status} · {req.num_tokens} tokens: ", dim),
+            Segment(" prompt ", palette["prompt-b"]),
+            Segment(f" {req.prompt_len} · ", dim),
+            Segment(" generated ", palette["generated-b"]),
+            Segment(f" {req.num_output} · TTFT {fmt_seconds(req.ttft)}", dim),
+        ]
 
     def _cursor_line(self) -> list[Segment]:
         state, req = self.view.state, self.view.request
@@ -150,10 +165,18 @@ class TokenStrip(LineView):
         if req.num_tokens:
             logical = pos // state.block_size
             table = state.tables.get(req.request_id, [])
-            where = f"L{logical}→P{table[logical]}" if logical < len(table) and table[logical] >= 0 else f"L{logical}"
+            where = (
+                f"L{logical}→P{table[logical]}"
+                if logical < len(table) and table[logical] >= 0
+                else f"L{logical}"
+            )
             part = "prompt" if pos < req.prompt_len else "generated"
-            segs.append(Segment(f"pos {pos} {show_text(req.texts[pos])!r} id {req.token_ids[pos]} ({part}, {where})",
-                                palette["bold"]))
+            segs.append(
+                Segment(
+                    f"pos {pos} {show_text(req.texts[pos])!r} id {req.token_ids[pos]} ({part}, {where})",
+                    palette["bold"],
+                )
+            )
             start, end = self.selection()
             if end - start > 1:
                 segs.append(Segment(f" · selected {start}-{end - 1} ({end - start} tokens; shift+←→)", dim))
@@ -165,14 +188,24 @@ class TokenStrip(LineView):
         dim = palette["dim"]
         inv = state.last_invalidate
         if inv is None or inv["request_id"] != req.request_id:
-            return [Segment("←→↑↓ move · shift+←→ select · r replace · i insert before · d delete · f fork (live)",
-                            dim)]
+            return [
+                Segment(
+                    "←→↑↓ move · shift+←→ select · r replace · i insert before · d delete · f fork (live)",
+                    dim,
+                )
+            ]
         edit = req.edits[-1] if req.edits else {}
         copied = ",".join(f"P{a}→P{b}" for a, b in inv["copied"]) or "-"
-        return [Segment(f"edit {edit.get('kind', '?')}@{edit.get('position', '?')}", palette["edit"]),
-                Segment(f" keep <{inv['first_recomputed']} ", dim), Segment("recompute", palette["recompute-mark"]),
-                Segment(f" {inv['recompute_tokens']} tok · kept {_blocks(inv['kept'])} · dropped "
-                        f"{_blocks(inv['dropped'])} · copied {copied}", dim)]
+        return [
+            Segment(f"edit {edit.get('kind', '?')}@{edit.get('position', '?')}", palette["edit"]),
+            Segment(f" keep <{inv['first_recomputed']} ", dim),
+            Segment("recompute", palette["recompute-mark"]),
+            Segment(
+                f" {inv['recompute_tokens']} tok · kept {_blocks(inv['kept'])} · dropped "
+                f"{_blocks(inv['dropped'])} · copied {copied}",
+                dim,
+            ),
+        ]
 
     # --- cursor
     def set_cursor(self, position: int) -> None:
@@ -181,7 +214,8 @@ class TokenStrip(LineView):
             return
         self.cursor = max(0, min(req.num_tokens - 1, position))
         if self.cursor == req.num_tokens - 1:
-            self.cursor = None  # at the end: follow new tokens
+            # at the end: follow new tokens
+            self.cursor = None
         width = self.content_width()
         for i, line in enumerate(self.layout(width)):
             if line and line[0][0] <= self.cursor <= line[-1][0]:
@@ -200,7 +234,8 @@ class TokenStrip(LineView):
             self.anchor = self.position()
             self._anchor_request = self.view.request_id
         self.set_cursor(self.position() + delta)
-        if self.cursor is None and self.view.request is not None:  # at the end: keep the cursor there
+        # at the end: keep the cursor there
+        if self.cursor is None and self.view.request is not None:
             self.cursor = self.view.request.num_tokens - 1
 
     def selected_text(self) -> str:

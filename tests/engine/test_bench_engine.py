@@ -20,7 +20,8 @@ def test_long_context_table_has_a_ratio_per_row():
     out = _run("long", "--lengths", "64,96", "--decode-after", "64", "--decode-tokens", "2", "--repeats", "1")
     rows = [line for line in out.splitlines() if line.startswith(("prefill", "decode"))]
     assert [r.split()[0] for r in rows] == ["prefill", "prefill", "decode"]
-    assert all(float(r.split()[-2]) > 0 for r in rows)  # the ratio column
+    # the ratio column
+    assert all(float(r.split()[-2]) > 0 for r in rows)
 
 
 def test_overhead_reports_step_model_and_share_per_context():
@@ -33,33 +34,48 @@ def test_overhead_reports_step_model_and_share_per_context():
 
 
 def test_decode_reports_tokens_per_second_and_bandwidth_share():
-    out = _run("decode", *TINY, "--batches", "1,3", "--prompt-tokens", "8", "--steps", "3", "--peak-tbs", "0.01")
+    out = _run(
+        "decode", *TINY, "--batches", "1,3", "--prompt-tokens", "8", "--steps", "3", "--peak-tbs", "0.01"
+    )
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [int(r[0]) for r in rows] == [1, 3] and all(float(r[3]) > 0 for r in rows)
 
 
 def test_prefix_bench_runs_a_workload_with_the_cache_on_and_off(tmp_path):
     shared = list(range(10, 74))
-    workload = {"name": "tiny_shared", "description": "4 users, one 64-token prefix", "engine": {"num_blocks": 64},
-                "requests": [{"id": f"u{i}", "arrival_step": 2 * i, "prompt_token_ids": shared + [80 + i, 90 + i],
-                              "sampling": {"max_tokens": 3}} for i in range(4)]}
+    workload = {
+        "name": "tiny_shared",
+        "description": "4 users, one 64-token prefix",
+        "engine": {"num_blocks": 64},
+        "requests": [
+            {
+                "id": f"u{i}",
+                "arrival_step": 2 * i,
+                "prompt_token_ids": shared + [80 + i, 90 + i],
+                "sampling": {"max_tokens": 3},
+            }
+            for i in range(4)
+        ],
+    }
     path = tmp_path / "w.json"
     path.write_text(json.dumps(workload))
     out = _run("prefix", *TINY, "--workload", str(path), "--repeats", "1")
     on, off = [line.split() for line in out.splitlines() if line.startswith("w ")]
     assert on[1] == "on" and off[1] == "off"
-    assert int(on[-1]) >= 3 * 64 and int(off[-1]) == 0  # cached tokens: later users hit the prefix
+    # cached tokens: later users hit the prefix
+    assert int(on[-1]) >= 3 * 64 and int(off[-1]) == 0
     assert "on / off throughput" in out
 
 
 def test_padded_generate_baseline_generates_every_token():
-    from kvtui.bench.mixed import mixed_prompts, padded_generate
     from engine.models.random_models import random_model
+    from kvtui.bench.mixed import mixed_prompts, padded_generate
 
     model, _, _ = random_model("random:llama:tiny", torch.float32, torch.device("cpu"))
     prompts = mixed_prompts(256, 3, 4, 9)
-    assert sorted({len(p) for p in prompts}) == sorted({len(p) for p in prompts}) and all(4 <= len(p) <= 9
-                                                                                        for p in prompts)
+    assert sorted({len(p) for p in prompts}) == sorted({len(p) for p in prompts}) and all(
+        4 <= len(p) <= 9 for p in prompts
+    )
     assert padded_generate(model, prompts, 2) == 6
 
 

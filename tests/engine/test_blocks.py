@@ -1,5 +1,4 @@
 import pytest
-import torch
 from tiny_models import tiny_model
 
 from engine.core.blocks import BlockCopy, BlockPool, OutOfBlocks, tail_waste
@@ -22,11 +21,17 @@ def test_allocate_share_release_free_round_trip():
     assert pool.ref_counts[a] == 2 and pool.num_free() == 3
     pool.release(a, "r0", 0)
     assert pool.ref_counts[a] == 1 and a not in pool.free
-    assert pool.release(a, "r1", 0) == 0 and a not in pool.free  # the manager decides: cached or freed
+    # the manager decides: cached or freed
+    assert pool.release(a, "r1", 0) == 0 and a not in pool.free
     pool.free_block(a)
     assert pool.ref_counts[a] == 0 and a in pool.free
-    assert [e["type"] for e in events] == ["block_allocated", "block_shared", "block_released", "block_released",
-                                          "block_freed"]
+    assert [e["type"] for e in events] == [
+        "block_allocated",
+        "block_shared",
+        "block_released",
+        "block_released",
+        "block_freed",
+    ]
 
 
 def test_out_of_blocks_is_an_error_not_a_silent_reuse():
@@ -46,7 +51,8 @@ def test_a_copy_is_an_event_and_data_for_the_worker():
 
 
 def test_tail_waste_is_the_unused_part_of_the_last_block():
-    assert tail_waste([7, 8, 9], 35, 16) == 13  # the seeds' example: 35 tokens in 3 blocks of 16
+    # the seeds' example: 35 tokens in 3 blocks of 16
+    assert tail_waste([7, 8, 9], 35, 16) == 13
 
 
 @pytest.mark.parametrize("arch", ["llama-mha", "llama-gqa", "llama-mqa", "qwen3-gqa"])
@@ -56,7 +62,8 @@ def test_pool_bytes_follow_the_kv_head_formula(arch):
     shape = describe(model)
     expected = 2 * shape.layers * shape.kv_heads * shape.head_dim * shape.elem_bytes * 8 * 10
     assert engine.kv.nbytes == expected == shape.kv_bytes_per_block(8) * 10
-    assert shape.kv_heads == model.config.num_key_value_heads  # never num_attention_heads
+    # never num_attention_heads
+    assert shape.kv_heads == model.config.num_key_value_heads
 
 
 def test_memory_budget_sizes_the_pool():

@@ -39,7 +39,8 @@ def test_bad_workload_names_the_problem(tmp_path):
 def test_info_shows_kv_arithmetic():
     result = run("info", "--num-blocks", "10")
     assert result.exit_code == 0
-    assert "46,080 B per token" in result.output  # 2 x 30 layers x 3 kv heads x 64 x 4 bytes
+    # 2 x 30 layers x 3 kv heads x 64 x 4 bytes
+    assert "46,080 B per token" in result.output
     assert "7,372,800 B (formula)" in result.output and "7,372,800 B allocated" in result.output
 
 
@@ -55,10 +56,21 @@ def test_generate_streams_text_and_timings(tmp_path):
 @pytest.mark.smollm2
 def test_record_writes_a_valid_trace(tmp_path):
     workload = tmp_path / "w.json"
-    workload.write_text(json.dumps({"requests": [
-        {"id": "a", "prompt": "Hello", "sampling": {"max_tokens": 3}},
-        {"id": "b", "arrival_step": 1, "messages": [{"role": "user", "content": "Hi"}],
-         "sampling": {"max_tokens": 3}}]}))
+    workload.write_text(
+        json.dumps(
+            {
+                "requests": [
+                    {"id": "a", "prompt": "Hello", "sampling": {"max_tokens": 3}},
+                    {
+                        "id": "b",
+                        "arrival_step": 1,
+                        "messages": [{"role": "user", "content": "Hi"}],
+                        "sampling": {"max_tokens": 3},
+                    },
+                ]
+            }
+        )
+    )
     out = tmp_path / "t.jsonl"
     result = run("record", "-w", str(workload), "-o", str(out), "--num-blocks", "32")
     assert result.exit_code == 0, result.output
@@ -73,11 +85,14 @@ def test_unreachable_hub_id_is_a_clear_error():
     assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--max-batched-tokens", "0"], "at least 1"),
-    (["--device", "tpu"], "is not a device"),
-    (["--num-blocks", "0"], "at least 1"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--max-batched-tokens", "0"], "at least 1"),
+        (["--device", "tpu"], "is not a device"),
+        (["--num-blocks", "0"], "at least 1"),
+    ],
+)
 def test_bad_engine_options_are_errors_not_tracebacks(args, message):
     result = run("info", *args)
     assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output

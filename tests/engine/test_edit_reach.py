@@ -32,8 +32,10 @@ def test_encoder_edit_changes_every_position_in_every_layer(encoder):
     assert reach.old_token == "the" and reach.new_token == "dog"
     assert not any(reach.identical)
     assert all(value > 1e-3 for value in reach.per_position)
-    assert reach.changed_positions(0) == [5]  # the embeddings: only m itself
-    for layer in range(1, reach.per_layer.shape[0]):  # from the first attention layer: all of them
+    # the embeddings: only m itself
+    assert reach.changed_positions(0) == [5]
+    # from the first attention layer: all of them
+    for layer in range(1, reach.per_layer.shape[0]):
         assert reach.changed_positions(layer) == list(range(len(reach.tokens)))
     assert "nothing before m survives" in format_reach(reach)
 
@@ -46,7 +48,8 @@ def test_causal_edit_keeps_positions_before_m_bit_identical(causal):
     m = 4
     with stock_attention(model):
         reach = measure(model, tokenizer, TEXT, m, " dog", name, "causal")
-    assert reach.identical[:m] == [True] * m  # bit-identical, every layer
+    # bit-identical, every layer
+    assert reach.identical[:m] == [True] * m
     assert reach.per_position[:m] == [0.0] * m
     assert not any(reach.identical[m:]) and all(value > 0 for value in reach.per_position[m:])
     for layer in range(1, reach.per_layer.shape[0]):
@@ -58,7 +61,8 @@ def test_causal_edit_keeps_positions_before_m_bit_identical(causal):
 def test_positions_align_on_the_same_word_and_errors_are_plain(causal, encoder):
     _, causal_tokenizer, _ = causal
     encoder_tokenizer = encoder[1]
-    assert aligned_position(causal_tokenizer, encoder_tokenizer, TEXT, 4) == 5  # ' the' -> 'the' after [CLS]
+    # ' the' -> 'the' after [CLS]
+    assert aligned_position(causal_tokenizer, encoder_tokenizer, TEXT, 4) == 5
     with pytest.raises(EditReachError, match="outside"):
         aligned_position(causal_tokenizer, encoder_tokenizer, TEXT, 99)
     with pytest.raises(EditReachError, match="already the token"):
@@ -72,7 +76,8 @@ def test_compare_edit_command(causal):
     result = CliRunner().invoke(main, ["compare-edit", TEXT, "--position", "4", "--token", " dog"])
     assert result.exit_code == 0, result.output
     causal_part, encoder_part = result.output.split("all-MiniLM-L6-v2 (bidirectional)")
-    assert causal_part.count("bit-identical") == 4 + 1  # four rows, and the summary line
+    # four rows, and the summary line
+    assert causal_part.count("bit-identical") == 4 + 1
     assert "0 of 5" in encoder_part and "bit-identical" not in encoder_part.split("positions before m")[0]
     bad = CliRunner().invoke(main, ["compare-edit", TEXT, "--position", "40"])
     assert bad.exit_code != 0 and "outside" in bad.output and "Traceback" not in bad.output

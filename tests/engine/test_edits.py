@@ -8,7 +8,8 @@ from engine.core.edits import EditError, apply_edit
 from engine.engine import Engine, EngineConfig, SamplingParams
 
 BS = 4
-PROMPT_LEN = 18  # blocks: [0-3] [4-7] [8-11] [12-15] [16-17]
+# blocks: [0-3] [4-7] [8-11] [12-15] [16-17]
+PROMPT_LEN = 18
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +32,24 @@ def assert_matches_cold_run(model, out, new_tokens):
     sequence = out.prompt_token_ids + out.token_ids
     context = len(sequence) - len(new_tokens)
     ref = no_cache_logits(model, sequence)
-    diff = (out.logits - ref[context - 1:context - 1 + len(new_tokens)]).abs().max().item()
+    diff = (out.logits - ref[context - 1 : context - 1 + len(new_tokens)]).abs().max().item()
     assert diff <= 1e-4, diff
     assert new_tokens == greedy_generate(model, sequence[:context], len(new_tokens))
 
 
-@pytest.mark.parametrize("position,kind", [
-    (0, "replace"), (6, "replace"), (8, "replace"), (PROMPT_LEN - 1, "replace"),
-    (5, "insert"), (12, "insert"), (9, "delete"), (0, "delete"),
-])
+@pytest.mark.parametrize(
+    "position,kind",
+    [
+        (0, "replace"),
+        (6, "replace"),
+        (8, "replace"),
+        (PROMPT_LEN - 1, "replace"),
+        (5, "insert"),
+        (12, "insert"),
+        (9, "delete"),
+        (0, "delete"),
+    ],
+)
 def test_edit_in_the_prompt_of_a_finished_request(model, position, kind):
     engine = make_engine(model)
     prompt = random_prompts([PROMPT_LEN])[0]
@@ -48,7 +58,8 @@ def test_edit_in_the_prompt_of_a_finished_request(model, position, kind):
     event = engine.edit(rid, position, [7, 11] if kind != "delete" else 2, kind)
     assert event["type"] == "invalidate" and event["recompute_tokens"] > 0
     out = run_to_end(engine, rid)
-    assert len(out.token_ids) == 5  # generated part was discarded, generation restarted after the new prompt
+    # generated part was discarded, generation restarted after the new prompt
+    assert len(out.token_ids) == 5
     assert_matches_cold_run(model, out, out.token_ids)
 
 
@@ -62,10 +73,12 @@ def test_edit_in_the_prompt_of_a_running_request_keeps_blocks_before_m(model, po
     event = engine.edit(rid, position, [5], "replace")
     assert event["first_recomputed"] == position
     block = position // BS
-    assert event["kept"] == table[:block]  # whole blocks before m's block
-    if position % BS:  # m's block is full and in the prefix tree: its valid part is copied, not written over
+    # whole blocks before m's block
+    assert event["kept"] == table[:block]
+    # m's block is full and in the prefix tree: its valid part is copied, not written over
+    if position % BS:
         assert [c[0] for c in event["copied"]] == [table[block]]
-        assert event["dropped"] == table[block + 1:]
+        assert event["dropped"] == table[block + 1 :]
     else:
         assert event["copied"] == [] and event["dropped"] == table[block:]
     assert event["recompute_tokens"] == PROMPT_LEN - position
@@ -85,7 +98,8 @@ def test_edit_in_the_generated_part_continues_from_the_edit(model):
     out = run_to_end(engine, rid)
     assert out.token_ids[:3] == generated[:2] + [42]
     new = out.token_ids[3:]
-    assert len(new) == 6  # max_tokens counts the tokens generated after the edit
+    # max_tokens counts the tokens generated after the edit
+    assert len(new) == 6
     assert_matches_cold_run(model, out, new)
 
 
@@ -98,7 +112,8 @@ def test_edit_on_a_shared_block_leaves_the_other_request_unchanged(model):
         engine.step()
     (child,) = engine.fork(parent, 1)
     shared = engine.requests[parent].block_table[1]
-    event = engine.edit(child, 6, [9], "replace")  # inside logical block 1, shared with the parent
+    # inside logical block 1, shared with the parent
+    event = engine.edit(child, 6, [9], "replace")
     assert [shared, event["copied"][0][1]] == event["copied"][0]
     assert engine.cache.pool.ref_counts[shared] == 1
     while engine.has_unfinished():
@@ -119,14 +134,16 @@ def test_out_of_range_edits_are_messages_not_crashes(model):
         engine.edit(rid, 0, [1], "swap")
     with pytest.raises(ValueError, match="no request"):
         engine.edit("nope", 0, [1])
-    assert engine.requests[rid].prompt_token_ids  # nothing lost
+    # nothing lost
+    assert engine.requests[rid].prompt_token_ids
 
 
 def test_apply_edit_regions():
     p, g = [1, 2, 3, 4], [5, 6]
     assert apply_edit(p, g, 1, [9], "replace").tokens == [1, 9, 3, 4]
     assert apply_edit(p, g, 5, [9], "replace").tokens == [1, 2, 3, 4, 5, 9]
-    assert apply_edit(p, g, 6, [7, 8], "insert").tokens == [1, 2, 3, 4, 5, 6, 7, 8]  # a new turn appended
+    # a new turn appended
+    assert apply_edit(p, g, 6, [7, 8], "insert").tokens == [1, 2, 3, 4, 5, 6, 7, 8]
     assert apply_edit(p, g, 4, 1, "delete").tokens == [1, 2, 3, 4]
     assert apply_edit(p, g, 0, [0], "insert").prompt == [0, 1, 2, 3, 4]
     # edits in the prompt that run past its end: nothing before m is lost, everything typed is kept
@@ -147,10 +164,12 @@ def test_fork_shares_blocks_and_copies_on_write(model):
     while engine.has_unfinished():
         engine.step()
     copies = [e for e in events if e["type"] == "block_copied"]
-    assert len(copies) == 2  # the partial block (positions 8-10) is copied by two of the three writers
+    # the partial block (positions 8-10) is copied by two of the three writers
+    assert len(copies) == 2
     outs = [engine.output(r).token_ids for r in [parent, *children]]
     assert outs[0] == outs[1] == outs[2] == greedy_generate(model, prompt, 6)
-    assert not any(engine.cache.pool.ref_counts) and engine.cache.num_available() == 64  # free or cached
+    # free or cached
+    assert not any(engine.cache.pool.ref_counts) and engine.cache.num_available() == 64
 
 
 def test_edit_with_a_full_pool_is_exact_and_loses_nothing(model):

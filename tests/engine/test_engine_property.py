@@ -15,34 +15,48 @@ import os
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from oracle import Witness, differences
 from reference import greedy_generate
 from tiny_models import tiny_model
 
 from engine.core.edits import EditError
-from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.core.request import Status
+from engine.engine import Engine, EngineConfig, SamplingParams
 
 EXAMPLES = int(os.environ.get("KVTUI_ENGINE_EXAMPLES", "300"))
 SMALL = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4)
 MODELS = {
     "full": tiny_model("llama-gqa", num_key_value_heads=2, **SMALL),
-    "window": tiny_model("mistral-mqa", sliding_window=3, num_key_value_heads=1, **SMALL),  # rings + snapshots
+    # rings + snapshots
+    "window": tiny_model("mistral-mqa", sliding_window=3, num_key_value_heads=1, **SMALL),
 }
-SINKS = dict(window=4, sink_tokens=1)  # attention sinks on the full model: every layer a ring, answers change
+# attention sinks on the full model: every layer a ring, answers change
+SINKS = dict(window=4, sink_tokens=1)
 
-prompts = st.lists(st.sampled_from([3, 4, 5]), min_size=1, max_size=3).map(lambda tail: [10, 11, 12, 13, 14] + tail)
+prompts = st.lists(st.sampled_from([3, 4, 5]), min_size=1, max_size=3).map(
+    lambda tail: [10, 11, 12, 13, 14] + tail
+)
 pick = st.integers(0, 1000)
 
 
 class EngineMachine(RuleBasedStateMachine):
-    @initialize(policy=st.sampled_from(["lru", "lfu", "cost"]), block_size=st.integers(1, 3),
-                budget=st.integers(2, 8), model=st.sampled_from([*sorted(MODELS), "sinks"]))
+    @initialize(
+        policy=st.sampled_from(["lru", "lfu", "cost"]),
+        block_size=st.integers(1, 3),
+        budget=st.integers(2, 8),
+        model=st.sampled_from([*sorted(MODELS), "sinks"]),
+    )
     def setup(self, policy, block_size, budget, model):
-        config = EngineConfig(block_size=block_size, num_blocks=28 // block_size, max_batched_tokens=budget,
-                              eviction=policy, **(SINKS if model == "sinks" else {}))
+        config = EngineConfig(
+            block_size=block_size,
+            num_blocks=28 // block_size,
+            max_batched_tokens=budget,
+            eviction=policy,
+            **(SINKS if model == "sinks" else {}),
+        )
         self.model = MODELS["full" if model == "sinks" else model]
         self.sinks = model == "sinks"
         self.engine = Engine.from_model(self.model, config=config)
@@ -52,15 +66,20 @@ class EngineMachine(RuleBasedStateMachine):
     def _check_event(self, event):
         if event["type"] == "block_evicted":
             assert self.engine.cache.pool.ref_counts[event["physical"]] == 0
-            if not event["hash"].startswith("tail:"):  # a partial tail hangs off a node; it is not part of it
+            # a partial tail hangs off a node; it is not part of it
+            if not event["hash"].startswith("tail:"):
                 assert self.engine.cache.prefix_cache.radix.nodes[event["node_id"]].lock_ref == 0
 
     def _pick(self, index, status=None):
         requests = [r for r in self.engine.requests.values() if status is None or r.status in status]
         return requests[index % len(requests)] if requests else None
 
-    @rule(prompt=prompts, max_tokens=st.integers(1, 4), salt=st.sampled_from([None, None, "b"]),
-          n=st.sampled_from([1, 1, 1, 2]))
+    @rule(
+        prompt=prompts,
+        max_tokens=st.integers(1, 4),
+        salt=st.sampled_from([None, None, "b"]),
+        n=st.sampled_from([1, 1, 1, 2]),
+    )
     def submit(self, prompt, max_tokens, salt, n):
         if len(self.engine.requests) < 8:
             self.engine.submit(prompt, SamplingParams(max_tokens=max_tokens, n=n), cache_salt=salt)
@@ -75,8 +94,12 @@ class EngineMachine(RuleBasedStateMachine):
         if req is not None and len(self.engine.requests) < 8:
             self.engine.fork(req.request_id, 1)
 
-    @rule(index=pick, position=pick, kind=st.sampled_from(["replace", "insert", "delete"]),
-          token=st.sampled_from([3, 4, 6]))
+    @rule(
+        index=pick,
+        position=pick,
+        kind=st.sampled_from(["replace", "insert", "delete"]),
+        token=st.sampled_from([3, 4, 6]),
+    )
     def edit(self, index, position, kind, token):
         req = self._pick(index)
         if req is None:
@@ -84,7 +107,8 @@ class EngineMachine(RuleBasedStateMachine):
         try:
             self.engine.edit(req.request_id, position % (req.num_tokens + 1), [token], kind)
         except EditError:
-            pass  # out of range for this kind: a message, and nothing changed
+            # out of range for this kind: a message, and nothing changed
+            pass
 
     @rule(n=st.integers(1, 4))
     def evict(self, n):
@@ -111,7 +135,8 @@ class EngineMachine(RuleBasedStateMachine):
         used = {b for b in range(pool.num_blocks) if pool.ref_counts[b]}
         cached = {b for b in range(pool.num_blocks) if not pool.ref_counts[b] and cache.prefix_cache.holds(b)}
         assert not (free & used) and not (free & cached)
-        assert len(free) + len(used) + len(cached) == pool.num_blocks  # nothing leaked
+        # nothing leaked
+        assert len(free) + len(used) + len(cached) == pool.num_blocks
 
     def teardown(self):
         engine = self.engine
@@ -122,15 +147,18 @@ class EngineMachine(RuleBasedStateMachine):
         assert not engine.has_unfinished()
         assert differences(engine, self.witness.state()) == []
         if self.sinks:
-            return  # attention sinks change the answer on purpose (the sink_divergence event says by how much)
+            # attention sinks change the answer on purpose (the sink_divergence event says by how much)
+            return
         for req in engine.requests.values():
-            context = req.prompt_token_ids + req.output_token_ids[:req.generation_start]
-            new = req.output_token_ids[req.generation_start:]
+            context = req.prompt_token_ids + req.output_token_ids[: req.generation_start]
+            new = req.output_token_ids[req.generation_start :]
             if not new:
-                continue  # aborted before its first token
+                # aborted before its first token
+                continue
             assert new == greedy_generate(self.model, context, len(new)), req.request_id
 
 
-EngineMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=25, deadline=None,
-                                           suppress_health_check=list(HealthCheck))
+EngineMachine.TestCase.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck)
+)
 test_engine_property = pytest.mark.filterwarnings("ignore")(EngineMachine.TestCase)

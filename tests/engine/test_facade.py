@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import torch
-
 from tiny_models import random_prompts, tiny_model
 
 
@@ -30,5 +29,6 @@ def test_the_callers_model_generates_as_before_after_from_model():
     [out] = engine.generate([prompt[0].tolist()], SamplingParams(max_tokens=6))
     after = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6, do_sample=False)
     assert after.tolist() == before.tolist()
-    assert out.token_ids == before[0, 12:].tolist()  # and the engine agrees with it
+    # and the engine agrees with it
+    assert out.token_ids == before[0, 12:].tolist()
     assert model.config._attn_implementation != "kvtui_paged"

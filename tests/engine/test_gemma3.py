@@ -14,14 +14,18 @@ from engine.models.loading import stock_attention
 
 pytestmark = pytest.mark.gemma3
 
-STORY = ("The old lighthouse keeper climbed the stairs every evening, counting each step as his father had taught "
-         "him, and every evening the sea told him a different story. ")
+STORY = (
+    "The old lighthouse keeper climbed the stairs every evening, counting each step as his father had taught "
+    "him, and every evening the sea told him a different story. "
+)
 W = 512
 
 
 @pytest.fixture(scope="module")
 def engine():
-    engine = Engine.load("gemma3", EngineConfig(device="cpu", block_size=16, num_blocks=160, max_batched_tokens=256))
+    engine = Engine.load(
+        "gemma3", EngineConfig(device="cpu", block_size=16, num_blocks=160, max_batched_tokens=256)
+    )
     engine.events = []
     engine.trace.listeners.append(engine.events.append)
     return engine
@@ -43,12 +47,14 @@ def assert_exact(engine, out):
     ref = reference_logits(engine.model, sequence, len(out.token_ids) + 1)[:-1]
     diff = (out.logits - ref).abs().max().item()
     assert diff <= 1e-4, diff
-    assert out.token_ids == ref.argmax(-1).tolist()  # greedy: each token is the argmax of the reference row
+    # greedy: each token is the argmax of the reference row
+    assert out.token_ids == ref.argmax(-1).tolist()
 
 
 def long_prompt(engine, repeats=20):
     ids = engine.encode(STORY * repeats)
-    assert len(ids) > W + 64  # the window layers' rings wrap
+    # the window layers' rings wrap
+    assert len(ids) > W + 64
     return ids
 
 
@@ -57,8 +63,10 @@ def test_shape_is_hybrid_15_window_3_full_and_the_pool_pages_only_the_full_layer
     assert (shape.layers, shape.q_heads, shape.kv_heads, shape.head_dim) == (18, 4, 1, 256)
     assert shape.windows == tuple(None if i % 6 == 5 else W for i in range(18))
     assert shape.paged_layers == [5, 11, 17]
-    assert engine.kv.nbytes == 2 * 3 * 1 * 256 * 4 * 16 * 160  # 3 layers in the pool, not 18
-    assert not engine.tokenizer.chat_template  # a base model: prompts are plain text
+    # 3 layers in the pool, not 18
+    assert engine.kv.nbytes == 2 * 3 * 1 * 256 * 4 * 16 * 160
+    # a base model: prompts are plain text
+    assert not engine.tokenizer.chat_template
 
 
 def test_short_prompt_logits_and_greedy_tokens_equal_transformers(engine):
@@ -67,7 +75,7 @@ def test_short_prompt_logits_and_greedy_tokens_equal_transformers(engine):
     assert out.token_ids == greedy_generate(engine.model, ids, 12)
     assert out.text.startswith(" girl named Lily.")
     ref = no_cache_logits(engine.model, ids + out.token_ids)
-    diff = (out.logits - ref[len(ids) - 1:-1]).abs().max().item()
+    diff = (out.logits - ref[len(ids) - 1 : -1]).abs().max().item()
     assert diff <= 1e-4, diff
 
 
@@ -78,9 +86,11 @@ def test_long_prompt_wraps_the_rings_and_stays_exact(engine):
     writes = of_type(engine, "ring_write", out.request_id)
     assert {w["window"] for w in writes} == {W}
     assert sorted({layer for w in writes for layer in w.get("layers", [])}) == [
-        i for i in range(18) if i % 6 != 5]
+        i for i in range(18) if i % 6 != 5
+    ]
     overwritten = sorted(p for w in writes for p in w["evicted"])
-    assert overwritten[:2] == [0, 1] and overwritten[-1] == len(ids) + 1 - W  # position t reads t-W+1..t
+    # position t reads t-W+1..t
+    assert overwritten[:2] == [0, 1] and overwritten[-1] == len(ids) + 1 - W
 
 
 def test_prefix_hit_past_the_window_resumes_the_rings_and_stays_exact(engine):
@@ -116,13 +126,17 @@ def test_edit_past_the_window_recomputes_from_m_and_stays_exact(engine):
 
 
 def test_preemption_recomputes_exactly(engine):
-    ids = engine.encode(STORY * 3)[:64]  # 4 whole blocks
-    prompts = [ids, ids[:1] + ids[2:] + ids[1:2]]  # differ from position 1: no block shared
+    # 4 whole blocks
+    ids = engine.encode(STORY * 3)[:64]
+    # differ from position 1: no block shared
+    prompts = [ids, ids[:1] + ids[2:] + ids[1:2]]
     params = SamplingParams(max_tokens=6)
     roomy = engine.generate(prompts, params)
-    blocks = 2 * 4 + 1  # both prompts fit; their first decodes need a fifth block each, and one is left
-    small = Engine.from_model(engine.model, engine.tokenizer,
-                              EngineConfig(block_size=16, num_blocks=blocks, prefix_cache=False))
+    # both prompts fit; their first decodes need a fifth block each, and one is left
+    blocks = 2 * 4 + 1
+    small = Engine.from_model(
+        engine.model, engine.tokenizer, EngineConfig(block_size=16, num_blocks=blocks, prefix_cache=False)
+    )
     events = []
     small.trace.listeners.append(events.append)
     tight = small.generate(prompts, params)

@@ -12,10 +12,25 @@ from engine.models.kv_budget import ConfigError, kv_bytes, load_config, shape_fr
 from kvtui.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SEED = {"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "hidden_size": 4096, "torch_dtype": "bfloat16"}  # the seed notes' example (a Llama-3-8B-like shape)
-GEMMA3 = {"model_type": "gemma3_text", "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1,
-          "head_dim": 256, "hidden_size": 640, "sliding_window": 512, "sliding_window_pattern": 6}
+SEED = {
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    # the seed notes' example (a Llama-3-8B-like shape)
+    "hidden_size": 4096,
+    "torch_dtype": "bfloat16",
+}
+GEMMA3 = {
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 18,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "head_dim": 256,
+    "hidden_size": 640,
+    "sliding_window": 512,
+    "sliding_window_pattern": 6,
+}
 
 
 def test_seed_example_is_one_gib_with_mha_four_and_mqa_128_mib():
@@ -30,8 +45,10 @@ def test_block_rounding_is_per_sequence():
     shape = shape_from_config(SEED)
     per_token = 2 * 32 * 8 * 128 * 2
     assert kv_bytes(shape, [35], 2) == 35 * per_token
-    assert kv_bytes(shape, [35], 2, block_size=16) == 48 * per_token  # 3 blocks: 13 slots unused
-    assert kv_bytes(shape, [35, 35], 2, block_size=16) == 96 * per_token  # each sequence rounds on its own
+    # 3 blocks: 13 slots unused
+    assert kv_bytes(shape, [35], 2, block_size=16) == 48 * per_token
+    # each sequence rounds on its own
+    assert kv_bytes(shape, [35, 35], 2, block_size=16) == 96 * per_token
 
 
 def test_window_layers_hold_at_most_w_tokens():
@@ -39,16 +56,22 @@ def test_window_layers_hold_at_most_w_tokens():
     assert shape.windows == tuple(None if i % 6 == 5 else 512 for i in range(18))
     per_layer_token = 2 * 1 * 256 * 4
     assert kv_bytes(shape, [8192], 4) == per_layer_token * (3 * 8192 + 15 * 512)
-    assert kv_bytes(shape, [100], 4) == per_layer_token * 18 * 100  # shorter than W: every layer holds it all
+    # shorter than W: every layer holds it all
+    assert kv_bytes(shape, [100], 4) == per_layer_token * 18 * 100
     assert kv_bytes(shape, [8192], 4, windows=False) == per_layer_token * 18 * 8192
-    explicit = shape_from_config({**GEMMA3, "sliding_window_pattern": None,
-                                  "layer_types": ["sliding_attention"] * 5 + ["full_attention"]
-                                  + ["sliding_attention"] * 12})
+    explicit = shape_from_config(
+        {
+            **GEMMA3,
+            "sliding_window_pattern": None,
+            "layer_types": ["sliding_attention"] * 5 + ["full_attention"] + ["sliding_attention"] * 12,
+        }
+    )
     assert explicit.windows.count(None) == 1
 
 
 def test_config_fields_and_defaults():
-    nested = shape_from_config({"model_type": "gemma3", "text_config": GEMMA3})  # multimodal: its text part
+    # multimodal: its text part
+    nested = shape_from_config({"model_type": "gemma3", "text_config": GEMMA3})
     assert nested.layers == 18 and nested.kv_heads == 1
     gpt2 = shape_from_config({"model_type": "gpt2", "n_layer": 12, "n_head": 12, "n_embd": 768})
     assert (gpt2.layers, gpt2.kv_heads, gpt2.head_dim, gpt2.attention_kind()) == (12, 12, 64, "MHA")
@@ -61,7 +84,9 @@ def test_config_fields_and_defaults():
 def test_cli_reads_a_config_json_written_here(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(SEED))
-    result = CliRunner().invoke(main, ["info", "--config", str(path), "--tokens", "8192", "--dtype", "bfloat16"])
+    result = CliRunner().invoke(
+        main, ["info", "--config", str(path), "--tokens", "8192", "--dtype", "bfloat16"]
+    )
     assert result.exit_code == 0, result.output
     rows = {line.split()[0]: line for line in result.output.splitlines() if line[:3] in ("MHA", "GQA", "MQA")}
     assert "1 GiB" in rows["GQA"] and "this model" in rows["GQA"]
@@ -100,5 +125,7 @@ from kvtui.cli import main
 result = CliRunner().invoke(main, ["info", "--config", {str(path)!r}, "--dtype", "bfloat16"], catch_exceptions=False)
 assert result.exit_code == 0 and "1 GiB" in result.output, result.output
 """
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from engine.trace.metrics import HitRateTracker
 from engine.core.miss_explainer import PrefixMatch
 from engine.trace import validate_event
+from engine.trace.metrics import HitRateTracker
 
 
 def test_no_requests_gives_zero_rates_not_errors():
     fields = HitRateTracker().event_fields()
-    assert fields == {"token_hit_rate": 0.0, "request_hit_rate": 0.0, "block_hit_rate": 0.0,
-                      "window": {"n": 0, "size": 32, "token_hit_rate": 0.0, "request_hit_rate": 0.0,
-                                 "block_hit_rate": 0.0}}
+    assert fields == {
+        "token_hit_rate": 0.0,
+        "request_hit_rate": 0.0,
+        "block_hit_rate": 0.0,
+        "window": {"n": 0, "size": 32, "token_hit_rate": 0.0, "request_hit_rate": 0.0, "block_hit_rate": 0.0},
+    }
 
 
 def test_the_three_rates():
     tracker = HitRateTracker()
-    tracker.record(matchable_tokens=40, hit_tokens=32, block_lookups=2, block_hits=2)  # warm
-    tracker.record(matchable_tokens=40, hit_tokens=0, block_lookups=2, block_hits=0)  # cold
+    # warm
+    tracker.record(matchable_tokens=40, hit_tokens=32, block_lookups=2, block_hits=2)
+    # cold
+    tracker.record(matchable_tokens=40, hit_tokens=0, block_lookups=2, block_hits=0)
     tracker.record(matchable_tokens=20, hit_tokens=16, block_lookups=1, block_hits=1)
     total = tracker.total
     assert total.token_hit_rate == pytest.approx(48 / 100)
@@ -33,8 +38,13 @@ def test_the_window_keeps_only_the_last_n_requests():
     tracker.record(10, 0, 1, 0)
     tracker.record(10, 5, 1, 0)
     fields = tracker.event_fields()
-    assert fields["window"] == {"n": 2, "size": 2, "token_hit_rate": 0.25, "request_hit_rate": 0.5,
-                                "block_hit_rate": 0.0}
+    assert fields["window"] == {
+        "n": 2,
+        "size": 2,
+        "token_hit_rate": 0.25,
+        "request_hit_rate": 0.5,
+        "block_hit_rate": 0.0,
+    }
     assert fields["token_hit_rate"] == pytest.approx(0.5) and fields["block_hit_rate"] == pytest.approx(1 / 3)
 
 

@@ -13,7 +13,8 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from model_free import model_free_manager
 
@@ -35,7 +36,8 @@ class Seq:
     rid: str
     tokens: list[int]
     table: list[int]
-    node: Node  # lock handle in the tree
+    # lock handle in the tree
+    node: Node
     salt: str | None
 
 
@@ -61,8 +63,14 @@ class PoolTree(RuleBasedStateMachine):
             assert self.pool.ref_counts[physical] == 0
             assert node.lock_ref == 0 and not node.children and node.blocks[-1] == physical
             # the eviction heap picks what a scan of every leaf would: the policy's minimum
-            leaves = [n for n in self.cache.nodes.values() if n is not self.cache.root and not n.children
-                      and not n.lock_ref and self.pool.ref_counts[n.blocks[-1]] == 0]
+            leaves = [
+                n
+                for n in self.cache.nodes.values()
+                if n is not self.cache.root
+                and not n.children
+                and not n.lock_ref
+                and self.pool.ref_counts[n.blocks[-1]] == 0
+            ]
             assert node is min(leaves, key=lambda n: priority(n, self.cache.policy, self.bs))
 
     def _copy(self, src: int, dst: int, num_tokens: int) -> None:
@@ -100,7 +108,8 @@ class PoolTree(RuleBasedStateMachine):
             self.pool.share(physical, rid, logical)
         seq = Seq(rid, list(tokens), table, self.cache.acquire(match, rid), salt)
         need = self.pool.blocks_for(len(tokens)) - len(table)
-        if need > self.manager.num_available():  # the scheduler would wait: give the prefix back
+        # the scheduler would wait: give the prefix back
+        if need > self.manager.num_available():
             self.cache.unlock(seq.node)
             self.manager.release_table(table, rid)
             return
@@ -155,9 +164,10 @@ class PoolTree(RuleBasedStateMachine):
         if partial and self._needs_copy(seq.table[kept_whole]):
             if self.manager.num_available() >= 1:
                 self._private(seq, kept_whole, partial)
-            else:  # no block to copy into: drop m's block too (the edit moves to the block boundary)
+            # no block to copy into: drop m's block too (the edit moves to the block boundary)
+            else:
                 self.manager.release_table(seq.table, seq.rid, kept_whole)
-                del seq.tokens[kept_whole * self.bs:]
+                del seq.tokens[kept_whole * self.bs :]
 
     @precondition(lambda self: self.live)
     @rule(pick=pick_st)
@@ -180,10 +190,18 @@ class PoolTree(RuleBasedStateMachine):
         """A match serves exactly the tokens asked for, stops before the last one, and explains itself."""
         match = self.cache.match(tokens, salt)
         for logical, physical in enumerate(match.blocks):
-            assert self.content[physical] == tokens[logical * self.bs:(logical + 1) * self.bs]
+            assert self.content[physical] == tokens[logical * self.bs : (logical + 1) * self.bs]
         assert len(match.blocks) <= (len(tokens) - 1) // self.bs
-        assert match.reason in {"divergent", "block_floor", "evicted", "salt", "short_prompt", "full_match",
-                                "empty_cache", "cache_end"}
+        assert match.reason in {
+            "divergent",
+            "block_floor",
+            "evicted",
+            "salt",
+            "short_prompt",
+            "full_match",
+            "empty_cache",
+            "cache_end",
+        }
         if match.reason == "divergent":
             position = match.detail["position"]
             assert match.num_tokens <= position < match.num_tokens + self.bs
@@ -203,7 +221,8 @@ class PoolTree(RuleBasedStateMachine):
         tree = self._tree_blocks()
         cached = {b for b in tree if self.pool.ref_counts[b] == 0}
         assert not set(free) & used and not set(free) & tree
-        assert len(free) + len(used) + len(cached) == self.pool.num_blocks  # so nothing leaks
+        # so nothing leaks
+        assert len(free) + len(used) + len(cached) == self.pool.num_blocks
         assert self.cache.num_cached() == len(cached)
         assert self.pool.num_used() == len(used)
         assert self.cache.num_evictable() <= len(cached)
@@ -222,9 +241,9 @@ class PoolTree(RuleBasedStateMachine):
                 assert len(child.token_ids) == len(child.blocks) * self.bs
                 tokens = prefix + child.token_ids
                 keys, _ = block_hashes(tokens, self.bs, child.cache_salt)
-                assert keys[child.depth:] == child.keys
+                assert keys[child.depth :] == child.keys
                 for i, physical in enumerate(child.blocks):
-                    assert self.content[physical] == child.token_ids[i * self.bs:(i + 1) * self.bs]
+                    assert self.content[physical] == child.token_ids[i * self.bs : (i + 1) * self.bs]
                     assert self.cache.holds(physical)
                 blocks += child.blocks
                 stack.append((child, tokens))
@@ -250,6 +269,7 @@ class PoolTree(RuleBasedStateMachine):
                 assert self.content[seq.table[position // self.bs]][position % self.bs] == token
 
 
-PoolTree.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=30, deadline=None,
-                                      suppress_health_check=[HealthCheck.too_slow])
+PoolTree.TestCase.settings = settings(
+    max_examples=EXAMPLES, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 TestPoolTree = PoolTree.TestCase

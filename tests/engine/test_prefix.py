@@ -22,7 +22,9 @@ def make_engine(model, **kw):
 
 
 def of_type(events, kind, request_id=None):
-    return [e for e in events if e["type"] == kind and (request_id is None or e.get("request_id") == request_id)]
+    return [
+        e for e in events if e["type"] == kind and (request_id is None or e.get("request_id") == request_id)
+    ]
 
 
 def test_prefix_hit_skips_prefill_and_stays_exact(model):
@@ -31,16 +33,19 @@ def test_prefix_hit_skips_prefill_and_stays_exact(model):
     first, second = system + [5, 6, 7], system + [8, 9, 10, 11, 12]
     engine.generate([first], SamplingParams(max_tokens=4))
     out = engine.generate([second], SamplingParams(max_tokens=6, return_logits=True))[0]
-    assert out.cached_tokens == 21  # 5 whole blocks + the first token of the 6th: every shared token
+    # 5 whole blocks + the first token of the 6th: every shared token
+    assert out.cached_tokens == 21
     chunks = of_type(events, "prefill_chunk", out.request_id)
-    assert chunks[0]["start"] == 21  # prefill started after the hit
+    # prefill started after the hit
+    assert chunks[0]["start"] == 21
     ref = no_cache_logits(model, second + out.token_ids)
-    assert (out.logits - ref[len(second) - 1:-1]).abs().max().item() <= 1e-4
+    assert (out.logits - ref[len(second) - 1 : -1]).abs().max().item() <= 1e-4
     assert out.token_ids == greedy_generate(model, second, 6)
     match = of_type(events, "prefix_match", out.request_id)[0]
     assert match["matched_tokens"] == 21 and match["reason"] == "divergent"
     assert match["detail"]["reused_partial"] == 1
-    assert match["detail"]["position"] == 21  # first token that differs, with both tokens named
+    # first token that differs, with both tokens named
+    assert match["detail"]["position"] == 21
     assert match["detail"]["expected_id"] == 5 and match["detail"]["actual_id"] == 8
 
 
@@ -53,14 +58,16 @@ def test_identical_prompt_always_computes_its_last_token(model):
     assert b.cached_tokens == 15 and b.token_ids == a.token_ids
     match = of_type(events, "prefix_match", b.request_id)[0]
     assert match["reason"] == "full_match" and match["detail"]["reused_partial"] == 3
-    assert len(of_type(events, "block_copied", b.request_id)) == 1  # the cached block itself never changes
+    # the cached block itself never changes
+    assert len(of_type(events, "block_copied", b.request_id)) == 1
 
 
 def test_a_token_equal_again_after_the_first_difference_is_not_a_hit(model):
     engine, events = make_engine(model)
     prompt = random_prompts([17], seed=13)[0]
     engine.generate([prompt], SamplingParams(max_tokens=2))
-    changed = [prompt[0] + 1] + prompt[1:]  # only position 0 differs
+    # only position 0 differs
+    changed = [prompt[0] + 1] + prompt[1:]
     out = engine.generate([changed], SamplingParams(max_tokens=2))[0]
     assert out.cached_tokens == 0
     match = of_type(events, "prefix_match", out.request_id)[0]
@@ -70,7 +77,8 @@ def test_a_token_equal_again_after_the_first_difference_is_not_a_hit(model):
 def test_cache_salts_never_share_blocks(model):
     engine, events = make_engine(model)
     prompt = random_prompts([13], seed=14)[0]
-    engine.generate([prompt], SamplingParams(max_tokens=2))  # no salt
+    # no salt
+    engine.generate([prompt], SamplingParams(max_tokens=2))
     rid = engine.submit(prompt, SamplingParams(max_tokens=2), cache_salt="tenant-b")
     while engine.has_unfinished():
         engine.step()
@@ -80,7 +88,8 @@ def test_cache_salts_never_share_blocks(model):
     again = engine.submit(prompt, SamplingParams(max_tokens=2), cache_salt="tenant-b")
     while engine.has_unfinished():
         engine.step()
-    assert engine.output(again).cached_tokens == 12  # same tenant shares
+    # same tenant shares
+    assert engine.output(again).cached_tokens == 12
 
 
 def test_short_prompts_and_a_disabled_cache_are_explained(model):
@@ -98,7 +107,8 @@ def test_evicted_prefix_is_named_with_its_policy(model):
     engine, events = make_engine(model, num_blocks=12)
     first = random_prompts([17], seed=16)[0]
     engine.generate([first], SamplingParams(max_tokens=2))
-    engine.generate(random_prompts([30], seed=17), SamplingParams(max_tokens=10))  # needs the cached blocks
+    # needs the cached blocks
+    engine.generate(random_prompts([30], seed=17), SamplingParams(max_tokens=10))
     assert of_type(events, "block_evicted")
     out = engine.generate([first], SamplingParams(max_tokens=2))[0]
     match = of_type(events, "prefix_match", out.request_id)[0]
@@ -112,14 +122,17 @@ def test_multi_turn_reuses_the_whole_conversation(model):
     while engine.has_unfinished():
         engine.step()
     history = engine.output(rid)
-    sequence = history.prompt_token_ids + history.token_ids  # 20 tokens, 19 computed
-    engine.edit(rid, len(sequence), [9, 10, 11], "insert")  # the next user turn, appended
+    # 20 tokens, 19 computed
+    sequence = history.prompt_token_ids + history.token_ids
+    # the next user turn, appended
+    engine.edit(rid, len(sequence), [9, 10, 11], "insert")
     while engine.has_unfinished():
         engine.step()
     match = of_type(events, "prefix_match", rid)[-1]
-    assert match["matched_tokens"] == 19  # every computed token of the first turn: 4 blocks and the cached tail
+    # every computed token of the first turn: 4 blocks and the cached tail
+    assert match["matched_tokens"] == 19
     out = engine.output(rid)
-    new = out.token_ids[len(history.token_ids) + 3:]
+    new = out.token_ids[len(history.token_ids) + 3 :]
     assert new == greedy_generate(model, sequence + [9, 10, 11], len(new))
 
 
@@ -132,10 +145,12 @@ def test_parallel_samples_share_the_prompt(model):
     children = [e["request_id"] for e in of_type(events, "request_arrived") if e["parent_id"] == rid]
     assert len(children) == 2
     assert {e["physical"] for e in of_type(events, "block_shared", children[0])} >= set(
-        e["physical"] for e in of_type(events, "block_allocated", rid)[:2])
+        e["physical"] for e in of_type(events, "block_allocated", rid)[:2]
+    )
     samples = [engine.output(r).token_ids for r in [rid, *children]]
     assert all(len(tokens) == 5 for tokens in samples)
-    assert len({tuple(t) for t in samples}) > 1  # seeded samples differ from each other (seed + k for child k)
+    # seeded samples differ from each other (seed + k for child k)
+    assert len({tuple(t) for t in samples}) > 1
 
 
 def test_hit_rates_are_emitted_cumulative_and_windowed(model):
@@ -167,7 +182,10 @@ def test_lru_evicts_the_least_recently_used_prefix_first(model):
     engine.generate([recent], SamplingParams(max_tokens=1))
     whole = [e for e in of_type(events, "block_cached") if not e["hash"].startswith("tail:")]
     old_blocks = {e["physical"] for e in whole[:2]}
-    engine.generate(random_prompts([45], seed=23), SamplingParams(max_tokens=1))  # 12 blocks: 8 free + 4 evicted
+    # 12 blocks: 8 free + 4 evicted
+    engine.generate(random_prompts([45], seed=23), SamplingParams(max_tokens=1))
     evicted = [e for e in of_type(events, "block_evicted")]
-    assert [e["hash"].startswith("tail:") for e in evicted[:2]] == [True, True]  # partial tails go first
-    assert {e["physical"] for e in evicted[2:4]} == old_blocks  # then the least recently used whole blocks
+    # partial tails go first
+    assert [e["hash"].startswith("tail:") for e in evicted[:2]] == [True, True]
+    # then the least recently used whole blocks
+    assert {e["physical"] for e in evicted[2:4]} == old_blocks

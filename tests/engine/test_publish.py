@@ -28,7 +28,7 @@ def engine_paths(engine) -> set[tuple]:
         for child in node.children.values():
             tokens = list(prefix)
             for i in range(len(child.blocks)):
-                tokens += child.token_ids[i * BS:(i + 1) * BS]
+                tokens += child.token_ids[i * BS : (i + 1) * BS]
                 out.add(tuple(tokens))
             walk(child, tokens)
 
@@ -56,7 +56,9 @@ def test_engine_publish_attach_gives_the_engines_tree():
     sink = TraceSink()
     fleet = FleetState({})
     sink.listeners.append(fleet.apply)
-    attacher = Attacher([parse_source(f"{publisher.endpoint},replay={publisher.replay},topic=kv-events")], sink)
+    attacher = Attacher(
+        [parse_source(f"{publisher.endpoint},replay={publisher.replay},topic=kv-events")], sink
+    )
     attacher.start()
     assert attacher.ready.wait(20)
     shared = random_prompts([12])[0]
@@ -66,8 +68,10 @@ def test_engine_publish_attach_gives_the_engines_tree():
         engine.generate([shared + prompt], SamplingParams(max_tokens=6))
     publisher.flush()
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and sum(s.tracker.applied for s in attacher._streams.values()) \
-            < publisher.published - 1:
+    while (
+        time.monotonic() < deadline
+        and sum(s.tracker.applied for s in attacher._streams.values()) < publisher.published - 1
+    ):
         time.sleep(0.05)
     attacher.stop()
     publisher.close()
@@ -80,7 +84,10 @@ def test_engine_publish_attach_gives_the_engines_tree():
 
 def test_parse_publish():
     assert parse_publish("tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558,topic=kv") == {
-        "endpoint": "tcp://127.0.0.1:5557", "replay": "tcp://127.0.0.1:5558", "topic": "kv"}
+        "endpoint": "tcp://127.0.0.1:5557",
+        "replay": "tcp://127.0.0.1:5558",
+        "topic": "kv",
+    }
     with pytest.raises(ValueError, match="tcp://HOST:PORT"):
         parse_publish("127.0.0.1:5557")
     with pytest.raises(ValueError, match="rank= must be a number"):

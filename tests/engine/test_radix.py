@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from model_free import model_free_manager
 
 from engine.core.blocks import OutOfBlocks
@@ -11,7 +10,7 @@ from engine.core.eviction import POLICIES, recompute_cost
 from engine.core.hashing import block_hashes
 from engine.core.miss_explainer import PrefixMatch
 from engine.core.radix import RadixCache
-from engine.trace import validate_event, TraceSink
+from engine.trace import TraceSink, validate_event
 
 BS = 4
 
@@ -67,7 +66,8 @@ def seq(*blocks: int, extra: tuple[int, ...] = ()) -> list[int]:
 # --- hashing ---------------------------------------------------------------------------------------------
 def test_block_hashes_are_chained_and_stable_across_runs():
     keys, contents = block_hashes([1, 2, 3, 4, 5, 6, 7, 8, 9], 4)
-    assert keys == contents == ["c86df02568ab148c", "7ed3481a77caf1e5"]  # pinned: sha256, no process salt
+    # pinned: sha256, no process salt
+    assert keys == contents == ["c86df02568ab148c", "7ed3481a77caf1e5"]
     # Same second block after a different first block: a different key (the chain names the whole prefix).
     assert block_hashes([0, 2, 3, 4, 5, 6, 7, 8], 4)[0][1] != keys[1]
 
@@ -85,9 +85,15 @@ def test_empty_cache_and_short_prompt():
     rig = Rig()
     assert rig.cache.match(seq(1, 2, extra=(3,))).reason == "empty_cache"
     rig.run("a", seq(1, 2, extra=(3,)))
-    short = rig.cache.match(seq(1))  # exactly one block: the last token is computed, so nothing can match
-    assert (short.reason, short.blocks, short.detail) == ("short_prompt", [], {"prompt_tokens": 4, "block_size": 4})
-    one_more = rig.cache.match(seq(1, extra=(9,)))  # one block + 1 token: the block can match
+    # exactly one block: the last token is computed, so nothing can match
+    short = rig.cache.match(seq(1))
+    assert (short.reason, short.blocks, short.detail) == (
+        "short_prompt",
+        [],
+        {"prompt_tokens": 4, "block_size": 4},
+    )
+    # one block + 1 token: the block can match
+    one_more = rig.cache.match(seq(1, extra=(9,)))
     assert one_more.reason == "full_match" and len(one_more.blocks) == 1
 
 
@@ -111,19 +117,28 @@ def test_block_floor_counts_tokens_equal_to_a_cached_continuation():
     rig = Rig()
     rig.run("a", seq(1, 2, 3))
     match = rig.cache.match(seq(1, 2, extra=(3, 3, 9)))
-    assert match.reason == "block_floor" and match.detail["equal_tokens"] == 2 and match.detail["partial_tokens"] == 2
+    assert (
+        match.reason == "block_floor"
+        and match.detail["equal_tokens"] == 2
+        and match.detail["partial_tokens"] == 2
+    )
 
 
 def test_divergent_names_the_first_difference_and_later_equal_tokens_never_count():
     rig = Rig()
     rig.run("a", seq(1, 2, 3, extra=(0,)))
     prompt = seq(1, 2, 3, extra=(0,))
-    prompt[5] = 9  # one token differs inside block 1; everything after it is equal again
+    # one token differs inside block 1; everything after it is equal again
+    prompt[5] = 9
     match = rig.cache.match(prompt)
     assert match.blocks == rig.cache.match(seq(1, extra=(0,))).blocks
     assert match.reason == "divergent"
-    assert {k: match.detail[k] for k in ("position", "block", "expected_id", "actual_id")} == \
-        {"position": 5, "block": 1, "expected_id": 2, "actual_id": 9}
+    assert {k: match.detail[k] for k in ("position", "block", "expected_id", "actual_id")} == {
+        "position": 5,
+        "block": 1,
+        "expected_id": 2,
+        "actual_id": 9,
+    }
 
 
 def test_divergent_picks_the_closest_sibling():
@@ -153,7 +168,8 @@ def test_evicted_says_when_and_by_which_policy():
     assert match.reason == "evicted" and len(match.blocks) == 1
     assert match.detail["evicted_seq"] == event["seq"] and match.detail["policy"] == "lfu"
     assert match.detail["position"] == 4 and match.detail["hash"] == event["hash"]
-    rig.run("b", seq(1, 2, extra=(0,)))  # recomputed and cached again: no longer "evicted"
+    # recomputed and cached again: no longer "evicted"
+    rig.run("b", seq(1, 2, extra=(0,)))
     assert rig.cache.match(seq(1, 2, extra=(0,))).reason == "full_match"
 
 
@@ -169,7 +185,8 @@ def test_different_salts_never_share_and_the_explainer_says_so():
     rig.run("a", seq(1, 2, extra=(0,)), salt="tenant-a")
     other = rig.cache.match(seq(1, 2, extra=(0,)), "tenant-b")
     assert other.blocks == [] and other.reason == "salt" and other.detail["other_salts"] == 1
-    assert rig.cache.match(seq(1, 2, extra=(0,))).reason == "salt"  # no salt is a salt of its own
+    # no salt is a salt of its own
+    assert rig.cache.match(seq(1, 2, extra=(0,))).reason == "salt"
     same = rig.cache.match(seq(1, 2, extra=(0,)), "tenant-a")
     assert len(same.blocks) == 2
     rig.run("b", seq(1, 2, extra=(0,)), salt="tenant-b")
@@ -192,11 +209,15 @@ def test_event_fields_fill_token_texts_and_disabled():
 def test_match_changes_nothing():
     rig = Rig()
     rig.run("a", seq(1, 2, 3, extra=(0,)))
-    before = (len(rig.events), {n: (len(node.blocks), node.hit_count, node.last_access)
-                                for n, node in rig.cache.nodes.items()})
+    before = (
+        len(rig.events),
+        {n: (len(node.blocks), node.hit_count, node.last_access) for n, node in rig.cache.nodes.items()},
+    )
     rig.cache.match(seq(1, extra=(0,)))
-    assert before == (len(rig.events), {n: (len(node.blocks), node.hit_count, node.last_access)
-                                        for n, node in rig.cache.nodes.items()})
+    assert before == (
+        len(rig.events),
+        {n: (len(node.blocks), node.hit_count, node.last_access) for n, node in rig.cache.nodes.items()},
+    )
 
 
 # --- insert and split ------------------------------------------------------------------------------------
@@ -209,8 +230,10 @@ def test_insert_adds_full_blocks_only_and_is_idempotent():
     assert insert["texts"] == [str(t) for t in seq(1, 2)] and insert["request_id"] == "a"
     count = len(rig.events)
     assert rig.cache.insert(tokens, table, None, "a") is node
-    assert len(rig.events) == count  # nothing new
-    assert not rig.cache.holds(table[2])  # the partial block stays out of the tree
+    # nothing new
+    assert len(rig.events) == count
+    # the partial block stays out of the tree
+    assert not rig.cache.holds(table[2])
 
 
 def test_insert_with_texts_and_growing_sequence_chains_nodes():
@@ -299,7 +322,8 @@ def test_acquire_rejects_a_stale_match():
 def test_locked_paths_are_never_evicted_and_leaves_go_before_parents():
     rig = Rig()
     rig.run("a", seq(1, 2, 3, extra=(0,)))
-    rig.admit("b", seq(1, 2, 5, extra=(0,)))  # locks [1, 2]; a's [3] is an unlocked cached leaf
+    # locks [1, 2]; a's [3] is an unlocked cached leaf
+    rig.admit("b", seq(1, 2, 5, extra=(0,)))
     assert rig.cache.num_evictable() == 1
     assert len(rig.cache.evict(10)) == 1
     evicted = rig.of_type("block_evicted")[-1]
@@ -321,14 +345,16 @@ def test_lock_and_unlock_must_balance():
     rig.cache.unlock(node)
     with pytest.raises(RuntimeError, match="unlocked more often"):
         rig.cache.unlock(node)
-    rig.cache.lock(rig.cache.root)  # the root is never locked: a no-op
+    # the root is never locked: a no-op
+    rig.cache.lock(rig.cache.root)
     assert rig.cache.root.lock_ref == 0
 
 
 def test_release_keeps_tree_blocks_cached_and_frees_the_rest():
     rig = Rig()
     rig.admit("a", seq(1, extra=(2,)))
-    table = list(rig.requests["a"][1])  # release_table empties the request's own list
+    # release_table empties the request's own list
+    table = list(rig.requests["a"][1])
     start = len(rig.events)
     rig.finish("a")
     kinds = {(e["type"], e.get("physical")) for e in rig.events[start:]}
@@ -340,8 +366,10 @@ def test_release_keeps_tree_blocks_cached_and_frees_the_rest():
 
 def test_the_pool_evicts_through_the_cache_when_it_runs_out():
     rig = Rig(num_blocks=3)
-    rig.run("a", seq(1, 2, extra=(0,)))  # 2 cached + 1 freed
-    rig.admit("b", seq(5, 6, extra=(0,)))  # needs 3: takes the free one and evicts both cached blocks
+    # 2 cached + 1 freed
+    rig.run("a", seq(1, 2, extra=(0,)))
+    # needs 3: takes the free one and evicts both cached blocks
+    rig.admit("b", seq(5, 6, extra=(0,)))
     assert len(rig.of_type("block_evicted")) == 2
     with pytest.raises(OutOfBlocks):
         rig.manager.allocate_block("c", 0)
@@ -380,8 +408,10 @@ def test_lru_evicts_the_least_recently_used_leaf():
 
 def test_lfu_evicts_the_least_hit_leaf_with_lru_ties():
     rig = _three_leaves("lfu")
-    assert _first_victim_token(rig) == 2  # x and z: 0 hits; x is older
-    assert _first_victim_token(rig) == 4  # then z; y (hit twice) stays
+    # x and z: 0 hits; x is older
+    assert _first_victim_token(rig) == 2
+    # then z; y (hit twice) stays
+    assert _first_victim_token(rig) == 4
     assert rig.cache.match(seq(1, 3, 3, extra=(0,))).reason == "full_match"
 
 
@@ -404,7 +434,8 @@ def test_an_injected_clock_orders_lru():
     trace = TraceSink(clock=lambda: 0.0)
     manager = model_free_manager(8, BS, trace)
     cache = manager.prefix_cache.radix = RadixCache(manager.pool, trace, clock=lambda: now[0])
-    for value, t in ((1, 5.0), (2, 1.0)):  # inserted second but "older"
+    # inserted second but "older"
+    for value, t in ((1, 5.0), (2, 1.0)):
         now[0] = t
         table = [manager.allocate_block("r", 0), manager.allocate_block("r", 1)]
         cache.insert(seq(value, extra=(0,)), table)
@@ -420,7 +451,13 @@ def test_every_event_matches_the_schema():
     rig.cache.evict(100)
     rig.finish("w")
     rig.cache.evict(100)
-    assert {"radix_insert", "radix_split", "radix_hit", "radix_evict", "block_cached", "block_evicted"} <= \
-        set(rig.types())
+    assert {
+        "radix_insert",
+        "radix_split",
+        "radix_hit",
+        "radix_evict",
+        "block_cached",
+        "block_evicted",
+    } <= set(rig.types())
     for event in rig.events:
         assert validate_event(event) is None, event

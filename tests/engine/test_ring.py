@@ -3,13 +3,12 @@
 import pytest
 import torch
 import transformers
-from reference import no_cache_logits
 from tiny_models import random_prompts
 
-from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.models.loading import ModelLoadError, describe, layer_windows, stock_attention
 from engine.core.request import Request
 from engine.core.scheduler import ScheduledChunk
+from engine.engine import Engine, EngineConfig, SamplingParams
+from engine.models.loading import ModelLoadError, describe, layer_windows, stock_attention
 from kvtui.commands.engine_commands import format_info
 
 TOL = 1e-4
@@ -17,15 +16,42 @@ SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, max_position_e
 
 # name -> (config class, fields, attention implementation of the reference); every one GQA
 STYLES = {
-    "all-window": ("MistralConfig", dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                         sliding_window=5), "sdpa"),
-    "alternating": ("Gemma3TextConfig", dict(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                                             head_dim=16, sliding_window=6,
-                                             layer_types=["sliding_attention", "full_attention"] * 2), "sdpa"),
-    "softcap-alternating": ("Gemma2Config", dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1,
-                                                 head_dim=16, sliding_window=4), "eager"),
-    "above-layer": ("Qwen2Config", dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                                        use_sliding_window=True, sliding_window=4, max_window_layers=1), "sdpa"),
+    "all-window": (
+        "MistralConfig",
+        dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, sliding_window=5),
+        "sdpa",
+    ),
+    "alternating": (
+        "Gemma3TextConfig",
+        dict(
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=6,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+        ),
+        "sdpa",
+    ),
+    "softcap-alternating": (
+        "Gemma2Config",
+        dict(
+            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=4
+        ),
+        "eager",
+    ),
+    "above-layer": (
+        "Qwen2Config",
+        dict(
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=1,
+        ),
+        "sdpa",
+    ),
 }
 
 
@@ -47,8 +73,9 @@ def reference(model, style, tokens, mask=None):
 def assert_exact(model, style, out, tokens=None):
     tokens = tokens or out.prompt_token_ids + out.token_ids
     ref = reference(model, style, tokens)
-    n, k = len(tokens), out.logits.shape[0]  # the k logits rows chose the last k tokens (after an edit: fewer)
-    diff = (out.logits - ref[n - 1 - k:n - 1]).abs().max().item()
+    # the k logits rows chose the last k tokens (after an edit: fewer)
+    n, k = len(tokens), out.logits.shape[0]
+    diff = (out.logits - ref[n - 1 - k : n - 1]).abs().max().item()
     assert diff <= TOL, f"{out.request_id}: max abs logit diff {diff}"
 
 
@@ -78,7 +105,8 @@ def test_batched_chunked_generation_is_exact(style):
     outputs = engine.generate(prompts, SamplingParams(max_tokens=3 * w, return_logits=True))
     for out in outputs:
         assert_exact(model, style, out)
-    assert engine.cache.rings.bytes_in_use() == 0 and not engine.cache.rings.states  # rings freed at finish
+    # rings freed at finish
+    assert engine.cache.rings.bytes_in_use() == 0 and not engine.cache.rings.states
 
 
 @pytest.mark.parametrize("style", ["all-window", "alternating"])
@@ -88,7 +116,8 @@ def test_every_position_of_chunks_crossing_the_window_edge(style):
     prompt = random_prompts([40])[0]
     ref = reference(model, style, prompt)
     request = Request("r", prompt, SamplingParams(), 0.0)
-    for start, end in [(0, 3), (3, 4), (4, 17), (17, 18), (18, 19), (19, 40)]:  # shorter and longer than W
+    # shorter and longer than W
+    for start, end in [(0, 3), (3, 4), (4, 17), (17, 18), (18, 19), (19, 40)]:
         for logical in range(len(request.block_table), engine.cache.pool.blocks_for(end)):
             request.block_table.append(engine.cache.pool.allocate("r", logical))
         logits = engine.runner.forward([ScheduledChunk(request, start, end - start)], all_logits=True)
@@ -109,13 +138,16 @@ def test_ring_memory_stays_constant_to_10_w_and_the_trace_shows_overwrites():
         if engine.cache.rings.states:
             in_use.add(engine.cache.rings.bytes_in_use())
             allocated.add(engine.rings.nbytes)
-    per_request = 2 * 2 * w * 2 * 16 * 4  # K and V x 2 layers x W slots x 2 kv heads x head dim 16 x fp32
+    # K and V x 2 layers x W slots x 2 kv heads x head dim 16 x fp32
+    per_request = 2 * 2 * w * 2 * 16 * 4
     assert in_use == {per_request} and len(allocated) == 1
-    assert engine.kv.nbytes == 0  # no full-attention layer: nothing in the paged pool
+    # no full-attention layer: nothing in the paged pool
+    assert engine.kv.nbytes == 0
     writes = [e for e in events if e["type"] == "ring_write"]
     decodes = [e for e in writes if e["end"] - e["start"] == 1 and e["start"] >= w]
     assert len(decodes) >= 8 * w
-    assert all(e["evicted"] == [e["start"] - w] for e in decodes)  # each decode overwrites position p - W
+    # each decode overwrites position p - W
+    assert all(e["evicted"] == [e["start"] - w] for e in decodes)
     assert {e["group"] for e in writes} == {0} and writes[0]["layers"] == [0, 1]
 
 
@@ -125,17 +157,21 @@ def test_info_shows_full_and_window_layer_bytes():
     assert "2 full" in text and "2 sliding window" in text
     ring = engine.shape.ring_bytes_per_request()
     assert ring == 2 * 6 * 2 * 2 * 16 * 4 and f"{ring:,} B per request" in text
-    assert engine.kv.nbytes == 2 * 2 * 2 * 16 * 4 * 4 * 8  # K/V x 2 full layers x kv heads x dim x fp32 x tokens
+    # K/V x 2 full layers x kv heads x dim x fp32 x tokens
+    assert engine.kv.nbytes == 2 * 2 * 2 * 16 * 4 * 4 * 8
 
 
-@pytest.mark.parametrize("position,prefix_cache", [(60, False), (43, False), (20, False), (5, False), (60, True),
-                                                   (22, True)])
+@pytest.mark.parametrize(
+    "position,prefix_cache", [(60, False), (43, False), (20, False), (5, False), (60, True), (22, True)]
+)
 def test_edits_restart_exactly_inside_and_outside_the_window(position, prefix_cache):
     """A running request edited at m: its ring (m >= head - 1), a snapshot, or position 0; always exact."""
     style = "above-layer"
     model = window_model(style)
-    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, max_batched_tokens=9,
-                                                          prefix_cache=prefix_cache))
+    engine = Engine.from_model(
+        model,
+        config=EngineConfig(block_size=4, num_blocks=64, max_batched_tokens=9, prefix_cache=prefix_cache),
+    )
     events = []
     engine.trace.listeners.append(events.append)
     rid = engine.submit(random_prompts([50])[0], SamplingParams(max_tokens=30, return_logits=True))
@@ -166,7 +202,10 @@ def test_edit_of_a_finished_request_and_prefix_hits_resume_from_snapshots():
     second = engine.generate([shared[:41] + [9, 9, 9]], SamplingParams(max_tokens=6, return_logits=True))[0]
     assert_exact(model, style, second)
     resume = [e for e in events if e["type"] == "ring_resume"][-1]
-    assert resume["source"] == "snapshot" and resume["position"] == 40 // engine.cache.rings.interval * engine.cache.rings.interval
+    assert (
+        resume["source"] == "snapshot"
+        and resume["position"] == 40 // engine.cache.rings.interval * engine.cache.rings.interval
+    )
     assert second.cached_tokens == resume["position"]
     # an edit of the finished first request, 8 tokens before its end
     engine.edit(first.request_id, 41, [11], kind="replace")
@@ -209,11 +248,16 @@ def test_attention_sinks_are_exact_to_their_own_mask_and_report_the_divergence()
     """StreamingLLM on a full-attention model: first S + last W on every layer; the answer moves, and says so."""
     model = transformers.AutoModelForCausalLM.from_config(
         transformers.LlamaConfig(**SMALL, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
-        dtype=torch.float32).eval()
+        dtype=torch.float32,
+    ).eval()
     model.generation_config.eos_token_id = None
     sinks, window = 2, 6
-    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, max_batched_tokens=5,
-                                                          sink_tokens=sinks, window=window))
+    engine = Engine.from_model(
+        model,
+        config=EngineConfig(
+            block_size=4, num_blocks=64, max_batched_tokens=5, sink_tokens=sinks, window=window
+        ),
+    )
     assert engine.shape.windows == (window, window) and engine.kv.nbytes == 0
     events = []
     engine.trace.listeners.append(events.append)
@@ -221,27 +265,34 @@ def test_attention_sinks_are_exact_to_their_own_mask_and_report_the_divergence()
     for out in outs:
         tokens = out.prompt_token_ids + out.token_ids
         with stock_attention(model), torch.inference_mode():
-            ref = model(torch.tensor([tokens]), attention_mask=sink_mask(len(tokens), sinks, window)).logits[0]
+            ref = model(torch.tensor([tokens]), attention_mask=sink_mask(len(tokens), sinks, window)).logits[
+                0
+            ]
         start = len(out.prompt_token_ids) - 1
-        assert (out.logits - ref[start:start + len(out.token_ids)]).abs().max().item() <= TOL
+        assert (out.logits - ref[start : start + len(out.token_ids)]).abs().max().item() <= TOL
     divergence = {e["request_id"]: e for e in events if e["type"] == "sink_divergence"}
     assert set(divergence) == {o.request_id for o in outs}
-    assert all(e["max_logit_diff"] > 1e-3 for e in divergence.values())  # 50 tokens >> S + W: the answer moved
+    # 50 tokens >> S + W: the answer moved
+    assert all(e["max_logit_diff"] > 1e-3 for e in divergence.values())
     assert engine.cache.rings.bytes_in_use() == 0
 
 
 def test_sinks_on_a_hybrid_model_keep_the_narrower_native_window():
     """Two ring groups (native W=6 with sinks, former full layers W=8 with sinks); oracle: one mask per layer type."""
     model = window_model("alternating")
-    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=32, max_batched_tokens=6,
-                                                          sink_tokens=1, window=8))
+    engine = Engine.from_model(
+        model, config=EngineConfig(block_size=4, num_blocks=32, max_batched_tokens=6, sink_tokens=1, window=8)
+    )
     assert engine.shape.windows == (6, 8, 6, 8) and len(engine.cache.rings.groups) == 2
     out = engine.generate(random_prompts([25])[0], SamplingParams(max_tokens=10, return_logits=True))[0]
     tokens = out.prompt_token_ids + out.token_ids
-    masks = {"full_attention": sink_mask(len(tokens), 1, 8), "sliding_attention": sink_mask(len(tokens), 1, 6)}
+    masks = {
+        "full_attention": sink_mask(len(tokens), 1, 8),
+        "sliding_attention": sink_mask(len(tokens), 1, 6),
+    }
     ref = reference(model, "alternating", tokens, masks)
     start = len(out.prompt_token_ids) - 1
-    assert (out.logits - ref[start:start + len(out.token_ids)]).abs().max().item() <= TOL
+    assert (out.logits - ref[start : start + len(out.token_ids)]).abs().max().item() <= TOL
 
 
 def test_preempted_requests_free_their_rings_and_recompute_exactly():
@@ -250,9 +301,14 @@ def test_preempted_requests_free_their_rings_and_recompute_exactly():
     engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=14, prefix_cache=False))
     events = []
     engine.trace.listeners.append(events.append)
-    outs = engine.generate(random_prompts([9, 14, 6], seed=4), SamplingParams(max_tokens=16, return_logits=True))
+    outs = engine.generate(
+        random_prompts([9, 14, 6], seed=4), SamplingParams(max_tokens=16, return_logits=True)
+    )
     assert any(e["type"] == "request_preempted" for e in events), "the test must exercise preemption"
     for out in outs:
         assert_exact(model, style, out)
     rings = engine.cache.rings
-    assert not rings.states and len(rings.free_rows) * rings.bytes_per_request() == rings.nbytes == engine.rings.nbytes
+    assert (
+        not rings.states
+        and len(rings.free_rows) * rings.bytes_per_request() == rings.nbytes == engine.rings.nbytes
+    )

@@ -2,7 +2,7 @@ import pytest
 import torch
 from tiny_models import random_prompts, tiny_model
 
-from engine.engine import Engine, EngineConfig, SamplingParams
+from engine.engine import Engine, SamplingParams
 from engine.worker.sampling import make_generator, sample
 
 
@@ -26,7 +26,9 @@ def test_seed_makes_sampling_reproducible():
     prompt = random_prompts([9])[0]
     runs = [Engine.from_model(model).generate([prompt], params)[0].token_ids for _ in range(2)]
     assert runs[0] == runs[1]
-    other = Engine.from_model(model).generate([prompt], SamplingParams(max_tokens=12, temperature=1.0, seed=8))
+    other = Engine.from_model(model).generate(
+        [prompt], SamplingParams(max_tokens=12, temperature=1.0, seed=8)
+    )
     assert other[0].token_ids != runs[0]
 
 
@@ -37,10 +39,10 @@ def test_stop_ids_and_eos_end_a_request():
     stop = full.token_ids[3]
     first = full.token_ids.index(stop)
     out = Engine.from_model(model).generate([prompt], SamplingParams(max_tokens=10, stop_token_ids=[stop]))[0]
-    assert out.token_ids == full.token_ids[:first + 1] and out.finish_reason == "stop"
+    assert out.token_ids == full.token_ids[: first + 1] and out.finish_reason == "stop"
     model.generation_config.eos_token_id = stop
     eos = Engine.from_model(model).generate([prompt], SamplingParams(max_tokens=10))[0]
-    assert eos.finish_reason == "eos" and eos.token_ids == full.token_ids[:first + 1]
+    assert eos.finish_reason == "eos" and eos.token_ids == full.token_ids[: first + 1]
     ignored = Engine.from_model(model).generate([prompt], SamplingParams(max_tokens=10, ignore_eos=True))[0]
     assert ignored.token_ids == full.token_ids and ignored.finish_reason == "length"
 

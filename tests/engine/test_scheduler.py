@@ -1,7 +1,7 @@
+import pytest
 from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
-import pytest
 
 
 def recorded(engine):
@@ -20,18 +20,22 @@ def test_requests_join_and_leave_at_step_boundaries():
     finished = []
     while engine.has_unfinished():
         finished += [o.request_id for o in engine.step()]
-    assert finished == [b, a]  # b joined a running batch and left before a
+    # b joined a running batch and left before a
+    assert finished == [b, a]
     steps_with_both = [e for e in events if e["type"] == "step" and e["num_prefill"] + e["num_decode"] == 2]
     assert steps_with_both, "b must have run in the same step as a's decodes"
 
 
 def test_chunked_prefill_respects_the_token_budget():
-    engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(block_size=4, num_blocks=64,
-                                                                            max_batched_tokens=8))
+    engine = Engine.from_model(
+        tiny_model("llama-gqa"), config=EngineConfig(block_size=4, num_blocks=64, max_batched_tokens=8)
+    )
     events = recorded(engine)
     engine.generate(random_prompts([19, 5]), SamplingParams(max_tokens=3))
     assert all(e["num_tokens"] <= 8 for e in events if e["type"] == "step")
-    chunks = [(e["start"], e["end"]) for e in events if e["type"] == "prefill_chunk" and e["request_id"] == "r0"]
+    chunks = [
+        (e["start"], e["end"]) for e in events if e["type"] == "prefill_chunk" and e["request_id"] == "r0"
+    ]
     assert chunks[0] == (0, 8) and chunks[-1][1] == 19 and len(chunks) == 3
 
 
@@ -44,7 +48,8 @@ def test_too_long_for_the_pool_is_refused_with_a_reason():
 def test_finished_requests_return_every_block():
     engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(block_size=4, num_blocks=40))
     engine.generate(random_prompts([3, 9, 17]), SamplingParams(max_tokens=5))
-    assert engine.cache.num_available() == 40 and not any(engine.cache.pool.ref_counts)  # free or cached
+    # free or cached
+    assert engine.cache.num_available() == 40 and not any(engine.cache.pool.ref_counts)
 
 
 def test_ttft_and_tpot_follow_their_definitions():
@@ -58,8 +63,9 @@ def test_ttft_and_tpot_follow_their_definitions():
 
 
 def test_abort_releases_a_running_or_waiting_request():
-    engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(block_size=4, num_blocks=40,
-                                                                            max_num_seqs=1))
+    engine = Engine.from_model(
+        tiny_model("llama-gqa"), config=EngineConfig(block_size=4, num_blocks=40, max_num_seqs=1)
+    )
     events = recorded(engine)
     running = engine.submit(random_prompts([9])[0], SamplingParams(max_tokens=20))
     waiting = engine.submit(random_prompts([5], seed=1)[0], SamplingParams(max_tokens=20))

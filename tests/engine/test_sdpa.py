@@ -12,7 +12,9 @@ def test_split_prefix_and_causal_self_equal_one_masked_call(hq, hkv, prefix, n):
     q = torch.randn(1, hq, n, 16)
     k, v = torch.randn(1, hkv, prefix + n, 16), torch.randn(1, hkv, prefix + n, 16)
     ref = attend(q, k, v, causal_mask(n, prefix + n, "cpu"), None, None)
-    ours = chunk_over_prefix(q, k[:, :, :prefix], v[:, :, :prefix], k[:, :, prefix:], v[:, :, prefix:], None, None)
+    ours = chunk_over_prefix(
+        q, k[:, :, :prefix], v[:, :, :prefix], k[:, :, prefix:], v[:, :, prefix:], None, None
+    )
     assert (ours - ref).abs().max().item() <= 1e-5
 
 
@@ -23,7 +25,8 @@ def test_soft_capped_scores_take_the_masked_path_and_stay_exact():
     ours = chunk_over_prefix(q, k[:, :, :20], v[:, :, :20], k[:, :, 20:], v[:, :, 20:], 0.2, 5.0)
     assert (ours - ref).abs().max().item() <= 1e-6
     plain = attend(q, k, v, causal_mask(9, 29, "cpu"), 0.2, None)
-    assert (ours - plain).abs().max().item() > 1e-3  # the cap changed the answer: the test can tell
+    # the cap changed the answer: the test can tell
+    assert (ours - plain).abs().max().item() > 1e-3
 
 
 def test_causal_mask_is_lower_right_aligned():
@@ -36,6 +39,8 @@ def test_merge_of_two_halves_equals_softmax_over_all_keys():
     scores = torch.randn(1, 2, 3, 10)
     values = torch.randn(1, 2, 10, 4)
     whole = torch.softmax(scores, -1) @ values
-    parts = [(torch.softmax(s, -1) @ v, torch.logsumexp(s, -1))
-             for s, v in ((scores[..., :6], values[:, :, :6]), (scores[..., 6:], values[:, :, 6:]))]
+    parts = [
+        (torch.softmax(s, -1) @ v, torch.logsumexp(s, -1))
+        for s, v in ((scores[..., :6], values[:, :, :6]), (scores[..., 6:], values[:, :, 6:]))
+    ]
     assert (merge(*parts[0], *parts[1]) - whole).abs().max().item() <= 1e-6

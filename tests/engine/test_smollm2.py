@@ -7,14 +7,23 @@ from engine.engine import Engine, EngineConfig, SamplingParams
 
 pytestmark = pytest.mark.smollm2
 
-QUESTIONS = ["What is the capital of France?", "Write a haiku about memory.", "Explain a KV cache in one line.",
-             "List three prime numbers.", "Who wrote Hamlet?", "What is 12 times 12?", "Name a blue fruit.",
-             "Say hello in Spanish."]
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about memory.",
+    "Explain a KV cache in one line.",
+    "List three prime numbers.",
+    "Who wrote Hamlet?",
+    "What is 12 times 12?",
+    "Name a blue fruit.",
+    "Say hello in Spanish.",
+]
 
 
 @pytest.fixture(scope="module")
 def engine():
-    return Engine.load("smollm2", EngineConfig(device="cpu", block_size=16, num_blocks=96, max_batched_tokens=24))
+    return Engine.load(
+        "smollm2", EngineConfig(device="cpu", block_size=16, num_blocks=96, max_batched_tokens=24)
+    )
 
 
 def chat(engine, question):
@@ -34,7 +43,7 @@ def test_chunked_prefill_and_decode_logits_equal_no_cache_forward(engine):
     for out in outputs:
         ref = no_cache_logits(engine.model, out.prompt_token_ids + out.token_ids)
         start = len(out.prompt_token_ids) - 1
-        diff = (out.logits - ref[start:start + len(out.token_ids)]).abs().max().item()
+        diff = (out.logits - ref[start : start + len(out.token_ids)]).abs().max().item()
         assert diff <= 1e-4, diff
 
 

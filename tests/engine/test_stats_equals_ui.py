@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine.trace.metrics import latency_summaries, percentile
 from engine.trace import read_trace
+from engine.trace.metrics import latency_summaries, percentile
 from engine.trace.stats import summarize
 from kvtui.commands.engine_commands import stats as stats_cmd
 from kvtui.state import replay
@@ -25,7 +25,8 @@ def test_stats_json_equals_what_the_ui_shows(path):
     result = CliRunner().invoke(stats_cmd, ["--json", str(path)])
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output)["all"]
-    state = replay(trace.header, trace.events)  # the UI's reducer, at the end of the trace
+    # the UI's reducer, at the end of the trace
+    state = replay(trace.header, trace.events)
 
     ui = latency_values(state)
     ours = summarize(trace.header, trace.events)[-1]
@@ -37,7 +38,8 @@ def test_stats_json_equals_what_the_ui_shows(path):
     text = latency_summary(state).plain
     assert f"(n={figures['itl_s']['n']})" in text
 
-    shown = state.hit_rates  # the charts view shows the last hit_rates event the engine wrote
+    # the charts view shows the last hit_rates event the engine wrote
+    shown = state.hit_rates
     if shown is None:
         assert figures["hit_counts"]["lookups"] == 0
     else:

@@ -3,11 +3,11 @@
 import torch
 from tiny_models import random_prompts, tiny_model
 
+from engine.core.request import Request
+from engine.core.scheduler import ScheduledChunk
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.worker.paged_kv import BlockTables
-from engine.core.request import Request
 from engine.worker.sampling import sample
-from engine.core.scheduler import ScheduledChunk
 
 
 def _request(table):
@@ -18,11 +18,14 @@ def test_block_table_tensor_follows_appends_copy_on_write_and_cuts():
     tables, req = BlockTables(torch.device("cpu")), _request([4, 5, 6])
     assert tables.get(req).tolist() == [4, 5, 6] and tables.first_block(req) == 4
     first = tables.known["r"][1]
-    req.block_table += [7] * 20  # grows past the buffer: a bigger one, old entries kept
+    # grows past the buffer: a bigger one, old entries kept
+    req.block_table += [7] * 20
     assert tables.get(req).tolist() == [4, 5, 6] + [7] * 20 and tables.first_block(req) is None
-    req.block_table[1] = 9  # copy-on-write replaced an entry in place: made again
+    # copy-on-write replaced an entry in place: made again
+    req.block_table[1] = 9
     assert tables.get(req).tolist()[:3] == [4, 9, 6]
-    del req.block_table[2:]  # an edit cut it
+    # an edit cut it
+    del req.block_table[2:]
     assert tables.get(req).tolist() == [4, 9]
     req.block_table[:] = [10, 11]
     req.block_table.append(12)
@@ -44,12 +47,20 @@ def test_tokens_are_cached_until_a_list_is_replaced_or_grows():
     tokens = req.tokens
     assert tokens == [1, 2, 3] and req.tokens is tokens
     req.output_token_ids.append(4)
-    assert req.tokens == [1, 2, 3, 4] and tokens == [1, 2, 3]  # a caller's old list never changes
-    req.prompt_token_ids, req.output_token_ids = [9, 8], [7]  # an edit replaces both
+    # a caller's old list never changes
+    assert req.tokens == [1, 2, 3, 4] and tokens == [1, 2, 3]
+    # an edit replaces both
+    req.prompt_token_ids, req.output_token_ids = [9, 8], [7]
     assert req.tokens == [9, 8, 7]
-    req.output_token_ids = [6]  # same length, another list
+    # same length, another list
+    req.output_token_ids = [6]
     assert req.tokens == [9, 8, 6]
-    assert [req.token_slice(a, b) for a, b in ((0, 1), (1, 3), (2, 3), (0, 3))] == [[9], [8, 6], [6], [9, 8, 6]]
+    assert [req.token_slice(a, b) for a, b in ((0, 1), (1, 3), (2, 3), (0, 3))] == [
+        [9],
+        [8, 6],
+        [6],
+        [9, 8, 6],
+    ]
 
 
 def test_the_runner_samples_each_complete_chunk_with_one_argmax_for_the_step():
@@ -64,8 +75,11 @@ def test_the_runner_samples_each_complete_chunk_with_one_argmax_for_the_step():
     result = engine.runner.execute(chunks)
     rows = list(result.logits)
     assert result.greedy == [int(torch.argmax(row)) for row in rows]
-    assert result.token_ids == [sample(rows[0], SamplingParams(), None), sample(rows[1], SamplingParams(), None),
-                                None]
+    assert result.token_ids == [
+        sample(rows[0], SamplingParams(), None),
+        sample(rows[1], SamplingParams(), None),
+        None,
+    ]
     assert not hasattr(rows[0], "greedy")
 
 
@@ -75,6 +89,7 @@ def test_decode_of_one_sequence_in_consecutive_blocks_reads_a_view_and_stays_exa
     model = tiny_model("llama-gqa")
     engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, prefix_cache=False))
     out = engine.generate(random_prompts([13]), SamplingParams(max_tokens=6, return_logits=True))[0]
-    assert engine.runner.tables.known[out.request_id][2] is not None  # its table was one run of blocks
+    # its table was one run of blocks
+    assert engine.runner.tables.known[out.request_id][2] is not None
     ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)
     assert (out.logits - ref[12:18]).abs().max().item() <= 1e-4

@@ -24,29 +24,45 @@ def tokenizer():
 
 def test_token_by_token_text_is_whole_characters_and_adds_up(tokenizer):
     ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
-    assert any(REPLACEMENT in tokenizer.decode([i]) for i in ids)  # the hazard is real: tokens split characters
+    # the hazard is real: tokens split characters
+    assert any(REPLACEMENT in tokenizer.decode([i]) for i in ids)
     decoder = StreamDecoder(tokenizer)
     pieces = [decoder.push(i) for i in ids] + [decoder.flush()]
     assert "".join(pieces) == TEXT
     assert not any(REPLACEMENT in piece for piece in pieces)
-    assert "" in pieces  # some tokens held their bytes back until the character was complete
+    # some tokens held their bytes back until the character was complete
+    assert "" in pieces
 
 
 def test_special_tokens_are_skipped_and_an_unfinished_character_flushes_as_decode_does(tokenizer):
     ids = tokenizer("Hi 🐱", add_special_tokens=False)["input_ids"]
     decoder = StreamDecoder(tokenizer)
     out = "".join(decoder.push(i) for i in [tokenizer.eos_token_id] + ids[:-1])
-    assert out == "Hi"  # the space travels with the emoji's first bytes: held back with them
+    # the space travels with the emoji's first bytes: held back with them
+    assert out == "Hi"
     rest = decoder.flush()
-    assert rest == tokenizer.decode(ids[:-1])[len("Hi"):] and REPLACEMENT in rest  # cut off: U+FFFD, as decode
+    # cut off: U+FFFD, as decode
+    assert rest == tokenizer.decode(ids[:-1])[len("Hi") :] and REPLACEMENT in rest
 
 
 def test_generate_streams_whole_emoji(tmp_path, tokenizer):
     from kvtui.cli import main
 
     trace = tmp_path / "t.jsonl"
-    result = CliRunner().invoke(main, ["generate", "--raw", "🐱🐱🐱🐱🐱🐱🐱🐱", "--max-tokens", "6",
-                                       "--device", "cpu", "--trace", str(trace)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "generate",
+            "--raw",
+            "🐱🐱🐱🐱🐱🐱🐱🐱",
+            "--max-tokens",
+            "6",
+            "--device",
+            "cpu",
+            "--trace",
+            str(trace),
+        ],
+    )
     assert result.exit_code == 0, result.output
     emitted = [json.loads(line) for line in trace.read_text().splitlines()[1:]]
     ids = [e["token_id"] for e in emitted if e["type"] == "token_emitted"]

@@ -28,9 +28,11 @@ class PoolRebuild:
         elif kind == "block_released":
             self.refs[e["physical"]] = e["ref_count"]
             table = self.tables[e["request_id"]]
-            if table.get(e["logical"]) == e["physical"]:  # a copy-on-write already put the copy there
+            # a copy-on-write already put the copy there
+            if table.get(e["logical"]) == e["physical"]:
                 del table[e["logical"]]
-        elif kind in ("block_freed", "block_evicted"):  # a cached block stays out of the free list until evicted
+        # a cached block stays out of the free list until evicted
+        elif kind in ("block_freed", "block_evicted"):
             self.free.add(e["physical"])
 
     def table(self, request_id):
@@ -40,8 +42,11 @@ class PoolRebuild:
 
 def run_recorded(tmp_path, num_blocks=14):
     model = tiny_model("llama-gqa")
-    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=num_blocks, max_batched_tokens=16))
-    shared = random_prompts([9], seed=9)[0]  # two requests share a prefix: hits, cached blocks, evictions
+    engine = Engine.from_model(
+        model, config=EngineConfig(block_size=4, num_blocks=num_blocks, max_batched_tokens=16)
+    )
+    # two requests share a prefix: hits, cached blocks, evictions
+    shared = random_prompts([9], seed=9)[0]
     path = tmp_path / "trace.jsonl"
     engine.add_trace_file(path)
     snapshots = {}
@@ -52,8 +57,10 @@ def run_recorded(tmp_path, num_blocks=14):
         snapshots[event["seq"]] = (list(engine.cache.pool.ref_counts), set(engine.cache.pool.free), tables)
 
     engine.trace.listeners.append(snapshot)
-    engine.generate(random_prompts([10, 11, 9, 12, 3], seed=2) + [shared + [5, 6], shared + [7]],
-                    SamplingParams(max_tokens=14))
+    engine.generate(
+        random_prompts([10, 11, 9, 12, 3], seed=2) + [shared + [5, 6], shared + [7]],
+        SamplingParams(max_tokens=14),
+    )
     engine.close()
     return path, snapshots
 
@@ -69,13 +76,22 @@ def test_trace_alone_rebuilds_the_pool_and_every_block_table(tmp_path):
         kinds.add(event["type"])
         refs, free, tables = snapshots[event["seq"]]
         assert rebuild.refs == refs, f"ref counts differ at seq {event['seq']}"
-        if event["type"] not in ("block_evicted", "radix_evict"):  # announced just before the pool takes it back
+        # announced just before the pool takes it back
+        if event["type"] not in ("block_evicted", "radix_evict"):
             assert rebuild.free == free, f"free list differs at seq {event['seq']}"
         if event["type"] in ("step", "request_finished", "request_preempted"):
             for rid, table in tables.items():
                 assert rebuild.table(rid) == table, f"table of {rid} differs at seq {event['seq']}"
-    assert {"request_preempted", "block_allocated", "block_freed", "token_emitted", "step", "block_cached",
-            "block_evicted", "block_shared"} <= kinds
+    assert {
+        "request_preempted",
+        "block_allocated",
+        "block_freed",
+        "token_emitted",
+        "step",
+        "block_cached",
+        "block_evicted",
+        "block_shared",
+    } <= kinds
     assert not any(rebuild.refs)
 
 
@@ -104,7 +120,8 @@ def test_bad_line_is_reported_by_number_and_earlier_events_are_kept(tmp_path):
 def test_truncated_last_line_is_not_an_error(tmp_path):
     path, _ = run_recorded(tmp_path, num_blocks=64)
     text = path.read_text()
-    cut = text[: len(text) - 20]  # a writer that died mid-line
+    # a writer that died mid-line
+    cut = text[: len(text) - 20]
     trace = parse_trace_lines(cut.splitlines(keepends=True))
     assert trace.error is None and trace.truncated_tail
     assert len(trace.events) == len(text.splitlines()) - 2

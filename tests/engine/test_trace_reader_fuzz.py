@@ -25,15 +25,21 @@ def check_invariants(data: bytes, tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_bytes(data)
     got = read_trace(path)
-    assert got.events == parse_trace_lines(data.splitlines(keepends=True)).events  # file and memory agree
+    # file and memory agree
+    assert got.events == parse_trace_lines(data.splitlines(keepends=True)).events
     lines = data.split(b"\n")
     for event in got.events:
         assert validate_event(event) is None
-    assert [e["seq"] for e in got.events] == list(range(got.events[0]["seq"], got.events[0]["seq"]
-                                                        + len(got.events))) if got.events else True
+    assert (
+        [e["seq"] for e in got.events]
+        == list(range(got.events[0]["seq"], got.events[0]["seq"] + len(got.events)))
+        if got.events
+        else True
+    )
     if got.error is not None:
         assert 1 <= got.error.line <= len(lines) and got.error.message
-        before = lines[1:got.error.line - 1]  # every line between the header and the named one
+        # every line between the header and the named one
+        before = lines[1 : got.error.line - 1]
         assert got.events == [json.loads(line) for line in before if line.strip()]
         with pytest.raises(TraceError) as raised:
             read_trace(path, strict=True)
@@ -66,11 +72,11 @@ def test_corrupted_traces_load_the_good_prefix_or_name_the_line(tmp_path, name, 
     lines = raw.split(b"\n")[:-1]
     op = data.draw(st.sampled_from(["truncate", "flip", "drop", "duplicate", "reorder", "wrong_type"]))
     if op == "truncate":
-        raw = raw[:data.draw(st.integers(0, len(raw)))]
+        raw = raw[: data.draw(st.integers(0, len(raw)))]
     elif op == "flip":
         for _ in range(data.draw(st.integers(1, 3))):
             i = data.draw(st.integers(0, len(raw) - 1))
-            raw = raw[:i] + bytes([raw[i] ^ data.draw(st.integers(1, 255))]) + raw[i + 1:]
+            raw = raw[:i] + bytes([raw[i] ^ data.draw(st.integers(1, 255))]) + raw[i + 1 :]
     else:
         j = data.draw(st.integers(1, len(lines) - 1))
         if op == "drop":
@@ -89,14 +95,17 @@ def test_corrupted_traces_load_the_good_prefix_or_name_the_line(tmp_path, name, 
     check_invariants(raw, tmp_path)
 
 
-@pytest.mark.parametrize("op, line, expected", [
-    ("duplicate", 8, "seq 5 does not follow 5"),
-    ("drop", 7, "seq 6 follows 4: 1 event(s) missing"),
-    ("reorder", 7, "seq 6 follows 4"),
-    ("wrong_type", 7, "field 'seq' must be int"),
-    ("flip_utf8", 7, "not valid UTF-8"),
-    ("type_list", 7, "unknown event type []"),
-])
+@pytest.mark.parametrize(
+    "op, line, expected",
+    [
+        ("duplicate", 8, "seq 5 does not follow 5"),
+        ("drop", 7, "seq 6 follows 4: 1 event(s) missing"),
+        ("reorder", 7, "seq 6 follows 4"),
+        ("wrong_type", 7, "field 'seq' must be int"),
+        ("flip_utf8", 7, "not valid UTF-8"),
+        ("type_list", 7, "unknown event type []"),
+    ],
+)
 def test_each_kind_of_damage_is_named(tmp_path, op, line, expected):
     lines = DATA["chat.jsonl"].split(b"\n")[:-1]
     if op == "duplicate":
@@ -114,7 +123,9 @@ def test_each_kind_of_damage_is_named(tmp_path, op, line, expected):
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     trace = read_trace(path)
-    assert trace.error is not None and trace.error.line == line and expected in trace.error.message, trace.error
+    assert trace.error is not None and trace.error.line == line and expected in trace.error.message, (
+        trace.error
+    )
     assert len(trace.events) == line - 2
 
 
@@ -133,12 +144,19 @@ def test_a_100_mb_line_is_named_and_the_prefix_kept(tmp_path):
 
 def test_header_damage_and_non_trace_files(tmp_path):
     path = tmp_path / "t.jsonl"
-    for data, expected in [(b"", "empty trace"), (b"\x89PNG\r\n\x1a\n\x00\x00", "not valid UTF-8"),
-                           (b"hello world\n", "not valid JSON"), (b'{"type": "header", "schema": 1}\n', "header:"),
-                           (DATA["chat.jsonl"].replace(b'"block_size":16', b'"block_size":-3', 1), "out of range")]:
+    for data, expected in [
+        (b"", "empty trace"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "not valid UTF-8"),
+        (b"hello world\n", "not valid JSON"),
+        (b'{"type": "header", "schema": 1}\n', "header:"),
+        (DATA["chat.jsonl"].replace(b'"block_size":16', b'"block_size":-3', 1), "out of range"),
+    ]:
         path.write_bytes(data)
         trace = read_trace(path)
-        assert trace.error is not None and trace.error.line == 1 and expected in trace.error.message, (data, trace)
+        assert trace.error is not None and trace.error.line == 1 and expected in trace.error.message, (
+            data,
+            trace,
+        )
         header, error = read_header(path)
         assert header is None and expected in error.message
 
@@ -147,7 +165,9 @@ def test_fast_checks_agree_with_validate_event_on_wrong_types():
     for etype, fields in EVENT_FIELDS.items():
         base = {"seq": 1, "t": 0.5, "type": etype}
         for name, (spec, _) in fields.items():
-            base[name] = {"int": 1, "float": 0.5, "str": "s", "list": [], "dict": {}, "bool": True}[spec.rstrip("?")]
+            base[name] = {"int": 1, "float": 0.5, "str": "s", "list": [], "dict": {}, "bool": True}[
+                spec.rstrip("?")
+            ]
         assert FAST_CHECKS[etype](base) and validate_event(base) is None
         for name in [*fields, "seq", "t"]:
             for value in WRONG:

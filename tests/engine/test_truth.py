@@ -8,8 +8,8 @@ import pytest
 from oracle import Witness, differences
 from tiny_models import random_prompts, tiny_model
 
-from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.core.request import Status
+from engine.engine import Engine, EngineConfig, SamplingParams
 
 
 def make(arch="llama-gqa", **config):
@@ -34,7 +34,8 @@ def test_a_fork_holds_its_own_lock_on_the_path_and_the_view_counts_it():
     assert node.lock_ref == 2
     state = witness.state()
     assert len(state.nodes[node.node_id].lockers) == 2 and differences(engine, state) == []
-    assert [e["request_id"] for e in of(events, "radix_lock")][-1] != rid  # the child's own lock event
+    # the child's own lock event
+    assert [e["request_id"] for e in of(events, "radix_lock")][-1] != rid
 
 
 def test_an_edit_releases_the_locks_it_no_longer_needs():
@@ -42,7 +43,8 @@ def test_an_edit_releases_the_locks_it_no_longer_needs():
     rid = engine.submit(random_prompts([13])[0], SamplingParams(max_tokens=4))
     for _ in range(3):
         engine.step()
-    engine.edit(rid, 2, [9], "replace")  # inside block 0: no whole block stays
+    # inside block 0: no whole block stays
+    engine.edit(rid, 2, [9], "replace")
     state = witness.state()
     assert all(not n.lockers for i, n in state.nodes.items() if i) and differences(engine, state) == []
 
@@ -65,7 +67,8 @@ def test_a_one_token_prefill_after_a_full_match_counts_as_a_prefill():
     engine, events, _ = make(num_blocks=32)
     prompt = random_prompts([9])[0]
     engine.generate([prompt], SamplingParams(max_tokens=2))
-    engine.submit(prompt, SamplingParams(max_tokens=2))  # 8 of 9 tokens cached: a 1-token prefill
+    # 8 of 9 tokens cached: a 1-token prefill
+    engine.submit(prompt, SamplingParams(max_tokens=2))
     engine.step()
     assert of(events, "prefill_chunk")[-1]["end"] - of(events, "prefill_chunk")[-1]["start"] == 1
     step = of(events, "step")[-1]
@@ -77,7 +80,8 @@ def test_cached_tokens_count_what_the_cache_served_at_the_first_admission():
     engine, events, witness = make(num_blocks=10, max_batched_tokens=64)
     outs = engine.generate(random_prompts([12, 10, 14], seed=1), SamplingParams(max_tokens=12))
     assert of(events, "request_preempted")
-    assert [o.cached_tokens for o in outs] == [0, 0, 0]  # different prompts: nothing shared
+    # different prompts: nothing shared
+    assert [o.cached_tokens for o in outs] == [0, 0, 0]
     assert all(e["cached_tokens"] <= e["num_prompt_tokens"] for e in of(events, "request_finished"))
     assert differences(engine, witness.state()) == []
 
@@ -99,7 +103,8 @@ def test_a_step_that_preempts_admits_nobody_and_refunds_the_victims_tokens():
         elif e["type"] == "request_scheduled":
             admitted_steps.add(step)
     assert preempted_steps and not preempted_steps & admitted_steps
-    assert len(of(events, "request_preempted")) <= 7  # 11 before the rule, in the same 24 steps
+    # 11 before the rule, in the same 24 steps
+    assert len(of(events, "request_preempted")) <= 7
 
 
 def test_the_invalidate_of_a_finished_request_says_where_it_actually_resumes():
@@ -123,7 +128,8 @@ def test_aborts_of_waiting_and_running_requests_leave_the_view_true(arch):
     running = engine.submit(random_prompts([9])[0], SamplingParams(max_tokens=5))
     waiting = engine.submit(random_prompts([9], seed=2)[0], SamplingParams(max_tokens=5))
     engine.step()
-    engine.abort(waiting)  # never ran: no sink_divergence to compute, and no crash
+    # never ran: no sink_divergence to compute, and no crash
+    engine.abort(waiting)
     engine.step()
     engine.abort(running)
     assert {engine.output(r).finish_reason for r in (running, waiting)} == {"aborted"}

@@ -25,8 +25,12 @@ class FakeClock:
 
 def replay_app(trace, clock=None) -> KvtuiApp:
     header, events = trace
-    return KvtuiApp(Timeline(header, events, keyframe_every=64), source="test", clock=clock or FakeClock(),
-                    frame_rate=None)
+    return KvtuiApp(
+        Timeline(header, events, keyframe_every=64),
+        source="test",
+        clock=clock or FakeClock(),
+        frame_rate=None,
+    )
 
 
 async def test_step_events_and_engine_steps(small_trace):
@@ -51,7 +55,8 @@ async def test_seek_markers_percent_and_end(small_trace):
     header, events = small_trace
     app = replay_app(small_trace)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("e")  # next edit: lands on its invalidate event
+        # next edit: lands on its invalidate event
+        await pilot.press("e")
         assert events[app.cursor - 1]["type"] == "invalidate"
         assert app.view.request_id == events[app.cursor - 1]["request_id"]
         await pilot.press("m")
@@ -64,7 +69,7 @@ async def test_seek_markers_percent_and_end(small_trace):
         assert app.cursor <= before
         await pilot.press("g", *"50", "enter")
         assert app.cursor == round(0.5 * len(events))
-        assert state_fingerprint(app.state) == state_fingerprint(replay(header, events[:app.cursor]))
+        assert state_fingerprint(app.state) == state_fingerprint(replay(header, events[: app.cursor]))
         await pilot.press("G")
         assert app.cursor == len(events)
         await pilot.press("g", *"#10", "enter")
@@ -82,7 +87,8 @@ async def test_play_speed_with_injected_clock(small_trace):
         app.tick()
         at_1x = app.cursor
         assert at_1x == sum(1 for ev in events if ev["t"] <= 0.1)
-        await pilot.press("plus", "plus")  # 1x -> 2x -> 4x
+        # 1x -> 2x -> 4x
+        await pilot.press("plus", "plus")
         assert app.speed == 4.0
         clock.now += 0.1
         app.tick()
@@ -91,8 +97,10 @@ async def test_play_speed_with_injected_clock(small_trace):
         assert app.speed == 2.0
         clock.now += 100
         app.tick()
-        assert app.cursor == len(events) and not app.playing  # stops at the end
-        await pilot.press("space")  # play again from the start
+        # stops at the end
+        assert app.cursor == len(events) and not app.playing
+        # play again from the start
+        await pilot.press("space")
         assert app.playing and app.cursor == 0
 
 
@@ -126,13 +134,15 @@ async def test_edit_keys_in_replay_only_notify(small_trace):
     app = replay_app(small_trace)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("G", "r")
-        assert app.input_mode is None  # no crash, a notification instead
+        # no crash, a notification instead
+        assert app.input_mode is None
 
 
 # ---------------------------------------------------------------------------------------------- live mode
 def live_app(feed, controller) -> KvtuiApp:
-    return KvtuiApp(source="fake-engine", live=True, feed=feed, controller=controller, clock=FakeClock(),
-                    frame_rate=None)
+    return KvtuiApp(
+        source="fake-engine", live=True, feed=feed, controller=controller, clock=FakeClock(), frame_rate=None
+    )
 
 
 def _events_for(events, rid):
@@ -152,17 +162,18 @@ async def test_live_prompt_then_tokens_stream_in(small_trace):
         # live mode sends a chat message by default (the embedded model is an instruct model)
         assert controller.calls == [("submit", [{"role": "user", "content": "Why is the sky blue?"}], 64)]
         first_token = next(i for i, ev in enumerate(events) if ev["type"] == "token_emitted")
-        for ev in events[:first_token + 1]:
+        for ev in events[: first_token + 1]:
             feed.put_event(ev)
         app.tick()
         rid = events[first_token]["request_id"]
-        assert app.view.request_id == "r0"  # the arrival after our submit is selected
+        # the arrival after our submit is selected
+        assert app.view.request_id == "r0"
         assert app.cursor == first_token + 1 and app.following
         await pilot.press("escape", "6")
         strip = app.query_one("#token-strip")
         assert events[first_token]["text"] in strip.render_line(3).text or rid != "r0"
         # the rest streams in, the view follows the end
-        for ev in events[first_token + 1:]:
+        for ev in events[first_token + 1 :]:
             feed.put_event(ev)
         app.pump()
         assert app.cursor == len(events)
@@ -200,7 +211,7 @@ async def test_live_edit_sends_command_and_shows_the_invalidation(small_trace):
         await pilot.press("f")
         assert controller.calls[-1] == ("fork", rid, 1)
         # the engine answers with edit + invalidate: the pool marks kept / dropped blocks, the strip the boundary
-        for ev in events[edit_at:inv_at + 1]:
+        for ev in events[edit_at : inv_at + 1]:
             feed.put_event(ev)
         app.pump()
         inv = events[inv_at]
@@ -210,8 +221,9 @@ async def test_live_edit_sends_command_and_shows_the_invalidation(small_trace):
         assert "edit " in strip.render_line(2).text
         assert f"recompute {inv['recompute_tokens']} tok" in strip.render_line(2).text
         await pilot.press("1")
-        grid = app.query_one(BlockPoolView)
+        app.query_one(BlockPoolView)
         from kvtui.widgets.block_pool import edit_marks
+
         marks = edit_marks(app.state)
         assert all(marks[p] == "dropped" for p in inv["dropped"])
 
@@ -229,9 +241,9 @@ async def test_live_error_notice_becomes_a_notification():
 @pytest.mark.parametrize("bad", ['{"seq": 0}\n', "not json\n"])
 def test_replay_check_reports_bad_line_number(tmp_path, small_trace, bad):
     from click.testing import CliRunner
+    from synthetic import write_trace
 
     from kvtui.commands.ui_commands import replay as replay_cmd
-    from synthetic import write_trace
 
     header, events = small_trace
     path = tmp_path / "t.jsonl"
@@ -246,9 +258,9 @@ def test_replay_check_reports_bad_line_number(tmp_path, small_trace, bad):
 
 def test_replay_check_accepts_truncated_last_line(tmp_path, small_trace):
     from click.testing import CliRunner
+    from synthetic import write_trace
 
     from kvtui.commands.ui_commands import replay as replay_cmd
-    from synthetic import write_trace
 
     header, events = small_trace
     path = tmp_path / "t.jsonl"
@@ -264,8 +276,9 @@ async def test_replay_loads_a_file_in_a_worker_and_opens_at_an_interesting_point
     from pathlib import Path
 
     path = Path(__file__).resolve().parent / "data" / "edit_series.jsonl"
-    app = KvtuiApp(source=str(path), trace_path=str(path), open_interesting=True, clock=FakeClock(),
-                   frame_rate=None)
+    app = KvtuiApp(
+        source=str(path), trace_path=str(path), open_interesting=True, clock=FakeClock(), frame_rate=None
+    )
     async with app.run_test(size=SIZE) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()

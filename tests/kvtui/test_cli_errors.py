@@ -22,9 +22,13 @@ def _files(tmp: Path) -> dict[str, str]:
         "binary.jsonl": b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe",
         "not_trace.jsonl": b'{"hello": "world"}\n',
         "schema99.jsonl": b'{"type": "header", "schema": 99}\n',
-        "bad_line.jsonl": b"\n".join(lines[:5] + [b'{"seq": 4, "t": 0.1, "type": "block_freed"}'] + lines[5:]),
+        "bad_line.jsonl": b"\n".join(
+            lines[:5] + [b'{"seq": 4, "t": 0.1, "type": "block_freed"}'] + lines[5:]
+        ),
         "workload_json.json": b'{"requests": [',
-        "workload_field.json": json.dumps({"requests": [{"prompt": "x", "sampling": {"max_tokenz": 3}}]}).encode(),
+        "workload_field.json": json.dumps(
+            {"requests": [{"prompt": "x", "sampling": {"max_tokenz": 3}}]}
+        ).encode(),
         "workload_empty.json": b'{"requests": []}',
         "empty_dir/.keep": b"",
         "model.gguf": b"GGUF\x03\x00\x00\x00",
@@ -79,7 +83,8 @@ def _assert_one_line_error(result, message: str) -> None:
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert "Traceback" not in result.output
     said = [line for line in result.output.splitlines() if message in line]
-    assert len(said) == 1, result.output  # the message is one line
+    # the message is one line
+    assert len(said) == 1, result.output
     assert len([line for line in result.output.splitlines() if line.startswith("Error")]) <= 1
 
 
@@ -91,11 +96,25 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(tmp_path, args, message):
 @pytest.mark.smollm2
 def test_a_workload_edit_out_of_range_is_one_line(tmp_path):
     workload = tmp_path / "w.json"
-    workload.write_text(json.dumps({
-        "requests": [{"id": "a", "prompt_token_ids": [1, 2, 3, 4, 5], "sampling": {"max_tokens": 2}}],
-        "edits": [{"request_id": "a", "after_finish": True, "position": 99, "kind": "replace", "token_ids": [7]}]}))
-    result = CliRunner().invoke(main, ["record", "-w", str(workload), "-o", str(tmp_path / "t.jsonl"),
-                                       "--num-blocks", "16"])
+    workload.write_text(
+        json.dumps(
+            {
+                "requests": [{"id": "a", "prompt_token_ids": [1, 2, 3, 4, 5], "sampling": {"max_tokens": 2}}],
+                "edits": [
+                    {
+                        "request_id": "a",
+                        "after_finish": True,
+                        "position": 99,
+                        "kind": "replace",
+                        "token_ids": [7],
+                    }
+                ],
+            }
+        )
+    )
+    result = CliRunner().invoke(
+        main, ["record", "-w", str(workload), "-o", str(tmp_path / "t.jsonl"), "--num-blocks", "16"]
+    )
     _assert_one_line_error(result, "cannot replace 1 token(s) at position 99")
 
 

@@ -55,8 +55,9 @@ def test_export_reads_back_with_every_track(tmp_path):
 
     requests = [ev["request_id"] for ev in events if ev["type"] == "request_arrived"]
     # every request has a track named exactly its id, under the "requests" track
-    assert {n[len("request "):] for n in names.values() if n.startswith("request ")} - {"hit rate"} == \
-        set(requests)
+    assert {n[len("request ") :] for n in names.values() if n.startswith("request ")} - {"hit rate"} == set(
+        requests
+    )
     assert set(COUNTERS) <= counters
 
     # one slice per prefill chunk and decode step on its request's track, begin before end, balanced
@@ -67,35 +68,42 @@ def test_export_reads_back_with_every_track(tmp_path):
         assert len(begins) == len(ends)
         chunks = [ev for ev in events if ev["type"] == "prefill_chunk" and ev["request_id"] == rid]
         decodes = [ev for ev in events if ev["type"] == "decode" and ev["request_id"] == rid]
-        assert [e[2] for e in begins if e[2].startswith("prefill")] == \
-            [f"prefill {c['start']}..{c['end']}" for c in chunks]
+        assert [e[2] for e in begins if e[2].startswith("prefill")] == [
+            f"prefill {c['start']}..{c['end']}" for c in chunks
+        ]
         assert sum(e[2].startswith("decode") for e in begins) == len(decodes)
         assert any(e[2] == "queued" for e in begins)
         depth = 0
-        for e in sorted(lane, key=lambda e: e[0]):  # slices never overlap on one track
+        # slices never overlap on one track
+        for e in sorted(lane, key=lambda e: e[0]):
             depth += {TrackEvent.TYPE_SLICE_BEGIN: 1, TrackEvent.TYPE_SLICE_END: -1}.get(e[1], 0)
             assert depth in (0, 1)
 
-    instants = [(track, e[2], e[3]) for track, lane in tracks.items() for e in lane
-                if e[1] == TrackEvent.TYPE_INSTANT]
+    instants = [
+        (track, e[2], e[3]) for track, lane in tracks.items() for e in lane if e[1] == TrackEvent.TYPE_INSTANT
+    ]
     preempted = [ev["request_id"] for ev in events if ev["type"] == "request_preempted"]
-    assert preempted and sorted(t for t, name, _ in instants if name == "preempted") == \
-        sorted(f"request {rid}" for rid in preempted)
+    assert preempted and sorted(t for t, name, _ in instants if name == "preempted") == sorted(
+        f"request {rid}" for rid in preempted
+    )
     edit = next(ev for ev in events if ev["type"] == "edit")
-    assert (f"request {edit['request_id']}", f"edit replace @{edit['position']}") in \
-        [(t, n) for t, n, _ in instants]
+    assert (f"request {edit['request_id']}", f"edit replace @{edit['position']}") in [
+        (t, n) for t, n, _ in instants
+    ]
     assert any(n.startswith("invalidate from") for _, n, _ in instants)
     evicted = [ev["physical"] for ev in events if ev["type"] == "block_evicted"]
     assert evicted and [a["physical"] for t, n, a in instants if t == "evictions"] == evicted
     misses = [(t, n, a) for t, n, a in instants if n.startswith("miss: ")]
-    assert misses and all(a["reason"] == n[len("miss: "):] for _, n, a in misses)
+    assert misses and all(a["reason"] == n[len("miss: ") :] for _, n, a in misses)
 
     # counters: one sample per step; tokens per step equals the step events; free + used + cached = pool
     steps = [ev for ev in events if ev["type"] == "step"]
     assert [e[4] for e in tracks["tokens per step"]] == [float(s["num_tokens"]) for s in steps]
     assert [e[4] for e in tracks["free blocks"]] == [float(s["free_blocks"]) for s in steps]
-    total = [sum(v) for v in zip(*(([e[4] for e in tracks[n]]) for n in ("free blocks", "used blocks",
-                                                                          "cached blocks")))]
+    total = [
+        sum(v)
+        for v in zip(*(([e[4] for e in tracks[n]]) for n in ("free blocks", "used blocks", "cached blocks")))
+    ]
     assert total == [float(header["num_blocks"])] * len(steps)
     rates = [ev for ev in events if ev["type"] == "hit_rates"]
     assert [e[4] for e in tracks["token hit rate"]] == [100 * r["token_hit_rate"] for r in rates]

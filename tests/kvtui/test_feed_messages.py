@@ -42,8 +42,11 @@ def test_every_feed_item_comes_out_of_the_feed_as_it_went_in():
         feed.put(item)
     feed.put_event({"seq": 1, "type": "step_end"})
     feed.notice("model ready")
-    assert feed.drain() == [*FEED_ITEMS, FeedEvent({"seq": 1, "type": "step_end"}),
-                            FeedNotice("model ready", "information")]
+    assert feed.drain() == [
+        *FEED_ITEMS,
+        FeedEvent({"seq": 1, "type": "step_end"}),
+        FeedNotice("model ready", "information"),
+    ]
     assert feed.drain() == []
 
 

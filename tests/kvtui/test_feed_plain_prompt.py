@@ -17,7 +17,10 @@ def test_chat_messages_become_plain_text_without_a_template():
 
 
 def test_prompts_pass_unchanged_otherwise():
-    assert plain_if_no_template(engine_with("{{ messages }}"), MESSAGES) is MESSAGES  # the template renders them
+    # the template renders them
+    assert plain_if_no_template(engine_with("{{ messages }}"), MESSAGES) is MESSAGES
     assert plain_if_no_template(engine_with(None), "plain") == "plain"
-    assert plain_if_no_template(engine_with(None), [1, 2, 3]) == [1, 2, 3]  # token ids
-    assert plain_if_no_template(SimpleNamespace(tokenizer=None), MESSAGES) is MESSAGES  # no tokenizer: engine says
+    # token ids
+    assert plain_if_no_template(engine_with(None), [1, 2, 3]) == [1, 2, 3]
+    # no tokenizer: engine says
+    assert plain_if_no_template(SimpleNamespace(tokenizer=None), MESSAGES) is MESSAGES

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.anyio
 
 
 def live_app(feed, controller) -> KvtuiApp:
-    return KvtuiApp(source="fake-engine", live=True, feed=feed, controller=controller, clock=lambda: 0.0,
-                    frame_rate=None)
+    return KvtuiApp(
+        source="fake-engine", live=True, feed=feed, controller=controller, clock=lambda: 0.0, frame_rate=None
+    )
 
 
 def feed_trace(feed: EventFeed, header: dict, events: list[dict]) -> None:
@@ -53,8 +54,15 @@ async def test_shift_arrows_select_a_range_and_the_box_says_what_goes(small_trac
         selected = "".join(req.texts[1:4])
         assert f"replace {selected!r} (positions 1-3, 3 tokens)" in small.placeholder, small.placeholder
         await pilot.press(*" a much longer replacement text", "enter")
-        assert controller.calls[-1] == ("edit", rid, 1, " a much longer replacement text", "replace", 3,
-                                        req.token_ids[1])
+        assert controller.calls[-1] == (
+            "edit",
+            rid,
+            1,
+            " a much longer replacement text",
+            "replace",
+            3,
+            req.token_ids[1],
+        )
         # a plain arrow drops the selection: one token again, and delete sends the token it saw
         await pilot.press("right", "d")
         assert controller.calls[-1] == ("edit", rid, 4, "", "delete", 1, req.token_ids[4])
@@ -81,8 +89,10 @@ async def test_editing_while_scrubbed_back_jumps_to_live_or_says_why_not(small_t
         old = app.view.request.token_ids[m]
         assert old != edit["token_ids"][0]
         await pilot.press("r")
-        assert app.following and app.cursor == len(app.timeline)  # jumped to live ...
-        assert app.input_mode is None and not controller.calls  # ... and refused: the token there changed
+        # jumped to live ...
+        assert app.following and app.cursor == len(app.timeline)
+        # ... and refused: the token there changed
+        assert app.input_mode is None and not controller.calls
         assert any("jumped to live" in n.message and "select again" in n.message for n in app._notifications)
         # a position the edit did not touch: jump to live, then the box opens with the live token
         app.seek(edit_at)
@@ -118,8 +128,9 @@ def _slow_tiny_engine():
 
     from engine.engine import Engine, EngineConfig
 
-    engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(device="cpu", block_size=16,
-                                                                            num_blocks=256))
+    engine = Engine.from_model(
+        tiny_model("llama-gqa"), config=EngineConfig(device="cpu", block_size=16, num_blocks=256)
+    )
     step = engine.step
 
     def slow_step():
@@ -139,9 +150,11 @@ async def test_quitting_mid_generation_stops_the_worker_and_leaves_a_whole_trace
     app = live_app(feed, worker)
     worker.start()
     async with app.run_test(size=SIZE) as pilot:
-        worker.submit([5, 6, 7, 8, 9, 10, 11], max_tokens=1000)  # the tiny model has 1024 positions
+        # the tiny model has 1024 positions
+        worker.submit([5, 6, 7, 8, 9, 10, 11], max_tokens=1000)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait until it is generating
+        # wait until it is generating
+        while time.monotonic() < deadline:
             app.pump()
             if app.state is not None and app.state.counts.get("token_emitted", 0) >= 5:
                 break
@@ -149,7 +162,8 @@ async def test_quitting_mid_generation_stops_the_worker_and_leaves_a_whole_trace
         assert app.state.counts.get("token_emitted", 0) >= 5
         await pilot.press("q")
     assert not worker.thread.is_alive()
-    parsed = read_trace(trace, strict=True)  # every line whole, no truncated tail
+    # every line whole, no truncated tail
+    parsed = read_trace(trace, strict=True)
     assert not parsed.truncated_tail
     finished = [e for e in parsed.events if e["type"] == "request_finished"]
     assert finished and finished[-1]["reason"] == "aborted"

@@ -10,8 +10,9 @@ from kvtui.state import CacheState, replay, state_fingerprint
 
 @pytest.mark.parametrize("arch,extra", [("llama-gqa", {}), ("mistral-mqa", {"sliding_window": 3})])
 def test_live_state_equals_replayed_state(tmp_path, arch, extra):
-    engine = Engine.from_model(tiny_model(arch, **extra),
-                               config=EngineConfig(block_size=4, num_blocks=20, max_batched_tokens=8))
+    engine = Engine.from_model(
+        tiny_model(arch, **extra), config=EngineConfig(block_size=4, num_blocks=20, max_batched_tokens=8)
+    )
     path = tmp_path / "trace.jsonl"
     engine.add_trace_file(path)
     live = CacheState(engine.trace.header)
@@ -20,13 +21,17 @@ def test_live_state_equals_replayed_state(tmp_path, arch, extra):
     ids = [engine.submit(p, SamplingParams(max_tokens=6)) for p in prompts[:2]]
     engine.step()
     engine.step()
-    engine.fork(ids[0], 2)  # shared blocks, copy-on-write
+    # shared blocks, copy-on-write
+    engine.fork(ids[0], 2)
     engine.step()
-    engine.edit(ids[1], 5, [7], "replace")  # a running request
-    engine.submit(prompts[0][:9] + prompts[2], SamplingParams(max_tokens=5))  # a prefix hit
+    # a running request
+    engine.edit(ids[1], 5, [7], "replace")
+    # a prefix hit
+    engine.submit(prompts[0][:9] + prompts[2], SamplingParams(max_tokens=5))
     while engine.has_unfinished():
         engine.step()
-    engine.edit(ids[0], 11, [3, 4], "insert")  # a finished request
+    # a finished request
+    engine.edit(ids[0], 11, [3, 4], "insert")
     while engine.has_unfinished():
         engine.step()
     engine.close()

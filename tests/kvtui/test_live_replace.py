@@ -45,15 +45,19 @@ def test_the_reported_bug_and_its_fix(engine):
     assert len(typed) > 1
     # the bug: the live UI sent engine.edit(..., typed, "replace"), which swaps as many tokens as it is given
     old_path = apply_edit(prompt, list(req.output_token_ids), 28, typed, "replace")
-    assert old_path.prompt[28 + len(typed):] == prompt[28 + len(typed):]
-    assert old_path.prompt[:28 + len(typed)] == prompt[:28] + typed  # ' cache? Answer in' ... swallowed
+    assert old_path.prompt[28 + len(typed) :] == prompt[28 + len(typed) :]
+    # ' cache? Answer in' ... swallowed
+    assert old_path.prompt[: 28 + len(typed)] == prompt[:28] + typed
     # the fix: the selection (one token, 'V') goes; everything after it stays
     apply_live_edit(engine, rid, 28, TYPED, "replace", num_tokens=1, expected_token=prompt[28])
     assert req.prompt_token_ids == prompt[:28] + typed + prompt[29:]
     _finish(engine)
-    shown = replay(engine.trace.header, events).requests[rid]  # what the UI shows is what the engine did
+    # what the UI shows is what the engine did
+    shown = replay(engine.trace.header, events).requests[rid]
     assert shown.token_ids == req.prompt_token_ids + req.output_token_ids
-    assert "".join(shown.texts[24:]).startswith("What is a KV cache and an LRU cache? Answer in one sentence.")
+    assert "".join(shown.texts[24:]).startswith(
+        "What is a KV cache and an LRU cache? Answer in one sentence."
+    )
 
 
 def test_a_selected_range_is_replaced_by_shorter_text(engine):
@@ -63,7 +67,10 @@ def test_a_selected_range_is_replaced_by_shorter_text(engine):
     prompt = list(req.prompt_token_ids)
     assert [engine.token_text(t) for t in prompt[29:31]] == [" cache", "?"]
     apply_live_edit(engine, rid, 29, "!", "replace", num_tokens=2, expected_token=prompt[29])
-    assert req.prompt_token_ids == prompt[:29] + engine.tokenizer.encode("!", add_special_tokens=False) + prompt[31:]
+    assert (
+        req.prompt_token_ids
+        == prompt[:29] + engine.tokenizer.encode("!", add_special_tokens=False) + prompt[31:]
+    )
     _finish(engine)
     shown = replay(engine.trace.header, events).requests[rid]
     assert shown.token_ids == req.prompt_token_ids + req.output_token_ids

@@ -16,8 +16,15 @@ SIZE = (120, 36)
 
 
 def live_app(feed, controller) -> KvtuiApp:
-    return KvtuiApp(source="fake-engine", live=True, feed=feed, controller=controller, clock=lambda: 0.0,
-                    frame_rate=None, max_tokens=32)
+    return KvtuiApp(
+        source="fake-engine",
+        live=True,
+        feed=feed,
+        controller=controller,
+        clock=lambda: 0.0,
+        frame_rate=None,
+        max_tokens=32,
+    )
 
 
 async def test_prompt_bar_sends_temperature_seed_and_max_tokens(small_trace):
@@ -28,11 +35,13 @@ async def test_prompt_bar_sends_temperature_seed_and_max_tokens(small_trace):
         feed.put(FeedHeader(header))
         app.pump()
         await pilot.click("#prompt")
-        await pilot.press(*"hi", "enter")  # empty boxes: greedy, no seed, the --max-tokens default
+        # empty boxes: greedy, no seed, the --max-tokens default
+        await pilot.press(*"hi", "enter")
         assert controller.calls[-1] == ("submit", [{"role": "user", "content": "hi"}], 32)
         assert controller.sampling[-1] == {"temperature": 0.0, "seed": None}
         await pilot.click("#temperature")
-        await pilot.press(*"0.8", "tab", *"7", "tab", *"5", "enter")  # Enter in a box goes back to the prompt
+        # Enter in a box goes back to the prompt
+        await pilot.press(*"0.8", "tab", *"7", "tab", *"5", "enter")
         assert app.focused.id == "prompt"
         await pilot.press(*"again", "enter")
         assert controller.calls[-1] == ("submit", [{"role": "user", "content": "again"}], 5)
@@ -54,7 +63,7 @@ async def test_s_stops_the_selected_running_request(small_trace):
     rid = events[first_token]["request_id"]
     async with app.run_test(size=SIZE) as pilot:
         feed.put(FeedHeader(header))
-        for ev in events[:first_token + 1]:
+        for ev in events[: first_token + 1]:
             feed.put_event(ev)
         app.pump()
         await pilot.press("escape")
@@ -62,11 +71,12 @@ async def test_s_stops_the_selected_running_request(small_trace):
         await pilot.press("s")
         assert controller.calls[-1] == ("abort", rid)
         finished = next(ev["request_id"] for ev in events if ev["type"] == "request_finished")
-        for ev in events[first_token + 1:]:
+        for ev in events[first_token + 1 :]:
             feed.put_event(ev)
         app.pump()
         app.select_request(finished)
-        await pilot.press("s")  # a finished request is not sent again
+        # a finished request is not sent again
+        await pilot.press("s")
         assert controller.calls[-1] == ("abort", rid)
 
 
@@ -80,7 +90,8 @@ def test_the_worker_submits_with_sampling_and_aborts():
     assert engine.requests[a].params.temperature == 0.9 and engine.requests[a].params.seed == 1234
     while engine.has_unfinished():
         engine.step()
-    assert engine.output(a).token_ids == engine.output(b).token_ids  # same seed, same sample
+    # same seed, same sample
+    assert engine.output(a).token_ids == engine.output(b).token_ids
     worker._execute(engine, SubmitPrompt(prompt, 50, 0.0, None))
     c = list(engine.requests)[-1]
     engine.step()

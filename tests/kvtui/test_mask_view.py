@@ -8,9 +8,9 @@ import pytest
 from tiny_trace import hybrid_trace
 
 from kvtui.app import KvtuiApp
-from kvtui.state.masks import CACHED, CHUNK, FUTURE, MASKED, SINK, LayerKind, cell, layer_kinds, step_masks
 from kvtui.screens.panel import PanelScreen
 from kvtui.state import replay
+from kvtui.state.masks import CACHED, CHUNK, FUTURE, MASKED, SINK, LayerKind, cell, layer_kinds, step_masks
 from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import View
 from kvtui.widgets.mask import REGION_STYLE, MaskView
@@ -41,7 +41,9 @@ def test_cell_counts_match_pair_by_pair():
                 for k in range(k0, k1):
                     brute[kind.region(q, k, start)] += 1
             assert counts == brute
-            assert frac == pytest.approx((brute[CACHED] + brute[CHUNK] + brute[SINK]) / ((q1 - q0) * (k1 - k0)))
+            assert frac == pytest.approx(
+                (brute[CACHED] + brute[CHUNK] + brute[SINK]) / ((q1 - q0) * (k1 - k0))
+            )
 
 
 def test_layer_kinds_from_the_header():
@@ -56,14 +58,20 @@ def test_step_masks_are_the_steps_chunks():
     for step in range(8):
         cursor = step_end(events, step)
         masks = step_masks(list(events), cursor)
-        expected = [ev for ev in events[:cursor] if ev["type"] in ("prefill_chunk", "decode") and ev["step"] == step]
+        expected = [
+            ev for ev in events[:cursor] if ev["type"] in ("prefill_chunk", "decode") and ev["step"] == step
+        ]
         assert masks.step == step
-        assert [(c.request_id, c.start) for c in masks.chunks] == \
-            [(ev["request_id"], ev.get("start", ev.get("position"))) for ev in expected]
+        assert [(c.request_id, c.start) for c in masks.chunks] == [
+            (ev["request_id"], ev.get("start", ev.get("position"))) for ev in expected
+        ]
         prev = step_end(events, step - 1) if step else 0
         ids = {ev["request_id"] for ev in expected}
-        writes = {(ev["request_id"], ev["group"]) for ev in events[prev:cursor]
-                  if ev["type"] == "ring_write" and ev["request_id"] in ids}
+        writes = {
+            (ev["request_id"], ev["group"])
+            for ev in events[prev:cursor]
+            if ev["type"] == "ring_write" and ev["request_id"] in ids
+        }
         assert writes and set(masks.ring_writes) == writes
 
 
@@ -74,12 +82,14 @@ def test_a_prefill_after_a_prefix_hit_and_a_fresh_prefill():
     assert "attention masks of engine step 6" in lines[0]
     # r1 continues a cached prefix of 16 tokens: every query row sees all 16 (full layer) then its triangle
     assert "r1 prefill 16..22 (6 queries) · keys 0..21 · 16 cached before this step" in text
-    full = lines.index("  full attention · layer 1 · the cached prefix fully visible, the chunk lower-triangular")
-    rows = lines[full + 2:full + 8]
+    full = lines.index(
+        "  full attention · layer 1 · the cached prefix fully visible, the chunk lower-triangular"
+    )
+    rows = lines[full + 2 : full + 8]
     assert rows == [f"     q {q} " + "█" * (q + 1) for q in range(16, 22)]
     window = lines.index("  sliding window W=8 · layers 0, 2 · each query sees itself + the 7 keys before it")
     assert lines[window + 1].startswith("  ring: wrote positions 16..21 into 8 slots")
-    rows = lines[window + 3:window + 9]
+    rows = lines[window + 3 : window + 9]
     assert rows == [f"     q {q} " + "·" * (q - 7) + "█" * 8 for q in range(16, 22)]
     # r2 starts from nothing: 18 queries in 9 rows of 2, the diagonal cells half visible
     assert "r2 prefill 0..18 (18 queries) · keys 0..17 · nothing cached before it" in text
@@ -99,7 +109,8 @@ def test_wide_prompts_bin_keys_into_columns():
     # r2's 18 keys in 19 columns fit; r1's 22 keys do not: 2 keys per column, its 6 queries one per row
     assert "  1 column = 2 keys, 1 row = 1" in lines
     full = lines.index("  1 column = 2 keys, 1 row = 1") + 1
-    assert lines[full + 1] == "     q 16 " + "█" * 8 + "▒"  # keys 0..15 whole, then half of (16, 17)
+    # keys 0..15 whole, then half of (16, 17)
+    assert lines[full + 1] == "     q 16 " + "█" * 8 + "▒"
     assert all(len(line) <= 30 for line in lines)
 
 
@@ -117,7 +128,8 @@ async def test_k_opens_the_mask_panel_and_follows_the_cursor():
         await pilot.press("greater_than_sign")
         await pilot.pause()
         assert "step 7" in body.render_line(0).text
-        await pilot.press("l")  # the roofline panel replaces it
+        # the roofline panel replaces it
+        await pilot.press("l")
         await pilot.pause()
         assert isinstance(app.screen, PanelScreen) and app.screen.kind == "roofline"
         await pilot.press("escape")
@@ -138,15 +150,21 @@ def test_gemma3_fixture_past_its_window():
     lines = mask_lines(loaded.header, loaded.events, step_end(loaded.events, 2))
     assert "story prefill 512..622 (110 queries) · keys 0..621 · 512 cached before this step" in lines[3]
     assert lines[4].startswith("  full attention · layers 5, 11, 17 ·")
-    window = next(i for i, line in enumerate(lines) if line.startswith("  sliding window W=512 · layers 0, 1,"))
+    window = next(
+        i for i, line in enumerate(lines) if line.startswith("  sliding window W=512 · layers 0, 1,")
+    )
     assert lines[window + 1].startswith("  ring: wrote positions 512..621 into 512 slots")
-    assert "overwrote 0..109 (110 fell" in lines[window + 1]  # (the line is cut at 100 cells)
+    # (the line is cut at 100 cells)
+    assert "overwrote 0..109 (110 fell" in lines[window + 1]
     full_rows = lines[7:window]
-    window_rows = lines[window + 4:]
-    assert len(full_rows) == len(window_rows) == 11  # 110 queries, 10 per row
-    assert not any("·" in row for row in full_rows)  # full attention drops nothing
+    window_rows = lines[window + 4 :]
+    # 110 queries, 10 per row
+    assert len(full_rows) == len(window_rows) == 11
+    # full attention drops nothing
+    assert not any("·" in row for row in full_rows)
     dots = [row[10:].count("·") for row in window_rows]
-    assert dots[0] == 0 and dots == sorted(dots) and dots[-1] >= 13  # the band slides right: q - 512 < k
+    # the band slides right: q - 512 < k
+    assert dots[0] == 0 and dots == sorted(dots) and dots[-1] >= 13
 
 
 def test_sink_columns_stay_visible_outside_the_window():
@@ -163,10 +181,16 @@ def test_sink_columns_stay_visible_outside_the_window():
     row = lines.index("     q 50 " + "█" * 4 + "·" * 15 + "█" * 32)
     view = MaskView()
     view.events = loaded.events
-    view.view = View(replay(loaded.header, loaded.events[:step_end(loaded.events, 5)]))
-    cells = [(seg.text, seg.style.color.name if seg.style and seg.style.color else None)
-             for seg in view.render_row(row, 100) for _ in seg.text]
+    view.view = View(replay(loaded.header, loaded.events[: step_end(loaded.events, 5)]))
+    cells = [
+        (seg.text, seg.style.color.name if seg.style and seg.style.color else None)
+        for seg in view.render_row(row, 100)
+        for _ in seg.text
+    ]
     colors = [color for _, color in cells[10:61]]
     assert colors[:4] == [REGION_STYLE[SINK].color.name] * 4
     assert colors[4:19] == [REGION_STYLE[MASKED].color.name] * 15
-    assert colors[19:50] == [REGION_STYLE[CACHED].color.name] * 31 and colors[50] == REGION_STYLE[CHUNK].color.name
+    assert (
+        colors[19:50] == [REGION_STYLE[CACHED].color.name] * 31
+        and colors[50] == REGION_STYLE[CHUNK].color.name
+    )

@@ -14,10 +14,12 @@ TRACE = Path(__file__).resolve().parent / "data" / "hybrid_tiny.jsonl"
 
 def app_at_step(step: int) -> KvtuiApp:
     parsed = read_trace(TRACE, strict=True)
-    app = KvtuiApp(Timeline(parsed.header, parsed.events), source="hybrid_tiny.jsonl", clock=lambda: 0.0,
-                   frame_rate=None)
-    app.initial_cursor = next(i + 1 for i, ev in enumerate(parsed.events)
-                              if ev["type"] == "step" and ev["step"] == step)
+    app = KvtuiApp(
+        Timeline(parsed.header, parsed.events), source="hybrid_tiny.jsonl", clock=lambda: 0.0, frame_rate=None
+    )
+    app.initial_cursor = next(
+        i + 1 for i, ev in enumerate(parsed.events) if ev["type"] == "step" and ev["step"] == step
+    )
     return app
 
 

@@ -53,12 +53,19 @@ async def test_the_sampling_boxes_parse_and_enter_in_one_goes_back_to_the_prompt
         assert (sent.prompt, sent.temperature, sent.seed, sent.max_tokens) == ("hi", 0.7, 11, 128)
 
 
-BAD_VALUES = [("max-tokens", "12.5", "max '12.5'"), ("max-tokens", "0", ">= 1"), ("seed", "x1", "seed 'x1'"),
-              ("temperature", "-1", ">= 0")]
+BAD_VALUES = [
+    ("max-tokens", "12.5", "max '12.5'"),
+    ("max-tokens", "0", ">= 1"),
+    ("seed", "x1", "seed 'x1'"),
+    ("temperature", "-1", ">= 0"),
+]
 
 
-@pytest.mark.parametrize("box, value, said", BAD_VALUES,
-                         ids=["max-not-whole", "max-zero", "seed-not-whole", "temperature-negative"])
+@pytest.mark.parametrize(
+    "box, value, said",
+    BAD_VALUES,
+    ids=["max-not-whole", "max-zero", "seed-not-whole", "temperature-negative"],
+)
 async def test_a_bad_sampling_value_is_named_and_nothing_is_posted(box, value, said):
     app = BarApp()
     async with app.run_test(size=(120, 5)) as pilot:

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.anyio
 def _damaged(kind: str) -> tuple[bytes, int | None]:
     """(file bytes, the line the viewer must name; None when the file is fine apart from a truncated tail)."""
     lines = CHAT.read_bytes().split(b"\n")[:-1]
-    if kind == "block_outside_pool":  # schema-valid, but no such block: the reducer cannot apply it
+    # schema-valid, but no such block: the reducer cannot apply it
+    if kind == "block_outside_pool":
         j = next(i for i, line in enumerate(lines) if b'"block_allocated"' in line)
         event = json.loads(lines[j])
         event["physical"] = 10**6
@@ -34,7 +35,7 @@ def _damaged(kind: str) -> tuple[bytes, int | None]:
         return b"\n".join(lines) + b"\n", 31
     if kind == "truncated":
         data = b"\n".join(lines) + b"\n"
-        return data[:len(data) // 2], None
+        return data[: len(data) // 2], None
     raise AssertionError(kind)
 
 
@@ -51,7 +52,8 @@ async def test_the_replay_app_loads_the_good_prefix_and_names_the_line(tmp_path,
         messages = [n.message for n in app._notifications]
         if line is not None:
             assert any(f"line {line}:" in m for m in messages), messages
-            assert len(app.timeline) == line - 2  # every event before the named line
+            # every event before the named line
+            assert len(app.timeline) == line - 2
         else:
             assert any("incomplete" in m for m in messages), messages
         for tab in ("pool", "requests", "tree", "metrics", "rings", "tokens"):
@@ -60,7 +62,11 @@ async def test_the_replay_app_loads_the_good_prefix_and_names_the_line(tmp_path,
     assert app.return_code in (None, 0) and app._exception is None
 
     result = CliRunner().invoke(replay_cmd, [str(path), "--check"])
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert (
+        "Traceback" not in result.output
+        and result.exception is None
+        or isinstance(result.exception, SystemExit)
+    )
     if line is not None:
         assert result.exit_code == 1 and f"line {line}:" in result.output, result.output
     else:

@@ -10,23 +10,35 @@ from tiny_trace import hybrid_trace
 from engine.engine import Engine, EngineConfig
 from engine.trace.schema import validate_event
 from kvtui.bench.machine_probe import emit_roofline, model_weights
-from kvtui.state.roofline import Roofline, RooflineScan
 from kvtui.state import replay
+from kvtui.state.roofline import Roofline, RooflineScan
 from kvtui.widgets.base import View
 from kvtui.widgets.roofline import RooflineView
 
-SMOLLM_LIKE = {"type": "roofline", "seq": 0, "t": 0.0, "device": "cpu", "dtype": "float32",
-               "mem_bandwidth": 12e9, "peak_flops": 50e9, "weight_bytes": 540_000_000,
-               "flops_per_token": 270_000_000}
+SMOLLM_LIKE = {
+    "type": "roofline",
+    "seq": 0,
+    "t": 0.0,
+    "device": "cpu",
+    "dtype": "float32",
+    "mem_bandwidth": 12e9,
+    "peak_flops": 50e9,
+    "weight_bytes": 540_000_000,
+    "flops_per_token": 270_000_000,
+}
 
 
 def test_bound_floor_slope_and_ridge():
     roof = Roofline.from_event(SMOLLM_LIKE)
-    assert roof.memory_floor == pytest.approx(0.045)  # 540 MB / 12 GB/s
-    assert roof.per_token == pytest.approx(0.0054)  # 270 MFLOP / 50 GFLOP/s
+    # 540 MB / 12 GB/s
+    assert roof.memory_floor == pytest.approx(0.045)
+    # 270 MFLOP / 50 GFLOP/s
+    assert roof.per_token == pytest.approx(0.0054)
     assert roof.ridge == pytest.approx(0.045 / 0.0054)
-    assert roof.bound(1) == roof.bound(8) == pytest.approx(0.045)  # decode: flat, memory-bound
-    assert roof.bound(512) == pytest.approx(512 * 0.0054)  # prefill: grows with the tokens
+    # decode: flat, memory-bound
+    assert roof.bound(1) == roof.bound(8) == pytest.approx(0.045)
+    # prefill: grows with the tokens
+    assert roof.bound(512) == pytest.approx(512 * 0.0054)
     assert roof.bound(1024) == pytest.approx(2 * roof.bound(512))
 
 
@@ -46,7 +58,8 @@ def test_the_engine_trace_carries_one_measured_roofline_event():
     emit_roofline(engine)
     (ev,) = events
     assert validate_event(ev) is None
-    assert ev["mem_bandwidth"] > 1e8 and ev["peak_flops"] > 1e8  # measured: any machine beats 100 MB/s, MFLOP/s
+    # measured: any machine beats 100 MB/s, MFLOP/s
+    assert ev["mem_bandwidth"] > 1e8 and ev["peak_flops"] > 1e8
     assert ev["weight_bytes"] == model_weights(engine.model)[0] and ev["threads"] == torch.get_num_threads()
 
 
@@ -57,11 +70,13 @@ def test_scan_follows_a_growing_event_list_and_the_cursor():
     growing = events[:50]
     scan.update(growing)
     n50 = len(scan.points)
-    growing += events[50:]  # the same list grows in live mode: only the new events are scanned
+    # the same list grows in live mode: only the new events are scanned
+    growing += events[50:]
     scan.update(growing)
     assert scan.scanned == len(events) and len(scan.upto(50)) == n50
     events_copy = list(events)
-    scan.update(events_copy)  # a new list: scanned from the start
+    # a new list: scanned from the start
+    scan.update(events_copy)
     assert len(scan.points) == sum(1 for ev in events if ev["type"] == "step")
     steps = [ev for ev in events if ev["type"] == "step"]
     scan = RooflineScan()
@@ -85,7 +100,9 @@ def test_render_names_the_floor_the_slope_and_every_step():
     _, events = hybrid_trace()
     text = lines([SMOLLM_LIKE] + [ev for ev in events if ev["type"] != "roofline"])
     assert text[1].startswith("memory floor 515.0 MiB of weights / 12.0 GB/s = 45.0ms per step")
-    assert text[2].startswith("compute      270.0 MFLOP per token / 50.0 GFLOP/s = 5.4ms per token · ridge at 8")
+    assert text[2].startswith(
+        "compute      270.0 MFLOP per token / 50.0 GFLOP/s = 5.4ms per token · ridge at 8"
+    )
     steps = [ev for ev in events if ev["type"] == "step"]
     assert text[3].startswith(f"measured     {len(steps)} steps · decode: median")
     finished = [ev for ev in events if ev["type"] == "request_finished"]

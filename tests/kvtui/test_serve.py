@@ -23,9 +23,17 @@ ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "tests" / "kvtui" / "data" / "hybrid_tiny.jsonl"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # without the networking flags this sandbox refuses chromium's connections
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=1280,800")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,800",
+)
 
 # Keep every text frame the page's websocket receives (terminal output, escape codes included).
 HOOK = """
@@ -86,13 +94,16 @@ def _wait_for_text(driver, needle: str, timeout: float = 60) -> str:
         if needle in text:
             return text
         time.sleep(0.25)
-    raise AssertionError(f"{needle!r} never reached the browser; it received {len(text)} characters: "
-                         f"{text[-600:]!r}")
+    raise AssertionError(
+        f"{needle!r} never reached the browser; it received {len(text)} characters: {text[-600:]!r}"
+    )
 
 
-@pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
-                    reason=f"{CHROMIUM} or {CHROMEDRIVER} is absent: install Debian's chromium and chromium-driver "
-                           "(apt-get install -y chromium chromium-driver) to run the browser test")
+@pytest.mark.skipif(
+    not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+    reason=f"{CHROMIUM} or {CHROMEDRIVER} is absent: install Debian's chromium and chromium-driver "
+    "(apt-get install -y chromium chromium-driver) to run the browser test",
+)
 def test_the_ui_in_a_headless_browser(tmp_path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -100,8 +111,13 @@ def test_the_ui_in_a_headless_browser(tmp_path):
     from selenium.webdriver.common.by import By
 
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "kvtui", "serve", "--port", str(port), "replay", str(TRACE)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "kvtui", "serve", "--port", str(port), "replay", str(TRACE)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     driver = None
     try:
         _wait_for_port(port, server)
@@ -129,9 +145,11 @@ def test_the_ui_in_a_headless_browser(tmp_path):
         while "TTFT" not in _screen_text(driver)[before:] and time.monotonic() < deadline:
             time.sleep(0.25)
         assert "TTFT" in _screen_text(driver)[before:], "the requests tab never appeared after pressing 2"
-        ActionChains(driver).send_keys("k").perform()  # and the mask panel
+        # and the mask panel
+        ActionChains(driver).send_keys("k").perform()
         _wait_for_text(driver, "attention masks of engine step")
-        time.sleep(1)  # let xterm.js paint the last frame
+        # let xterm.js paint the last frame
+        time.sleep(1)
         shot = tmp_path / "kvtui_serve.png"
         assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         keep = os.environ.get("KVTUI_SCREENSHOT")

@@ -15,8 +15,12 @@ TRACE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "synthetic
 
 def make_app(cursor_fraction: float = 0.6) -> KvtuiApp:
     parsed = read_trace(TRACE, strict=True)
-    app = KvtuiApp(Timeline(parsed.header, parsed.events), source="synthetic_small.jsonl",
-                   clock=lambda: 0.0, frame_rate=None)
+    app = KvtuiApp(
+        Timeline(parsed.header, parsed.events),
+        source="synthetic_small.jsonl",
+        clock=lambda: 0.0,
+        frame_rate=None,
+    )
     app.initial_cursor = round(cursor_fraction * len(parsed.events))
     return app
 
@@ -33,8 +37,9 @@ def test_each_view(snap_compare, tab):
 
 
 def test_pool_by_owner_with_selection_small_terminal(snap_compare):
-    assert snap_compare(make_app(0.3), press=["o", "right", "right", "enter"], terminal_size=(80, 24),
-                        run_before=_seek)
+    assert snap_compare(
+        make_app(0.3), press=["o", "right", "right", "enter"], terminal_size=(80, 24), run_before=_seek
+    )
 
 
 def test_after_edit_boundary(snap_compare):
@@ -55,15 +60,31 @@ REAL = Path(__file__).resolve().parent / "data"
 def real_app(name: str) -> KvtuiApp:
     """A recorded SmolLM2 trace, opened the way `kvtui replay` opens it (interesting point and request)."""
     parsed = read_trace(REAL / f"{name}.jsonl", strict=True)
-    return KvtuiApp(Timeline(parsed.header, parsed.events), source=f"{name}.jsonl", clock=lambda: 0.0,
-                    frame_rate=None, open_interesting=True)
+    return KvtuiApp(
+        Timeline(parsed.header, parsed.events),
+        source=f"{name}.jsonl",
+        clock=lambda: 0.0,
+        frame_rate=None,
+        open_interesting=True,
+    )
 
 
-@pytest.mark.parametrize("name,tab", [("edit_series", "1"), ("edit_series", "3"), ("chat_template_jitter", "3"),
-                                      ("multi_turn_chat", "6"), ("long", "1"), ("multi_turn_chat", "2")])
+@pytest.mark.parametrize(
+    "name,tab",
+    [
+        ("edit_series", "1"),
+        ("edit_series", "3"),
+        ("chat_template_jitter", "3"),
+        ("multi_turn_chat", "6"),
+        ("long", "1"),
+        ("multi_turn_chat", "2"),
+    ],
+)
 def test_real_trace_80x24(snap_compare, name, tab):
     assert snap_compare(real_app(name), press=[tab], terminal_size=(80, 24))
 
 
 def test_real_trace_tree_node_highlighted_in_pool(snap_compare):
-    assert snap_compare(real_app("edit_series"), press=["3", "down", "down", "enter"], terminal_size=(100, 30))
+    assert snap_compare(
+        real_app("edit_series"), press=["3", "down", "down", "enter"], terminal_size=(100, 30)
+    )

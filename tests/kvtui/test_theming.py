@@ -21,9 +21,14 @@ from kvtui.widgets.scrubber import Scrubber
 from kvtui.widgets.token_strip import TokenStrip
 
 ROOT = Path(__file__).resolve().parents[2]
-WIDGET_SOURCES = [*sorted((ROOT / "kvtui" / "widgets").glob("*.py")), *sorted((ROOT / "kvtui" / "screens").glob("*.py"))]
+WIDGET_SOURCES = [
+    *sorted((ROOT / "kvtui" / "widgets").glob("*.py")),
+    *sorted((ROOT / "kvtui" / "screens").glob("*.py")),
+]
 HEX = re.compile(r"#[0-9a-fA-F]{6}\b|#[0-9a-fA-F]{3}\b")
-NAMED = re.compile(r"\b(black|red|green|yellow|blue|magenta|cyan|white|gr[ae]y\d*|bright_\w+|purple|orange)\b")
+NAMED = re.compile(
+    r"\b(black|red|green|yellow|blue|magenta|cyan|white|gr[ae]y\d*|bright_\w+|purple|orange)\b"
+)
 THEMES = ("textual-dark", "textual-light", "nord", "gruvbox")
 
 
@@ -36,17 +41,29 @@ def test_the_scan_finds_a_colour_literal():
 def _style_literals(source: str) -> list[str]:
     """String constants (not docstrings) that are Rich styles naming a colour, and Style(color=...) literals."""
     tree = ast.parse(source)
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr)
-                  and isinstance(node.body[0].value, ast.Constant)}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Style":
-            found += [f"Style({kw.arg}={ast.unparse(kw.value)})" for kw in node.keywords
-                      if kw.arg in ("color", "bgcolor") and isinstance(kw.value, ast.Constant)]
-        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-                and NAMED.search(node.value) and _is_style(node.value)):
+            found += [
+                f"Style({kw.arg}={ast.unparse(kw.value)})"
+                for kw in node.keywords
+                if kw.arg in ("color", "bgcolor") and isinstance(kw.value, ast.Constant)
+            ]
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and NAMED.search(node.value)
+            and _is_style(node.value)
+        ):
             found.append(node.value)
     return found
 
@@ -114,8 +131,12 @@ TRACE = ROOT / "fixtures" / "traces" / "synthetic_small.jsonl"
 
 def make_app() -> KvtuiApp:
     parsed = read_trace(TRACE, strict=True)
-    app = KvtuiApp(Timeline(parsed.header, parsed.events), source="synthetic_small.jsonl",
-                   clock=lambda: 0.0, frame_rate=None)
+    app = KvtuiApp(
+        Timeline(parsed.header, parsed.events),
+        source="synthetic_small.jsonl",
+        clock=lambda: 0.0,
+        frame_rate=None,
+    )
     app.initial_cursor = round(0.6 * len(parsed.events))
     return app
 
@@ -126,8 +147,12 @@ def looks(widget, rows: int) -> set[tuple]:
     for y in range(rows):
         for seg in widget.render_line(y):
             if seg.text.strip() and seg.style is not None:
-                out.add((seg.style.color and seg.style.color.get_truecolor(),
-                         seg.style.bgcolor and seg.style.bgcolor.get_truecolor()))
+                out.add(
+                    (
+                        seg.style.color and seg.style.color.get_truecolor(),
+                        seg.style.bgcolor and seg.style.bgcolor.get_truecolor(),
+                    )
+                )
     return out
 
 

@@ -17,8 +17,9 @@ def test_tip_equals_straight_replay(medium_trace):
 def test_incremental_extend_equals_one_batch(medium_trace):
     header, events = medium_trace
     tl = Timeline(header, keyframe_every=100)
-    for i in range(0, len(events), 37):  # live mode: batches of arbitrary size
-        tl.extend(events[i:i + 37])
+    # live mode: batches of arbitrary size
+    for i in range(0, len(events), 37):
+        tl.extend(events[i : i + 37])
     assert state_fingerprint(tl.tip) == state_fingerprint(replay(header, events))
 
 
@@ -35,7 +36,8 @@ def test_seek_back_and_forth_does_not_disturb_keyframes(small_trace):
     header, events = small_trace
     tl = Timeline(header, events, keyframe_every=32)
     a = tl.state_at(100)
-    a.apply_all(events[100:])  # mutate the returned state
+    # mutate the returned state
+    a.apply_all(events[100:])
     assert state_fingerprint(tl.state_at(100)) == state_fingerprint(replay(header, events[:100]))
 
 

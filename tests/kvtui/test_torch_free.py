@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-BLOCKER = '''
+BLOCKER = """
 import importlib.abc
 import sys
 
@@ -30,9 +30,9 @@ class NoTorch(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, NoTorch())
-'''
+"""
 
-VIEWER = '''
+VIEWER = """
 import asyncio
 
 from click.testing import CliRunner
@@ -86,12 +86,14 @@ asyncio.run(run_app())
 leaked = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED)
 assert not leaked, leaked
 print("torch-free viewing ok")
-'''
+"""
 
 
 def run_without_torch(code: str) -> subprocess.CompletedProcess:
     script = textwrap.dedent(BLOCKER) + textwrap.dedent(code)
-    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_the_blocker_blocks():
@@ -105,7 +107,7 @@ def test_stats_schema_replay_and_the_replay_ui_need_no_torch():
     assert "torch-free viewing ok" in result.stdout
 
 
-ATTACH = '''
+ATTACH = """
 import asyncio, os, sys, tempfile, threading, time
 
 import msgspec
@@ -156,7 +158,7 @@ asyncio.run(run_app())
 leaked = sorted(name for name in sys.modules if name.split(".")[0] in BLOCKED)
 assert not leaked, leaked
 print("torch-free attach ok")
-'''
+"""
 
 
 def test_attach_and_its_replay_need_no_torch():
@@ -165,7 +167,7 @@ def test_attach_and_its_replay_need_no_torch():
     assert "torch-free attach ok" in result.stdout
 
 
-ENGINE_COMMANDS = '''
+ENGINE_COMMANDS = """
 from click.testing import CliRunner
 
 from kvtui.cli import main
@@ -179,7 +181,7 @@ for args in ([], ["live"], ["generate", "hi"], ["record", "-w", "fixtures/worklo
     assert result.exit_code == 1 and lines[-1] == f"Error: {name} {HINT}", (args, result.output)
     assert "Traceback" not in result.output, (args, result.output)
 print("engine commands say what to install")
-'''
+"""
 
 
 def test_an_engine_command_without_torch_says_what_to_install():

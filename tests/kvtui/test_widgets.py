@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvtui.state import replay
 from engine.trace.metrics import percentile
+from kvtui.state import replay
 from kvtui.widgets.base import View
 from kvtui.widgets.block_pool import BlockPoolView, block_details, pool_legend
 from kvtui.widgets.block_table import BlockTableView
@@ -29,8 +29,17 @@ def test_block_pool_cells_match_block_states(small_trace):
     glyphs = first[6::2][:cols]
     for p, glyph in enumerate(glyphs):
         kind = state.block_state(p)
-        assert glyph in {"used": "■", "free": "·", "cached": "□", "writing": "▶", "shared": "23456789+",
-                         }[kind] or glyph in "×", (p, kind, glyph)
+        assert (
+            glyph
+            in {
+                "used": "■",
+                "free": "·",
+                "cached": "□",
+                "writing": "▶",
+                "shared": "23456789+",
+            }[kind]
+            or glyph in "×"
+        ), (p, kind, glyph)
     assert widget.row_count(80) == -(-state.num_blocks // cols)
     assert "cached" in pool_legend(state).plain
 
@@ -74,7 +83,8 @@ def test_timeline_lanes_and_percentiles(small_trace):
     assert "█" in out[1] and "┃" in out[1]
     summary = latency_summary(state).plain
     assert "TTFT p50" in summary and "TPOT" in summary and "ITL" in summary
-    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 50) is None  # one definition: interpolated
+    # one definition: interpolated
+    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 50) is None
 
 
 def test_ring_view_shows_slots_and_head(small_trace):
@@ -83,7 +93,8 @@ def test_ring_view_shows_slots_and_head(small_trace):
     ring = next(iter(state.rings.values()))
     out = lines(RingView(View(state, ring.request_id)), 8)
     assert "slot = position mod W" in out[0]
-    assert "full attention would hold" in out[1]  # rows 1-3: ring memory vs full attention (test_ring_memory.py)
+    # rows 1-3: ring memory vs full attention (test_ring_memory.py)
+    assert "full attention would hold" in out[1]
     assert out[4].startswith(ring.request_id) and f"W={ring.window}" in out[4]
     assert "▼" in out[5]
     shown = [int(x) for x in out[6].split() if x.isdigit()]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Optional, Union
+from typing import Any
 
 import msgspec
 import zmq
@@ -20,7 +20,7 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 class VBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ts: float
     events: list[Any]
-    data_parallel_rank: Optional[int] = None
+    data_parallel_rank: int | None = None
 
 
 class VEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
@@ -28,29 +28,29 @@ class VEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
 
 
 class VBlockStored(VEvent, tag="BlockStored"):
-    block_hashes: list[Union[bytes, int]]
-    parent_block_hash: Union[bytes, int, None]
+    block_hashes: list[bytes | int]
+    parent_block_hash: bytes | int | None
     token_ids: list[int]
     block_size: int
-    lora_id: Optional[int]
-    medium: Optional[str]
-    lora_name: Optional[str]
-    extra_keys: Optional[list[Optional[tuple[Any, ...]]]] = None
-    group_idx: Optional[int] = None
-    kv_cache_spec_kind: Optional[str] = None
-    kv_cache_spec_sliding_window: Optional[int] = None
-    locality: Optional[str] = None
-    ownership: Optional[str] = None
-    session_id: Optional[str] = None
-    lookahead_token_ids: Optional[list[list[int]]] = None
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+    lookahead_token_ids: list[list[int]] | None = None
 
 
 class VBlockRemoved(VEvent, tag="BlockRemoved"):
-    block_hashes: list[Union[bytes, int]]
-    medium: Optional[str]
-    group_idx: Optional[int] = None
-    locality: Optional[str] = None
-    ownership: Optional[str] = None
+    block_hashes: list[bytes | int]
+    medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
 
 
 class VAllBlocksCleared(VEvent, tag="AllBlocksCleared"):
@@ -63,30 +63,30 @@ class OldEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, ta
 
 
 class OldBlockStored(OldEvent, tag="BlockStored"):
-    block_hashes: list[Union[bytes, int]]
-    parent_block_hash: Union[bytes, int, None]
+    block_hashes: list[bytes | int]
+    parent_block_hash: bytes | int | None
     token_ids: list[int]
     block_size: int
-    lora_id: Optional[int]
-    medium: Optional[str]
-    lora_name: Optional[str]
-    extra_keys: Optional[list[Optional[tuple[Any, ...]]]] = None
-    group_idx: Optional[int] = None
-    kv_cache_spec_kind: Optional[str] = None
-    kv_cache_spec_sliding_window: Optional[int] = None
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
 
 
 class OldBlockRemoved(OldEvent, tag="BlockRemoved"):
-    block_hashes: list[Union[bytes, int]]
-    medium: Optional[str]
-    group_idx: Optional[int] = None
+    block_hashes: list[bytes | int]
+    medium: str | None
+    group_idx: int | None = None
 
 
 # --- SGLang 0.5.23: map events, signed int64 hashes, token pairs with EAGLE -------------------------------------
 class SBatch(msgspec.Struct, array_like=True, gc=False):
     ts: float
     events: list[Any]
-    attn_dp_rank: Optional[int] = None
+    attn_dp_rank: int | None = None
 
 
 class SEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
@@ -95,19 +95,19 @@ class SEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
 
 class SBlockStored(SEvent, tag="BlockStored"):
     block_hashes: list[int]
-    parent_block_hash: Optional[int]
+    parent_block_hash: int | None
     token_ids: list[Any]
     block_size: int
-    lora_id: Optional[int]
-    medium: Optional[str] = None
-    cache_salt: Optional[str] = None
-    session_id: Optional[str] = None
-    lora_name: Optional[str] = None
+    lora_id: int | None
+    medium: str | None = None
+    cache_salt: str | None = None
+    session_id: str | None = None
+    lora_name: str | None = None
 
 
 class SBlockRemoved(SEvent, tag="BlockRemoved"):
     block_hashes: list[int]
-    medium: Optional[str] = None
+    medium: str | None = None
 
 
 class SAllBlocksCleared(SEvent, tag="AllBlocksCleared"):
@@ -118,8 +118,15 @@ class Publisher:
     """PUB socket + replay ROUTER with a buffer of past batches, like both engines' ZmqEventPublisher.
     `old_replay`: replies without the topic frame (vLLM <= 0.25)."""
 
-    def __init__(self, endpoint: str, replay: str | None = None, topic: str = "", buffer_steps: int = 10_000,
-                 old_replay: bool = False, bind: bool = True):
+    def __init__(
+        self,
+        endpoint: str,
+        replay: str | None = None,
+        topic: str = "",
+        buffer_steps: int = 10_000,
+        old_replay: bool = False,
+        bind: bool = True,
+    ):
         self.ctx = zmq.Context.instance()
         # XPUB: a PUB on the wire that also tells when a subscriber has joined (tests wait for that)
         self.pub = self.ctx.socket(zmq.XPUB)
@@ -178,11 +185,15 @@ class Publisher:
             with self._lock:
                 items = [(s, p) for s, p in self.buffer if s >= start]
             for s, p in items:
-                frames = (client, b"", s.to_bytes(8, "big"), p) if self.old_replay else \
-                    (client, b"", self.topic, s.to_bytes(8, "big"), p)
+                frames = (
+                    (client, b"", s.to_bytes(8, "big"), p)
+                    if self.old_replay
+                    else (client, b"", self.topic, s.to_bytes(8, "big"), p)
+                )
                 self.router.send_multipart(frames)
-            self.router.send_multipart((client, b"", END_SEQ, b"") if self.old_replay else
-                                       (client, b"", b"", END_SEQ, b""))
+            self.router.send_multipart(
+                (client, b"", END_SEQ, b"") if self.old_replay else (client, b"", b"", END_SEQ, b"")
+            )
 
     def close(self) -> None:
         self._stop.set()

@@ -9,8 +9,8 @@ from attach_publishers import Publisher, SBatch, SBlockRemoved, SBlockStored, VB
 from click.testing import CliRunner
 
 from kvtui.app.fleet_app import FleetApp
-from kvtui.cli import main
 from kvtui.app.loader import load_trace
+from kvtui.cli import main
 from kvtui.state.fleet import replay_fleet, workers_summary
 from kvtui.state.fleet_view import worker_cells
 
@@ -21,16 +21,40 @@ LOOP = "tcp://127.0.0.1:*"
 def recorded(tmp_path):
     """Two servers' histories, fetched by replay at start: an SGLang-style chain and a vLLM run."""
     sgl, vll = Publisher(LOOP, replay=LOOP), Publisher(LOOP, replay=LOOP)
-    sgl.publish(SBatch(0.0, [SBlockStored([11], None, [1, 2], 2, None, "GPU"),
-                             SBlockStored([12], 11, [3, 4], 2, None, "GPU"),
-                             SBlockStored([13], 11, [3, 9], 2, None, "GPU")], 0), send=False)
+    sgl.publish(
+        SBatch(
+            0.0,
+            [
+                SBlockStored([11], None, [1, 2], 2, None, "GPU"),
+                SBlockStored([12], 11, [3, 4], 2, None, "GPU"),
+                SBlockStored([13], 11, [3, 9], 2, None, "GPU"),
+            ],
+            0,
+        ),
+        send=False,
+    )
     sgl.publish(SBatch(1.0, [SBlockRemoved([13])], 0), send=False)
-    vll.publish(VBatch(0.0, [VBlockStored([11, 12], None, [1, 2, 3, 4], 2, None, "GPU", None)], 0), send=False)
+    vll.publish(
+        VBatch(0.0, [VBlockStored([11, 12], None, [1, 2, 3, 4], 2, None, "GPU", None)], 0), send=False
+    )
     out = tmp_path / "fleet.jsonl"
-    result = CliRunner().invoke(main, ["attach", f"{sgl.endpoint},replay={sgl.replay},name=sgl",
-                                       f"{vll.endpoint},replay={vll.replay},name=vllm", "--headless",
-                                       "--duration", "1.5", "-o", str(out), "--explain", "1 2 3 9 5",
-                                       "--explain", "1 2 3 4 5"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "attach",
+            f"{sgl.endpoint},replay={sgl.replay},name=sgl",
+            f"{vll.endpoint},replay={vll.replay},name=vllm",
+            "--headless",
+            "--duration",
+            "1.5",
+            "-o",
+            str(out),
+            "--explain",
+            "1 2 3 9 5",
+            "--explain",
+            "1 2 3 4 5",
+        ],
+    )
     sgl.close()
     vll.close()
     assert result.exit_code == 0, result.output
@@ -41,8 +65,10 @@ def test_headless_summary_and_explainer(recorded):
     _, output = recorded
     assert "2 gaps" not in output and "0 malformed" in output
     assert "sgl: 1 block(s) = 2/5 tokens cached; block 1 was cached here and removed at" in output
-    assert "vllm: 1 block(s) = 2/5 tokens cached; first differing token at position 3: prompt has 9, the cache " \
-           "has 4" in output
+    assert (
+        "vllm: 1 block(s) = 2/5 tokens cached; first differing token at position 3: prompt has 9, the cache "
+        "has 4" in output
+    )
     assert "sgl: 2 block(s) = 4/5 tokens cached; the last 1 token(s) do not fill a block of 2" in output
 
 
@@ -56,7 +82,8 @@ def test_the_trace_replays_to_the_same_fleet(recorded):
     summary = {w["name"]: w for w in workers_summary(fleet)}
     assert summary["sgl"]["resident_blocks"] == 2 and summary["sgl"]["blocks_removed"] == 1
     assert summary["vllm"]["resident_blocks"] == 2 and summary["vllm"]["blocks_stored"] == 2
-    assert fleet.holders_of((0, f"{11:016x}")) == ["sgl", "vllm"]  # the shared first block: duplicated
+    # the shared first block: duplicated
+    assert fleet.holders_of((0, f"{11:016x}")) == ["sgl", "vllm"]
     result = CliRunner().invoke(main, ["replay", str(out), "--check"])
     assert result.exit_code == 0 and "events" in result.output
 
@@ -69,7 +96,9 @@ async def test_fleet_app_replays_the_recording(recorded):
     async with app.run_test(size=(160, 40)) as pilot:
         table = app.query_one("#fleet-table")
         text = "\n".join(table.render_line(y).text for y in range(7))
-        assert "2 workers" in text and "sgl" in text and "vllm" in text and "lacks: physical block ids" in text
+        assert (
+            "2 workers" in text and "sgl" in text and "vllm" in text and "lacks: physical block ids" in text
+        )
         await pilot.press("2")
         await pilot.pause()
         tree = app.query_one("#fleet-tree")
@@ -90,9 +119,19 @@ def test_stats_json_has_the_workers(recorded):
     result = CliRunner().invoke(main, ["stats", "--json", str(out)])
     assert result.exit_code == 0, result.output
     workers = {w["name"]: w for w in json.loads(result.output)["workers"]}
-    assert workers["sgl"] == {"source": workers["sgl"]["source"], "name": "sgl", "worker": "sgl", "rank": 0,
-                              "resident_blocks": 2, "blocks_stored": 3, "blocks_removed": 1, "gaps": 0,
-                              "lost_batches": 0, "restarts": 0, "malformed": 0}
+    assert workers["sgl"] == {
+        "source": workers["sgl"]["source"],
+        "name": "sgl",
+        "worker": "sgl",
+        "rank": 0,
+        "resident_blocks": 2,
+        "blocks_stored": 3,
+        "blocks_removed": 1,
+        "gaps": 0,
+        "lost_batches": 0,
+        "restarts": 0,
+        "malformed": 0,
+    }
     assert workers["sgl"]["source"].startswith("tcp://127.0.0.1:")
     text = CliRunner().invoke(main, ["stats", str(out)]).output
     assert "resident" in text and "vllm" in text

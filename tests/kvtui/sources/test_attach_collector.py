@@ -8,8 +8,8 @@ import time
 import pytest
 from attach_publishers import Publisher, SBatch, SBlockRemoved, SBlockStored, VBatch, VBlockStored, wait_for
 
-from kvtui.sources.attach import attach_header
 from kvtui.app.loader import load_trace
+from kvtui.sources.attach import attach_header
 from kvtui.sources.collector import CollectorClient
 from kvtui.sources.collector_messages import Explained, ViewReady
 from kvtui.sources.endpoints import parse_source
@@ -35,10 +35,21 @@ def _view(client, with_tree=False, timeout=20.0):
 @pytest.fixture
 def two_servers():
     sgl, vll = Publisher(LOOP, replay=LOOP), Publisher(LOOP, replay=LOOP)
-    sgl.publish(SBatch(0.0, [SBlockStored([11], None, [1, 2], 2, None, "GPU"),
-                             SBlockStored([12], 11, [3, 4], 2, None, "GPU"),
-                             SBlockStored([-13], 11, [3, 9], 2, None, "GPU")], 0), send=False)
-    vll.publish(VBatch(0.0, [VBlockStored([11, 12], None, [1, 2, 3, 4], 2, None, "GPU", None)], 0), send=False)
+    sgl.publish(
+        SBatch(
+            0.0,
+            [
+                SBlockStored([11], None, [1, 2], 2, None, "GPU"),
+                SBlockStored([12], 11, [3, 4], 2, None, "GPU"),
+                SBlockStored([-13], 11, [3, 9], 2, None, "GPU"),
+            ],
+            0,
+        ),
+        send=False,
+    )
+    vll.publish(
+        VBatch(0.0, [VBlockStored([11, 12], None, [1, 2, 3, 4], 2, None, "GPU", None)], 0), send=False
+    )
     yield sgl, vll
     sgl.close()
     vll.close()
@@ -46,22 +57,28 @@ def two_servers():
 
 def test_collector_folds_sends_views_explains_and_closes_its_trace(two_servers, tmp_path):
     sgl, vll = two_servers
-    sources = [parse_source(f"{sgl.endpoint},replay={sgl.replay},name=sgl"),
-               parse_source(f"{vll.endpoint},replay={vll.replay},name=vllm")]
+    sources = [
+        parse_source(f"{sgl.endpoint},replay={sgl.replay},name=sgl"),
+        parse_source(f"{vll.endpoint},replay={vll.replay},name=vllm"),
+    ]
     out = tmp_path / "fleet.jsonl"
     client = CollectorClient(sources, attach_header(sources, None), out=str(out))
     try:
         assert wait_for(lambda: len(_view(client).workers) == 2, timeout=30)
         sgl.wait_subscribed()
-        sgl.publish(SBatch(1.0, [SBlockRemoved([-13])], 0))  # live, after the replayed history
+        # live, after the replayed history
+        sgl.publish(SBatch(1.0, [SBlockRemoved([-13])], 0))
         assert wait_for(lambda: {c["worker"]: c["removed"] for c in _view(client).workers}.get("sgl") == 1)
         view = _view(client, with_tree=True)
         cells = {c["worker"]: c for c in view.workers}
         assert cells["sgl"]["resident"] == 2 and cells["vllm"]["resident"] == 2 and view.unique == 2
-        assert any(r.holders == ("sgl", "vllm") and r.blocks == 2 for r in view.tree)  # the shared prefix
+        # the shared prefix
+        assert any(r.holders == ("sgl", "vllm") and r.blocks == 2 for r in view.tree)
         client.explain([1, 2, 3, 9, 5], {})
         said = []
-        assert wait_for(lambda: said.extend(m.text for m in client.poll() if isinstance(m, Explained)) or said)
+        assert wait_for(
+            lambda: said.extend(m.text for m in client.poll() if isinstance(m, Explained)) or said
+        )
         assert "removed at" in said[0], said
     finally:
         counters = client.stop()
@@ -69,7 +86,9 @@ def test_collector_folds_sends_views_explains_and_closes_its_trace(two_servers, 
     loaded = load_trace(str(out))
     assert loaded.error is None and loaded.header["kind"] == "attach"
     replayed = fleet_view(replay_fleet(loaded.header, loaded.events), tree=True)
-    def facts(cells):  # the rates are per second of the stream's clock: the replay reads them at its end
+
+    # the rates are per second of the stream's clock: the replay reads them at its end
+    def facts(cells):
         return [{k: v for k, v in c.items() if not k.endswith("_per_s")} for c in cells]
 
     assert facts(replayed.workers) == facts(view.workers)
@@ -84,10 +103,12 @@ def test_a_collector_that_dies_is_told_not_waited_for():
     client.process.join(5)
     assert wait_for(lambda: (client.poll(), client.dead)[1] is not None)
     assert client.dead == "the collector process stopped (exit code -9)" and not client.stopped
-    client.ask(False)  # no view will come: asking is harmless
+    # no view will come: asking is harmless
+    client.ask(False)
     started = time.monotonic()
     client.stop(timeout=5)
-    assert time.monotonic() - started < 1.0  # nothing to wait for
+    # nothing to wait for
+    assert time.monotonic() - started < 1.0
 
 
 def test_a_collector_that_cannot_start_says_why():
@@ -110,8 +131,10 @@ async def test_fleet_app_draws_the_collectors_views(two_servers):
     from kvtui.app.fleet_app import FleetApp
 
     sgl, vll = two_servers
-    sources = [parse_source(f"{sgl.endpoint},replay={sgl.replay},name=sgl"),
-               parse_source(f"{vll.endpoint},replay={vll.replay},name=vllm")]
+    sources = [
+        parse_source(f"{sgl.endpoint},replay={sgl.replay},name=sgl"),
+        parse_source(f"{vll.endpoint},replay={vll.replay},name=vllm"),
+    ]
     client = CollectorClient(sources, attach_header(sources, None))
     app = FleetApp(source="attach", collector=client, frame_rate=None)
     try:
@@ -135,8 +158,11 @@ async def test_fleet_app_draws_the_collectors_views(two_servers):
             app.query_one("#explain-input").value = "1 2 3 9"
             await pilot.press("enter")
             deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and "removed" not in str(app.query_one("#explain-out").render()) \
-                    and "divergent" not in str(app.query_one("#explain-out").render()):
+            while (
+                time.monotonic() < deadline
+                and "removed" not in str(app.query_one("#explain-out").render())
+                and "divergent" not in str(app.query_one("#explain-out").render())
+            ):
                 app.tick()
                 await pilot.pause(0.05)
             assert "prompt tokens against 2 workers" in str(app.query_one("#explain-out").render())

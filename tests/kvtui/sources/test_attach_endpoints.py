@@ -14,37 +14,53 @@ from kvtui.state.fleet import FleetState
 
 
 def test_source_options_and_dp_expansion():
-    (s,) = parse_sources(["tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558,name=gpu-a,blocks=4096"],
-                         topic="kv-events", metrics="http://10.0.0.5:8000/metrics")
-    assert (s.name, s.replay, s.topic, s.metrics, s.blocks) == ("gpu-a", "tcp://10.0.0.5:5558", "kv-events",
-                                                               "http://10.0.0.5:8000/metrics", 4096)
+    (s,) = parse_sources(
+        ["tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558,name=gpu-a,blocks=4096"],
+        topic="kv-events",
+        metrics="http://10.0.0.5:8000/metrics",
+    )
+    assert (s.name, s.replay, s.topic, s.metrics, s.blocks) == (
+        "gpu-a",
+        "tcp://10.0.0.5:5558",
+        "kv-events",
+        "http://10.0.0.5:8000/metrics",
+        4096,
+    )
     ranks = parse_sources(["tcp://h:5557,replay=tcp://h:5600"], dp_size=3)
     assert [(r.endpoint, r.replay, r.name, r.dp_rank) for r in ranks] == [
-        ("tcp://h:5557", "tcp://h:5600", "h:5557/dp0", 0), ("tcp://h:5558", "tcp://h:5601", "h:5557/dp1", 1),
-        ("tcp://h:5559", "tcp://h:5602", "h:5557/dp2", 2)]
+        ("tcp://h:5557", "tcp://h:5600", "h:5557/dp0", 0),
+        ("tcp://h:5558", "tcp://h:5601", "h:5557/dp1", 1),
+        ("tcp://h:5559", "tcp://h:5602", "h:5557/dp2", 2),
+    ]
 
 
-@pytest.mark.parametrize("text, words", [
-    ("10.0.0.5:5557", "not tcp://HOST:PORT"),
-    ("tcp://h:99999", "out of range"),
-    ("tcp://*:5557", "only makes sense with --bind"),
-    ("tcp://h:5557,color=red", "is not one of"),
-    ("tcp://h:5557,replay=h:5558", "replay endpoint"),
-    ("tcp://h:5557,metrics=h:8000", "http"),
-    ("tcp://h:5557,blocks=-3", "positive integer"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("10.0.0.5:5557", "not tcp://HOST:PORT"),
+        ("tcp://h:99999", "out of range"),
+        ("tcp://*:5557", "only makes sense with --bind"),
+        ("tcp://h:5557,color=red", "is not one of"),
+        ("tcp://h:5557,replay=h:5558", "replay endpoint"),
+        ("tcp://h:5557,metrics=h:8000", "http"),
+        ("tcp://h:5557,blocks=-3", "positive integer"),
+    ],
+)
 def test_bad_sources(text, words):
     with pytest.raises(SourceError, match=words):
         parse_source(text)
 
 
-@pytest.mark.parametrize("args, words", [
-    (["tcp://h:5557", "tcp://h:5557"], "given twice"),
-    (["tcp://h:5557", "--dp-size", "0"], "--dp-size must be at least 1"),
-    (["tcp://h:5557", "--metrics", "localhost:8000"], "http(s)://"),
-    (["tcp://h:5557", "--headless", "--duration", "-1"], "--duration must be positive"),
-    (["tcp://h:5557", "--headless", "--explain", "some words"], "--tokenizer"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["tcp://h:5557", "tcp://h:5557"], "given twice"),
+        (["tcp://h:5557", "--dp-size", "0"], "--dp-size must be at least 1"),
+        (["tcp://h:5557", "--metrics", "localhost:8000"], "http(s)://"),
+        (["tcp://h:5557", "--headless", "--duration", "-1"], "--duration must be positive"),
+        (["tcp://h:5557", "--headless", "--explain", "some words"], "--tokenizer"),
+    ],
+)
 def test_bad_command_lines_are_one_line(args, words):
     result = CliRunner().invoke(main, ["attach", *args])
     assert result.exit_code != 0 and words in result.output and "Traceback" not in result.output
@@ -53,9 +69,11 @@ def test_bad_command_lines_are_one_line(args, words):
 def test_bind_receives_from_servers_that_connect():
     sink, fleet = TraceSink(), FleetState({})
     sink.listeners.append(fleet.apply)
-    source = Source(endpoint="tcp://127.0.0.1:*", name="bound", bind=True)  # the OS picks the port
+    # the OS picks the port
+    source = Source(endpoint="tcp://127.0.0.1:*", name="bound", bind=True)
     attacher = Attacher([source], sink)
-    attacher._open()  # bind first, to learn the port the OS gave
+    # bind first, to learn the port the OS gave
+    attacher._open()
     (sock,) = attacher._sockets
     bound = sock.getsockopt_string(__import__("zmq").LAST_ENDPOINT)
     a, b = Publisher(bound, topic="a", bind=False), Publisher(bound, topic="b", bind=False)

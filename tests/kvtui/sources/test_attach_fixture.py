@@ -22,7 +22,7 @@ def _engine_paths(state) -> set[tuple]:
             bs = len(child.token_ids) // max(1, len(child.blocks))
             tokens = list(prefix)
             for i in range(len(child.blocks)):
-                tokens += child.token_ids[i * bs:(i + 1) * bs]
+                tokens += child.token_ids[i * bs : (i + 1) * bs]
                 out.add(tuple(tokens))
             walk(child_id, tokens)
 
@@ -53,6 +53,6 @@ def test_the_attach_recording_holds_the_engines_tree():
     assert worker["resident_blocks"] == 16 and worker["gaps"] == worker["malformed"] == 0
     # every prompt of the run: its cached blocks on the attached worker are what the engine's tree holds
     for rid, request in state.requests.items():
-        prompt = list(request.token_ids[:request.prompt_len])
+        prompt = list(request.token_ids[: request.prompt_len])
         (result,) = explain_prompt(fleet, prompt)
         assert result["matched_blocks"] == len(state.cached_path(prompt)), (rid, result["message"])

@@ -63,7 +63,8 @@ def test_the_attacher_polls_metrics_into_the_fleet_row():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    source = parse_source(f"tcp://127.0.0.1:1,name=gpu,metrics={url}")  # no publisher: metrics only
+    # no publisher: metrics only
+    source = parse_source(f"tcp://127.0.0.1:1,name=gpu,metrics={url}")
     sink, fleet = TraceSink(), FleetState({})
     sink.listeners.append(fleet.apply)
     attacher = Attacher([source], sink, metrics_every=0.2)
@@ -73,8 +74,16 @@ def test_the_attacher_polls_metrics_into_the_fleet_row():
     finally:
         attacher.stop()
         server.shutdown()
-    sink.emit("attach_worker", worker="gpu", source=source.endpoint, name="gpu", rank=0, replay=None,
-              metrics=url, blocks=None)
+    sink.emit(
+        "attach_worker",
+        worker="gpu",
+        source=source.endpoint,
+        name="gpu",
+        rank=0,
+        replay=None,
+        metrics=url,
+        blocks=None,
+    )
     cells = worker_cells(fleet, fleet.workers["gpu"])
     assert cells["kv_usage"] == 0.25 and cells["capacity"] == 2048 and cells["preemptions"] == 3
     assert cells["ttft"][0] == pytest.approx(0.1)

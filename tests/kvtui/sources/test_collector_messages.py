@@ -19,9 +19,15 @@ from kvtui.sources.collector_messages import (
 )
 from kvtui.state.fleet_view import FleetView, TreeRow
 
-VIEW = FleetView(index=7, t=1.5, nodes=3, unique=2,
-                 workers=[{"worker": "sgl", "resident": 2, "stored_per_s": 0.5}], notes=["a gap on sgl"],
-                 tree=[TreeRow(0, 0, 2, "00000000000000ab", ("sgl", "vllm"), "1 2 3 4")])
+VIEW = FleetView(
+    index=7,
+    t=1.5,
+    nodes=3,
+    unique=2,
+    workers=[{"worker": "sgl", "resident": 2, "stored_per_s": 0.5}],
+    notes=["a gap on sgl"],
+    tree=[TreeRow(0, 0, 2, "00000000000000ab", ("sgl", "vllm"), "1 2 3 4")],
+)
 MESSAGES = [
     AskView(with_tree=True),
     AskExplain([1, 2, 3, 9], {"salt": "s", "lora": None}),

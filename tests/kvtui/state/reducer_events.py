@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from engine.trace import validate_event
 
-HEADER = {"type": "header", "schema": 1, "model": {}, "block_size": 4, "num_blocks": 8, "bytes_per_block": 64,
-          "bytes_per_token": 16, "config": {}}
+HEADER = {
+    "type": "header",
+    "schema": 1,
+    "model": {},
+    "block_size": 4,
+    "num_blocks": 8,
+    "bytes_per_block": 64,
+    "bytes_per_token": 16,
+    "config": {},
+}
 
 
 class Events:
@@ -22,5 +30,12 @@ class Events:
 
 
 def arrive(e: Events, rid: str, ids: list[int]) -> None:
-    e("request_arrived", request_id=rid, prompt_token_ids=ids, prompt_texts=[f"t{i}" for i in ids], max_tokens=4,
-      cache_salt=None, parent_id=None)
+    e(
+        "request_arrived",
+        request_id=rid,
+        prompt_token_ids=ids,
+        prompt_texts=[f"t{i}" for i in ids],
+        max_tokens=4,
+        cache_salt=None,
+        parent_id=None,
+    )

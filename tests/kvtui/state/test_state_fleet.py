@@ -21,12 +21,29 @@ class Fleet:
         self.emit("attach_worker", worker=name, source=source or f"tcp://h:{name}", name=name, rank=0)
 
     def store(self, w, hashes, tokens, parent=None, size=2, **kw):
-        self.emit("kv_block_stored", worker=w, hashes=hashes, parent=parent, token_ids=tokens, block_size=size,
-                  group=kw.pop("group", 0), wire_seq=0, engine_ts=0.0, **kw)
+        self.emit(
+            "kv_block_stored",
+            worker=w,
+            hashes=hashes,
+            parent=parent,
+            token_ids=tokens,
+            block_size=size,
+            group=kw.pop("group", 0),
+            wire_seq=0,
+            engine_ts=0.0,
+            **kw,
+        )
 
     def remove(self, w, hashes, **kw):
-        self.emit("kv_block_removed", worker=w, hashes=hashes, group=kw.pop("group", 0), wire_seq=0,
-                  engine_ts=0.0, **kw)
+        self.emit(
+            "kv_block_removed",
+            worker=w,
+            hashes=hashes,
+            group=kw.pop("group", 0),
+            wire_seq=0,
+            engine_ts=0.0,
+            **kw,
+        )
 
 
 @pytest.fixture
@@ -43,11 +60,14 @@ def fleet():
 
 def test_residency_tiers_and_clear(fleet):
     s = fleet.state
-    fleet.store("a", ["02"], [3, 4], parent="01", medium="CPU")  # offloaded copy: not a second GPU block
+    # offloaded copy: not a second GPU block
+    fleet.store("a", ["02"], [3, 4], parent="01", medium="CPU")
     assert s.workers["a"].resident == 2 and s.holders_of((0, "01")) == ["a", "b"]
-    fleet.remove("a", ["02"])  # GPU copy gone, CPU copy stays
+    # GPU copy gone, CPU copy stays
+    fleet.remove("a", ["02"])
     assert s.workers["a"].resident == 1 and s.holders_of((0, "02")) == ["a"]
-    fleet.remove("a", ["99"])  # never seen: ignored
+    # never seen: ignored
+    fleet.remove("a", ["99"])
     fleet.emit("kv_all_cleared", worker="a", cause="cleared")
     assert s.workers["a"].resident == 0 and s.holders_of((0, "01")) == ["b"] and not s.workers["a"].held
     summary = {w["name"]: w for w in workers_summary(s)}
@@ -72,10 +92,13 @@ def test_explainer_reasons(fleet):
     got = reasons(fleet, [1, 2, 3, 4])
     assert got == {"a": ("full_match", 2), "b": ("divergent", 1), "c": ("lora", 0)}
     b = explain_prompt(fleet.state, [1, 2, 3, 4])[1]
-    assert b["detail"]["position"] == 3 and b["detail"]["prompt_token"] == 4 and b["detail"]["cached_token"] == 9
+    assert (
+        b["detail"]["position"] == 3 and b["detail"]["prompt_token"] == 4 and b["detail"]["cached_token"] == 9
+    )
     assert reasons(fleet, [1, 2, 3, 4, 5])["a"] == ("block_floor", 2)
     assert reasons(fleet, [1, 2], lora="sql")["c"] == ("full_match", 1)
-    assert reasons(fleet, [1, 2, 7, 7])["a"] == ("divergent", 1)  # differs at its block's first token
+    # differs at its block's first token
+    assert reasons(fleet, [1, 2, 7, 7])["a"] == ("divergent", 1)
     assert reasons(fleet, [1, 2, 3, 9, 5, 5])["b"] == ("cache_end", 2)
     fleet.remove("a", ["02"])
     a = explain_prompt(fleet.state, [1, 2, 3, 4])[0]
@@ -102,7 +125,8 @@ def test_explainer_skips_blocks_of_another_size():
     f = Fleet()
     f.worker("a")
     f.store("a", ["01"], [1, 2, 3], size=3)
-    f.store("a", ["02"], [5, 6], size=2)  # block size now 2
+    # block size now 2
+    f.store("a", ["02"], [5, 6], size=2)
     (got,) = explain_prompt(f.state, [1, 2, 3, 4])
     assert (got["reason"], got["matched_blocks"], got["detail"]["cached_token"]) == ("divergent", 0, 5)
 
@@ -134,11 +158,22 @@ HASHES = [1, 2, 3, 4, 5, (1 << 64) - 1, (1 << 63) + 7]
 
 @st.composite
 def block_events(draw):
-    events = [{"seq": 0, "t": 0.0, "type": "attach_worker", "worker": w, "source": f"tcp://h:{w}", "name": w,
-               "rank": 0} for w in ("a", "b")]
+    events = [
+        {
+            "seq": 0,
+            "t": 0.0,
+            "type": "attach_worker",
+            "worker": w,
+            "source": f"tcp://h:{w}",
+            "name": w,
+            "rank": 0,
+        }
+        for w in ("a", "b")
+    ]
     t = 0.0
     for _ in range(draw(st.integers(1, 40))):
-        t += draw(st.sampled_from([0.0, 0.3, 1.2]))  # a message's events share t; seconds roll over
+        # a message's events share t; seconds roll over
+        t += draw(st.sampled_from([0.0, 0.3, 1.2]))
         worker, group = draw(st.sampled_from(["a", "b", "c"])), draw(st.sampled_from([0, 0, 1]))
         medium = draw(st.sampled_from(["GPU", "GPU", "CPU", None]))
         kind = draw(st.sampled_from(["stored", "stored", "removed", "cleared"]))
@@ -148,9 +183,23 @@ def block_events(draw):
             tokens = [h % 7 for h in hashes for _ in range(2)]
             texts = draw(st.sampled_from([None, [chr(97 + x) for x in tokens]]))
             extra = draw(st.sampled_from([None, [["sql", [1, 2]]] * len(hashes)]))
-            events.append(KvBlockStored(hashes, parent, tokens, 2, None, medium, draw(st.sampled_from([None, "sql"])),
-                                        draw(st.sampled_from([None, "tenant"])), extra, group, texts=texts, t=t,
-                                        worker=worker))
+            events.append(
+                KvBlockStored(
+                    hashes,
+                    parent,
+                    tokens,
+                    2,
+                    None,
+                    medium,
+                    draw(st.sampled_from([None, "sql"])),
+                    draw(st.sampled_from([None, "tenant"])),
+                    extra,
+                    group,
+                    texts=texts,
+                    t=t,
+                    worker=worker,
+                )
+            )
         elif kind == "removed":
             events.append(KvBlockRemoved(hashes, medium, group, t=t, worker=worker))
         else:
@@ -164,20 +213,32 @@ def block_events(draw):
 
 
 def _state(s: FleetState):
-    return ({k: (n.parent, n.token_ids, n.lora, n.salt, n.extra, n.texts, n.holders, n.removed, n.t)
-             for k, n in s.nodes.items()},
-            s.children, list(s.orphans), list(s.gone), s.held_nodes, s.index, s.t,
-            {w: (x.held, x.held_by_group, x.resident, x.stored, x.removed, x.cleared, x.buckets)
-             for w, x in s.workers.items()})
+    return (
+        {
+            k: (n.parent, n.token_ids, n.lora, n.salt, n.extra, n.texts, n.holders, n.removed, n.t)
+            for k, n in s.nodes.items()
+        },
+        s.children,
+        list(s.orphans),
+        list(s.gone),
+        s.held_nodes,
+        s.index,
+        s.t,
+        {
+            w: (x.held, x.held_by_group, x.resident, x.stored, x.removed, x.cleared, x.buckets)
+            for w, x in s.workers.items()
+        },
+    )
 
 
 @settings(max_examples=300, deadline=None)
 @given(block_events(), st.integers(1, 7))
 def test_folding_structs_in_runs_equals_folding_their_trace_dicts_one_by_one(events, run):
     live, replayed = FleetState({}), FleetState({})
-    written = [e if isinstance(e, dict) else e.as_dict() for e in events]  # as the -o file holds them
+    # as the -o file holds them
+    written = [e if isinstance(e, dict) else e.as_dict() for e in events]
     for i in range(0, len(events), run):
-        live.apply_all(events[i:i + run])
+        live.apply_all(events[i : i + run])
     for e in written:
         replayed.apply(e)
     assert _state(live) == _state(replayed)

@@ -10,8 +10,16 @@ from kvtui.state import replay
 def test_radix_insert_split_hit_evict():
     e = Events()
     arrive(e, "a", list(range(8)))
-    e("radix_insert", node_id=1, parent_id=0, blocks=[0, 1], token_ids=list(range(8)),
-      texts=[str(i) for i in range(8)], request_id="a", hashes=["h0", "h1"])
+    e(
+        "radix_insert",
+        node_id=1,
+        parent_id=0,
+        blocks=[0, 1],
+        token_ids=list(range(8)),
+        texts=[str(i) for i in range(8)],
+        request_id="a",
+        hashes=["h0", "h1"],
+    )
     e("radix_lock", node_id=1, request_id="a", lock_ref=1)
     e("radix_split", node_id=1, new_node_id=2, at=1)
     e("radix_hit", node_id=1, request_id="b", blocks=1)
