@@ -224,6 +224,52 @@ def live_bench(model, device, seconds, size, max_tokens, num_blocks):
     click.echo(format_result(run(model, device, seconds, size, max_tokens, num_blocks)))
 
 
+@bench.command(
+    "whatif", short_help="The one-pass LRU curve vs kvcache-simulator on a Mooncake-shaped workload."
+)
+@click.option(
+    "--workload",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="A Mooncake JSONL (default: kvtui.whatif.synth's 12k-request workload, generated).",
+)
+@click.option(
+    "--capacities",
+    type=click.IntRange(min=2),
+    default=50,
+    show_default=True,
+    help="LRU capacities, log-spaced in blocks.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Rounds; each runs both tools back to back, medians reported.",
+)
+@click.option(
+    "--kvcache-simulator",
+    "kvsim",
+    default=None,
+    help="The kvcache-simulator command (default: on PATH; without it, a plain LRU simulation).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated workload.")
+@click.option(
+    "--check",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Also check the curve against plain LRU simulations at this many capacities.",
+)
+@click.option("--optimal", is_flag=True, help="Also Belady's bound at the checked capacities.")
+def whatif_bench(workload, capacities, repeats, kvsim, seed, check, optimal):
+    """The whole LRU hit-rate curve in one pass against kvcache-simulator's LRU sweep (PyPI, C++ backend) at
+    the same capacities on the same Mooncake-format workload, timed in the same run, with agreement figures."""
+    from kvtui.bench.whatif import run
+
+    run(workload, capacities, repeats, kvsim, seed, check, optimal, echo=click.echo)
+
+
 # long, overhead, mixed, prefix (kvtui/commands/bench_engine_commands.py)
 for _command in ENGINE_BENCHES:
     bench.add_command(_command)
