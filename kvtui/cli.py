@@ -97,6 +97,7 @@ def _register() -> None:
         export_commands,
         serve_commands,
         ui_commands,
+        whatif_commands,
     )
 
     for command in (
@@ -106,6 +107,7 @@ def _register() -> None:
         + export_commands.COMMANDS
         + serve_commands.COMMANDS
         + attach_commands.COMMANDS
+        + whatif_commands.COMMANDS
     ):
         main.add_command(command)
     for name in NEEDS_ENGINE:

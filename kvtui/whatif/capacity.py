@@ -1,0 +1,51 @@
+"""Capacities as people write them, into tokens: `100k,3M,50M` (tokens, k/M/G = 10^3/10^6/10^9), `4096b`
+(blocks of the run's block size), `80GiB` / `80GB` (bytes: needs the model's KV bytes per token, from
+`--kv-config DIR|config.json` through engine/models/kv_budget.py)."""
+
+from __future__ import annotations
+
+import re
+
+TOKEN_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+BYTE_SUFFIX = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+class CapacityError(ValueError):
+    pass
+
+
+def parse_capacity(text: str, block_size: int, bytes_per_token: float | None = None) -> int:
+    """One capacity in tokens (a whole number of blocks, rounded down, at least one block)."""
+    match = _PATTERN.match(text)
+    if not match:
+        raise CapacityError(f"capacity {text!r}: write tokens (100k, 3M), blocks (4096b) or bytes (80GiB)")
+    value, suffix = float(match.group(1)), match.group(2).lower()
+    if suffix == "b":
+        tokens = value * block_size
+    elif suffix in TOKEN_SUFFIX:
+        tokens = value * TOKEN_SUFFIX[suffix]
+    elif suffix in BYTE_SUFFIX:
+        if not bytes_per_token:
+            raise CapacityError(f"capacity {text!r} is in bytes: pass --kv-config DIR|config.json so that "
+                                "bytes become tokens (the model's KV bytes per token)")
+        tokens = value * BYTE_SUFFIX[suffix] / bytes_per_token
+    else:
+        raise CapacityError(f"capacity {text!r}: unknown suffix {match.group(2)!r} (k, M, G tokens; b blocks; "
+                            "KiB..TiB or KB..TB bytes)")
+    blocks = int(tokens // block_size)
+    if blocks < 1:
+        raise CapacityError(f"capacity {text!r} is less than one block of {block_size} tokens")
+    return blocks * block_size
+
+
+def parse_capacities(text: str, block_size: int, bytes_per_token: float | None = None) -> list[int]:
+    return [parse_capacity(part, block_size, bytes_per_token) for part in text.split(",") if part.strip()]
+
+
+def human_tokens(tokens: float) -> str:
+    for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if tokens >= size:
+            return f"{tokens / size:.3g}{unit}"
+    return f"{tokens:g}"

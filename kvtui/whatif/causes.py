@@ -1,0 +1,182 @@
+"""A cause for every missed prompt token, per request and per workload; the causes add up exactly to the misses.
+
+A prompt token is a hit when the request never computed it: the cache served it at the first admission and,
+if the request was preempted, again at every readmission. Everything else is a miss with one cause:
+
+    compulsory   its block (this prefix, this salt) was never seen before
+    capacity     its block was cached and evicted (at t, by policy P: the manager's block_evicted events)
+    block_floor  shared with a cached prompt, but short of a whole block (and not reused as a partial block)
+    salt         the same tokens are cached under another cache salt (tenant or LoRA isolation)
+    divergence   the prompt differs from a cached one inside a block at position p (both token ids kept),
+                 or the block's own tokens were seen before after another prefix (a difference earlier on)
+    in_flight    another running request announced this block but had not computed it yet (a simulation knows)
+    preemption   served at first admission, recomputed after a preemption (its blocks went meanwhile)
+    last_token   the last prompt token is always computed (its logits pick the first output token)
+    disabled     prefix caching is off
+    too_large    prompt + output exceed the whole pool: the request was not run (the engine refuses it)
+
+The classification starts from the engine's `prefix_match` event (reason and detail: where matching stopped
+and why) and then walks the request's remaining blocks with what the run has seen: keys ever put in the tree
+(`radix_insert`), keys evicted (`block_evicted`: when, which policy), keys announced by admitted requests, and
+the salt-free content of each block with the salts that announced it, and a hash of each block's own tokens.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+CAUSES = ("compulsory", "capacity", "block_floor", "salt", "divergence", "in_flight", "preemption",
+          "last_token", "disabled", "too_large")
+
+
+@dataclass
+class RequestMisses:
+    request_id: str
+    prompt_tokens: int
+    first_matched: int = 0  # tokens the first admission served
+    min_rematched: int | None = None  # the smallest readmission match (None: never preempted)
+    causes: Counter = field(default_factory=Counter)
+    detail: dict = field(default_factory=dict)  # the first capacity eviction, the divergence
+
+    @property
+    def recomputed(self) -> int:
+        if self.min_rematched is None:
+            return 0
+        return max(0, self.first_matched - self.min_rematched)
+
+    @property
+    def hit_tokens(self) -> int:
+        return self.first_matched - self.recomputed
+
+    def all_causes(self) -> Counter:
+        causes = Counter(self.causes)
+        if self.recomputed:
+            causes["preemption"] += self.recomputed
+        return causes
+
+    def as_dict(self) -> dict:
+        return {"request_id": self.request_id, "prompt_tokens": self.prompt_tokens, "hit_tokens": self.hit_tokens,
+                "misses": dict(self.all_causes()), "detail": self.detail}
+
+
+class MissLedger:
+    """What a run has seen of the cache, and the misses of every request."""
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.ever_cached: set = set()
+        self.evicted: dict = {}  # key -> (t, policy) of its last eviction
+        self.announced: set = set()
+        self.content_salts: dict = {}  # salt-free content -> the first salt that announced it
+        self.block_tokens: set = set()  # hash of each announced block's own tokens (no prefix)
+        self.requests: dict[str, RequestMisses] = {}
+
+    # --- events -----------------------------------------------------------------------------------------
+    def on_insert(self, keys) -> None:
+        self.ever_cached.update(keys)
+
+    def on_evict(self, key, t: float, policy: str) -> None:
+        self.evicted[key] = (t, policy)
+
+    def too_large(self, request_id: str, prompt_tokens: int) -> None:
+        self.requests[request_id] = RequestMisses(request_id, prompt_tokens, causes=Counter(too_large=prompt_tokens))
+
+    def on_match(self, request_id: str, prompt_tokens: int, matched: int, reason: str, detail: dict,
+                 keys: list, contents: list, salt, tokens) -> None:
+        """A prefix_match: the first one classifies the misses, a readmission's records what came back."""
+        if detail.get("readmission"):
+            record = self.requests[request_id]
+            if record.min_rematched is None or matched < record.min_rematched:
+                record.min_rematched = matched
+            return
+        record = RequestMisses(request_id, prompt_tokens, matched)
+        self.requests[request_id] = record
+        self._classify(record, matched, reason, detail, keys, contents, salt, tokens)
+        bs = self.block_size
+        matchable = max(prompt_tokens - 1, 0) // bs
+        self.announced.update(keys[:matchable])
+        self.block_tokens.update(hash(tuple(tokens[j * bs:(j + 1) * bs])) for j in range(matchable))
+        for content in contents[:matchable]:
+            self.content_salts.setdefault(content, salt)
+
+    # --- classification ---------------------------------------------------------------------------------
+    def _classify(self, record: RequestMisses, matched: int, reason: str, detail: dict, keys, contents,
+                  salt, tokens) -> None:
+        bs, n = self.block_size, record.prompt_tokens
+        causes = record.causes
+        if n == 0:
+            return
+        causes["last_token"] = 1
+        end = n - 1
+        if reason == "disabled":
+            if end > matched:
+                causes["disabled"] += end - matched
+            return
+        whole = end // bs
+        first = matched // bs
+        pos = matched
+        cause = None
+        for j in range(first, min(whole, len(keys))):
+            stop = (j + 1) * bs
+            key = keys[j]
+            if key in self.ever_cached:
+                cause = "capacity"
+                if "evicted_at" not in record.detail and key in self.evicted:
+                    t, policy = self.evicted[key]
+                    record.detail.update(evicted_at=t, policy=policy, position=j * bs)
+            elif key in self.announced:
+                cause = "in_flight"
+            elif contents[j] in self.content_salts and self.content_salts[contents[j]] != salt:
+                cause = "salt"
+            elif j == first and reason == "divergent" and int(detail.get("position", j * bs)) > j * bs:
+                # the block shares its first tokens with a cached one and then differs
+                at = min(max(int(detail["position"]), pos), stop)
+                if at > pos:
+                    causes["block_floor"] += at - pos
+                    pos = at
+                record.detail.update(diverged_at=at, expected_id=detail.get("expected_id"),
+                                     actual_id=detail.get("actual_id"))
+                cause = "divergence"
+            elif hash(tuple(tokens[j * bs:stop])) in self.block_tokens:
+                # these very tokens were seen before, after another prefix: the prompt differs earlier
+                cause = "divergence"
+                if "diverged_at" not in record.detail and reason == "divergent":
+                    record.detail.update(diverged_at=int(detail.get("position", first * bs)),
+                                         expected_id=detail.get("expected_id"), actual_id=detail.get("actual_id"))
+            else:
+                cause = "compulsory"
+            causes[cause] += stop - pos
+            pos = stop
+        if end > pos:
+            # the partial block before the last token
+            if cause is None:
+                shared = int(detail.get("equal_tokens", 0)) if reason == "block_floor" else 0
+                floor = max(0, min(whole * bs + shared, end) - pos)
+                if floor:
+                    causes["block_floor"] += floor
+                    pos += floor
+                cause = "compulsory"
+            if end > pos:
+                causes[cause] += end - pos
+
+    # --- totals -----------------------------------------------------------------------------------------
+    def totals(self) -> tuple[int, int, Counter]:
+        """(prompt tokens, hit tokens, misses by cause) over every request."""
+        prompt = hits = 0
+        causes: Counter = Counter()
+        for record in self.requests.values():
+            prompt += record.prompt_tokens
+            hits += record.hit_tokens
+            causes.update(record.all_causes())
+        return prompt, hits, causes
+
+
+def shares_sentence(prompt_tokens: int, causes: Counter) -> str:
+    """"of the 62.6% of prompt tokens missed: 31.0% compulsory, 27.4% capacity, ..." (shares of all prompt
+    tokens, largest first)."""
+    missed = sum(causes.values())
+    if not prompt_tokens:
+        return "no prompt tokens"
+    parts = [f"{100 * v / prompt_tokens:.1f}% {k.replace('_', ' ')}" for k, v in causes.most_common() if v]
+    return f"of the {100 * missed / prompt_tokens:.1f}% of prompt tokens missed: " + ", ".join(parts)

@@ -1,0 +1,223 @@
+"""Reading a what-if workload, whatever its format, into `SimRequest`s (requests.py); the format is detected
+from the content (`detect_format`), and `--format` overrides it.
+
+    trace      a kvtui trace (header line with "type": "header"): each `request_arrived` with its prompt ids,
+               salt and arrival time, and its recorded output (its `token_emitted` events); forks and edits
+               are not replayed (noted)
+    workload   a workload JSON (fixtures/workloads, engine/workload.py): token-id prompts always work; text
+               prompts need a tokenizer (`--tokenizer`: a tokenizer.json or a directory, read with the
+               torch-free `tokenizers` package; chat messages need transformers' chat template); arrival_step
+               s becomes s x STEP_SECONDS
+    mooncake   Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (mooncake.py)
+    proxy-log  the request log of kvtui's OpenAI proxy (issue 18), one JSON object per line:
+                   {"arrival": 12.5,                      seconds (or "timestamp": ms since the epoch / start)
+                    "request_id": "chatcmpl-1",           optional (default: line number)
+                    "prompt_token_ids": [1, 2, 3],        what the server tokenized
+                    "output_token_ids": [4, 5],           what it generated (or "output_length": N)
+                    "cache_salt": null}                   optional (vLLM's cache_salt; a LoRA name may go here)
+               arrivals are made relative to the first one
+
+A bad line of a JSONL format is skipped and named (`Workload.problems`: "line 7: ..."); the good lines are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvtui.whatif.mooncake import load_mooncake, looks_like_mooncake
+from kvtui.whatif.requests import SimRequest, Workload
+
+FORMATS = ("trace", "workload", "mooncake", "proxy-log")
+# a workload JSON counts arrivals in engine steps: one step is taken to last this long
+STEP_SECONDS = 0.02
+
+
+class WorkloadFormatError(ValueError):
+    """The file cannot be read as a workload; the message says where and what to do."""
+
+
+def detect_format(path: str | Path) -> str:
+    """trace, workload, mooncake or proxy-log, from the first non-empty line (or the whole JSON document)."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            first = next((line for line in handle if line.strip()), "")
+    except FileNotFoundError:
+        raise WorkloadFormatError(f"no such workload file: {path}") from None
+    except UnicodeDecodeError:
+        raise WorkloadFormatError(f"{path}: not UTF-8 text (a workload is JSON or JSON Lines)") from None
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        if obj.get("type") == "header":
+            return "trace"
+        if looks_like_mooncake(obj):
+            return "mooncake"
+        if "prompt_token_ids" in obj and "requests" not in obj:
+            return "proxy-log"
+        if "requests" in obj:
+            return "workload"
+    if first.lstrip().startswith("{"):
+        # a multi-line JSON document: a workload JSON
+        return "workload"
+    raise WorkloadFormatError(f"{path}: cannot tell the format from line 1 (expected a kvtui trace header, a "
+                              "Mooncake line with hash_ids, a proxy-log line with prompt_token_ids, or a "
+                              "workload JSON); pass --format " + "|".join(FORMATS))
+
+
+def load(path: str | Path, fmt: str | None = None, trace_block_size: int = 512,
+         tokenizer: str | None = None) -> Workload:
+    path = Path(path)
+    fmt = fmt or detect_format(path)
+    if fmt == "trace":
+        return load_trace(path)
+    if fmt == "workload":
+        return load_workload_json(path, tokenizer)
+    if fmt == "mooncake":
+        return load_mooncake(path, trace_block_size)
+    if fmt == "proxy-log":
+        return load_proxy_log(path)
+    raise WorkloadFormatError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+
+
+# --- kvtui traces -----------------------------------------------------------------------------------------
+def load_trace(path: Path) -> Workload:
+    from engine.trace.reader import read_trace
+
+    trace = read_trace(path, allow_unknown=True)
+    problems = [] if trace.error is None else [f"line {trace.error.line}: {trace.error.message} (events "
+                                               "after it ignored)"]
+    requests: dict[str, SimRequest] = {}
+    outputs: dict[str, list[int]] = {}
+    notes, forks, edits = [], 0, 0
+    for event in trace.events:
+        kind = event["type"]
+        if kind == "request_arrived":
+            if event.get("parent_id"):
+                forks += 1
+                continue
+            rid = event["request_id"]
+            requests[rid] = SimRequest(rid, float(event["t"]), list(event["prompt_token_ids"]), None,
+                                       int(event["max_tokens"]), event.get("cache_salt"), phase=event.get("phase"))
+            outputs[rid] = []
+        elif kind == "token_emitted" and event["request_id"] in outputs:
+            outputs[event["request_id"]].append(int(event["token_id"]))
+        elif kind == "edit":
+            edits += 1
+    for rid, req in requests.items():
+        if outputs[rid]:
+            req.output_token_ids = outputs[rid]
+    if forks:
+        notes.append(f"{forks} forked requests are not replayed (their parents are)")
+    if edits:
+        notes.append(f"{edits} edits are not replayed: each request runs its recorded prompt and output")
+    t0 = min((r.arrival for r in requests.values()), default=0.0)
+    ordered = sorted(requests.values(), key=lambda r: r.arrival)
+    for r in ordered:
+        r.arrival -= t0
+    return Workload(path.name, "trace", ordered, problems, notes)
+
+
+# --- workload JSON ----------------------------------------------------------------------------------------
+def load_workload_json(path: Path, tokenizer: str | None = None) -> Workload:
+    from engine.workload import WorkloadError, load_workload
+
+    try:
+        workload = load_workload(path)
+    except WorkloadError as exc:
+        raise WorkloadFormatError(str(exc)) from None
+    texts = [r.request_id for r in workload.requests if not _token_ids(r.prompt)]
+    encode = _encoder(tokenizer, path, texts) if texts else None
+    requests, notes = [], []
+    for r in workload.requests:
+        prompt = list(r.prompt) if _token_ids(r.prompt) else encode(r.prompt)
+        requests.append(SimRequest(r.request_id, r.arrival_step * STEP_SECONDS, prompt, None,
+                                   r.sampling.max_tokens, r.cache_salt, phase=r.phase))
+    notes.append(f"arrival_step s arrives at s x {STEP_SECONDS * 1000:g} ms; outputs are max_tokens fresh tokens")
+    if workload.edits:
+        notes.append(f"{len(workload.edits)} edits are not replayed")
+    return Workload(workload.name, "workload", requests, [], notes)
+
+
+def _token_ids(prompt) -> bool:
+    return isinstance(prompt, list) and all(type(t) is int for t in prompt)
+
+
+def _encoder(tokenizer: str | None, path: Path, texts: list[str]):
+    which = ", ".join(texts[:5]) + (" ..." if len(texts) > 5 else "")
+    if tokenizer is None:
+        raise WorkloadFormatError(
+            f"{path}: requests {which} have text prompts, and token ids are needed: pass --tokenizer "
+            "(a tokenizer.json or a model directory: read with the `tokenizers` package, no torch), or give "
+            "the recorded trace of this workload instead (fixtures/traces/, `kvtui record`), which carries "
+            "token ids")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise WorkloadFormatError("--tokenizer needs the `tokenizers` package (pip install tokenizers)") from None
+    source = Path(tokenizer)
+    file = source / "tokenizer.json" if source.is_dir() else source
+    try:
+        tok = Tokenizer.from_file(str(file))
+    except Exception as exc:
+        raise WorkloadFormatError(f"--tokenizer {tokenizer}: cannot read {file} ({exc})") from None
+
+    def encode(prompt) -> list[int]:
+        if isinstance(prompt, list):
+            # chat messages: a plain role: content rendering (no chat template without transformers)
+            prompt = "".join(f"{m['role']}: {m['content']}\n" for m in prompt)
+        return tok.encode(prompt).ids
+
+    return encode
+
+
+# --- proxy request log ------------------------------------------------------------------------------------
+def load_proxy_log(path: Path) -> Workload:
+    requests, problems = [], []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                requests.append(_proxy_request(json.loads(line), number))
+            except (json.JSONDecodeError, ValueError, TypeError, KeyError) as exc:
+                problems.append(f"line {number}: {_why(exc)}")
+    if not requests:
+        raise WorkloadFormatError(f"{path}: no usable proxy-log line" + (f" ({problems[0]})" if problems else ""))
+    requests.sort(key=lambda r: r.arrival)
+    t0 = requests[0].arrival
+    for r in requests:
+        r.arrival -= t0
+    return Workload(path.name, "proxy-log", requests, problems, [])
+
+
+def _proxy_request(obj, number: int) -> SimRequest:
+    if not isinstance(obj, dict):
+        raise ValueError("a line is one JSON object")
+    prompt = obj["prompt_token_ids"]
+    if not isinstance(prompt, list) or not prompt or not all(type(t) is int and t >= 0 for t in prompt):
+        raise ValueError("prompt_token_ids must be a non-empty list of token ids")
+    output = obj.get("output_token_ids")
+    if output is not None and not (isinstance(output, list) and all(type(t) is int for t in output)):
+        raise ValueError("output_token_ids must be a list of token ids")
+    if "arrival" in obj:
+        arrival = float(obj["arrival"])
+    elif "timestamp" in obj:
+        arrival = float(obj["timestamp"]) / 1000
+    else:
+        raise ValueError("needs arrival (seconds) or timestamp (ms)")
+    length = len(output) if output else int(obj.get("output_length", 1))
+    salt = obj.get("cache_salt")
+    return SimRequest(str(obj.get("request_id", f"line{number}")), arrival, prompt, output or None,
+                      max(length, 1), None if salt is None else str(salt))
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON ({exc.msg} at column {exc.colno})"
+    if isinstance(exc, KeyError):
+        return f"missing field {exc.args[0]!r}"
+    return str(exc)

@@ -1,0 +1,96 @@
+"""The one request shape every what-if workload becomes, whatever file it came from.
+
+A `SimRequest` has an id, an arrival time in seconds, its prompt token ids, its output (recorded token ids, or
+only a length: fresh tokens are made up when it runs) and a cache salt. A Mooncake request holds hash ids
+rather than tokens: its token ids are made when the simulation needs them (`prompt_token_ids()`), so a trace of
+12,000 x 12k-token prompts never sits in memory whole.
+
+Token id spaces, so that made-up tokens never collide with real ones or with each other:
+    [0, 2**40)                      real token ids (a vocabulary is far smaller)
+    [2**40, 2**59)                  hash id h of a Mooncake trace with B tokens per id: HASH_BASE + h*B + j,
+                                    j < B (a run of B ids that belongs to h alone: no two ids share a token)
+    [2**60, ...)                    fresh output tokens, one new id per generated token, never reused
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Sequence
+
+HASH_BASE = 1 << 40
+FRESH_BASE = 1 << 60
+MAX_HASH_ID = ((1 << 59) - HASH_BASE) // 4096
+
+
+class FreshTokens:
+    """Unique token ids for generated tokens whose content is unknown (output_length only)."""
+
+    def __init__(self):
+        self._next = itertools.count(FRESH_BASE)
+
+    def take(self, n: int) -> list[int]:
+        return [next(self._next) for _ in range(n)]
+
+
+def hash_id_tokens(hash_ids: Sequence[int], input_length: int, trace_block_size: int) -> list[int]:
+    """Token ids of a hash-id prompt: each id a run of B ids of its own; the last id holds
+    input_length - (n-1)*B tokens."""
+    b = trace_block_size
+    tokens: list[int] = []
+    last = len(hash_ids) - 1
+    for i, h in enumerate(hash_ids):
+        start = HASH_BASE + h * b
+        tokens.extend(range(start, start + (input_length - last * b if i == last else b)))
+    return tokens
+
+
+@dataclass(slots=True)
+class SimRequest:
+    request_id: str
+    arrival: float  # seconds from the start of the workload
+    prompt: list[int] | None  # token ids (None: made from hash_ids on demand)
+    output_token_ids: list[int] | None = None  # recorded output; None: output_length fresh tokens
+    output_length: int = 1
+    cache_salt: str | None = None
+    hash_ids: list[int] | None = None  # Mooncake: one id per trace block
+    input_length: int = 0
+    trace_block_size: int = 0
+    phase: str | None = None
+    _keys: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt) if self.prompt is not None else self.input_length
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids) if self.output_token_ids is not None else self.output_length
+
+    def prompt_token_ids(self) -> list[int]:
+        if self.prompt is not None:
+            return self.prompt
+        return hash_id_tokens(self.hash_ids, self.input_length, self.trace_block_size)
+
+
+@dataclass
+class Workload:
+    """Requests in arrival order, where they came from, and what was wrong with the file (kept going)."""
+
+    name: str
+    format: str  # trace | workload | mooncake | proxy-log
+    requests: list[SimRequest]
+    problems: list[str] = field(default_factory=list)  # "line 7: ..." for each line skipped
+    notes: list[str] = field(default_factory=list)  # what the reader assumed
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(r.num_prompt_tokens for r in self.requests)
+
+    @property
+    def hash_ids(self) -> bool:
+        """Prompts are hash ids: generated tokens take pool space but are never cached."""
+        return self.format == "mooncake"
+
+    def slice(self, start: int | None, stop: int | None) -> Workload:
+        return Workload(self.name, self.format, self.requests[start:stop], self.problems, self.notes)
