@@ -46,6 +46,7 @@ def parse_capacities(text: str, block_size: int, bytes_per_token: float | None =
 
 def human_tokens(tokens: float) -> str:
     for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
-        if tokens >= size:
+        # a capacity rounded down to whole blocks (999,936 for 1M at 512) still reads as 1M
+        if tokens >= size * 0.995:
             return f"{tokens / size:.3g}{unit}"
     return f"{tokens:g}"
