@@ -4,7 +4,9 @@ An attached engine publishes a hash space, not physical blocks: blocks are keyed
 chained by parent hash, and each stored block carries its token ids. So these events have no physical block
 ids, ref counts, locks or requests; they say which worker holds which hashed block, and what the stream lost.
 The header of an attach trace has `"kind": "attach"` and `config.sources` (every SOURCE as given);
-block_size and num_blocks are 0 there (workers may differ; each stored block carries its own size).
+block_size and num_blocks are 0 there (workers may differ; each stored block carries its own size), and
+`wall_clock` is the wall-clock time of t=0: `engine_ts - wall_clock` is when a batch happened on the trace's
+clock (a replayed one may be before the attach: negative).
 Torch-free, like trace_schema.py, which merges this table into EVENT_FIELDS.
 """
 
@@ -66,7 +68,11 @@ ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "attach_gap": {
         "source": (_STR, "endpoint of the stream"),
-        "kind": (_STR, "gap (sequence numbers skipped) | late_join (joined after batch 0) | restart"),
+        "kind": (
+            _STR,
+            "gap (sequence numbers skipped) | late_join (joined after batch 0) | restart (the sequence "
+            "went back, or /metrics showed a new process)",
+        ),
         "expected": (_INT, "first missing sequence number"),
         "got": (_INT, "sequence number that revealed the gap"),
         "recovered": (_INT, "missing batches fetched from the replay endpoint"),
@@ -83,7 +89,16 @@ ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "facts": (
             _DICT,
             "kv_usage, prefix_queries, prefix_hits, hit_rate, preemptions, running, waiting, "
-            "num_gpu_blocks, block_size, ttft_buckets, ttft_count, ttft_sum (those the page has)",
+            "num_gpu_blocks, block_size, ttft_buckets, ttft_count, ttft_sum, started (the process start "
+            "time) (those the page has)",
         ),
+    },
+    "attach_server": {
+        "source": (_STR, "endpoint whose server's /metrics was read"),
+        "up": (
+            "bool",
+            "false: its /metrics stopped answering (the server may be down: its blocks are stale)",
+        ),
+        "reason": (_STR, "why it is taken as down (the error), or 'answers again'"),
     },
 }

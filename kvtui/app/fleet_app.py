@@ -2,7 +2,8 @@
 (`kvtui replay fleet.jsonl`): the same `FleetState` reducer folds both, so a recording shows what was seen.
 
 Tabs: 1 fleet (one row per worker), 2 prefix tree (block hashes, tokens, holders), 3 explain (a prompt against
-every worker's cache). The views draw `FleetView`s (plain data, kvtui/state/fleet_view.py). Where they come from:
+every worker's cache, typed in a multi-line box, chat special tokens and newlines included, or `@FILE`;
+ctrl+s explains). The views draw `FleetView`s (plain data, kvtui/state/fleet_view.py). Where they come from:
   live    `kvtui attach`: a collector process (kvtui/sources/collector.py) receives and folds the stream; each
           frame takes the latest view it sent and asks for the next (ten a second), never waiting for one;
   replay  the whole trace, folded here once (`g` goes to a percentage of it).
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane, TextArea
 
 from kvtui.sources.collector_messages import CollectorNotice, Explained, ViewReady
 from kvtui.state.fleet import FleetState, replay_fleet
@@ -58,7 +59,7 @@ class FleetApp(App):
     CSS = """
     #fleet-status { height: 1; background: $panel; }
     FleetTableView, FleetTreeView { height: 1fr; }
-    #explain-input { dock: top; }
+    #explain-input { dock: top; height: 8; }
     """
     BINDINGS = [
         Binding("q", "quit", "quit", id="fleet.quit"),
@@ -67,6 +68,7 @@ class FleetApp(App):
         Binding("3", "show_tab('explain')", "explain a prompt", id="fleet.tab.explain"),
         Binding("g", "goto", "go to % (replay)", id="fleet.goto"),
         Binding("escape", "leave_input", "leave input", show=False, id="fleet.escape"),
+        Binding("ctrl+s", "explain", "explain the prompt", id="fleet.explain", priority=True),
     ]
 
     def __init__(
@@ -110,11 +112,12 @@ class FleetApp(App):
             with TabPane("2 Prefix tree", id="tree"):
                 yield FleetTreeView(id="fleet-tree")
             with TabPane("3 Explain", id="explain"):
-                yield Input(
-                    placeholder="prompt: token ids (1 2 3) or text with --tokenizer; options: "
-                    "salt=S lora=L group=G | prompt",
-                    id="explain-input",
+                yield Static(
+                    "prompt: token ids (1 2 3), text with --tokenizer (special tokens and newlines as typed), "
+                    "or @FILE; options first: salt=S lora=L group=G | prompt. ctrl+s explains",
+                    id="explain-help",
                 )
+                yield TextArea(id="explain-input", soft_wrap=True, show_line_numbers=False)
                 with VerticalScroll():
                     yield Static(id="explain-out")
         yield Input(id="goto-input")
@@ -186,16 +189,18 @@ class FleetApp(App):
         total = f"/{len(self.events)}" if self.events is not None else ""
         received = ""
         if self.collector is not None and self.collector.counters:
-            received = f" · {self.collector.counters['blocks']:,} block hashes received"
+            c = self.collector.counters
+            replayed = f" ({c.get('replayed', 0):,} replayed)" if c.get("replayed") else ""
+            received = f" · {c['messages']:,} messages{replayed}, {c['blocks']:,} block hashes received"
         return (
-            f" {mode} {self.source} · event {view.index:,}{total} · {view.t:.2f}s · "
+            f" {mode} · {self.source} · event {view.index:,}{total} · {view.t:.2f}s · "
             f"{len(view.workers)} workers · {view.nodes:,} blocks known{received}"
         )
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#fleet-tabs", TabbedContent).active = tab
         if tab == "explain":
-            self.query_one("#explain-input", Input).focus()
+            self.query_one("#explain-input", TextArea).focus()
         # the tree now, not in a second
         self._tree_at = 0.0
         self.refresh_views(force=True)
@@ -208,10 +213,14 @@ class FleetApp(App):
     def on_input_submitted(self, message: Input.Submitted) -> None:
         if message.input.id == "goto-input":
             self._goto(message.value)
+
+    def action_explain(self) -> None:
+        """Explain what the box holds (ctrl+s), exactly as typed."""
+        if self.query_one("#fleet-tabs", TabbedContent).active != "explain":
             return
         out = self.query_one("#explain-out", Static)
         try:
-            ids, options = parse_query(message.value, self.tokenizer)
+            ids, options = parse_query(self.query_one("#explain-input", TextArea).text, self.tokenizer)
         except QueryError as exc:
             update_if_changed(out, f"cannot explain: {exc}")
             return

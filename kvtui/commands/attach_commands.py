@@ -114,16 +114,17 @@ def attach(
 
     header = attach_header(parsed, tokenizer)
     if headless:
-        from kvtui.sources.attach import Attacher
+        from kvtui.sources.attach import Attacher, anchored
 
         sink = TraceSink()
         if out:
             sink.add_writer(TraceWriter(out))
-        sink.set_header(header)
-        _headless(
-            Attacher(parsed, sink, tokenizer=tok, replay_timeout=replay_timeout), sink, duration, queries
-        )
+        sink.set_header(anchored(header, sink))
+        attacher = Attacher(parsed, sink, tokenizer=tok, replay_timeout=replay_timeout)
+        _headless(attacher, sink, duration, queries)
         sink.close()
+        if attacher.failed:
+            raise click.ClickException(attacher.failed)
     else:
         _ui(parsed, header, out, tokenizer, tok, duration, replay_timeout)
     if out:
@@ -158,6 +159,8 @@ def _headless(attacher, sink, duration, queries) -> None:
     attacher.start()
     try:
         while duration is None or time.monotonic() - started < duration:
+            if attacher.failed:
+                break
             time.sleep(0.1)
             while not attacher.notices.empty():
                 severity, text = attacher.notices.get()
@@ -167,7 +170,8 @@ def _headless(attacher, sink, duration, queries) -> None:
     attacher.stop()
     c = attacher.counters
     click.echo(
-        f"attached {time.monotonic() - started:.1f}s: {c.messages} messages, {c.events} events, "
+        f"attached {time.monotonic() - started:.1f}s: {c.messages} live messages, {c.replayed} replayed, "
+        f"{c.events} events, "
         f"{c.blocks} block hashes; {c.gaps} gaps ({c.lost} batches lost), {c.restarts} restarts, "
         f"{c.malformed} malformed"
     )
@@ -191,7 +195,8 @@ def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeou
     collector = CollectorClient(
         sources, header, out=out, tokenizer=tokenizer_name, replay_timeout=replay_timeout
     )
-    app = FleetApp(source="attach", collector=collector, tokenizer=tokenizer, duration=duration)
+    names = ", ".join(s.name for s in sources)
+    app = FleetApp(source=names, collector=collector, tokenizer=tokenizer, duration=duration)
     try:
         app.run()
     finally:

@@ -369,16 +369,18 @@ def stats(trace_file, as_json):
             err=True,
         )
     summary = summarize(trace.header, trace.events)
-    workers = None
-    # recorded by `kvtui attach -o`: one summary per worker
+    workers = totals = None
+    # recorded by `kvtui attach -o`: one summary per worker, totals from the fleet (no requests: null)
     if trace.header.get("kind") == "attach":
-        from kvtui.state.fleet import format_workers, replay_fleet, workers_summary
+        from kvtui.state.fleet import attach_totals, format_workers, replay_fleet, workers_summary
 
-        workers = workers_summary(replay_fleet(trace.header, trace.events))
+        fleet = replay_fleet(trace.header, trace.events)
+        workers, totals = workers_summary(fleet), attach_totals(fleet)
     if as_json:
         error = None if trace.error is None else str(trace.error)
         out = stats_json(trace_file, trace.header, trace.events, summary, error)
         if workers is not None:
+            out.update(totals, phases=[], all=totals)
             out["workers"] = workers
         click.echo(json.dumps(out, indent=1))
     elif workers is not None:

@@ -85,9 +85,14 @@ def replay(trace, check, from_start):
         if loaded.error is not None:
             click.echo(f"{trace}, line {loaded.error.line}: {loaded.error.message}", err=True)
         unknown = ", ".join(f"{k} ({n})" for k, n in sorted(loaded.unknown_types.items()))
+        what = f"{header.get('num_blocks')} blocks of {header.get('block_size')} tokens"
+        if header.get("kind") == "attach":
+            # an attached fleet: its workers, pool and block size come from the events
+            from kvtui.state.fleet import check_line, replay_fleet
+
+            what = check_line(replay_fleet(header, loaded.events))
         click.echo(
-            f"{trace}: {len(loaded.events)} events, {header.get('num_blocks')} blocks of "
-            f"{header.get('block_size')} tokens"
+            f"{trace}: {len(loaded.events)} events, {what}"
             + (" (truncated last line ignored)" if loaded.truncated_tail else "")
             + (f"; unknown event types skipped: {unknown}" if unknown else "")
         )

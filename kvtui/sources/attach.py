@@ -12,7 +12,13 @@ The event types are engine/trace/attach_events.py.
 
 With the UI, all of this runs in a process of its own, the collector (kvtui/sources/collector.py), which also
 folds the events; the UI process only draws what the collector sends it. Each event's `t` is when its message
-arrived.
+arrived; its `engine_ts` is the publisher's batch timestamp, and the header's `wall_clock` (the wall-clock time
+of t=0, `anchored`) lets a reader place a replayed batch when it happened. The -o trace is flushed at least
+every FLUSH_EVERY seconds.
+
+A server restart shows on the wire (its sequence starts again at 0) only once the new process publishes; its
+/metrics page shows it first (counters that go back, a new process start time), and either clears the
+workers of that source.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from kvtui.sources.wire import END_SEQ, Batch, WireError, decode_payload, decode
 DRAIN_PER_SOCKET = 2000
 # replayed batches received between two calls of the after_messages callbacks
 REPLAY_SERVE_EVERY = 200
+# seconds between two flushes of the -o trace
+FLUSH_EVERY = 0.5
 
 
 def load_tokenizer(name: str):
@@ -64,6 +72,11 @@ def attach_header(sources, tokenizer: str | None) -> dict:
     }
 
 
+def anchored(header: dict, sink) -> dict:
+    """The header with `wall_clock`: the wall-clock time of the sink's t=0 (engine timestamps are wall-clock)."""
+    return {**header, "wall_clock": round(time.time() - sink.now(), 6)}
+
+
 def stamp(batch: Batch, worker: str, wire_seq: int, t: float, text=None) -> None:
     """What a payload does not say about its events: whose, which batch, when it arrived (and, given `text`,
     each token's text); an AllBlocksCleared becomes its `kv_all_cleared` event."""
@@ -93,7 +106,9 @@ class Stream:
 
 @dataclass
 class Counters:
+    # live messages, and batches fetched from replay endpoints
     messages: int = 0
+    replayed: int = 0
     events: int = 0
     blocks: int = 0
     malformed: int = 0
@@ -136,6 +151,11 @@ class Attacher:
         self.ready = threading.Event()
         # more file descriptors the loop polls (a collector's pipe to its UI)
         self.wake_fds: list[int] = []
+        # why the loop could not start (sockets that would not open), else None
+        self.failed: str | None = None
+        # (source endpoint, rank) -> (prefix queries, process start time) of the last /metrics reading
+        self._server_marks: dict[tuple, tuple] = {}
+        self._topic_told: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -165,7 +185,8 @@ class Attacher:
         try:
             self._open()
         except zmq.ZMQError as exc:
-            self.notices.put(("error", f"cannot open the sockets: {exc}"))
+            self.failed = f"cannot open the sockets: {exc}"
+            self.notices.put(("error", self.failed))
             self.ready.set()
             return
         for source in self.sources:
@@ -178,6 +199,7 @@ class Attacher:
             poller.register(sock, zmq.POLLIN)
         for fd in self.wake_fds:
             poller.register(fd, zmq.POLLIN)
+        flushed = time.monotonic()
         try:
             while not self._stop.is_set():
                 ready = dict(poller.poll(50))
@@ -186,7 +208,13 @@ class Attacher:
                         self._drain(sock, self._sockets[sock])
                 self._emit_metrics()
                 self._after()
+                now = time.monotonic()
+                if now - flushed >= FLUSH_EVERY:
+                    # a -o trace a reader can follow within a second
+                    self.sink.flush()
+                    flushed = now
         finally:
+            self.sink.flush()
             for sock in self._sockets:
                 sock.close(linger=0)
 
@@ -282,6 +310,9 @@ class Attacher:
         for worker in stream.workers.values():
             self.sink.emit("kv_all_cleared", worker=worker, cause="restart")
         stream.tracker.restart()
+        # the next /metrics reading is the new process's baseline
+        for key in [k for k in self._server_marks if k[0] == stream.source.endpoint]:
+            del self._server_marks[key]
 
     # ------------------------------------------------------------------ replay
     def _initial_replay(self, source: Source) -> None:
@@ -358,12 +389,14 @@ class Attacher:
                     frames = frames[1:]
                 if len(frames) == 3:
                     # [topic, seq, payload] (vLLM >= 0.26, SGLang) -> [seq, payload]
+                    self._check_topic(source, frames[0])
                     frames = frames[1:]
                 if len(frames) != 2:
                     self._malformed(source, f"replay reply of {len(frames)} frames", sum(map(len, frames)))
                     continue
                 if frames[0] == END_SEQ:
                     break
+                self.counters.replayed += 1
                 try:
                     out.append((decode_seq(frames[0]), decode_payload(frames[1])))
                 except (WireError, RecursionError) as exc:
@@ -374,6 +407,26 @@ class Attacher:
             dealer.close(linger=0)
         out.sort(key=lambda item: item[0])
         return out, answered
+
+    def _check_topic(self, source: Source, topic: bytes) -> None:
+        """A replay reply names the server's topic: a subscription that cannot match it receives nothing live."""
+        if not topic or topic.startswith(source.topic.encode()) or source.endpoint in self._topic_told:
+            return
+        self._topic_told.add(source.endpoint)
+        text = topic.decode("utf-8", "replace")
+        self.notices.put(
+            (
+                "warning",
+                f"{source.name}: the server publishes topic {text!r}, not {source.topic!r}: nothing will arrive "
+                f"live (the replay still loaded its buffer); attach with --topic {text} (or topic={text})",
+            )
+        )
+        self.sink.emit(
+            "attach_malformed",
+            source=source.endpoint,
+            reason=f"wrong topic: the server's is {text!r}",
+            size=0,
+        )
 
     # ------------------------------------------------------------------ applying a batch
     def _worker(self, stream: Stream, rank: int | None) -> str:
@@ -434,8 +487,13 @@ class Attacher:
                     if url not in failed:
                         self.notices.put(("warning", f"metrics {url}: {exc}"))
                         failed.add(url)
+                        for source in sources:
+                            self._metrics.put((source, str(exc)))
                     continue
-                failed.discard(url)
+                if url in failed:
+                    failed.discard(url)
+                    for source in sources:
+                        self._metrics.put((source, None))
                 for source in sources:
                     self._metrics.put((source, ranks))
             self._stop.wait(self.metrics_every)
@@ -446,6 +504,13 @@ class Attacher:
                 source, ranks = self._metrics.get_nowait()
             except queue.Empty:
                 return
+            if ranks is None or isinstance(ranks, str):
+                # its /metrics stopped (a reason) or started again (None) answering
+                up = ranks is None
+                self.sink.emit(
+                    "attach_server", source=source.endpoint, up=up, reason=ranks or "answers again"
+                )
+                continue
             self.emit_metrics(source, ranks)
 
     def emit_metrics(self, source: Source, ranks: dict[str, dict]) -> None:
@@ -453,4 +518,36 @@ class Attacher:
             if source.dp_rank is not None and rank not in ("", str(source.dp_rank)):
                 # another rank's server samples: that rank's own source reports them
                 continue
+            if not facts:
+                continue
+            self._server_restarted(source, rank, facts)
             self.sink.emit("attach_metrics", source=source.endpoint, rank=rank, facts=facts)
+
+    def _server_restarted(self, source: Source, rank: str, facts: dict) -> None:
+        """A /metrics reading from a new process (a later start time, or token counters that went back): the
+        server restarted, its cache is empty, even before it publishes again."""
+        key = (source.endpoint, rank)
+        mark = (facts.get("prefix_queries"), facts.get("started"))
+        before = self._server_marks.get(key)
+        self._server_marks[key] = mark
+        if before is None:
+            return
+        queries_back = mark[0] is not None and before[0] is not None and mark[0] < before[0]
+        new_process = mark[1] is not None and before[1] is not None and mark[1] > before[1]
+        if not (queries_back or new_process):
+            return
+        for stream in self._streams.values():
+            if stream.source is source and stream.workers:
+                self.counters.restarts += 1
+                self.sink.emit(
+                    "attach_gap",
+                    source=source.endpoint,
+                    kind="restart",
+                    expected=stream.tracker.applied + 1,
+                    got=0,
+                    recovered=0,
+                    lost=0,
+                )
+                for worker in stream.workers.values():
+                    self.sink.emit("kv_all_cleared", worker=worker, cause="restart")
+                stream.tracker.restart()

@@ -58,7 +58,7 @@ def collect(
     except OSError:
         pass
     from engine.trace import TraceSink, TraceWriter
-    from kvtui.sources.attach import Attacher, load_tokenizer
+    from kvtui.sources.attach import Attacher, anchored, load_tokenizer
     from kvtui.state.fleet import FleetState
 
     tok = None
@@ -71,7 +71,7 @@ def collect(
     sink = TraceSink()
     if out:
         sink.add_writer(TraceWriter(out))
-    sink.set_header(header)
+    sink.set_header(anchored(header, sink))
     fleet = FleetState(sink.header)
     sink.batch_listeners.append(fleet.apply_all)
     attacher = Attacher(sources, sink, tokenizer=tok, replay_timeout=replay_timeout)

@@ -72,8 +72,10 @@ def parse_source(text: str, *, topic: str = "", metrics: str | None = None, bind
         check_tcp(options["replay"], "replay endpoint")
         if bind:
             raise SourceError(
-                f"source {text!r}: replay= needs the server's address; with --bind the servers "
-                "connect to us, so give each server's replay endpoint as a source of its own"
+                f"source {text!r}: replay= does not work with --bind (kvtui listens and the servers "
+                "connect to it, so there is no one server whose replay endpoint to ask): drop replay= and "
+                "kvtui sees what is published from now on, or attach without --bind to the server's "
+                "endpoint and replay endpoint"
             )
     if "metrics" in options and not options["metrics"].startswith(("http://", "https://")):
         raise SourceError(f"source {text!r}: metrics= must be an http(s):// URL of a /metrics page")

@@ -48,12 +48,20 @@ def summarize(text: str) -> dict[str, dict]:
 
     Keys (each present only if the page has it): kv_usage (0..1), prefix_queries, prefix_hits (token counters),
     hit_rate (0..1, SGLang's own gauge), preemptions, running, waiting, num_gpu_blocks, block_size,
-    ttft_buckets ([[upper bound, cumulative count], ...], +Inf last as null), ttft_count, ttft_sum.
+    ttft_buckets ([[upper bound, cumulative count], ...], +Inf last as null), ttft_count, ttft_sum, started
+    (the process start time, `process_start_time_seconds`). Samples the views do not read are skipped, so a
+    rank exists only where it has facts.
     """
     ranks: dict[str, dict] = {}
+    started = None
     for name, labels, value in parse_text(text):
         base = name.split(":", 1)[-1]
-        if not name.startswith(("vllm:", "sglang:")):
+        if name == "process_start_time_seconds":
+            started = value
+            continue
+        if not name.startswith(("vllm:", "sglang:")) or base not in _KNOWN and not base.startswith(_TTFT):
+            # a sample the views do not read (vllm:admission_rejections_total has no engine label: it must
+            # not make a rank "" of its own)
             continue
         out = ranks.setdefault(_rank_of(labels), {})
         if base == "kv_cache_usage_perc" or base == "gpu_cache_usage_perc" or base == "token_usage":
@@ -84,6 +92,9 @@ def summarize(text: str) -> dict[str, dict]:
         elif base == "time_to_first_token_seconds_sum":
             out["ttft_sum"] = out.get("ttft_sum", 0.0) + value
     for out in ranks.values():
+        if started is not None:
+            # the process: a later one is a restart
+            out["started"] = started
         buckets = out.pop("_ttft", None)
         if buckets:
             finite = sorted(b for b in buckets if b is not None)
@@ -91,6 +102,25 @@ def summarize(text: str) -> dict[str, dict]:
                 [[None, buckets[None]]] if None in buckets else []
             )
     return ranks
+
+
+_TTFT = "time_to_first_token_seconds_"
+_KNOWN = {
+    "kv_cache_usage_perc",
+    "gpu_cache_usage_perc",
+    "token_usage",
+    "prefix_cache_queries_total",
+    "prefix_cache_queries",
+    "prefix_cache_hits_total",
+    "prefix_cache_hits",
+    "cache_hit_rate",
+    "num_preemptions_total",
+    "num_preemptions",
+    "num_requests_running",
+    "num_requests_waiting",
+    "num_queue_reqs",
+    "cache_config_info",
+}
 
 
 def token_hit_rate(facts: dict, before: dict | None = None) -> float | None:

@@ -11,6 +11,11 @@ default SHA-256 and SGLang's hashes are stable across processes) share a node, s
 replicas is one node held by several workers. A node remembers when each worker removed it, so the miss
 explainer can say "removed at t". Nodes no worker holds are forgotten oldest first past `GONE_MEMORY`.
 
+Times: an event's `t` is when its message arrived; what happened when (a block's first store, its removal, the
+stored/removed rates) is the publisher's own batch timestamp (`engine_ts`, wall-clock seconds) against the trace's
+anchor (the header's `wall_clock`: the wall-clock time of t=0), so a replayed batch is placed when it happened,
+before the attach if it was (a negative time). A publisher whose timestamps are not wall-clock falls back to `t`.
+
 Hashes are u64 ints here (the trace writes them as 16 hex digits). Live, block events arrive as structs in runs
 (`apply_all`, one run per message); from a trace, as dicts one by one: both fold through the same code, and a
 test holds the two states equal.
@@ -61,6 +66,8 @@ class HashNode(msgspec.Struct, gc=False):
     holders: dict = {}
     # worker -> t of its last removal (made at the first removal)
     removed: dict | None = None
+    # worker -> physical copies beyond the first (vLLM may cache one hash in two blocks; made when it does)
+    copies: dict | None = None
 
 
 @dataclass
@@ -81,6 +88,10 @@ class Worker:
     stored: int = 0
     removed: int = 0
     cleared: int = 0
+    # extra physical copies of hashes it holds (each removed by a BlockRemoved of its own)
+    copies: int = 0
+    # blocks stored again that it already held, in a re-report (vLLM's kv_cache_report_mode=full)
+    rereported: int = 0
     block_size: int | None = None
     # int(t) -> [stored, removed]
     buckets: dict = field(default_factory=dict)
@@ -103,6 +114,10 @@ class SourceCounts:
     lost: int = 0
     restarts: int = 0
     malformed: int = 0
+    # batches lost since the last restart (a restart starts an empty cache: nothing older matters)
+    unseen: int = 0
+    # why its server is taken as down (its /metrics stopped answering), else None
+    down: str | None = None
 
 
 class FleetState:
@@ -115,8 +130,9 @@ class FleetState:
         self.children: dict[tuple, dict] = {}
         # (source, rank label) -> latest facts
         self.metrics: dict[tuple, dict] = {}
-        # the reading before (for rates over the interval)
+        # the reading before (for rates over the interval), and the first one (for the whole trace)
         self.metrics_before: dict[tuple, dict] = {}
+        self.metrics_first: dict[tuple, dict] = {}
         # nodes no worker holds, oldest first
         self.gone: OrderedDict = OrderedDict()
         # nodes whose parent block was never seen (or was forgotten)
@@ -129,6 +145,18 @@ class FleetState:
         self.now: float | None = None
         # gaps, restarts and malformed messages, newest last (bounded)
         self.notes: list[str] = []
+        # the wall-clock time of t=0 (attach traces record it): engine timestamps become trace times
+        self.wall_clock: float | None = self.header.get("wall_clock")
+
+    def when(self, e) -> float:
+        """When an event happened on the trace's clock: its publisher's timestamp against the anchor, else when
+        it arrived."""
+        ts = e.engine_ts
+        anchor = self.wall_clock
+        # a wall-clock timestamp, not in the future beyond a little clock skew
+        if anchor and ts > 1e9 and ts - anchor <= e.t + 5:
+            return round(ts - anchor, 6)
+        return e.t
 
     # ------------------------------------------------------------------ folding events
     def apply(self, event: dict) -> None:
@@ -174,7 +202,8 @@ class FleetState:
                         # a handler may have made or changed workers
                         wid = None
                     continue
-            t = self.t = e.t
+            self.t = e.t
+            t = self.when(e)
             if e.worker != wid:
                 wid = e.worker
                 worker = workers.get(wid) or self._worker(wid)
@@ -195,6 +224,14 @@ class FleetState:
             only = _only(medium)
             gpu = medium == GPU
             held = resident = 0
+            # a chain from the root that this worker holds whole: a re-report of blocks it hit (vLLM's
+            # kv_cache_report_mode=full, never removed as such), not new physical copies
+            rereport = parent is None and all(
+                (node := nodes.get((group, h))) is not None and medium in node.holders.get(wid, ())
+                for h in hashes
+            )
+            if rereport:
+                worker.rereported += n
             for i, h in enumerate(hashes):
                 key = (group, h)
                 node = nodes.get(key)
@@ -244,6 +281,13 @@ class FleetState:
                         # another tier (offloaded to CPU, say): media are frozensets
                         holders[wid] = media | only
                         resident += gpu
+                    elif not rereport:
+                        # the same hash in a second physical block (removed by a BlockRemoved of its own)
+                        copies = node.copies
+                        if copies is None:
+                            copies = node.copies = {}
+                        copies[wid] = copies.get(wid, 0) + 1
+                        worker.copies += 1
                 parent = h
             worker.stored += n
             worker.block_size = size
@@ -283,8 +327,11 @@ class FleetState:
         # rare (a reset or a restart): a scan of the nodes instead of a per-worker index
         if worker.held:
             for key, node in list(self.nodes.items()):
+                if node.copies:
+                    node.copies.pop(wid, None)
                 for medium in node.holders.get(wid, ()):
                     self._drop(worker, key, medium, t)
+        worker.copies = 0
         worker.cleared += 1
         if e["cause"] == "restart":
             self._note(f"{worker.worker}: publisher restarted, its cache starts empty")
@@ -294,6 +341,12 @@ class FleetState:
         media = node.holders.get(worker.worker) if node is not None else None
         if media is None or medium not in media:
             # a removal of a block we never saw stored (joined late, or lost in a gap)
+            return
+        copies = node.copies
+        if copies and copies.get(worker.worker):
+            # one of its physical copies went; the hash stays cached
+            copies[worker.worker] -= 1
+            worker.copies -= 1
             return
         if medium == GPU:
             worker.resident -= 1
@@ -337,9 +390,12 @@ class FleetState:
         counts = self._source(e["source"])
         if e["kind"] == "restart":
             counts.restarts += 1
+            counts.unseen = 0
+            counts.down = None
         else:
             counts.gaps += 1
             counts.lost += e["lost"]
+            counts.unseen += e["lost"]
         if e["kind"] == "restart" or e["lost"]:
             what = (
                 "restarted"
@@ -347,6 +403,13 @@ class FleetState:
                 else f"{e['kind'].replace('_', ' ')}: {e['lost']} batch(es) lost, {e['recovered']} replayed"
             )
             self._note(f"{e['source']} {what} (seq {e['expected']} -> {e['got']})")
+
+    def _on_attach_server(self, e: dict) -> None:
+        counts = self._source(e["source"])
+        counts.down = None if e["up"] else e["reason"]
+        self._note(
+            f"{e['source']}: " + ("/metrics answers again" if e["up"] else f"server down? {e['reason']}")
+        )
 
     def _on_attach_malformed(self, e: dict) -> None:
         self._source(e["source"]).malformed += 1
@@ -356,7 +419,12 @@ class FleetState:
         key = (e["source"], e["rank"])
         if key in self.metrics:
             self.metrics_before[key] = self.metrics[key]
-        self.metrics[key] = e["facts"]
+        facts = e["facts"]
+        first = self.metrics_first.get(key)
+        # a new process counts from 0 again: the trace's totals restart with it
+        if first is None or facts.get("prefix_queries", 0.0) < self.metrics[key].get("prefix_queries", 0.0):
+            self.metrics_first[key] = facts
+        self.metrics[key] = facts
 
     def _note(self, text: str) -> None:
         self.notes.append(f"{self.t:.2f}s {text}")
@@ -371,6 +439,11 @@ class FleetState:
             if key in self.metrics:
                 return self.metrics[key], self.metrics_before.get(key)
         return {}, None
+
+    def unseen(self, worker: Worker) -> int:
+        """Batches of the worker's stream lost since its last restart: its view of the cache is incomplete."""
+        counts = self.sources.get(worker.source)
+        return counts.unseen if counts is not None else 0
 
     def capacity(self, worker: Worker) -> int | None:
         """GPU blocks of the worker, when known (blocks= option, else vLLM's cache_config_info)."""
@@ -415,6 +488,8 @@ def workers_summary(state: FleetState) -> list[dict]:
                 "worker": worker.worker,
                 "rank": worker.rank,
                 "resident_blocks": worker.resident,
+                "extra_copies": worker.copies,
+                "rereported_blocks": worker.rereported,
                 "blocks_stored": worker.stored,
                 "blocks_removed": worker.removed,
                 "gaps": counts.gaps,
@@ -424,6 +499,42 @@ def workers_summary(state: FleetState) -> list[dict]:
             }
         )
     return out
+
+
+def attach_totals(state: FleetState) -> dict:
+    """`kvtui stats --json` of an attach trace: what the fleet's own figures say, where a trace of our engine
+    counts requests (an attached engine publishes none: `requests` is null, not 0). Token hit rate from
+    /metrics over the trace (the last reading against the first of the same process); block size from the
+    stored blocks (else /metrics); pool size from /metrics or blocks=."""
+    hits = queries = 0.0
+    for key, last in state.metrics.items():
+        first = state.metrics_first.get(key, last)
+        if first is last:
+            # one reading: the server's totals since it started
+            first = {}
+        hits += last.get("prefix_hits", 0.0) - first.get("prefix_hits", 0.0)
+        queries += last.get("prefix_queries", 0.0) - first.get("prefix_queries", 0.0)
+    sizes = {w.block_size for w in state.workers.values() if w.block_size}
+    sizes |= {f["block_size"] for f in state.metrics.values() if f.get("block_size")} if not sizes else set()
+    pools = {state.capacity(w) for w in state.workers.values()} - {None}
+    return {
+        "block_size": sizes.pop() if len(sizes) == 1 else (sorted(sizes) or None),
+        "num_blocks": pools.pop() if len(pools) == 1 else (sorted(pools) or None),
+        "requests": None,
+        "token_hit_rate": hits / queries if queries > 0 else None,
+        "prefix_hit_tokens": hits if queries > 0 else None,
+        "prefix_query_tokens": queries if queries > 0 else None,
+        "note": "an attached engine publishes blocks, not requests: hit rate from its /metrics over the trace",
+    }
+
+
+def check_line(state: FleetState) -> str:
+    """`kvtui replay --check` of an attach trace: what it holds, in the fleet's terms."""
+    totals = attach_totals(state)
+    return (
+        f"{len(state.workers)} workers, {totals['num_blocks'] or '?'} blocks of {totals['block_size'] or '?'} "
+        f"tokens, {sum(w.resident for w in state.workers.values())} resident at the end"
+    )
 
 
 def format_workers(workers: list[dict]) -> str:

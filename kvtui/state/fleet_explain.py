@@ -13,8 +13,15 @@ stops:
   lora / salt   the worker holds these tokens for another LoRA adapter / cache salt
   extra_keys    the cached block was hashed with extra keys (multimodal ids, salt, LoRA) the prompt lacks
   group         these tokens are cached in another KV-cache group (hybrid models) than the one asked
-  cache_end     the worker holds nothing below the matched prefix
+  cache_end     the worker holds nothing below the matched prefix (at the root: no cached block starts
+                the prompt)
   empty         the worker holds no block at all (or never said its block size)
+
+The salt: vLLM hashes its `cache_salt` into the first block only (`extra_keys` of block 0); every later block
+carries it through its parent hash. So the salt is checked where a block carries one (vLLM's first block,
+SGLang's every block), and a block below a matched one inherits it. A view whose history is incomplete (batches
+lost at a late join or in a gap, since the last restart) says so in every answer: blocks stored in what it lost
+may be cached without it knowing (`caveat`).
 """
 
 from __future__ import annotations
@@ -44,13 +51,28 @@ def _flat(value) -> list:
     return [value]
 
 
-def _identity_ok(node: HashNode, lora: str | None, salt: str | None) -> str | None:
-    """None when the block is for this adapter and salt; else which of them differs."""
+def node_salt(node: HashNode) -> str | None:
+    """The salt a block was stored under: SGLang's cache_salt, else (vLLM) a string among a first block's
+    extra keys that is not its LoRA name."""
+    if node.salt is not None:
+        return node.salt
+    if node.parent is None and node.extra is not None:
+        for x in _flat(node.extra):
+            if isinstance(x, str) and x != node.lora:
+                return x
+    return None
+
+
+def _identity_ok(node: HashNode, lora: str | None, salt: str | None, inherited: bool = False) -> str | None:
+    """None when the block is for this adapter and salt; else which of them differs. `inherited`: the block
+    hangs below a matched one, whose hash already carries the salt (vLLM salts the first block only)."""
     if node.lora != lora:
         return "lora"
     extras = (
         [x for x in _flat(node.extra) if x is not None and x != node.lora] if node.extra is not None else []
     )
+    if inherited and node.salt is None and not extras:
+        return None
     # vLLM carries the salt among the extra keys
     salted_in_extras = salt is not None and salt in extras
     if node.salt != salt and not (node.salt is None and salted_in_extras):
@@ -81,8 +103,8 @@ def explain_worker(
         "reason": "empty",
         "detail": {},
     }
-    if not size or not worker.held:
-        out["message"] = f"{name}: holds no block" + ("" if size else " (block size unknown)")
+    if not size:
+        out["message"] = f"{name}: holds no block (block size unknown)"
         return out
     parent, pos = None, 0
     nodes = state.nodes
@@ -96,7 +118,7 @@ def explain_worker(
         # this block of the prompt, on any worker
         same = [n for n in kids if n.token_ids == want]
         equal = [n for n in same if name in n.holders]
-        good = [n for n in equal if _identity_ok(n, lora, salt) is None]
+        good = [n for n in equal if _identity_ok(n, lora, salt, parent is not None) is None]
         if good:
             parent = good[0].hash
             pos += size
@@ -105,9 +127,13 @@ def explain_worker(
         out["detail"] = {"position": pos, "block": pos // size}
         if equal:
             node = equal[0]
-            out["reason"] = _identity_ok(node, lora, salt)
+            out["reason"] = _identity_ok(node, lora, salt, parent is not None)
+            cached_salt = node_salt(node)
+            if out["reason"] == "extra_keys" and cached_salt is not None and pos == 0:
+                # vLLM's salt, read from the first block's extra keys
+                out["reason"] = "salt"
             out["detail"].update(
-                cached_lora=node.lora, cached_salt=node.salt, cached_extra=node.extra, lora=lora, salt=salt
+                cached_lora=node.lora, cached_salt=cached_salt, cached_extra=node.extra, lora=lora, salt=salt
             )
             break
         removed = [n for n in same if n.removed and name in n.removed]
@@ -126,7 +152,8 @@ def explain_worker(
             if name in n.holders and len(n.token_ids) == size
         ]
         k, best = max(mine, key=lambda m: m[0]) if mine else (0, None)
-        if best is not None and (k or not others):
+        # at the root, a block that shares no first token with the prompt is no divergence: nothing starts it
+        if best is not None and (k or (pos and not others)):
             out["reason"] = "divergent"
             out["detail"].update(
                 position=pos + k,
@@ -158,6 +185,16 @@ def explain_worker(
         out["reason"] = "cache_end"
         break
     out["matched_tokens"] = out["matched_blocks"] * size
+    if out["reason"] == "cache_end" and not worker.held:
+        out["reason"] = "empty"
+        out["message"] = f"{name}: holds no block"
+        return out
+    unseen = state.unseen(worker)
+    if unseen:
+        out["caveat"] = (
+            f"history incomplete: {unseen} batch(es) of this worker's stream were lost (late join or gap), "
+            "so blocks stored then may be cached without this view knowing"
+        )
     out["message"] = _message(out)
     return out
 
@@ -181,7 +218,7 @@ def _message(o: dict) -> str:
         "group": f"these tokens are cached in group(s) {d.get('groups')}, not group {o['group']}",
         "cache_end": f"nothing cached after block {d.get('block', 0) - 1}"
         if d.get("block")
-        else "none of its blocks starts the prompt",
+        else "no cached block starts the prompt",
     }.get(reason)
     if reason == "divergent":
         text = f" {d['cached_text']!r}" if d.get("cached_text") is not None else ""
@@ -191,22 +228,37 @@ def _message(o: dict) -> str:
         )
         if d.get("holders"):
             why += f" (block {d['block']} is on {', '.join(d['holders'])})"
-    return f"{o['worker']}: {n}; {why}"
+    caveat = f" [caveat: {o['caveat']}]" if o.get("caveat") else ""
+    return f"{o['worker']}: {n}; {why}{caveat}"
 
 
 class QueryError(ValueError):
     """A prompt query that cannot be read; the text says why."""
 
 
+OPTION_KEYS = ("salt", "lora", "group")
+
+
+def _options_head(head: str) -> bool:
+    """Whether the text before the first `|` is meant as options (`key=value` words), not prompt text such as
+    a chat template's `<|im_start|>`."""
+    words = head.split()
+    return bool(words) and all("=" in w and not w.startswith("=") for w in words)
+
+
 def parse_query(text: str, tokenizer=None) -> tuple[list[int], dict]:
-    """`[salt=S] [lora=NAME] [group=G] | PROMPT`, or just PROMPT. PROMPT is token ids (`1 2 3`, or `ids: 1,2,3`)
-    or, with a tokenizer, text (encoded without special tokens). Returns (token ids, options)."""
+    """`[salt=S] [lora=NAME] [group=G] | PROMPT`, or just PROMPT. PROMPT is token ids (`1 2 3`, or `ids: 1,2,3`),
+    `@FILE` (the prompt read from a file, exactly), or, with a tokenizer, text: encoded as typed, special tokens
+    (`<|im_start|>`) and newlines included, without adding any. The options part is only what stands before
+    the first `|` when it is `key=value` words, so a `|` inside the prompt is text. One space after the `|` is
+    the separator's. Returns (token ids, options)."""
     options: dict = {}
-    if "|" in text:
-        head, _, text = text.partition("|")
+    head, sep, rest = text.partition("|")
+    if sep and _options_head(head):
+        text = rest[1:] if rest.startswith(" ") else rest
         for part in head.split():
-            key, sep, value = part.partition("=")
-            if not sep or key not in ("salt", "lora", "group"):
+            key, _, value = part.partition("=")
+            if key not in OPTION_KEYS:
                 raise QueryError(f"{part!r}: options before | are salt=S, lora=NAME, group=G")
             if key == "group":
                 if not value.isdigit():
@@ -215,6 +267,14 @@ def parse_query(text: str, tokenizer=None) -> tuple[list[int], dict]:
             else:
                 options[key] = value
     body = text.strip()
+    if body.startswith("@") and "\n" not in body and len(body.split()) == 1:
+        path = body[1:]
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise QueryError(f"@{path}: cannot read the prompt file ({exc.strerror or exc})") from None
+        body = text.strip()
     if body.startswith("ids:"):
         body = body[4:]
     words = body.replace(",", " ").split()
@@ -224,4 +284,5 @@ def parse_query(text: str, tokenizer=None) -> tuple[list[int], dict]:
         raise QueryError("type token ids (e.g. 1 2 3), or start kvtui attach with --tokenizer to type text")
     if not body:
         raise QueryError("the prompt is empty")
-    return list(tokenizer.encode(text.strip(), add_special_tokens=False)), options
+    # exactly as typed: a trailing newline is a token the server saw too
+    return list(tokenizer.encode(text, add_special_tokens=False)), options

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from kvtui.sources.prometheus import histogram_quantile, token_hit_rate
 from kvtui.state.fleet import FleetState, HashNode, SourceCounts, Worker
-from kvtui.state.fleet_explain import explain_prompt
+from kvtui.state.fleet_explain import explain_prompt, node_salt
 
 # tree rows built per rebuild (the first ones, depth first): a frame stays cheap
 MAX_ROWS = 2_000
@@ -35,6 +35,8 @@ class TreeRow:
     # the chain's tokens: text with a tokenizer, else ids (cut at ROW_TEXT)
     text: str
     orphan: bool = False
+    # the salt of a root block (vLLM: from its extra keys), else None
+    salt: str | None = None
 
 
 @dataclass
@@ -78,6 +80,10 @@ def worker_cells(fleet: FleetState, worker: Worker) -> dict:
         "lost": counts.lost,
         "restarts": counts.restarts,
         "malformed": counts.malformed,
+        # batches lost since its last restart: its picture may miss blocks
+        "unseen": counts.unseen,
+        # why its server is taken as down (its /metrics stopped answering): the blocks shown are stale
+        "down": counts.down,
     }
 
 
@@ -150,6 +156,7 @@ def tree_rows(fleet: FleetState, limit: int = MAX_ROWS) -> list[TreeRow]:
                 tuple(sorted(node.holders)),
                 _chain_text(chain),
                 orphan,
+                node_salt(node) if depth == 0 else None,
             )
         )
         last = chain[-1]
@@ -174,3 +181,12 @@ def explain_text(fleet: FleetState | None, ids: list[int], options: dict) -> str
     ]
     lines += [r["message"] for r in sorted(results, key=lambda r: -r["matched_tokens"])]
     return "\n".join(lines)
+
+
+def explain_summary(results: list[dict]) -> str:
+    """One line for the proxy and the CLI: the best worker's predicted hit tokens, and any caveat."""
+    if not results:
+        return "no worker attached"
+    best = max(results, key=lambda r: r["matched_tokens"])
+    caveat = " (history incomplete)" if best.get("caveat") else ""
+    return f"{best['matched_tokens']}/{best['prompt_tokens']} tokens predicted cached on {best['worker']}{caveat}"

@@ -26,7 +26,8 @@ def _pct(value) -> str:
 
 def occupancy_bar(resident: int, capacity: int | None) -> str:
     if not capacity:
-        return f"{'?':<{BAR}} (pool size unknown)"[: BAR + 6]
+        # the column is BAR + 6 wide: say it whole
+        return f"{'? pool unknown':<{BAR + 6}}"
     filled = min(BAR, round(BAR * resident / capacity))
     return f"{'█' * filled}{'░' * (BAR - filled)} {resident / capacity:>4.0%}"
 
@@ -34,7 +35,11 @@ def occupancy_bar(resident: int, capacity: int | None) -> str:
 def row_segments(c: dict, ordinal: int, palette: Palette | None = None) -> list[Segment]:
     ttft = "/".join(fmt_seconds(v) for v in c["ttft"]) if any(v is not None for v in c["ttft"]) else "-"
     stream = f"gaps {c['gaps']} lost {c['lost']} restarts {c['restarts']} malformed {c['malformed']}"
-    trouble = c["lost"] or c["restarts"] or c["malformed"]
+    if c.get("unseen"):
+        stream += f" · history incomplete ({c['unseen']} batches lost)"
+    if c.get("down"):
+        stream = f"DOWN? {c['down'][:40]} (blocks shown are stale) · " + stream
+    trouble = c["lost"] or c["restarts"] or c["malformed"] or c.get("down")
     preempt = "-" if c["preemptions"] is None else f"{c['preemptions']:.0f}"
     palette = palette or theme_palette()
     return [
@@ -66,6 +71,13 @@ def fleet_lines(view: FleetView | None, palette: Palette | None = None) -> list[
         ],
         [Segment("an attached engine publishes: " + ", ".join(HAS), dim)],
         [Segment("it lacks: " + ", ".join(LACKS) + " (not shown, not invented)", dim)],
+        [
+            Segment(
+                "occupancy = blocks the events say are held (cached ones included) / pool size; KV use = the "
+                "server's kv_cache_usage_perc: blocks held by running requests only",
+                dim,
+            )
+        ],
         [Segment(COLUMNS, heading)],
     ]
     for i, cells in enumerate(view.workers):

@@ -56,6 +56,11 @@ class FleetTreeView(LineView):
             segs.append(Segment("(parent not seen) ", dim))
         if self.multi_group:
             segs.append(Segment(f"g{r.group} ", dim))
+        # a salted root: its prefix is cached apart from the same tokens unsalted
+        if r.salt is not None:
+            segs.append(Segment(f"salt={r.salt[:16]} ", palette["warning"]))
+        elif r.depth == 0 and not r.orphan:
+            segs.append(Segment("unsalted ", dim))
         # a prefix duplicated across workers: the `shared` role (held by several, as a shared block is)
         duplicated = palette["shared"]
         segs.append(Segment(f"[{','.join(r.holders)}]", duplicated if len(r.holders) > 1 else heading))

@@ -106,8 +106,8 @@ async def test_fleet_app_replays_the_recording(recorded):
         assert any("[sgl,vllm] x2" in r for r in rows), rows
         await pilot.press("3")
         await pilot.pause()
-        app.query_one("#explain-input").value = "1 2 3 9"
-        await pilot.press("enter")
+        app.query_one("#explain-input").text = "1 2 3 9"
+        await pilot.press("ctrl+s")
         await pilot.pause()
         assert "removed at" in str(app.query_one("#explain-out").render())
     cells = worker_cells(app.fleet, app.fleet.workers["sgl"])
@@ -125,6 +125,8 @@ def test_stats_json_has_the_workers(recorded):
         "worker": "sgl",
         "rank": 0,
         "resident_blocks": 2,
+        "extra_copies": 0,
+        "rereported_blocks": 0,
         "blocks_stored": 3,
         "blocks_removed": 1,
         "gaps": 0,

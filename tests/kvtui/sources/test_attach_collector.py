@@ -155,8 +155,8 @@ async def test_fleet_app_draws_the_collectors_views(two_servers):
             rows = [app.query_one("#fleet-tree").render_line(y).text for y in range(4)]
             assert any("[sgl,vllm] x2" in r for r in rows), rows
             await pilot.press("3")
-            app.query_one("#explain-input").value = "1 2 3 9"
-            await pilot.press("enter")
+            app.query_one("#explain-input").text = "1 2 3 9"
+            await pilot.press("ctrl+s")
             deadline = time.monotonic() + 10
             while (
                 time.monotonic() < deadline

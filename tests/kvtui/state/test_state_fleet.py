@@ -114,7 +114,8 @@ def test_explainer_salt_extra_keys_group_and_empty():
     f.store("v", ["02"], [1, 2], extra_keys=[["tenant-b"]])
     f.store("h", ["03"], [1, 2], group=1)
     got = reasons(f, [1, 2])
-    assert got == {"s": ("salt", 0), "v": ("extra_keys", 0), "h": ("full_match", 1), "e": ("empty", 0)}
+    # vLLM's salt rides in the first block's extra keys: named as the salt it is
+    assert got == {"s": ("salt", 0), "v": ("salt", 0), "h": ("full_match", 1), "e": ("empty", 0)}
     assert reasons(f, [1, 2], salt="tenant-a")["s"] == ("full_match", 1)
     assert reasons(f, [1, 2], salt="tenant-b")["v"] == ("full_match", 1)
     assert reasons(f, [1, 2], group=0)["h"] == ("group", 0)
@@ -128,7 +129,11 @@ def test_explainer_skips_blocks_of_another_size():
     # block size now 2
     f.store("a", ["02"], [5, 6], size=2)
     (got,) = explain_prompt(f.state, [1, 2, 3, 4])
-    assert (got["reason"], got["matched_blocks"], got["detail"]["cached_token"]) == ("divergent", 0, 5)
+    # no block of its size starts like the prompt: nothing starts it (not "divergent at position 0")
+    assert (got["reason"], got["matched_blocks"]) == ("cache_end", 0)
+    assert "no cached block starts the prompt" in got["message"]
+    (got,) = explain_prompt(f.state, [5, 7, 3, 4])
+    assert (got["reason"], got["detail"]["position"], got["detail"]["cached_token"]) == ("divergent", 1, 6)
 
 
 def test_parse_query():
