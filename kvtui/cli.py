@@ -95,6 +95,7 @@ def _register() -> None:
         bench_commands,
         engine_commands,
         export_commands,
+        proxy_commands,
         serve_commands,
         ui_commands,
         whatif_commands,
@@ -107,6 +108,7 @@ def _register() -> None:
         + export_commands.COMMANDS
         + serve_commands.COMMANDS
         + attach_commands.COMMANDS
+        + proxy_commands.COMMANDS
         + whatif_commands.COMMANDS
     ):
         main.add_command(command)

@@ -1,0 +1,113 @@
+"""`kvtui proxy`: an OpenAI-compatible pass-through in front of vLLM that records each request (and, attached
+to the server's KV events, explains each one at its arrival against kvtui's picture of the cache)."""
+
+from __future__ import annotations
+
+import click
+
+PROXY_HELP = """Pass OpenAI requests through to a vLLM server and record each one (kvtui/sources/proxy.py).
+
+\b
+  kvtui proxy --upstream http://127.0.0.1:8000 --listen 127.0.0.1:8001 --log requests.jsonl
+  kvtui proxy --upstream http://127.0.0.1:8000 --log requests.jsonl \\
+      --attach "tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558"
+  kvtui whatif requests.jsonl ...        the log is a workload: what if this vLLM had twice the blocks
+
+Clients use the proxy's address instead of the server's; every byte passes unchanged. Per request: the prompt
+token ids as vLLM saw them (its /tokenize), the salt, cached_tokens (start vLLM with
+--enable-prompt-tokens-details), TTFT and TPOT from the stream, the answer's token ids. With --attach, each
+request is explained at its arrival and kvtui's predicted hit tokens are compared with vLLM's cached tokens: a
+disagreement means kvtui's picture of the cache is wrong or incomplete.
+"""
+
+
+@click.command(
+    help=PROXY_HELP, short_help="OpenAI pass-through to vLLM that records (and explains) requests."
+)
+@click.option("--upstream", required=True, help="The vLLM server: http://HOST:PORT.")
+@click.option(
+    "--listen",
+    default="127.0.0.1:8001",
+    show_default=True,
+    help="HOST:PORT to listen on (loopback by default; 0.0.0.0 to serve other machines).",
+)
+@click.option(
+    "--log", "log_path", type=click.Path(dir_okay=False), default=None, help="Request log (JSON lines)."
+)
+@click.option(
+    "--attach",
+    "attach_sources",
+    multiple=True,
+    help="A KV-event SOURCE of the server (as kvtui attach takes it): explain each request at its arrival.",
+)
+@click.option("--topic", default="", help="KV-event topic (with --attach).")
+@click.option("--quiet", is_flag=True, help="No line per request on the terminal.")
+def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
+    import asyncio
+    import os
+
+    from kvtui.sources.proxy import LockedFleet, Proxy, summary_line
+
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise click.UsageError(f"--listen {listen!r}: give HOST:PORT (e.g. 127.0.0.1:8001)")
+    if log_path and not os.path.isdir(os.path.dirname(os.path.abspath(log_path))):
+        raise click.UsageError(
+            f"--log {log_path}: the directory {os.path.dirname(log_path)!r} does not exist"
+        )
+    attacher = explain = None
+    if attach_sources:
+        from engine.trace import TraceSink
+        from kvtui.sources.attach import Attacher
+        from kvtui.sources.endpoints import SourceError, parse_sources
+        from kvtui.state.fleet import FleetState
+
+        try:
+            sources = parse_sources(list(attach_sources), topic=topic)
+        except SourceError as exc:
+            raise click.UsageError(str(exc)) from None
+        sink = TraceSink()
+        locked = LockedFleet(FleetState({}))
+        sink.batch_listeners.append(locked.fold)
+        attacher = Attacher(sources, sink)
+        explain = locked.explain
+    log = open(log_path, "a", encoding="utf-8") if log_path else None
+    try:
+        server = Proxy(upstream, host or "127.0.0.1", int(port), log=log, explain=explain)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if not quiet:
+        server.on_record.append(lambda record: click.echo(summary_line(record)))
+
+    async def run():
+        try:
+            await server.start()
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+        click.echo(f"kvtui proxy: http://{server.host}:{server.port} -> {upstream}", err=True)
+        await server.serve_forever()
+
+    if attacher is not None:
+        attacher.start()
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if attacher is not None:
+            attacher.stop()
+        if log is not None:
+            log.close()
+    s = server.stats
+    click.echo(
+        f"{s.requests} requests, {s.recorded} recorded"
+        + (
+            f"; kvtui's prediction agreed with vLLM on {s.agree}, disagreed on {s.disagree}"
+            if explain
+            else ""
+        ),
+        err=True,
+    )
+
+
+COMMANDS = [proxy]
