@@ -26,6 +26,8 @@ class SamplingParams:
     return_logits: bool = False
     # parallel samples sharing the prompt's blocks (prefix cache issue)
     n: int = 1
+    # the log-probability of every prompt token (vLLM's name; the first has none): Engine.prompt_logprobs
+    prompt_logprobs: bool = False
 
     def __post_init__(self):
         if self.max_tokens < 1:

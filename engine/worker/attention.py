@@ -117,8 +117,9 @@ def paged_attention(
     window = batch.windows[layer]
     k_cache, v_cache = batch.kv.keys(layer), batch.kv.values(layer)
     # query [1, Hq, T, D]; key/value [1, Hkv, T, D] -> the caches' [Hkv, slots, D] take [Hkv, T, D]
-    k_cache[:, batch.write_slots] = key[0]
-    v_cache[:, batch.write_slots] = value[0]
+    if not batch.read_only:
+        k_cache[:, batch.write_slots] = key[0]
+        v_cache[:, batch.write_slots] = value[0]
     hkv, _, dim = k_cache.shape
     # [Hkv, blocks, block_size, D]
     k_blocks = k_cache.view(hkv, -1, batch.kv.block_size, dim)

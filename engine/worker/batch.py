@@ -106,3 +106,5 @@ class PagedBatch:
     rings: RingBatch | None = None
     # EngineConfig(window=W): windows differ from the model's on purpose
     forced_window: int | None = None
+    # a scoring probe (ModelRunner.score_span): attention reads the pool but writes nothing into it
+    read_only: bool = False

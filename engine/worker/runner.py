@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from engine.core.blocks import BlockPool
-from engine.core.request import SamplingParams
+from engine.core.request import Request, SamplingParams
 from engine.core.scheduler import ScheduledChunk
 from engine.models.loading import needs_separate_forwards
 from engine.worker.attention import AttentionSwitch
@@ -22,6 +22,7 @@ from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSeg
 from engine.worker.paged_kv import BlockTables, PagedKV
 from engine.worker.ring_tensors import RingTensors
 from engine.worker.sampling import sample
+from engine.worker.scoring import token_logprobs
 
 
 @dataclass
@@ -34,6 +35,8 @@ class StepResult:
     logits: torch.Tensor
     # argmax of every row when any request is greedy: one transfer from the device for the whole step
     greedy: list[int] | None
+    # chunk index -> [m] log-probabilities of prompt tokens start + 1 .. start + m (SamplingParams.prompt_logprobs)
+    prompt_logprobs: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def sample(self, index: int, params: SamplingParams, generator: torch.Generator | None) -> int:
         """Another sample from row `index` (a parallel sample with its own generator)."""
@@ -77,7 +80,9 @@ class ModelRunner:
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None
 
-    def build_batch(self, chunks: list[ScheduledChunk]) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
+    def build_batch(
+        self, chunks: list[ScheduledChunk], probe: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
         # K/V copies the manager decided since the last forward (the rings' own ops are applied in plan)
         for copy in self.pool.take_copies():
             self.kv.copy_block(copy.src, copy.dst, copy.num_tokens)
@@ -146,17 +151,23 @@ class ModelRunner:
             rings=self.rings.plan(chunks, chunk_rows) if self.rings is not None else None,
             forced_window=self.rings.shape.forced_window if self.rings is not None else None,
         )
-        self.tables.keep_only(chunk.request.request_id for chunk in chunks)
+        if not probe:
+            self.tables.keep_only(chunk.request.request_id for chunk in chunks)
         ids, pos = torch.tensor([token_ids, positions], device=self.device).split(1)
         return ids, pos, batch
 
     @torch.inference_mode()
-    def forward(self, chunks: list[ScheduledChunk], all_logits: bool = False) -> torch.Tensor:
-        """Logits (float32) of the last token of every chunk, [len(chunks), vocab]; every token with all_logits."""
+    def forward(
+        self, chunks: list[ScheduledChunk], all_logits: bool = False, scored: set[int] = frozenset()
+    ) -> torch.Tensor:
+        """Logits (float32) of the last token of every chunk, [len(chunks), vocab]; every token with all_logits;
+        with `scored` (chunk indices), every row of those chunks and the last row of the others, in order."""
         # e.g. longrope: one request's length must not change another's
         if self.separate and len(chunks) > 1:
-            return torch.cat([self._forward([chunk], all_logits) for chunk in chunks])
-        return self._forward(chunks, all_logits)
+            return torch.cat(
+                [self._forward([c], all_logits, {0} if i in scored else set()) for i, c in enumerate(chunks)]
+            )
+        return self._forward(chunks, all_logits, scored)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -165,22 +176,56 @@ class ModelRunner:
     def execute(self, chunks: list[ScheduledChunk]) -> StepResult:
         """One forward, then a token for every chunk that completes its sequence, sampled with its request's
         parameters and generator (greedy rows: one argmax for the whole step, one device sync)."""
-        logits = self.forward(chunks)
+        # chunks with prompt tokens to score after their first position
+        scored = {
+            i
+            for i, c in enumerate(chunks)
+            if c.request.params.prompt_logprobs and c.start + 1 < len(c.request.prompt_token_ids)
+        }
+        logits = self.forward(chunks, scored=scored)
+        prompt_logprobs = {}
+        if scored:
+            last, row = [], 0
+            for i, chunk in enumerate(chunks):
+                if i in scored:
+                    n, prompt = chunk.num_tokens, chunk.request.prompt_token_ids
+                    targets = prompt[chunk.start + 1 : chunk.start + n + 1]
+                    prompt_logprobs[i] = token_logprobs(logits[row : row + n], targets)
+                    row += n
+                else:
+                    row += 1
+                last.append(row - 1)
+            logits = logits[last]
         greedy = None
         if any(chunk.request.params.temperature == 0 for chunk in chunks):
             greedy = logits.argmax(-1).tolist()
-        result = StepResult([], logits, greedy)
+        result = StepResult([], logits, greedy, prompt_logprobs)
         for index, chunk in enumerate(chunks):
             req = chunk.request
             complete = chunk.start + chunk.num_tokens == req.num_tokens
             result.token_ids.append(result.sample(index, req.params, req.generator) if complete else None)
         return result
 
-    def _forward(self, chunks: list[ScheduledChunk], all_logits: bool) -> torch.Tensor:
-        ids, pos, batch = self.build_batch(chunks)
+    def _forward(
+        self,
+        chunks: list[ScheduledChunk],
+        all_logits: bool,
+        scored: set[int] = frozenset(),
+        probe: bool = False,
+    ) -> torch.Tensor:
+        ids, pos, batch = self.build_batch(chunks, probe)
+        # a probe (score_span) writes nothing the cache holds
+        batch.read_only = probe
         if all_logits or all(c.num_tokens == 1 for c in chunks):
             # every row (decodes only: one row per chunk already)
             keep = 0
+        elif scored:
+            # every row of a scored chunk, the last row of the others
+            rows, row = [], 0
+            for i, c in enumerate(chunks):
+                rows += range(row, row + c.num_tokens) if i in scored else [row + c.num_tokens - 1]
+                row += c.num_tokens
+            keep = torch.tensor(rows, device=self.device)
         elif len(chunks) == 1:
             # the last row
             keep = 1
@@ -200,6 +245,42 @@ class ModelRunner:
         if timing:
             self._sync()
             self.model_seconds.append(time.perf_counter() - started)
-        if self.rings is not None:
+        if self.rings is not None and probe:
+            # the probe's own ring row continues there next (no commit: no snapshot, no event)
+            self.rings.manager.states[chunks[0].request.request_id].head = (
+                chunks[0].start + chunks[0].num_tokens
+            )
+        elif self.rings is not None:
             self.rings.commit(chunks, batch.rings)
         return logits
+
+    @torch.inference_mode()
+    def score_span(self, req: Request, first: int, end: int, chunk_tokens: int = 256) -> torch.Tensor:
+        """[end - first] log-probabilities of tokens first + 1 .. end of `req`, from the logits at positions
+        first .. end - 1, computed again by a probe that writes nothing the cache holds (engine/worker/scoring.py):
+        paged layers read the request's valid blocks before `first` as a prefix and never write; ring layers run
+        from 0 in a ring row of the probe's own. Needs the request's K/V valid in its blocks before `end`."""
+        tokens = req.tokens
+        start = 0 if self.rings is not None else first
+        stop = end
+        # a one-token chunk would run as a decode (which reads its own K/V from the pool): take two
+        if stop - start < 2:
+            start, stop = (start - 1, stop) if start > 0 else (start, stop + 1)
+        probe = Request(f"{req.request_id}#score", list(tokens), SamplingParams(), 0.0)
+        probe.block_table = req.block_table
+        bounds = list(range(start, stop, chunk_tokens)) + [stop]
+        # no one-token piece at the end
+        if len(bounds) > 2 and bounds[-1] - bounds[-2] < 2:
+            del bounds[-2]
+        rows = []
+        try:
+            for s, e in zip(bounds, bounds[1:]):
+                logits = self._forward([ScheduledChunk(probe, s, e - s)], all_logits=True, probe=True)
+                lo, hi = max(s, first), min(e, end)
+                if hi > lo:
+                    rows.append(token_logprobs(logits[lo - s :], tokens[lo + 1 : hi + 1]))
+        finally:
+            if self.rings is not None:
+                self.rings.manager.free(probe.request_id)
+            self.tables.known.pop(probe.request_id, None)
+        return torch.cat(rows)
