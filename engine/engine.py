@@ -299,9 +299,24 @@ class Engine:
         parent = self._request(request_id)
         if n < 1:
             raise ValueError(f"fork needs n >= 1 (got {n})")
+        finished = parent.status is Status.FINISHED
+        if finished and parent.finish_reason in ("eos", "stop"):
+            raise ValueError(
+                f"{request_id} ended with {self.token_text(parent.output_token_ids[-1])!r} "
+                f"({parent.finish_reason}): a fork would generate past its end; insert text at its end to continue"
+            )
+        if finished and parent.num_tokens + parent.params.max_tokens > self.cache.capacity_tokens:
+            raise ValueError(
+                f"a fork of {request_id} ({parent.num_tokens} tokens) + max_tokens does not fit the pool of "
+                f"{self.cache.capacity_tokens} tokens"
+            )
         children = []
         for _ in range(n):
-            child_id = f"{request_id}.{next(self._ids)}"
+            # children numbered per parent: r1.1, r1.2, ...
+            k = len(parent.children) + 1
+            while f"{request_id}.{k}" in self.requests:
+                k += 1
+            child_id = f"{request_id}.{k}"
             # a seeded request's samples must differ from each other, and reproducibly so: seed + k for child k
             seed = None if parent.params.seed is None else parent.params.seed + len(parent.children) + 1
             params = replace(parent.params, n=1, seed=seed)
@@ -321,6 +336,12 @@ class Engine:
                 last_token_time=parent.last_token_time,
             )
             child.arrival_time = parent.arrival_time
+            if finished:
+                # a fork of a finished request is a new run from where it stopped, as an edit at its end is:
+                # max_tokens more tokens, TTFT and TPOT from the fork (not across the idle time before it)
+                child.generation_start = len(child.output_token_ids)
+                child.first_token_time = child.last_token_time = None
+                child.arrival_time = self.trace.now()
             self.requests[child_id] = child
             parent.children.append(child_id)
             self.trace.emit(

@@ -332,6 +332,18 @@ class KVCacheManager:
             self.admit(req)
             keep = req.num_computed
             kept = req.block_table[: keep // self.block_size]
+            # a reused partial block is cached or shared: copy it now, so the event says so and the table never
+            # names a block whose rows hold another sequence's tokens
+            whole, valid = divmod(keep, self.block_size)
+            if valid and whole < len(req.block_table):
+                src = req.block_table[whole]
+                try:
+                    dst = self.copy_on_write(req.block_table, whole, rid, valid)
+                except OutOfBlocks:
+                    # no block for the copy now: allocate_slots makes it before the first write
+                    dst = src
+                if dst != src:
+                    copied.append([src, dst])
         req.num_cached = min(req.num_cached, keep)
         return {"kept": kept, "dropped": dropped, "copied": copied, "first_recomputed": keep}
 

@@ -89,16 +89,23 @@ class PrefixMatch:
         }
 
 
-def explain(tree: ExplainedTree, token_ids, keys, contents, path, max_blocks, cache_salt) -> tuple[str, dict]:
-    """Why matching stopped after `path` (the walk of `keys`): the reason and its detail."""
+def explain(
+    tree: ExplainedTree, token_ids, keys, contents, path, max_blocks, cache_salt, tails=()
+) -> tuple[str, dict]:
+    """Why matching stopped after `path` (the walk of `keys`): the reason and its detail. `tails`: cached partly
+    filled blocks after the matched prefix, (parent node id, tokens), which count as continuations too."""
     bs = tree.block_size
     matched = sum(used for _, used in path)
     start = matched * bs
-    nexts = continuations(tree, path, cache_salt)
+    nexts = continuations(tree, path, cache_salt) + list(tails)
     if matched == max_blocks:
         rest = list(token_ids[start : len(token_ids) - 1])
         if not rest:
             return "full_match", {}
+        # a difference inside the partial block is a divergence, not the block floor
+        stop = _first_difference(start, matched, rest, nexts)
+        if stop is not None:
+            return stop
         equal = max((common_prefix(rest, toks) for _, toks in nexts), default=0)
         return "block_floor", {
             "position": start,
@@ -120,22 +127,36 @@ def explain(tree: ExplainedTree, token_ids, keys, contents, path, max_blocks, ca
     others = [s for s in tree.salts_of.get(contents[matched], ()) if s != cache_salt]
     if others:
         return "salt", {"position": start, "block": matched, "other_salts": len(others)}
-    if nexts:
-        mine = list(token_ids[start : start + bs])
-        same, node_id, theirs = max(
-            ((common_prefix(mine, toks), nid, toks) for nid, toks in nexts), key=lambda c: c[0]
-        )
-        # same < bs: a full block with equal tokens would have had the same key.
-        return "divergent", {
-            "position": start + same,
-            "block": matched,
-            "node_id": node_id,
-            "expected_id": theirs[same],
-            "actual_id": mine[same],
-        }
-    if matched == 0:
+    # a full block with equal tokens would have had the same key: some token of this block differs from
+    # every cached continuation, or the longest one (a tail) ends first
+    stop = _first_difference(start, matched, list(token_ids[start : start + bs]), nexts)
+    if stop is not None:
+        return stop
+    if matched == 0 and not nexts:
         return "empty_cache", {}
-    return "cache_end", {"position": start, "node_id": path[-1][0].node_id}
+    node_id = path[-1][0].node_id if path else tree.root.node_id
+    return "cache_end", {"position": start, "node_id": node_id}
+
+
+def _first_difference(start: int, block: int, mine: list[int], nexts) -> tuple[str, dict] | None:
+    """The continuation sharing the most leading tokens with `mine`: `divergent` at its first different token,
+    `cache_end` where it ends first; None when there is none or it equals all of `mine`."""
+    if not nexts:
+        return None
+    same, node_id, theirs = max(
+        ((common_prefix(mine, toks), nid, toks) for nid, toks in nexts), key=lambda c: c[0]
+    )
+    if same >= len(mine):
+        return None
+    if same >= len(theirs):
+        return "cache_end", {"position": start + same, "node_id": node_id}
+    return "divergent", {
+        "position": start + same,
+        "block": block,
+        "node_id": node_id,
+        "expected_id": theirs[same],
+        "actual_id": mine[same],
+    }
 
 
 def continuations(tree: ExplainedTree, path, cache_salt) -> list[tuple[int, list[int]]]:

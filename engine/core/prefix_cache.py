@@ -95,7 +95,7 @@ class RadixPrefixCache(PrefixCache):
         self.tails = TailStore(pool, trace, self.radix.clock)
 
     def match(self, tokens, cache_salt, hashes=None) -> PrefixMatch:
-        return self.radix.match(tokens, cache_salt, hashes)
+        return self.radix.match(tokens, cache_salt, hashes, tails_after=self.tails.after)
 
     def partial(self, match, tokens, cache_salt):
         """A cached block (tail or tree) whose first tokens continue the match: (physical, tokens reused).

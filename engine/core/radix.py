@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 from engine.core import eviction
 from engine.core.blocks import BlockPool
-from engine.core.hashing import block_hashes
+from engine.core.hashing import block_hashes, root_key
 from engine.core.miss_explainer import PrefixMatch, common_prefix, explain
 from engine.core.tree_node import Node
 from engine.trace import TraceSink
@@ -81,9 +81,11 @@ class RadixCache:
         token_ids: Sequence[int],
         cache_salt: str | None = None,
         hashes: tuple[list[str], list[str]] | None = None,
+        tails_after=None,
     ) -> PrefixMatch:
         """Longest cached prefix of whole blocks, never covering the last token. Changes nothing. `hashes`: the
-        sequence's (keys, contents), when the caller already has them for every matchable block."""
+        sequence's (keys, contents), when the caller already has them for every matchable block. `tails_after`:
+        key of a whole block (or the root's) -> the cached partly filled blocks after it, for the explainer."""
         bs, n_prompt = self.block_size, len(token_ids)
         max_blocks = max(n_prompt - 1, 0) // bs
         result = PrefixMatch([], "", {}, n_prompt, bs, cache_salt)
@@ -98,7 +100,12 @@ class RadixCache:
         result.nodes = [node for node, _ in path]
         result.blocks = [b for node, used in path for b in node.blocks[:used]]
         result.keys = keys[: len(result.blocks)]
-        result.reason, result.detail = explain(self, token_ids, keys, contents, path, max_blocks, cache_salt)
+        tails = ()
+        if tails_after is not None:
+            tails = tails_after(result.keys[-1] if result.blocks else root_key(cache_salt))
+        result.reason, result.detail = explain(
+            self, token_ids, keys, contents, path, max_blocks, cache_salt, tails
+        )
         return result
 
     def walk(self, keys: Sequence[str]) -> list[tuple[Node, int]]:

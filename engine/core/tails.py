@@ -49,6 +49,10 @@ class TailStore:
         self.of[physical] = tail
         return True
 
+    def after(self, parent_key: str) -> list[tuple[int, list[int]]]:
+        """The tails after `parent_key` as (parent node id, token ids): continuations for the miss explainer."""
+        return [(t.parent_node_id, t.token_ids) for t in self.by_parent.get(parent_key, ())]
+
     def best(self, parent_key: str, rest: Sequence[int], limit: int) -> tuple[Tail, int] | None:
         """The tail after `parent_key` sharing the most leading tokens with `rest` (at most `limit`)."""
         found = None

@@ -157,3 +157,41 @@ print(len(run_model_free(manager, scheduler, reqs)), "torch" in sys.modules)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["6", "False"]
+
+
+def test_a_difference_inside_the_partial_block_is_a_divergence_against_a_cached_tail():
+    manager = model_free_manager(10, BS)
+    a = request("a", range(10))
+    prefill(manager, a)
+    manager.free(a)
+    # whole blocks 0-7 match; the rest [50, 51] is shorter than a block and differs from the tail [8, 9] at once
+    match = manager.probe([*range(8), 50, 51, 52], None)
+    assert match.reason == "divergent" and match.num_tokens == 8
+    assert {k: match.detail[k] for k in ("position", "expected_id", "actual_id")} == {
+        "position": 8,
+        "expected_id": 8,
+        "actual_id": 50,
+    }
+
+
+def test_a_difference_inside_the_partial_block_is_a_divergence_against_a_tree_block():
+    manager = model_free_manager(10, BS)
+    a = request("a", range(13))
+    prefill(manager, a)
+    manager.free(a)
+    # [8, 50] continues the tree block [8, 9, 10, 11] for one token: reused, then the first difference
+    b = request("b", [*range(8), 8, 50, 99])
+    manager.admit(b)
+    match = manager.probe([*range(8), 8, 50, 99], None)
+    assert match.reason == "divergent" and match.detail["position"] == 9 == b.num_computed
+    assert (match.detail["expected_id"], match.detail["actual_id"]) == (9, 50)
+
+
+def test_a_prompt_longer_than_a_cached_tail_stops_where_the_tail_ends():
+    manager = model_free_manager(10, BS)
+    a = request("a", range(6))
+    prefill(manager, a)
+    manager.free(a)
+    # block 0 in the tree, the tail [4, 5] equal to the prompt, then nothing cached
+    match = manager.probe([*range(8), 8, 9], None)
+    assert match.reason == "cache_end" and match.detail["position"] == 6 == match.num_tokens

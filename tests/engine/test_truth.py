@@ -134,3 +134,65 @@ def test_aborts_of_waiting_and_running_requests_leave_the_view_true(arch):
     engine.abort(running)
     assert {engine.output(r).finish_reason for r in (running, waiting)} == {"aborted"}
     assert differences(engine, witness.state()) == []
+
+
+def test_an_edit_of_a_finished_request_copies_the_reused_partial_block_at_the_edit_and_says_so():
+    engine, events, witness = make(num_blocks=32)
+    rid = engine.submit(random_prompts([10])[0], SamplingParams(max_tokens=1))
+    while engine.has_unfinished():
+        engine.step()
+    # position 9 lies in block 2, cached as a tail: its first token stays, so the block is reused and copied
+    start = len(events)
+    invalidate = engine.edit(rid, 9, [5], "replace")
+    mine = events[start:]
+    copies = [[e["src"], e["dst"]] for e in of(mine, "block_copied")]
+    assert invalidate["copied"] == copies and len(copies) == 1
+    assert mine.index(of(mine, "block_copied")[0]) < mine.index(invalidate)
+    assert engine.requests[rid].block_table[2] == copies[0][1]
+    assert differences(engine, witness.state()) == []
+    while engine.has_unfinished():
+        engine.step()
+    # nothing copied later
+    assert of(events[start:], "block_copied") == of(mine, "block_copied")
+    assert differences(engine, witness.state()) == []
+
+
+def finished_by_stop(engine, prompt):
+    """A request that stops at a stop token it emits (a tiny random model rarely reaches its EOS)."""
+    probe = Engine.from_model(engine.model, config=EngineConfig(block_size=4, num_blocks=32))
+    third = probe.generate([prompt], SamplingParams(max_tokens=3))[0].token_ids[-1]
+    rid = engine.submit(prompt, SamplingParams(max_tokens=8, stop_token_ids=[third]))
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.requests[rid].finish_reason == "stop"
+    return rid
+
+
+def test_a_fork_of_a_request_that_ended_at_a_stop_token_is_refused():
+    engine, events, witness = make(num_blocks=32)
+    rid = finished_by_stop(engine, random_prompts([9])[0])
+    with pytest.raises(ValueError, match="past its end"):
+        engine.fork(rid, 1)
+    assert not engine.has_unfinished() and differences(engine, witness.state()) == []
+
+
+def test_a_fork_of_a_finished_request_is_a_new_run_timed_from_the_fork(monkeypatch):
+    engine, events, witness = make(num_blocks=32)
+    rid = engine.submit(random_prompts([9])[0], SamplingParams(max_tokens=3))
+    while engine.has_unfinished():
+        engine.step()
+    # an idle minute between the finish and the fork
+    clock = engine.trace._clock
+    monkeypatch.setattr(engine.trace, "_clock", lambda: clock() + 60.0)
+    children = engine.fork(rid, 2)
+    # numbered per parent, no gaps
+    assert children == [f"{rid}.1", f"{rid}.2"]
+    while engine.has_unfinished():
+        engine.step()
+    for child in children:
+        out = engine.output(child)
+        assert len(out.token_ids) == 3 + 3 and engine.requests[child].finish_reason == "length"
+        assert out.tpot is not None and out.tpot < 30.0 and out.ttft < 30.0
+    finished = {e["request_id"]: e for e in of(events, "request_finished")}
+    assert all(finished[c]["tpot"] < 30.0 for c in children)
+    assert differences(engine, witness.state()) == []
