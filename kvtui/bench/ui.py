@@ -164,7 +164,7 @@ def run(
     if parse:
         echo(f"parse + validate a trace file: {bench_parse(header, events):,.0f} events/s")
     if frames:
-        from kvtui.bench.frames import bench_frames
+        from kvtui.bench.frames import bench_frames, format_ms
 
         for name, ms in bench_frames(header, events).items():
-            echo(f"render one frame, {name}: {ms:.2f} ms")
+            echo(f"render one frame, {name}: {format_ms(ms)}")

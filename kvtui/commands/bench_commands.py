@@ -179,10 +179,10 @@ def ui_bench(trace, parse, frames):
 @trace_options(default_events=100_000)
 def frames_bench(trace):
     """Time to render each view at 200x60 (no app), and a headless live frame fed 50 or 2000 events."""
-    from kvtui.bench.frames import bench_frames
+    from kvtui.bench.frames import bench_frames, format_ms
 
     for name, ms in bench_frames(*trace).items():
-        click.echo(f"render one frame, {name}: {ms:.2f} ms")
+        click.echo(f"render one frame, {name}: {format_ms(ms)}")
 
 
 def _size(ctx, param, value: str) -> tuple[int, int]:

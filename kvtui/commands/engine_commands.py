@@ -8,6 +8,7 @@ import re
 import click
 
 from kvtui.commands import compare_commands
+from kvtui.commands.output_path import output_file
 from kvtui.commands.publish_option import open_publisher, publish_option
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -116,7 +117,13 @@ def load_engine(model: str, config):
 @click.option("--top-k", default=0, show_default=True, help="0 = off.")
 @click.option("--seed", type=int, default=None)
 @click.option("--raw", is_flag=True, help="Send the prompt as plain text instead of a chat user message.")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Also write the trace here.")
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False),
+    callback=output_file,
+    help="Also write the trace here.",
+)
 def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, trace_path, **options):
     """Generate from PROMPT through the paged cache; stream the text, then print TTFT and TPOT."""
     from engine.core.request import SamplingParams
@@ -170,7 +177,12 @@ def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, tr
     help="Workload JSON (see fixtures/workloads/).",
 )
 @click.option(
-    "--out", "-o", required=True, type=click.Path(dir_okay=False), help="Trace file to write (JSONL)."
+    "--out",
+    "-o",
+    required=True,
+    type=click.Path(dir_okay=False),
+    callback=output_file,
+    help="Trace file to write (JSONL).",
 )
 @engine_options
 @publish_option
@@ -272,6 +284,22 @@ def config_info(source: str, tokens: str, dtype: str, block_size: int) -> str:
         return format_budget(shape, counts, dtype if typed or not shape.dtype else shape.dtype, block_size)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    # a field of the wrong kind ("num_hidden_layers": "abc"): name it
+    except (TypeError, ValueError) as exc:
+        raise click.ClickException(f"{source}: {_bad_field(config, exc)}") from None
+
+
+def _bad_field(config: dict, exc: Exception) -> str:
+    """Which whole-number field of a model config is not one, or the error itself."""
+    inner = config.get("text_config")
+    for part in (config, inner if isinstance(inner, dict) else {}):
+        for key, value in part.items():
+            number = isinstance(value, int) and not isinstance(value, bool)
+            if key.startswith(("num_", "head_dim", "hidden_size", "sliding_window")) and not (
+                value is None or number or isinstance(value, (list, dict))
+            ):
+                return f"{key} is {value!r}, not a whole number: fix the config"
+    return f"not a usable model config ({exc})"
 
 
 def format_info(engine) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from kvtui.commands.output_path import output_file
+
 
 @click.command()
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
@@ -12,6 +14,7 @@ import click
     "perfetto_out",
     required=True,
     type=click.Path(dir_okay=False),
+    callback=output_file,
     help="Write a Perfetto protobuf trace here (open it at https://ui.perfetto.dev).",
 )
 def export(trace, perfetto_out):

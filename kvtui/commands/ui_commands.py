@@ -8,6 +8,7 @@ import sys
 import click
 
 from kvtui.commands.engine_commands import engine_config, engine_options
+from kvtui.commands.output_path import output_file
 from kvtui.commands.publish_option import PublishingFeed, open_publisher, publish_option
 
 
@@ -33,6 +34,7 @@ def _check_model_path(model: str) -> None:
     "--save-trace",
     type=click.Path(dir_okay=False),
     default=None,
+    callback=output_file,
     help="Also write everything the UI sees to this trace file.",
 )
 @publish_option

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from kvtui.cli import main
 
 CHAT = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "chat.jsonl"
+WORKLOAD = str(Path(__file__).resolve().parents[2] / "fixtures" / "workloads" / "chat.json")
 
 
 def _files(tmp: Path) -> dict[str, str]:
@@ -34,6 +35,9 @@ def _files(tmp: Path) -> dict[str, str]:
         "model.gguf": b"GGUF\x03\x00\x00\x00",
         "random.gguf": bytes(range(256)) * 4,
         "bad_config/config.json": b'{"model_type": "no-such-architecture"}',
+        "abc_config.json": json.dumps(
+            {"model_type": "llama", "num_hidden_layers": "abc", "num_attention_heads": 8, "hidden_size": 512}
+        ).encode(),
     }
     for name, data in made.items():
         path = tmp / name
@@ -68,6 +72,15 @@ CASES = [
     (["generate", "hi", "--model", "{bad_config}"], "could not load model"),
     (["info", "--model", "{tmp}/no/such/dir"], "not a model directory"),
     (["bench", "live", "--device", "gpu0"], "'gpu0' is not a device"),
+    # files to write in a directory that does not exist: said before any model loads
+    (["record", "-w", WORKLOAD, "-o", "{tmp}/missing/dir/x.jsonl"], "missing/dir/x.jsonl: no directory"),
+    (["live", "--save-trace", "{tmp}/missing/dir/l.jsonl"], "l.jsonl: no directory"),
+    (["generate", "hi", "--trace", "{tmp}/missing/t.jsonl"], "t.jsonl: no directory"),
+    (["export", str(CHAT), "--perfetto", "{tmp}/missing/o.pftrace"], "o.pftrace: no directory"),
+    (["record", "-w", WORKLOAD, "-o", "{empty_dir}"], "is a directory"),
+    (["info", "--config", "{abc_config.json}"], "num_hidden_layers is 'abc', not a whole number"),
+    (["serve", "replay", str(CHAT), "--port", "70000"], "70000 is not in the range 1-65535"),
+    (["serve", "replay", str(CHAT), "--port", "http"], "'http' is not a port number"),
 ]
 
 
@@ -121,3 +134,56 @@ def test_a_workload_edit_out_of_range_is_one_line(tmp_path):
 def test_live_refuses_a_model_directory_without_config_before_opening(tmp_path):
     result = CliRunner().invoke(main, ["live", "--model", str(tmp_path)])
     _assert_one_line_error(result, "without config.json")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["record", "-w", WORKLOAD, "-o", "{tmp}/missing/x.jsonl"],
+        ["live", "--save-trace", "{tmp}/missing/l.jsonl"],
+        ["generate", "hi", "--trace", "{tmp}/missing/t.jsonl"],
+    ],
+    ids=["record", "live", "generate"],
+)
+def test_a_missing_output_directory_is_said_before_any_model_loads(tmp_path, monkeypatch, args):
+    import engine.engine
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model started loading")
+
+    monkeypatch.setattr(engine.engine.Engine, "load", no_loading)
+    result = _invoke(args, tmp_path)
+    _assert_one_line_error(result, "no directory")
+    assert "could not load model" not in result.output
+
+
+def test_serve_on_a_port_in_use_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = _invoke(["serve", "--port", str(port), "replay", str(CHAT)], tmp_path)
+        _assert_one_line_error(result, f"port {port} on 127.0.0.1 is in use")
+
+
+def test_serve_options_after_the_served_command_reach_serve(tmp_path, monkeypatch):
+    import textual_serve.server
+
+    started = {}
+
+    class FakeServer:
+        def __init__(self, command, host, port, title, public_url):
+            started.update(command=command, host=host, port=port)
+            self.public_url = f"http://{host}:{port}"
+
+        def serve(self):
+            started["served"] = True
+
+    monkeypatch.setattr(textual_serve.server, "Server", FakeServer)
+    result = CliRunner().invoke(main, ["serve", "replay", str(CHAT), "--port", "8765", "--host=127.0.0.2"])
+    assert result.exit_code == 0, result.output
+    assert (started["host"], started["port"], started["served"]) == ("127.0.0.2", 8765, True)
+    # the served kvtui gets only its own arguments
+    assert "--port" not in started["command"] and started["command"].endswith(f"replay {CHAT}")
