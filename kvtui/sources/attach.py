@@ -283,7 +283,10 @@ class Attacher:
         self._apply(stream, seq, batch)
 
     def _stream(self, source: Source, peer: str, topic: bytes) -> Stream:
-        key = (source.endpoint, peer, topic)
+        # one connected endpoint is one publisher, whatever topic its messages carry (the replay at start knows
+        # only the topic subscribed to, "" for all: keyed by topic, the live stream would replay it all again);
+        # on a bound socket, peers and topics tell servers apart
+        key = (source.endpoint, peer, topic if source.bind else b"")
         stream = self._streams.get(key)
         if stream is None:
             name = source.name

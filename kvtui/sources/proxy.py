@@ -17,7 +17,8 @@ proxy reads a copy of it on the side. For each completion request it records one
                        (from the stream; a non-streamed answer has ttft = the whole answer, tpot null)
     output_token_ids   the answer's ids: exact when the answer carries them (return_token_ids), else vLLM's
                        /tokenize of the answer text (`output_ids_from`: "answer" or "tokenize")
-    predicted_cached   with --attach: the tokens kvtui's view of the cache predicted as cached, explained at the
+    predicted_cached   with --attach: the tokens kvtui's view of the cache predicted as cached (vLLM never serves
+                       the prompt's last token from its cache: the match is cut there), explained at the
                        arrival (`explain`, the best worker's message), and `agrees` (prediction == cached_tokens)
 
 The log is the proxy-log format of kvtui/whatif/loaders.py: "what if this vLLM had twice the blocks".
@@ -315,8 +316,11 @@ class Proxy:
         options = {"salt": record["cache_salt"]} if record["cache_salt"] is not None else {}
         results = self.explain(ids, options)
         if results:
+            from kvtui.state.fleet_explain import vllm_hit_tokens
+
             best = max(results, key=lambda r: r["matched_tokens"])
-            record["predicted_cached"] = best["matched_tokens"]
+            # what vLLM can serve of the match (never the prompt's last token)
+            record["predicted_cached"] = vllm_hit_tokens(best)
             record["explain"] = best["message"]
             if best.get("caveat"):
                 record["caveat"] = best["caveat"]

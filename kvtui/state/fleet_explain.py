@@ -232,6 +232,16 @@ def _message(o: dict) -> str:
     return f"{o['worker']}: {n}; {why}{caveat}"
 
 
+def vllm_hit_tokens(result: dict) -> int:
+    """The tokens vLLM would serve from its cache for an explained prompt: the matched blocks, but never the
+    prompt's last token (vLLM recomputes it to get logits: a hit stops at the last whole block before it)."""
+    size = result.get("block_size") or 0
+    if not size:
+        return 0
+    bound = (result["prompt_tokens"] - 1) // size * size
+    return max(0, min(result["matched_tokens"], bound))
+
+
 class QueryError(ValueError):
     """A prompt query that cannot be read; the text says why."""
 
