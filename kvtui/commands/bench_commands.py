@@ -7,6 +7,7 @@ import time
 
 import click
 
+from kvtui.bench.vllm_peer import vllm_bench
 from kvtui.commands.attach_commands import attach_bench
 from kvtui.commands.bench_engine_commands import ENGINE_BENCHES
 from kvtui.commands.engine_commands import check_device, engine_config, engine_options, load_engine
@@ -275,5 +276,7 @@ for _command in ENGINE_BENCHES:
     bench.add_command(_command)
 # kvtui/commands/attach_commands.py
 bench.add_command(attach_bench)
+# kvtui/bench/vllm_peer.py: our engine against a running vLLM server
+bench.add_command(vllm_bench)
 
 COMMANDS = [bench]
