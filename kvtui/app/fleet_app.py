@@ -3,7 +3,8 @@
 
 Tabs: 1 fleet (one row per worker), 2 prefix tree (block hashes, tokens, holders), 3 explain (a prompt against
 every worker's cache, typed in a multi-line box, chat special tokens and newlines included, or `@FILE`;
-ctrl+s explains). The views draw `FleetView`s (plain data, kvtui/state/fleet_view.py). Where they come from:
+ctrl+s explains), 4 requests (kvtui proxy's log, `--requests`: each request with vLLM's cached tokens beside
+kvtui's prediction at its arrival, TTFT, TPOT and the explanation). The views draw `FleetView`s (plain data, kvtui/state/fleet_view.py). Where they come from:
   live    `kvtui attach`: a collector process (kvtui/sources/collector.py) receives and folds the stream; each
           frame takes the latest view it sent and asks for the next (ten a second), never waiting for one;
   replay  the whole trace, folded here once (`g` goes to a percentage of it).
@@ -51,6 +52,7 @@ FLEET_TABS: dict[str, tuple[str, Callable[[FleetApp, FleetView | None], None] | 
     "fleet": ("#fleet-table", _draw_table),
     "tree": ("#fleet-tree", _draw_tree),
     "explain": ("#fleet-table", None),
+    "requests": ("#fleet-table", None),
 }
 
 
@@ -66,6 +68,7 @@ class FleetApp(App):
         Binding("1", "show_tab('fleet')", "fleet", id="fleet.tab.fleet"),
         Binding("2", "show_tab('tree')", "prefix tree", id="fleet.tab.tree"),
         Binding("3", "show_tab('explain')", "explain a prompt", id="fleet.tab.explain"),
+        Binding("4", "show_tab('requests')", "requests (proxy)", id="fleet.tab.requests"),
         Binding("g", "goto", "go to % (replay)", id="fleet.goto"),
         Binding("escape", "leave_input", "leave input", show=False, id="fleet.escape"),
         Binding("ctrl+s", "explain", "explain the prompt", id="fleet.explain", priority=True),
@@ -81,8 +84,13 @@ class FleetApp(App):
         header: dict | None = None,
         events: list[dict] | None = None,
         frame_rate: float | None = 30.0,
+        requests_log: str | None = None,
     ):
         super().__init__()
+        # kvtui proxy's request log, read as it grows (the requests tab)
+        self.requests_log = requests_log
+        self._requests: list[dict] = []
+        self._requests_at = 0
         self.source = source
         # a CollectorClient (live `kvtui attach`)
         self.collector = collector
@@ -120,6 +128,9 @@ class FleetApp(App):
                 yield TextArea(id="explain-input", soft_wrap=True, show_line_numbers=False)
                 with VerticalScroll():
                     yield Static(id="explain-out")
+            with TabPane("4 Requests", id="requests"):
+                with VerticalScroll():
+                    yield Static(id="requests-out")
         yield Input(id="goto-input")
         yield Footer()
 
@@ -131,7 +142,25 @@ class FleetApp(App):
         gc.freeze()
         if self.frame_rate:
             self.set_interval(1 / self.frame_rate, self.tick)
+        if self.requests_log:
+            self.set_interval(1.0, self.read_requests)
+        self.read_requests()
         self.refresh_views(force=True)
+
+    def read_requests(self) -> None:
+        """The proxy's new records: each with vLLM's cached tokens, kvtui's prediction at arrival and why."""
+        from kvtui.sources.proxy import read_log, request_rows
+
+        if self.requests_log:
+            new, self._requests_at = read_log(self.requests_log, self._requests_at)
+            self._requests += new
+            del self._requests[:-500]
+        text = (
+            "\n".join(request_rows(self._requests))
+            if self.requests_log
+            else "no request log: run kvtui proxy --log LOG --attach ..., then kvtui attach ... --requests LOG"
+        )
+        update_if_changed(self.query_one("#requests-out", Static), text)
 
     # ------------------------------------------------------------------ live
     def tick(self) -> None:

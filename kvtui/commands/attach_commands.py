@@ -90,8 +90,26 @@ the token ids of each block. It has no physical block ids, ref counts, locks or 
     "--tokenizer; '[salt=S] [lora=L] [group=G] | PROMPT').",
 )
 @click.option("--replay-timeout", default=2.0, show_default=True, help="Seconds to wait for a replay answer.")
+@click.option(
+    "--requests",
+    "requests_log",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="kvtui proxy's request log: tab 4 shows each request, vLLM's cached tokens beside kvtui's prediction.",
+)
 def attach(
-    sources, topic, bind, dp_size, metrics_url, tokenizer, out, headless, duration, explain, replay_timeout
+    sources,
+    topic,
+    bind,
+    dp_size,
+    metrics_url,
+    tokenizer,
+    out,
+    headless,
+    duration,
+    explain,
+    replay_timeout,
+    requests_log,
 ):
     from engine.trace import TraceSink, TraceWriter
     from kvtui.sources.endpoints import SourceError, parse_sources
@@ -126,7 +144,7 @@ def attach(
         if attacher.failed:
             raise click.ClickException(attacher.failed)
     else:
-        _ui(parsed, header, out, tokenizer, tok, duration, replay_timeout)
+        _ui(parsed, header, out, tokenizer, tok, duration, replay_timeout, requests_log)
     if out:
         click.echo(f"wrote {out}", err=True)
 
@@ -187,7 +205,7 @@ def _headless(attacher, sink, duration, queries) -> None:
             click.echo(f"  {result['message']}")
 
 
-def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeout) -> None:
+def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeout, requests_log=None) -> None:
     """The fleet views; a collector process receives, folds and records (kvtui/sources/collector.py)."""
     from kvtui.app.fleet_app import FleetApp
     from kvtui.sources.collector import STOP_TIMEOUT, CollectorClient
@@ -196,7 +214,9 @@ def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeou
         sources, header, out=out, tokenizer=tokenizer_name, replay_timeout=replay_timeout
     )
     names = ", ".join(s.name for s in sources)
-    app = FleetApp(source=names, collector=collector, tokenizer=tokenizer, duration=duration)
+    app = FleetApp(
+        source=names, collector=collector, tokenizer=tokenizer, duration=duration, requests_log=requests_log
+    )
     try:
         app.run()
     finally:

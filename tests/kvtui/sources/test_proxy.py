@@ -266,3 +266,34 @@ def test_the_added_latency_is_small():
         direct.close()
         proxied.close()
         running.close()
+
+
+@pytest.mark.anyio
+async def test_the_attach_app_shows_the_proxys_requests(tmp_path):
+    from kvtui.app.fleet_app import FleetApp
+
+    log = tmp_path / "requests.jsonl"
+    record = {
+        "arrival": 100.0,
+        "request_id": "proxy-1",
+        "prompt_token_ids": [1] * 94,
+        "cached_tokens": 64,
+        "predicted_cached": 32,
+        "agrees": False,
+        "ttft": 0.131,
+        "tpot": 0.037,
+        "explain": "vllm: 1 block(s) = 32/94 tokens cached; nothing cached after block 0",
+    }
+    log.write_text(json.dumps(record) + "\n" + '{"arrival": 101')
+    app = FleetApp(source="t", header={}, events=[], frame_rate=None, requests_log=str(log))
+    async with app.run_test(size=(200, 30)) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        text = str(app.query_one("#requests-out").render())
+        assert "proxy-1" in text and "DISAGREES" in text and "131" in text and "nothing cached after" in text
+        # the half-written line is read once it is whole
+        with open(log, "a") as f:
+            f.write(', "request_id": "proxy-2", "prompt_token_ids": [1], "cached_tokens": 0}\n')
+        app.read_requests()
+        await pilot.pause()
+        assert "proxy-2" in str(app.query_one("#requests-out").render())
