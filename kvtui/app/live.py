@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from textual.binding import Binding
+from textual.content import Content
 
 from kvtui.app.feed_messages import EngineDied, FeedEvent, FeedHeader, FeedNotice
 from kvtui.state.timeline import Timeline
@@ -32,8 +33,8 @@ class LiveMixin:
 
     # why the engine worker stopped, once it has
     engine_dead: str | None = None
-    # (request, start, count, token id) of the open edit
-    _pending_edit: tuple[str, int, int, int] | None = None
+    # (request, start, count, token id, kind) of the open edit
+    _pending_edit: tuple[str, int, int, int, str] | None = None
 
     # ------------------------------------------------------------------ the feed
     def pump(self) -> bool:
@@ -114,6 +115,8 @@ class LiveMixin:
         self.controller.submit(prompt, message.max_tokens, temperature=message.temperature, seed=message.seed)
         self._select_next_arrival = True
         message.bar.clear()
+        # the keys go back to the views: the next `p` opens the box again, it does not type a "p"
+        self.focus_tab()
 
     # ------------------------------------------------------------------ edits and fork
     def _require_live(self, what: str) -> bool:
@@ -176,18 +179,42 @@ class LiveMixin:
             )
         else:
             what = f"insert before position {start} ({texts[start]!r}) this text"
-        self._pending_edit = target
-        self._open_input(kind, f"{what}; Enter applies, Esc cancels")
+        self._pending_edit = (*target, kind)
+        # the token's own leading space is offered: typing "ocean" over " sky" gives " ocean", not "theocean"
+        first = texts[start]
+        lead = first[: len(first) - len(first.lstrip())]
+        self._open_input(kind, f"{what}; Enter applies, Esc cancels", value=lead)
+
+    def _preview_edit(self, typed: str) -> None:
+        """The line above the edit box: what the text around the edit becomes if Enter sends `typed` now."""
+        pending, req = self._pending_edit, self.view.request
+        if pending is None or req is None:
+            return
+        _rid, start, count, _token, kind = pending
+        texts = req.texts
+        after = start + count if kind == "replace" else start
+        before = "".join(texts[max(0, start - 12) : start])
+        rest = "".join(texts[after : after + 12])
+        shown = f"{'…' if start > 12 else ''}{before}{typed}{rest}{'…' if after + 12 < len(texts) else ''}"
+        self.query_one("#edit-preview", TextLine).set(
+            Content.assemble(
+                (f"{kind} → ", "bold"),
+                shown.replace("\n", "⏎"),
+                ("   (Enter sends, Esc cancels; the leading space is the token's own)", "dim")
+                if typed[:1].isspace()
+                else ("   (Enter sends, Esc cancels)", "dim"),
+            )
+        )
 
     def _edit_text(self, mode: str, text: str) -> None:
         """The small input was submitted in replace or insert mode: send the edit chosen when it opened."""
         target, self._pending_edit = self._pending_edit, None
         if target is None:
             return
-        if not text:
+        if not text.strip():
             self.notify(f"nothing to {mode}: type the new text", severity="warning", timeout=3)
             return
-        rid, start, count, token_id = target
+        rid, start, count, token_id, _kind = target
         self.controller.edit(
             rid, start, text, mode, num_tokens=count if mode == "replace" else 1, expected_token=token_id
         )

@@ -27,7 +27,7 @@ from kvtui.app.playback import PLAYBACK_BINDINGS, PlaybackMixin
 from kvtui.app.selection import SelectionMixin
 from kvtui.app.tabs import TABS, tab_bindings, tab_label
 from kvtui.screens.help import HelpScreen
-from kvtui.screens.palette import KvtuiCommands
+from kvtui.screens.palette import KvtuiCommands, key_display
 from kvtui.screens.panel import PanelScreen
 from kvtui.state import CacheState
 from kvtui.state.opening import interesting_request, opening_cursor
@@ -132,7 +132,8 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             for tab_id, tab in TABS.items():
                 with TabPane(tab_label(tab_id), id=tab_id):
                     yield from tab.compose()
-        yield Input(id="small-input", classes="hidden")
+        yield TextLine(id="edit-preview", classes="hidden")
+        yield Input(id="small-input", classes="hidden", select_on_focus=False)
         if self.live:
             yield PromptBar(max_tokens=self.max_tokens, chat=self.chat, id="prompt-bar")
         yield Scrubber(id="scrubber")
@@ -150,10 +151,8 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             self.view.request_id = self.state.order[0]
         self._block_cursor_to_request()
         self.refresh_views()
-        if self.live:
-            self.query_one(PromptBar).focus_prompt()
-        else:
-            self.query_one("#pool-grid").focus()
+        # the views have the keys at start (`p` opens the prompt box, as the box's placeholder says)
+        self.query_one("#pool-grid").focus()
 
     # ------------------------------------------------------------------ frame loop and drawing
     def tick(self) -> None:
@@ -163,6 +162,7 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         changed = self.pump() if self.feed is not None else False
         if self.playing and self.timeline is not None:
             self.play_t += dt * self.speed
+            self._skip_idle()
             target = self.timeline.time_to_index(self.play_t, lo=self.cursor)
             if target >= len(self.timeline):
                 target = len(self.timeline)
@@ -213,8 +213,12 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             play = "following" if self.following else "paused (F: follow)"
             if self.engine_dead:
                 play = "ENGINE STOPPED"
+        elif self.playing:
+            play = "▶ playing"
+            if self.skipped_idle:
+                play += f" (skipped {self.skipped_idle:.1f}s with no events)"
         else:
-            play = "▶" if self.playing else "⏸"
+            play = "at the end (space: play from start)" if self.cursor >= len(tl) else "paused"
         last = state.last_event["type"] if state.last_event else "start"
         chat = " · chat" if self.live and self.chat else ""
         return (
@@ -223,19 +227,28 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         )
 
     # ------------------------------------------------------------------ the small input (go to, replace, insert)
-    def _open_input(self, mode: str, placeholder: str) -> None:
+    def _open_input(self, mode: str, placeholder: str, value: str = "") -> None:
         small = self.query_one("#small-input", Input)
         self.input_mode = mode
-        small.value = ""
+        small.value = value
+        small.cursor_position = len(value)
         small.placeholder = placeholder
         small.remove_class("hidden")
         small.focus()
+        if mode in ("replace", "insert"):
+            self.query_one("#edit-preview", TextLine).remove_class("hidden")
+            self._preview_edit(value)
 
     def _close_input(self) -> None:
         small = self.query_one("#small-input", Input)
         small.add_class("hidden")
+        self.query_one("#edit-preview", TextLine).add_class("hidden")
         self.input_mode = None
         self.focus_tab()
+
+    def on_input_changed(self, message: Input.Changed) -> None:
+        if message.input.id == "small-input" and self.input_mode in ("replace", "insert"):
+            self._preview_edit(message.value)
 
     def action_leave_input(self) -> None:
         if self.input_mode is not None:
@@ -285,9 +298,9 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         await self.run_action(action, self.query_one(selector))
 
     def keys_markdown(self) -> str:
-        rows = ["| key | what | id |", "|---|---|---|"]
+        rows = ["| key | what |", "|---|---|"]
         for binding, _ in self.command_entries():
-            rows.append(f"| `{binding.key}` | {binding.description} | {binding.id} |")
+            rows.append(f"| `{key_display(binding)}` | {binding.description} |")
         return "\n".join(rows)
 
     def on_unmount(self) -> None:

@@ -8,6 +8,9 @@ from textual.binding import Binding
 from kvtui.widgets.scrubber import Scrubber
 
 SPEEDS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0)
+# playing skips a stretch with no event longer than this many seconds on screen (a long prefill's forward):
+# the status line says how much was skipped
+IDLE_SKIP_S = 0.5
 
 PLAYBACK_BINDINGS = [
     Binding("space", "toggle_play", "play/pause", id="replay.play"),
@@ -34,6 +37,19 @@ PLAYBACK_BINDINGS = [
 class PlaybackMixin:
     """The part of `KvtuiApp` that moves the cursor through the timeline."""
 
+    # trace seconds with no event that playing skipped since it started
+    skipped_idle: float = 0.0
+
+    def _skip_idle(self) -> None:
+        """Playing: when the next event is further ahead than IDLE_SKIP_S on screen, go straight to it."""
+        tl = self.timeline
+        if self.cursor >= len(tl):
+            return
+        gap = tl.events[self.cursor]["t"] - self.play_t
+        if gap > IDLE_SKIP_S * self.speed:
+            self.skipped_idle += gap
+            self.play_t += gap
+
     def seek(self, k: int, refresh: bool = True) -> None:
         tl = self.timeline
         if tl is None:
@@ -58,6 +74,7 @@ class PlaybackMixin:
         if self.cursor >= len(self.timeline) and not self.playing:
             self.seek(0)
         self.playing = not self.playing
+        self.skipped_idle = 0.0
         self.following = False
         self.play_t = self.state.t if self.state is not None and self.cursor else 0.0
         self.last_tick = self.clock()

@@ -8,6 +8,21 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
+from kvtui.widgets.palette import ROLES
+
+
+def edit_colours() -> str:
+    """The edit marks in words that hold in every theme, read from the palette's roles (not colour names)."""
+
+    def colour(role: str) -> str:
+        return ROLES[role].background.lstrip("$").replace("-", " ")
+
+    return (
+        f"kept on the theme's {colour('kept')} colour, dropped on its {colour('dropped')} colour, copied on its "
+        f"{colour('copied')} colour (the edit line above the grid shows the three)"
+    )
+
+
 CONCEPTS = """\
 # kvtui help
 
@@ -18,7 +33,7 @@ shows the cache exactly as it was after that event.
 ## Views (keys 1-6)
 1. **Pool** - every physical block is one cell: `■` in use, a digit = shared by that many requests
    (ref count), `□` cached (no owner, kept in the prefix tree, evictable), `·` free, `▶` being written this
-   step. `o` colors blocks by owner. After an edit: green kept, red dropped, cyan copied. Arrows move the
+   step. `o` colors blocks by owner. After an edit: {EDIT_COLOURS}. Arrows move the
    block cursor; the side panel shows its tokens, ref count, hash, owners, age, and the selected request's
    **block table** (logical -> physical, fill of each block, tail waste in the last block).
 2. **Requests** - one lane per request over trace time: `·` queued, `█` prefill chunk, `▪` decode step,
@@ -73,4 +88,5 @@ class HelpScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Markdown(CONCEPTS + "\n## All keys\n" + self.keys_markdown)
+            concepts = CONCEPTS.replace("{EDIT_COLOURS}", edit_colours())
+            yield Markdown(concepts + "\n## All keys\n" + self.keys_markdown)

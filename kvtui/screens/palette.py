@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.keys import format_key
+
+
+def key_display(binding: Binding) -> str:
+    """The keys as a user types them (`?`, `ctrl+home / G`), not Textual's names (`question_mark`)."""
+    return " / ".join(format_key(key.strip()) for key in binding.key.split(","))
+
+
+def command_text(binding: Binding) -> str:
+    return f"{binding.description} ({key_display(binding)})"
 
 
 class KvtuiCommands(Provider):
@@ -11,12 +22,12 @@ class KvtuiCommands(Provider):
 
     async def discover(self) -> Hits:
         for binding, run in self._entries():
-            yield DiscoveryHit(f"{binding.description} ({binding.key})", run, help=binding.id)
+            yield DiscoveryHit(command_text(binding), run)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for binding, run in self._entries():
-            text = f"{binding.description} ({binding.key})"
+            text = command_text(binding)
             score = matcher.match(text)
             if score > 0:
-                yield Hit(score, matcher.highlight(text), run, help=binding.id)
+                yield Hit(score, matcher.highlight(text), run)

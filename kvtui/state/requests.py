@@ -55,6 +55,13 @@ class RequestRecord:
     owner: int = 0
 
     @property
+    def status_text(self) -> str:
+        """The status as the views say it: a finished request with its reason; an aborted one as aborted."""
+        if self.status != FINISHED or not self.reason:
+            return self.status
+        return "aborted" if self.reason == "aborted" else f"finished ({self.reason})"
+
+    @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
 

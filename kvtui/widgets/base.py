@@ -222,3 +222,8 @@ def update_if_changed(static, text: Content | Text | str) -> None:
     if not same_text(getattr(static, "_kvtui_last", None), text):
         static._kvtui_last = text
         static.update(text)
+
+
+def plural(n: int, word: str) -> str:
+    """`1 token`, `2 tokens`: a count with its noun."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.segment import Segment
 from textual.strip import Strip
 
-from kvtui.widgets.base import STATE_ROLE, LineView, pad, show_text
+from kvtui.widgets.base import STATE_ROLE, LineView, pad, plural, show_text
 
 HEADER_ROWS = 2
 
@@ -49,7 +49,8 @@ class BlockTableView(LineView):
                 [
                     Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
                     Segment(
-                        f"finished · tree keeps {len(kept)}/{-(-n // bs)} blocks ({len(kept) * bs} tok)", bold
+                        f"finished · tree keeps {len(kept)}/{plural(-(-n // bs), 'block')} ({len(kept) * bs} tok)",
+                        bold,
                     ),
                 ],
                 width,
@@ -61,7 +62,7 @@ class BlockTableView(LineView):
                 [
                     Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
                     Segment(
-                        f"{len(table)} blocks · {n} tokens · tail waste {waste} slot{'s' * (waste != 1)}",
+                        f"{plural(len(table), 'block')} · {plural(n, 'token')} · tail waste {waste} slot{'s' * (waste != 1)}",
                         bold,
                     ),
                 ],

@@ -12,7 +12,7 @@ from rich.segment import Segment
 from textual.strip import Strip
 
 from kvtui.state import CacheState
-from kvtui.widgets.base import LineView, fmt_bytes, fmt_seconds, pad
+from kvtui.widgets.base import LineView, fmt_bytes, fmt_seconds, pad, plural
 
 BARS = "▁▂▃▄▅▆▇█"
 LABEL = 18
@@ -66,7 +66,7 @@ class ChartsView(LineView):
         out.append(
             (
                 "head",
-                f"hit rates over time ({n_hits} samples; windowed = last {n} lookups; an edit is a new "
+                f"hit rates over time ({plural(n_hits, 'sample')}; windowed = last {plural(n, 'lookup')}; an edit is a new "
                 f"lookup, a preempted request's readmission is not)",
             )
         )
@@ -84,7 +84,7 @@ class ChartsView(LineView):
                 values = _series(hits, n_hits, i)
                 last = values[-1]
                 out.append(("spark", label, values, 1.0, "-" if last is None else f"{last:6.1%}", color))
-        out.append(("head", f"KV memory in blocks ({state.num_blocks} total, {n_steps} steps)"))
+        out.append(("head", f"KV memory in blocks ({state.num_blocks} total, {plural(n_steps, 'step')})"))
         top = float(state.num_blocks or 1)
         for label, i, color, now in (
             ("used", 2, "used", state.n_used),
@@ -141,20 +141,48 @@ class ChartsView(LineView):
 
 
 def memory_lines(state: CacheState) -> list[str]:
-    """Formula bytes (tokens held x bytes per token) next to pool bytes (blocks x bytes per block)."""
-    bpt, bpb = state.bytes_per_token, state.bytes_per_block
+    """Formula bytes (tokens held x bytes per token) next to pool bytes (blocks x bytes per block), and what
+    makes them differ now: only the causes present at this moment are named."""
+    bpt, bpb, bs = state.bytes_per_token, state.bytes_per_block, state.block_size
     tokens = sum(state.requests[rid].num_tokens for rid in state.tables if rid in state.requests)
     used_bytes = state.n_used * bpb
     lines = [
         f"  pool: {state.num_blocks} blocks × {fmt_bytes(bpb)} = {fmt_bytes(state.num_blocks * bpb)};"
         f" in use {fmt_bytes(used_bytes)}, cached {fmt_bytes(state.n_cached * bpb)}",
-        f"  formula: {tokens} tokens held × {fmt_bytes(bpt)}/token = {fmt_bytes(tokens * bpt)}"
+        f"  formula: {plural(tokens, 'token')} held × {fmt_bytes(bpt)}/token = {fmt_bytes(tokens * bpt)}"
         f" (2 × layers × kv_heads × head_dim × bytes)",
     ]
     if tokens:
-        diff = used_bytes - tokens * bpt
         lines.append(
-            f"  pool - formula = {fmt_bytes(diff)}: tail waste of last blocks"
-            f"{', minus blocks shared between requests' if diff < 0 else ''}"
+            f"  pool - formula = {fmt_bytes(used_bytes - tokens * bpt)}{_difference(state, bs, bpt)}"
         )
     return lines
+
+
+def _difference(state: CacheState, bs: int, bpt: int) -> str:
+    """The parts of pool - formula present now: unfilled slots of the tables' blocks, blocks counted once but
+    held by several tables, tokens no block holds yet."""
+    waste = shared = pending = 0
+    distinct: set[int] = set()
+    for rid, table in state.tables.items():
+        req = state.requests.get(rid)
+        if req is None:
+            continue
+        blocks = [p for p in table if p >= 0]
+        covered = min(req.num_tokens, len(blocks) * bs)
+        waste += len(blocks) * bs - covered
+        pending += req.num_tokens - covered
+        shared += len(blocks) - len(set(blocks) - distinct)
+        distinct.update(blocks)
+    parts = []
+    if waste:
+        parts.append(f"+{fmt_bytes(waste * bpt)} unfilled slots of held blocks")
+    if shared:
+        parts.append(
+            f"-{fmt_bytes(shared * bs * bpt)} for {shared} block{'s' if shared > 1 else ''} shared by tables"
+        )
+    if pending:
+        parts.append(
+            f"-{fmt_bytes(pending * bpt)} for {plural(pending, 'token')} no block holds yet (queued or to recompute)"
+        )
+    return (": " + ", ".join(parts)) if parts else ""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from textual.content import Content
 
 from kvtui.state import CacheState, RequestRecord
-from kvtui.widgets.base import fmt_seconds, show_text
+from kvtui.widgets.base import fmt_seconds, plural, show_text
 from kvtui.widgets.palette import markup
 
 REASONS = {
@@ -133,7 +133,7 @@ def _reason_detail(out: _Parts, reason: str, detail: dict, matched: int, block_s
         out.append(f"match ends at position {pos if pos is not None else matched}, a block boundary")
         if partial is not None:
             out.append(
-                f"; the next {partial} tokens fill only part of a {detail.get('block_size', block_size)}-"
+                f"; the next {plural(partial, 'token')} fill only part of a {detail.get('block_size', block_size)}-"
                 f"token block"
             )
             if equal is not None:

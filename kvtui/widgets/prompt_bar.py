@@ -2,7 +2,7 @@
 
 It owns its inputs, as Harlequin's `RunQueryBar` does: Enter in the prompt box parses the sampling boxes and
 posts one `PromptBar.Submitted` (the text and the sampling values), or says what is wrong and posts nothing;
-Enter in a sampling box goes back to the prompt box. What the app does with a prompt (a chat message or plain
+Enter in a sampling box does the same (with an empty prompt box it goes back to it). What the app does with a prompt (a chat message or plain
 text, to which engine) is the app's business: it handles `on_prompt_bar_submitted`.
 """
 
@@ -66,8 +66,8 @@ class PromptBar(Horizontal):
 
     def _placeholder(self) -> str:
         if self.chat:
-            return "chat message (through the chat template), Enter to send (ctrl+t: plain text; Esc: leave)"
-        return "plain text prompt, Enter to send (ctrl+t: chat message; Esc: leave)"
+            return "chat message (through the chat template), Enter to send (p: here; ctrl+t: plain text; Esc: leave)"
+        return "plain text prompt, Enter to send (p: here; ctrl+t: chat message; Esc: leave)"
 
     def watch_chat(self) -> None:
         self.prompt.placeholder = self._placeholder()
@@ -108,13 +108,14 @@ class PromptBar(Horizontal):
 
     def on_input_submitted(self, message: Input.Submitted) -> None:
         message.stop()
-        if message.input.id != "prompt":
-            # Enter in temperature / seed / max tokens: back to the prompt
-            self.focus_prompt()
+        text = self.prompt.value
+        if not text.strip():
+            # Enter in temperature / seed / max tokens with no prompt yet: back to the prompt
+            if message.input.id != "prompt":
+                self.focus_prompt()
             return
-        if not message.value.strip():
-            return
+        # Enter in any box sends the prompt with the values the boxes hold
         sampling = self.sampling()
         if sampling is not None:
             temperature, seed, max_tokens = sampling
-            self.post_message(self.Submitted(self, message.value, temperature, seed, max_tokens))
+            self.post_message(self.Submitted(self, text, temperature, seed, max_tokens))

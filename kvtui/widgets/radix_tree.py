@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.strip import Strip
 
 from kvtui.state import CacheState
-from kvtui.widgets.base import LineView, fmt_seconds, pad, show_text
+from kvtui.widgets.base import LineView, fmt_seconds, pad, plural, show_text
 from kvtui.widgets.palette import Palette
 
 # how long (in events) a node keeps its insert / hit / split mark
@@ -124,10 +124,13 @@ class RadixTreeView(LineView):
         palette = self.palette()
         segs = [
             Segment(
-                f"root · {len(rows)} nodes · {locked} locked · {state.evictions} blocks evicted",
+                f"root · {plural(len(rows), 'node')} · {locked} locked · {plural(state.evictions, 'block')} evicted",
                 palette["heading"],
             )
         ]
+        if any(_sibling_before(state, node_id) for _, node_id in rows):
+            # the notation of a node that parts from its earlier sibling, said where it is seen
+            segs.append(Segment(" · …N=: the first N tokens equal its first sibling's", palette["dim"]))
         node = self.selected(state)
         if node is not None:
             segs.append(
@@ -172,6 +175,13 @@ def block_run(blocks: list[int]) -> str:
     if len(blocks) > 1 and blocks == list(range(blocks[0], blocks[0] + len(blocks))):
         return f"P{blocks[0]}-{blocks[-1]}"
     return "P" + ",".join(map(str, blocks[:3])) + ("…" if len(blocks) > 3 else "")
+
+
+def _sibling_before(state: CacheState, node_id: int) -> bool:
+    """The node has an earlier sibling: its row may start with `…N=`."""
+    node = state.nodes.get(node_id)
+    parent = state.nodes.get(node.parent_id) if node is not None else None
+    return parent is not None and bool(parent.children) and parent.children[0] != node_id
 
 
 def _node_text(state: CacheState, node, style: Style, palette: Palette) -> list[Segment]:

@@ -11,7 +11,7 @@ from textual.strip import Strip
 
 from kvtui.state import Ring
 from kvtui.state.ring_memory import ring_memory
-from kvtui.widgets.base import LineView, fmt_bytes, pad
+from kvtui.widgets.base import LineView, fmt_bytes, pad, plural
 
 ROWS_PER_RING = 4
 # the heading, then ring memory vs full attention (a line and two bars)
@@ -82,7 +82,9 @@ class RingView(LineView):
         part = (row - HEAD_ROWS) % ROWS_PER_RING
         cell = max(4, len(str(max(ring.slots) if ring.slots else 0)) + 2)
         per_line = max(1, (width - 2) // cell)
-        slots = ring.slots[:per_line]
+        # a ring wider than the screen shows the slots around its write head
+        first = max(0, min(len(ring.slots) - per_line, ring.head - per_line // 2))
+        slots = ring.slots[first : first + per_line]
         fresh = set(ring.last_written)
         if part == 0:
             req = state.requests.get(ring.request_id)
@@ -100,7 +102,7 @@ class RingView(LineView):
                         + f" head→slot {ring.head}"
                         f" writes {ring.writes} overwrites {ring.overwrites}"
                         + (
-                            f" (showing {per_line} of {len(ring.slots)} slots)"
+                            f" (slots {first}-{first + len(slots) - 1} of {len(ring.slots)}, around the head)"
                             if per_line < len(ring.slots)
                             else ""
                         ),
@@ -112,7 +114,9 @@ class RingView(LineView):
         if part == 1:
             segs = [Segment("  ")]
             for i in range(len(slots)):
-                segs.append(Segment(("▼" if i == ring.head else "").center(cell), palette["ring-head"]))
+                segs.append(
+                    Segment(("▼" if first + i == ring.head else "").center(cell), palette["ring-head"])
+                )
             return pad(segs, width)
         if part == 2:
             segs = [Segment("  ")]
@@ -146,7 +150,7 @@ class RingView(LineView):
             ratio = f" ({memory.full_bytes / memory.ring_bytes:.1f}x)" if memory.ring_bytes else ""
             return pad(
                 [
-                    Segment(f"{req.request_id} at {memory.context} tokens: ", palette["bold"]),
+                    Segment(f"{req.request_id} at {plural(memory.context, 'token')}: ", palette["bold"]),
                     Segment(
                         f"full attention would hold {fmt_bytes(memory.full_bytes)}{ratio} on the "
                         f"{memory.window_layers} window layers, rings {fmt_bytes(memory.ring_bytes)} "

@@ -13,7 +13,7 @@ from textual.strip import Strip
 
 from engine.trace.metrics import percentile
 from kvtui.state.roofline import RooflineScan, StepPoint, log_position
-from kvtui.widgets.base import BuiltLinesView, fmt_bytes, fmt_seconds, pad
+from kvtui.widgets.base import BuiltLinesView, fmt_bytes, fmt_seconds, pad, plural
 
 CHART_ROWS = 14
 # y-axis label cells
@@ -159,7 +159,7 @@ class RooflineView(BuiltLinesView):
             return "no engine step yet"
         decode = [p.duration for p in points if p.kind == "decode"]
         prefill = [p for p in points if p.kind == "prefill"]
-        parts = [f"{len(points)} steps"]
+        parts = [f"{plural(len(points), 'step')}"]
         if decode:
             step = percentile(decode, 50)
             floor = f" = {step / roof.memory_floor:,.1f}x the floor" if roof and roof.memory_floor > 0 else ""
@@ -168,7 +168,7 @@ class RooflineView(BuiltLinesView):
             per_token = percentile([p.duration / p.tokens for p in prefill if p.tokens], 50)
             big = max(prefill, key=lambda p: p.tokens)
             parts.append(
-                f"prefill: median {_time(per_token)} per token, {big.tokens} tokens took "
+                f"prefill: median {_time(per_token)} per token, {plural(big.tokens, 'token')} took "
                 f"{_time(big.duration)}"
             )
         return " · ".join(parts)
@@ -238,7 +238,11 @@ class RooflineView(BuiltLinesView):
             Segment("▲", cursor),
             Segment(
                 " the step at the cursor"
-                + (f" (step {last.step}: {last.tokens} tokens, {_time(last.duration)})" if last else ""),
+                + (
+                    f" (step {last.step}: {plural(last.tokens, 'token')}, {_time(last.duration)})"
+                    if last
+                    else ""
+                ),
                 dim,
             ),
         ]

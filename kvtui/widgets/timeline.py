@@ -17,7 +17,7 @@ from textual.strip import Strip
 
 from engine.trace.metrics import PERCENTILES, latency_summaries
 from kvtui.state import CacheState, RequestRecord
-from kvtui.widgets.base import LineView, fmt_seconds, pad
+from kvtui.widgets.base import LineView, fmt_seconds, pad, plural
 from kvtui.widgets.palette import Palette, markup, owner_markup, theme_palette
 
 LABEL = 10
@@ -105,14 +105,31 @@ def lane_cells(
     running = (RUNNING[0], palette[RUNNING[1]])
 
     cells: list[tuple[str, Style] | None] = [None] * cols
-    start = col(req.arrived)
-    scheduled = req.scheduled
-    end = col(req.finished) if req.finished is not None else col(now)
-    run_from = col(scheduled) if scheduled is not None else end + 1
-    for c in range(start, min(run_from, end + 1)):
-        cells[c] = queued
-    for c in range(run_from, end + 1):
-        cells[c] = running
+    # the lane's ground, from its marks in time order: queued until it runs (and again after a preemption or an
+    # edit of a finished run, until it is scheduled again), running until it finishes
+    phases = {
+        "arrived": queued,
+        "preempted": queued,
+        "scheduled": running,
+        "prefill": running,
+        "decode": running,
+    }
+    ground, since = None, None
+    for t, kind, _step in sorted(req.marks, key=lambda mark: mark[0]):
+        if since is not None and ground is not None:
+            for c in range(col(since), col(t)):
+                cells[c] = ground
+        if kind == "finished":
+            ground = None
+        elif kind == "edit":
+            # an edit of a finished request queues it; a running one keeps running
+            ground = queued if ground is None else ground
+        else:
+            ground = phases.get(kind, ground)
+        since = t
+    if ground is not None and since is not None:
+        for c in range(col(since), col(now) + 1):
+            cells[c] = ground
     best = [-1] * cols
     for t, kind, _step in req.marks:
         glyph = glyphs.get(kind)
@@ -158,7 +175,7 @@ def request_summary(req: RequestRecord | None) -> Content:
     parts: list = [
         (f"{req.request_id} ", f"{owner_markup(req.ordinal)} bold"),
         (
-            f"{req.status}  prompt {req.prompt_len}  generated {req.num_output}  cached {req.cached_tokens}  "
+            f"{req.status_text}  prompt {req.prompt_len}  generated {req.num_output}  cached {req.cached_tokens}  "
             f"TTFT {fmt_seconds(req.ttft)}  TPOT {fmt_seconds(req.tpot)}"
         ),
     ]
@@ -185,7 +202,7 @@ def window_facts(req: RequestRecord) -> Content:
         text = (
             f"  sinks S={sink.get('sink_tokens')} W={sink.get('window')}: max logit diff "
             f"{sink.get('max_logit_diff', 0):.3g}, {sink.get('argmax_changed')} of "
-            f"{len(sink.get('positions') or [])} tokens differ from full attention"
+            f"{plural(len(sink.get('positions') or []), 'token')} differ from full attention"
         )
         parts.append((text, markup("recompute")))
     return Content.assemble(*parts)

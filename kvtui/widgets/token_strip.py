@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.strip import Strip
 
-from kvtui.widgets.base import LineView, fmt_seconds, pad, show_text
+from kvtui.widgets.base import LineView, fmt_seconds, pad, plural, show_text
 
 MARGIN = 6
 HEADER_ROWS = 3
@@ -149,7 +149,7 @@ class TokenStrip(LineView):
         dim = palette["dim"]
         return [
             Segment(f"{req.request_id} ", palette.owner(req.ordinal) + palette["bold"]),
-            Segment(f"{req.status} · {req.num_tokens} tokens: ", dim),
+            Segment(f"{req.status_text} · {plural(req.num_tokens, 'token')}: ", dim),
             Segment(" prompt ", palette["prompt-b"]),
             Segment(f" {req.prompt_len} · ", dim),
             Segment(" generated ", palette["generated-b"]),
@@ -179,7 +179,9 @@ class TokenStrip(LineView):
             )
             start, end = self.selection()
             if end - start > 1:
-                segs.append(Segment(f" · selected {start}-{end - 1} ({end - start} tokens; shift+←→)", dim))
+                segs.append(
+                    Segment(f" · selected {start}-{end - 1} ({plural(end - start, 'token')}; shift+←→)", dim)
+                )
         return segs
 
     def _edit_line(self) -> list[Segment]:

@@ -127,7 +127,20 @@ async def test_every_binding_has_an_id_and_a_palette_entry(small_trace):
         ids = [binding.id for binding, _ in entries]
         assert all(ids) and len(ids) == len(set(ids))
         assert "replay.play" in ids and "edit.replace" in ids and "pool.owner_mode" in ids
-        assert "replay.play" in app.keys_markdown()
+        keys = app.keys_markdown()
+        # keys as typed, no internal names
+        assert "| `space` | play/pause |" in keys and "| `?` | help |" in keys
+        assert "question_mark" not in keys and "app.help" not in keys and "replay.play" not in keys
+
+
+async def test_the_command_palette_shows_keys_as_typed_and_no_internal_ids(small_trace):
+    from kvtui.screens.palette import command_text
+
+    app = replay_app(small_trace)
+    async with app.run_test(size=SIZE):
+        texts = [command_text(binding) for binding, _ in app.command_entries()]
+        assert "help (?)" in texts and "prev request ([)" in texts and "end of trace (ctrl+end / G)" in texts
+        assert not any("_" in text.split("(")[-1] for text in texts), texts
 
 
 async def test_edit_keys_in_replay_only_notify(small_trace):
@@ -201,11 +214,13 @@ async def test_live_edit_sends_command_and_shows_the_invalidation(small_trace):
         app.select_request(rid)
         await pilot.press("6", "home", "right", "right", "r")
         assert app.input_mode == "replace"
-        await pilot.press(*" dog", "enter")
+        # the box offers the token's own leading space
+        lead = " " if app.view.request.texts[2].startswith(" ") else ""
+        await pilot.press(*"dog", "enter")
         token = app.view.request.token_ids[2]
-        assert controller.calls[-1] == ("edit", rid, 2, " dog", "replace", 1, token)
+        assert controller.calls[-1] == ("edit", rid, 2, lead + "dog", "replace", 1, token)
         await pilot.press("i", *"x", "enter")
-        assert controller.calls[-1] == ("edit", rid, 2, "x", "insert", 1, token)
+        assert controller.calls[-1] == ("edit", rid, 2, lead + "x", "insert", 1, token)
         await pilot.press("d")
         assert controller.calls[-1] == ("edit", rid, 2, "", "delete", 1, token)
         await pilot.press("f")
@@ -285,3 +300,27 @@ async def test_replay_loads_a_file_in_a_worker_and_opens_at_an_interesting_point
         assert app.timeline is not None and app.loading is None
         assert app.cursor == len(app.timeline) and app.view.request_id == "memo"
         assert "500/500" in str(app.query_one("#status").render())
+
+
+async def test_playing_skips_a_long_stretch_with_no_events_and_says_so(small_trace):
+    header, events = small_trace
+    # an 11 s prefill forward: nothing happens between event 40 and event 41
+    slow = [dict(ev, t=ev["t"] + (11.0 if i > 40 else 0.0)) for i, ev in enumerate(events)]
+    clock = FakeClock()
+    app = replay_app((header, slow), clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+end")
+        # opened at the end: the status says what space does
+        assert "space: play from start" in app.status_text()
+        # words, not U+23F8 (a glyph the browser's terminal font lacks)
+        assert "⏸" not in app.status_text()
+        await pilot.press("space")
+        assert app.playing and app.cursor == 0
+        for _ in range(40):
+            clock.now += 0.1
+            app.tick()
+            if app.cursor > 41:
+                break
+        # within 4 s on screen, not 11: the gap was skipped, and the status line says by how much
+        assert app.cursor > 41, app.cursor
+        assert "skipped 1" in app.status_text() and "with no events" in app.status_text()

@@ -53,12 +53,15 @@ async def test_shift_arrows_select_a_range_and_the_box_says_what_goes(small_trac
         assert app.input_mode == "replace"
         selected = "".join(req.texts[1:4])
         assert f"replace {selected!r} (positions 1-3, 3 tokens)" in small.placeholder, small.placeholder
-        await pilot.press(*" a much longer replacement text", "enter")
+        # the first selected token's own leading space is offered
+        lead = " " if req.texts[1].startswith(" ") else ""
+        assert small.value == lead
+        await pilot.press(*"a much longer replacement text", "enter")
         assert controller.calls[-1] == (
             "edit",
             rid,
             1,
-            " a much longer replacement text",
+            lead + "a much longer replacement text",
             "replace",
             3,
             req.token_ids[1],
@@ -170,3 +173,36 @@ async def test_quitting_mid_generation_stops_the_worker_and_leaves_a_whole_trace
     assert 5 <= finished[-1]["num_output_tokens"] < 1000
     result = CliRunner().invoke(stats, [str(trace)])
     assert result.exit_code == 0 and "all" in result.output and "warning" not in result.output, result.output
+
+
+async def test_replace_offers_the_tokens_leading_space_and_shows_the_result_before_it_is_sent(small_trace):
+    from kvtui.widgets.base import TextLine
+
+    header, events = small_trace
+    feed, controller = EventFeed(), RecordingController()
+    app = live_app(feed, controller)
+    async with app.run_test(size=SIZE) as pilot:
+        feed_trace(feed, header, events)
+        app.pump()
+        await pilot.press("escape")
+        # a token with a leading space, like " sky" in "Why is the sky blue?"
+        rid, m = next(
+            (rid, i)
+            for rid, req in app.state.requests.items()
+            for i, text in enumerate(req.texts)
+            if i > 2 and text.startswith(" ") and i + 2 < len(req.texts)
+        )
+        app.select_request(rid)
+        await pilot.press("6")
+        app.query_one("#token-strip").set_cursor(m)
+        await pilot.press("r")
+        texts = app.view.request.texts
+        assert app.query_one("#small-input").value == " "
+        await pilot.press(*"ocean")
+        preview = app.query_one("#edit-preview", TextLine)
+        assert preview.display
+        expected = "".join(texts[m - 2 : m]) + " ocean" + "".join(texts[m + 1 : m + 3])
+        assert expected in str(preview.render()), str(preview.render())
+        await pilot.press("enter")
+        assert controller.calls[-1][:5] == ("edit", rid, m, " ocean", "replace")
+        assert not preview.display

@@ -98,3 +98,28 @@ def test_the_worker_submits_with_sampling_and_aborts():
     worker._execute(engine, AbortRequest(c))
     out = engine.output(c)
     assert out.finish_reason == "aborted" and len(out.token_ids) < 50 and not engine.has_unfinished()
+
+
+async def test_p_opens_the_prompt_box_a_send_leaves_it_and_enter_in_max_tokens_sends(small_trace):
+    from textual.widgets import Input
+
+    header, _ = small_trace
+    feed, controller = EventFeed(), RecordingController()
+    app = live_app(feed, controller)
+    async with app.run_test(size=SIZE) as pilot:
+        feed.put(FeedHeader(header))
+        app.pump()
+        # the views have the keys at start: `p` opens the box, it types nothing into it
+        assert not isinstance(app.focused, Input)
+        await pilot.press("p")
+        assert app.focused.id == "prompt" and app.focused.value == ""
+        await pilot.press(*"What is a KV cache?", "enter")
+        assert controller.calls[-1] == ("submit", [{"role": "user", "content": "What is a KV cache?"}], 32)
+        # the box let go: the next `p` opens it again, empty
+        assert not isinstance(app.focused, Input)
+        await pilot.press("p")
+        assert app.focused.id == "prompt" and app.focused.value == ""
+        await pilot.press(*"again")
+        await pilot.click("#max-tokens")
+        await pilot.press(*"5", "enter")
+        assert controller.calls[-1] == ("submit", [{"role": "user", "content": "again"}], 5)

@@ -110,7 +110,8 @@ def test_render_names_the_floor_the_slope_and_every_step():
     assert text[4].startswith(f"per request  {shortest['num_prompt_tokens']} prompt tokens: TTFT ")
     chart = "\n".join(text[7:])
     assert "─" in chart and "╱" in chart and "●" in chart and "▲" in chart
-    assert f"(step {steps[-1]['step']}: {steps[-1]['num_tokens']} tokens" in text[-1]
+    n = steps[-1]["num_tokens"]
+    assert f"(step {steps[-1]['step']}: {n} token{'s' * (n != 1)}," in text[-1]
 
 
 def test_a_trace_without_a_roofline_event_draws_the_steps_only():

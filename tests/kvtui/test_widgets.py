@@ -131,3 +131,104 @@ def test_token_strip_wraps_with_positions_and_cursor(small_trace):
     assert "".join(req.texts).replace("\n", "⏎")[:20] in "".join(line[6:] for line in out[3:]).rstrip()
     if state.last_invalidate["request_id"] == req.request_id:
         assert "recompute" in out[2]
+
+
+def test_a_ring_wider_than_the_screen_shows_the_slots_around_its_write_head(small_trace):
+    header, events = small_trace
+    state = replay(header, events[:200])
+    ring = next(iter(state.rings.values()))
+    # a 512-slot ring whose head is far past what one line holds
+    ring.window, ring.slots, ring.head = 512, list(range(512)), 133
+    widget = RingView(View(state, ring.request_id))
+    widget.DEFAULT_WIDTH = 120
+    out = lines(widget, 8)
+    assert "around the head" in out[4] and "head→slot 133" in out[4]
+    marker = out[5].index("▼")
+    shown = out[6].split()
+    assert "133" in shown
+    # the arrow stands over slot 133
+    column = out[6].index(" 133 ") + 1
+    assert abs(marker - column) <= 2, (out[5], out[6])
+
+
+def _lane(marks, now, finished=None, cols=20):
+    from kvtui.state import RequestRecord
+    from kvtui.widgets.timeline import lane_cells
+
+    req = RequestRecord("r0", 0, 4, [1, 2, 3, 4], ["a", "b", "c", "d"], arrived=marks[0][0], marks=marks)
+    req.finished = finished
+    return "".join(glyph for glyph, _ in lane_cells(req, 20.0, cols, now))
+
+
+def test_a_lane_draws_a_running_prefill_as_running_whatever_the_trace():
+    # scheduled at 2, its long prefill chunk lands at 12: running in between, never "queued"
+    lane = _lane([(0.0, "arrived", 0), (2.0, "scheduled", 1), (12.0, "prefill", 1)], now=14.0)
+    assert lane[:2] == "··" and set(lane[3:12]) == {"─"}, lane
+    # the cursor inside that prefill: the same
+    lane = _lane([(0.0, "arrived", 0), (2.0, "scheduled", 1)], now=10.0)
+    assert set(lane[3:11]) == {"─"}, lane
+
+
+def test_a_lane_after_an_edit_of_a_finished_request_is_queued_then_running_again():
+    marks = [
+        (0.0, "arrived", 0),
+        (1.0, "scheduled", 1),
+        (2.0, "prefill", 1),
+        (4.0, "finished", 2),
+        (8.0, "edit", 3),
+        (12.0, "scheduled", 4),
+        (13.0, "prefill", 4),
+    ]
+    lane = _lane(marks, now=16.0, finished=4.0)
+    # ran, finished, idle, queued after the edit, running again
+    assert lane[3] == "─" and lane[4] == "┃" and lane[5:8].strip() == "" and lane[9:12] == "···", lane
+    assert lane[14:17] == "───", lane
+
+
+def test_an_aborted_request_reads_aborted_and_a_finished_one_says_why():
+    from kvtui.state import RequestRecord
+    from kvtui.widgets.timeline import request_summary
+
+    req = RequestRecord("r3", 0, 4, [1, 2, 3, 4], ["a", "b", "c", "d"], status="finished", reason="aborted")
+    text = request_summary(req).plain
+    assert text.startswith("r3 aborted") and "finished" not in text
+    req.reason = "eos"
+    assert request_summary(req).plain.startswith("r3 finished (eos)")
+
+
+def test_the_memory_note_names_only_the_causes_present_at_that_moment():
+    from pathlib import Path
+
+    from engine.trace import read_trace
+    from kvtui.widgets.charts import memory_lines
+
+    trace = read_trace(str(Path(__file__).parent / "data" / "edit_series.jsonl"))
+    events = trace.events
+    checked = 0
+    for k, event in enumerate(events):
+        if event["type"] not in ("invalidate", "edit", "step"):
+            continue
+        state = replay(trace.header, events[: k + 1])
+        note = memory_lines(state)[-1]
+        if not note.startswith("  pool - formula"):
+            continue
+        held = [p for table in state.tables.values() for p in table if p >= 0]
+        assert ("shared by tables" in note) == (len(held) != len(set(held))), (k, note)
+        waiting = any(
+            state.requests[rid].num_tokens > len(table) * state.block_size
+            for rid, table in state.tables.items()
+            if rid in state.requests
+        )
+        assert ("no block holds yet" in note) == waiting, (k, note)
+        checked += 1
+    assert checked > 5
+
+
+def test_the_tree_says_what_its_sibling_notation_means_when_it_uses_it(small_trace):
+    header, events = small_trace
+    state = replay(header, events)
+    widget = RadixTreeView(View(state, None))
+    widget.DEFAULT_WIDTH = 400
+    out = lines(widget, 60)
+    assert any("…" in line and "=" in line for line in out[1:])
+    assert "…N=: the first N tokens equal its first sibling's" in out[0]
