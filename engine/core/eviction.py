@@ -91,19 +91,23 @@ def evict_to_free_list(pool, evict_one: Callable[[], int | None], num_blocks: in
     return evicted
 
 
-def count_evictable(root: Node, ref_counts: Sequence[int]) -> int:
-    """Tree blocks that repeated evictions would reclaim now (exact: walks the tree)."""
-    total, order, stack = 0, [], [root]
-    while stack:
-        node = stack.pop()
-        order.append(node)
-        stack.extend(node.children.values())
+def count_evictable(root: Node, ref_counts: Sequence[int], enough: int | None = None) -> int:
+    """Tree blocks that repeated evictions would reclaim now (exact: walks the tree, children before parents).
+    With `enough`, the walk stops once that many are found: "can n blocks be freed?" on a full pool asks this
+    for every new block, and a production-size tree is large."""
+    total = 0
     # node id -> every block of its subtree would go
     cleared: dict[int, bool] = {}
-    # children before parents
-    for node in reversed(order):
-        if node is root:
+    stack = [(root, iter(root.children.values()))]
+    while stack:
+        node, children = stack[-1]
+        child = next(children, None)
+        if child is not None:
+            stack.append((child, iter(child.children.values())))
             continue
+        stack.pop()
+        if node is root:
+            break
         count = 0
         if not node.lock_ref and all(cleared[c.node_id] for c in node.children.values()):
             # only a tail of unreferenced blocks can go
@@ -112,5 +116,7 @@ def count_evictable(root: Node, ref_counts: Sequence[int]) -> int:
                     break
                 count += 1
         total += count
+        if enough is not None and total >= enough:
+            return total
         cleared[node.node_id] = count == len(node.blocks)
     return total

@@ -88,8 +88,10 @@ class KVCacheManager:
         return self.pool.num_free() + self.prefix_cache.num_evictable()
 
     def can_allocate(self, n: int) -> bool:
-        """n blocks are free, or can be made free by eviction (the tree walk only when the free list is short)."""
-        return n <= self.pool.num_free() or n <= self.num_available()
+        """n blocks are free, or can be made free by eviction (the tree walk only when the free list is short,
+        and only until it has found enough)."""
+        free = self.pool.num_free()
+        return n <= free or self.prefix_cache.has_evictable(n - free)
 
     def _match(self, tokens: list[int], cache_salt: str | None, hashes=None) -> PrefixMatch:
         return self.prefix_cache.match(tokens, cache_salt, hashes)

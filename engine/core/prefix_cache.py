@@ -70,6 +70,10 @@ class PrefixCache:
     def num_evictable(self) -> int:
         return 0
 
+    def has_evictable(self, n: int) -> bool:
+        """At least n cached blocks could be evicted now (stops counting once it knows)."""
+        return n <= 0
+
     def evict_one(self) -> int | None:
         """Reclaim one cached block (the policy's choice); None when nothing is evictable."""
         return None
@@ -155,6 +159,10 @@ class RadixPrefixCache(PrefixCache):
 
     def num_evictable(self):
         return self.radix.num_evictable() + len(self.tails.evictable())
+
+    def has_evictable(self, n):
+        n -= len(self.tails.evictable())
+        return n <= 0 or self.radix.num_evictable(enough=n) >= n
 
     def evict_one(self):
         tail = self.tails.evict_one(self.radix.policy)

@@ -332,9 +332,10 @@ class RadixCache:
         self._victims.offer(node)
         return True
 
-    def num_evictable(self) -> int:
-        """Cached blocks that repeated `evict_one` calls would reclaim now (exact, walks the tree)."""
-        return eviction.count_evictable(self.root, self.pool.ref_counts)
+    def num_evictable(self, enough: int | None = None) -> int:
+        """Cached blocks that repeated `evict_one` calls would reclaim now (exact, walks the tree; with
+        `enough`, stops once that many are found)."""
+        return eviction.count_evictable(self.root, self.pool.ref_counts, enough)
 
     def evict_one(self) -> int | None:
         """Reclaim the policy's choice among the last blocks of unlocked leaves; the pool frees it."""
