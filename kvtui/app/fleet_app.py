@@ -149,7 +149,7 @@ class FleetApp(App):
 
     def read_requests(self) -> None:
         """The proxy's new records: each with vLLM's cached tokens, kvtui's prediction at arrival and why."""
-        from kvtui.sources.proxy import read_log, request_rows
+        from kvtui.sources.proxy_log import read_log, request_rows
 
         if self.requests_log:
             new, self._requests_at = read_log(self.requests_log, self._requests_at)

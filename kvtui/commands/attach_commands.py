@@ -168,8 +168,9 @@ def _query(text: str, tokenizer):
 
 
 def _headless(attacher, sink, duration, queries) -> None:
-    from kvtui.state.fleet import FleetState, workers_summary
+    from kvtui.state.fleet import FleetState
     from kvtui.state.fleet_explain import explain_prompt
+    from kvtui.state.fleet_stats import workers_summary
 
     fleet = FleetState(sink.header)
     sink.batch_listeners.append(fleet.apply_all)

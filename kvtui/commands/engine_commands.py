@@ -400,7 +400,8 @@ def stats(trace_file, as_json):
     workers = totals = None
     # recorded by `kvtui attach -o`: one summary per worker, totals from the fleet (no requests: null)
     if trace.header.get("kind") == "attach":
-        from kvtui.state.fleet import attach_totals, format_workers, replay_fleet, workers_summary
+        from kvtui.state.fleet import replay_fleet
+        from kvtui.state.fleet_stats import attach_totals, format_workers, workers_summary
 
         fleet = replay_fleet(trace.header, trace.events)
         workers, totals = workers_summary(fleet), attach_totals(fleet)

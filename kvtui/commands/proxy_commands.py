@@ -46,7 +46,8 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
     import asyncio
     import os
 
-    from kvtui.sources.proxy import LockedFleet, Proxy, summary_line
+    from kvtui.sources.proxy import Proxy
+    from kvtui.sources.proxy_log import LockedFleet, summary_line
 
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():

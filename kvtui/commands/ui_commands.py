@@ -90,7 +90,8 @@ def replay(trace, check, from_start):
         what = f"{header.get('num_blocks')} blocks of {header.get('block_size')} tokens"
         if header.get("kind") == "attach":
             # an attached fleet: its workers, pool and block size come from the events
-            from kvtui.state.fleet import check_line, replay_fleet
+            from kvtui.state.fleet import replay_fleet
+            from kvtui.state.fleet_stats import check_line
 
             what = check_line(replay_fleet(header, loaded.events))
         click.echo(

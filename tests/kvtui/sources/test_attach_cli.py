@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from kvtui.app.fleet_app import FleetApp
 from kvtui.app.loader import load_trace
 from kvtui.cli import main
-from kvtui.state.fleet import replay_fleet, workers_summary
+from kvtui.state.fleet import replay_fleet
+from kvtui.state.fleet_stats import workers_summary
 from kvtui.state.fleet_view import worker_cells
 
 LOOP = "tcp://127.0.0.1:*"

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from kvtui.app.loader import load_trace
 from kvtui.state import replay
-from kvtui.state.fleet import replay_fleet, workers_summary
+from kvtui.state.fleet import replay_fleet
 from kvtui.state.fleet_explain import explain_prompt
+from kvtui.state.fleet_stats import workers_summary
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "attach"
 

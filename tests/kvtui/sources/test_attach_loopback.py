@@ -18,7 +18,8 @@ from attach_publishers import (
 from engine.trace import TraceSink
 from kvtui.sources.attach import Attacher
 from kvtui.sources.endpoints import parse_source
-from kvtui.state.fleet import FleetState, workers_summary
+from kvtui.state.fleet import FleetState
+from kvtui.state.fleet_stats import workers_summary
 
 LOOP = "tcp://127.0.0.1:*"
 

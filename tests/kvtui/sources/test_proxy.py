@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from kvtui.sources.block_events import KvBlockStored
-from kvtui.sources.proxy import LockedFleet, Proxy
+from kvtui.sources.proxy import Proxy
+from kvtui.sources.proxy_log import LockedFleet
 from kvtui.state.fleet import FleetState
 
 

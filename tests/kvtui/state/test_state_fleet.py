@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvtui.state.fleet import FleetState, workers_summary
+from kvtui.state.fleet import FleetState
 from kvtui.state.fleet_explain import QueryError, explain_prompt, parse_query
+from kvtui.state.fleet_stats import workers_summary
 
 
 class Fleet:

@@ -1,0 +1,90 @@
+"""An attach trace in figures: one summary per worker, the fleet's totals for `kvtui stats` (hit rate from
+/metrics, block and pool size; an attached engine publishes no requests, so `requests` is null), and
+`kvtui replay --check`'s line."""
+
+from __future__ import annotations
+
+from kvtui.state.fleet import FleetState, SourceCounts
+
+
+def workers_summary(state: FleetState) -> list[dict]:
+    """One object per worker, for `kvtui stats --json` of an attach trace."""
+    out = []
+    for worker in state.workers.values():
+        counts = state.sources.get(worker.source, SourceCounts())
+        out.append(
+            {
+                "source": worker.source,
+                "name": worker.name,
+                "worker": worker.worker,
+                "rank": worker.rank,
+                "resident_blocks": worker.resident,
+                "extra_copies": worker.copies,
+                "rereported_blocks": worker.rereported,
+                "blocks_stored": worker.stored,
+                "blocks_removed": worker.removed,
+                "gaps": counts.gaps,
+                "lost_batches": counts.lost,
+                "restarts": counts.restarts,
+                "malformed": counts.malformed,
+            }
+        )
+    return out
+
+
+def attach_totals(state: FleetState) -> dict:
+    """`kvtui stats --json` of an attach trace: what the fleet's own figures say, where a trace of our engine
+    counts requests (an attached engine publishes none: `requests` is null, not 0). Token hit rate from
+    /metrics over the trace (the last reading against the first of the same process); block size from the
+    stored blocks (else /metrics); pool size from /metrics or blocks=."""
+    hits = queries = 0.0
+    for key, last in state.metrics.items():
+        first = state.metrics_first.get(key, last)
+        if first is last:
+            # one reading: the server's totals since it started
+            first = {}
+        hits += last.get("prefix_hits", 0.0) - first.get("prefix_hits", 0.0)
+        queries += last.get("prefix_queries", 0.0) - first.get("prefix_queries", 0.0)
+    sizes = {w.block_size for w in state.workers.values() if w.block_size}
+    sizes |= {f["block_size"] for f in state.metrics.values() if f.get("block_size")} if not sizes else set()
+    pools = {state.capacity(w) for w in state.workers.values()} - {None}
+    return {
+        "block_size": sizes.pop() if len(sizes) == 1 else (sorted(sizes) or None),
+        "num_blocks": pools.pop() if len(pools) == 1 else (sorted(pools) or None),
+        "requests": None,
+        "token_hit_rate": hits / queries if queries > 0 else None,
+        "prefix_hit_tokens": hits if queries > 0 else None,
+        "prefix_query_tokens": queries if queries > 0 else None,
+        "note": "an attached engine publishes blocks, not requests: hit rate from its /metrics over the trace",
+    }
+
+
+def check_line(state: FleetState) -> str:
+    """`kvtui replay --check` of an attach trace: what it holds, in the fleet's terms."""
+    totals = attach_totals(state)
+    return (
+        f"{len(state.workers)} workers, {totals['num_blocks'] or '?'} blocks of {totals['block_size'] or '?'} "
+        f"tokens, {sum(w.resident for w in state.workers.values())} resident at the end"
+    )
+
+
+def format_workers(workers: list[dict]) -> str:
+    """`kvtui stats` of an attach trace: the workers table."""
+    head = (
+        f"{'worker':<24} {'source':<26} {'rank':>4} {'resident':>8} {'stored':>8} {'removed':>8} {'gaps':>5} "
+        f"{'lost':>5} {'restarts':>8} {'malformed':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for w in workers:
+        lines.append(
+            f"{w['worker']:<24} {w['source']:<26} {w['rank'] if w['rank'] is not None else '-':>4} "
+            f"{w['resident_blocks']:>8} {w['blocks_stored']:>8} {w['blocks_removed']:>8} {w['gaps']:>5} "
+            f"{w['lost_batches']:>5} {w['restarts']:>8} {w['malformed']:>9}"
+        )
+    lines += [
+        "",
+        "resident = blocks on the GPU at the end of the trace; stored / removed = block hashes in "
+        "BlockStored / BlockRemoved events; gaps, lost batches, restarts and malformed messages are "
+        "counted per source (its publisher's stream).",
+    ]
+    return "\n".join(lines)
