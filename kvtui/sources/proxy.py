@@ -104,12 +104,25 @@ class Proxy:
                     return
                 arrival, t_in = time.time(), time.perf_counter()
                 head = parse_head(raw)
-                body = await _read_raw_body(reader, head)
                 if up_writer is None or up_writer.is_closing():
                     up_reader, up_writer = await asyncio.open_connection(
                         self.up_host, self.up_port, limit=MAX_HEAD
                     )
-                up_writer.write(raw + body)
+                if "100-continue" in head.get("expect").lower():
+                    # the client (curl, for a body over 1 KiB) waits for the server's go-ahead: relay it
+                    up_writer.write(raw)
+                    await up_writer.drain()
+                    go = await up_reader.readuntil(b"\r\n\r\n")
+                    writer.write(go)
+                    await writer.drain()
+                    if b" 100 " not in go.split(b"\r\n", 1)[0] + b" ":
+                        # refused: what it said is the answer; the connection ends with it
+                        return
+                    body = await _read_raw_body(reader, head)
+                    up_writer.write(body)
+                else:
+                    body = await _read_raw_body(reader, head)
+                    up_writer.write(raw + body)
                 await up_writer.drain()
                 t_out = time.perf_counter()
                 self.stats.requests += 1

@@ -245,7 +245,15 @@ def test_the_proxy_records_and_explains_what_vllm_served(vllm, run, tokenizer):
     finally:
         conn.close()
         direct.close()
-        loop.call_soon_threadsafe(proxy.close)
+
+        async def shutdown():
+            proxy.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
 
 

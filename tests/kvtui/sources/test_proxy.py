@@ -93,7 +93,14 @@ class Running:
         assert started.wait(5)
 
     def close(self):
-        self.loop.call_soon_threadsafe(self.proxy.close)
+        async def shutdown():
+            self.proxy.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
@@ -298,3 +305,29 @@ async def test_the_attach_app_shows_the_proxys_requests(tmp_path):
         app.read_requests()
         await pilot.pause()
         assert "proxy-2" in str(app.query_one("#requests-out").render())
+
+
+def test_expect_100_continue_is_relayed(upstream):
+    """curl sends a body over 1 KiB only after the server's 100 Continue: the proxy relays it, so no second of
+    waiting is added."""
+    import socket
+
+    running = Running(upstream)
+    try:
+        body = json.dumps({"model": "m", "prompt": "x" * 2000}).encode()
+        head = (
+            f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+        ).encode()
+        with socket.create_connection(("127.0.0.1", running.proxy.port), timeout=5) as s:
+            start = time.perf_counter()
+            s.sendall(head)
+            go = s.recv(1024)
+            assert go.startswith(b"HTTP/1.1 100") and time.perf_counter() - start < 0.5
+            s.sendall(body)
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        assert b"200 OK" in out and b'"text": "abc"' in out
+    finally:
+        running.close()
