@@ -85,7 +85,8 @@ class Proxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def serve_forever(self) -> None:
-        await self.start()
+        if self._server is None:
+            await self.start()
         async with self._server:
             await self._server.serve_forever()
 

@@ -331,3 +331,55 @@ def test_expect_100_continue_is_relayed(upstream):
         assert b"200 OK" in out and b'"text": "abc"' in out
     finally:
         running.close()
+
+
+def test_the_proxy_command(upstream, tmp_path):
+    """`kvtui proxy` as a user runs it: a line per request on the terminal, the log written as they come."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "requests.jsonl"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvtui",
+            "proxy",
+            "--upstream",
+            upstream,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--log",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        raw_exchange(port, post("/v1/completions", {"model": "m", "prompt": "hi"}))
+        while time.monotonic() < deadline and not (log.exists() and log.read_text()):
+            time.sleep(0.05)
+        record = json.loads(log.read_text().splitlines()[0])
+        assert record["prompt_token_ids"] == [104, 105] and record["cached_tokens"] == 2
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=10)[0]
+    assert "proxy-1 /v1/completions 2 prompt tokens, vLLM cached 2" in out, out
+    bad = subprocess.run(
+        [sys.executable, "-m", "kvtui", "proxy", "--upstream", "127.0.0.1:8000"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "give the server's http://HOST:PORT" in bad.stderr
