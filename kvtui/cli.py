@@ -21,7 +21,7 @@ ENGINE_MODULES = (
 )
 ENGINE_HINT = 'pip install "kvtui[engine]" (or run ./install.sh)'
 # commands that always load a model: checked before they start (live would otherwise open its UI first)
-NEEDS_ENGINE = ("live", "generate", "record", "compare-edit")
+NEEDS_ENGINE = ("live", "generate", "record", "compare-edit", "sinks")
 
 
 def missing_engine() -> str | None:
@@ -97,6 +97,7 @@ def _register() -> None:
         export_commands,
         proxy_commands,
         serve_commands,
+        sinks_commands,
         ui_commands,
         whatif_commands,
     )
@@ -110,6 +111,7 @@ def _register() -> None:
         + attach_commands.COMMANDS
         + proxy_commands.COMMANDS
         + whatif_commands.COMMANDS
+        + sinks_commands.COMMANDS
     ):
         main.add_command(command)
     for name in NEEDS_ENGINE:
