@@ -27,6 +27,11 @@ HEADER_FIELDS: dict[str, tuple[str, str]] = {
     "bytes_per_block": (_INT, "KV bytes of one block over all full-attention layers"),
     "bytes_per_token": (_INT, "KV bytes of one token over all full-attention layers"),
     "config": (_DICT, "engine configuration the run used"),
+    "kind": (_STR + "?", "what made the trace: left out by the engine; attach, whatif (kvtui whatif -o)"),
+    "whatif": (
+        _DICT + "?",
+        "kvtui whatif -o: capacity_tokens, cost (the cost model), hash_ids (generated tokens never cached)",
+    ),
 }
 
 EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
@@ -239,6 +244,20 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "window": (_INT, "W"),
         "argmax_changed": (_INT, "compared positions whose greedy token differs from full attention"),
     },
+    # --- what-if runs (kvtui whatif -o) ------------------------------------------------------------------
+    "whatif_summary": {
+        "workload": (_STR, "the workload file the run replayed"),
+        "format": (_STR, "trace | workload | mooncake | proxy-log"),
+        "requests": (_INT, "requests in the workload"),
+        "prompt_tokens": (_INT, "their prompt tokens"),
+        "ceiling": (_FLOAT, "token hit rate of an infinite cache (simulated)"),
+        "current": (_DICT, "this run's configuration: capacity_tokens, block_size, eviction"),
+        "points": (_LIST, "kvtui whatif --json's points: capacity_tokens, method, token_hit_rate, misses"),
+        "optimal": (_LIST, "Belady's bound: capacity_tokens, token_hit_rate"),
+        "curve": (_LIST, "the one-pass LRU curve at log-spaced capacities: capacity_tokens, token_hit_rate"),
+        "misses": (_DICT, "this run's missed prompt tokens by cause"),
+        "fleet": (_DICT + "?", "with --workers: the fleet report"),
+    },
     # --- the machine -----------------------------------------------------------------------------------
     "roofline": {
         "device": (_STR, "device the model runs on (cpu, cuda:0)"),
@@ -299,6 +318,9 @@ def validate_header(header: Any) -> str | None:
     if header.get("schema") != SCHEMA_VERSION:
         return f"schema version {header.get('schema')!r} is not supported (this kvtui reads {SCHEMA_VERSION})"
     for name, (spec, _) in HEADER_FIELDS.items():
+        # an optional field may be left out (older traces have none)
+        if name not in header and spec.endswith("?"):
+            continue
         if name not in header or not _type_ok(header[name], spec):
             return f"header: field {name!r} missing or not {spec}"
     for name, low, high in (

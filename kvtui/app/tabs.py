@@ -14,6 +14,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Static
 
+from kvtui.app.whatif_app import compose_tab as compose_whatif
+from kvtui.app.whatif_app import request_misses
+from kvtui.app.whatif_app import update_tab as update_whatif
 from kvtui.widgets.base import TextLine, View, update_if_changed
 from kvtui.widgets.block_pool import BlockPoolView, block_details, edit_summary, pool_legend
 from kvtui.widgets.block_table import BlockTableView
@@ -82,7 +85,8 @@ def _compose_tree() -> ComposeResult:
 
 def _update_tree(app: App, state: CacheState | None, view: View) -> None:
     app.query_one("#radix", RadixTreeView).update_view(view)
-    update_if_changed(app.query_one("#miss", Static), explain(state, view.request))
+    misses = request_misses(app, view.request_id)
+    update_if_changed(app.query_one("#miss", Static), explain(state, view.request, misses))
 
 
 def _one_view(cls: type, view_id: str) -> tuple[Callable[[], ComposeResult], Callable]:
@@ -104,6 +108,8 @@ TABS: dict[str, Tab] = {
     "metrics": Tab("Metrics", "metrics", "#charts", *_one_view(ChartsView, "charts")),
     "rings": Tab("Rings", "rings", "#ring-view", *_one_view(RingView, "ring-view")),
     "tokens": Tab("Tokens", "tokens", "#token-strip", *_one_view(TokenStrip, "token-strip")),
+    # shown for a what-if trace only (kvtui whatif -o): its curve, miss causes and fleet
+    "whatif": Tab("What if", "what-if curve and causes", "#whatif-view", compose_whatif, update_whatif),
 }
 
 

@@ -405,17 +405,25 @@ def stats(trace_file, as_json):
 
         fleet = replay_fleet(trace.header, trace.events)
         workers, totals = workers_summary(fleet), attach_totals(fleet)
+    # a cause for every missed prompt token (kvtui/whatif/causes.py), where the trace recorded the matching
+    from kvtui.whatif.causes import ledger_from_trace, misses_json, misses_text
+
+    ledger = ledger_from_trace(trace.header, trace.events) if workers is None else None
     if as_json:
         error = None if trace.error is None else str(trace.error)
         out = stats_json(trace_file, trace.header, trace.events, summary, error)
         if workers is not None:
             out.update(totals, phases=[], all=totals)
             out["workers"] = workers
+        if ledger is not None:
+            out["misses"] = misses_json(ledger)
         click.echo(json.dumps(out, indent=1))
     elif workers is not None:
         click.echo(format_workers(workers))
     else:
         click.echo(format_stats(summary))
+        if ledger is not None:
+            click.echo(misses_text(ledger))
 
 
 COMMANDS = [generate, record, info, schema, stats] + compare_commands.COMMANDS

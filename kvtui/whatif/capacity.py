@@ -7,8 +7,17 @@ from __future__ import annotations
 import re
 
 TOKEN_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
-BYTE_SUFFIX = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+BYTE_SUFFIX = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -28,12 +37,16 @@ def parse_capacity(text: str, block_size: int, bytes_per_token: float | None = N
         tokens = value * TOKEN_SUFFIX[suffix]
     elif suffix in BYTE_SUFFIX:
         if not bytes_per_token:
-            raise CapacityError(f"capacity {text!r} is in bytes: pass --kv-config DIR|config.json so that "
-                                "bytes become tokens (the model's KV bytes per token)")
+            raise CapacityError(
+                f"capacity {text!r} is in bytes: pass --kv-config DIR|config.json so that "
+                "bytes become tokens (the model's KV bytes per token)"
+            )
         tokens = value * BYTE_SUFFIX[suffix] / bytes_per_token
     else:
-        raise CapacityError(f"capacity {text!r}: unknown suffix {match.group(2)!r} (k, M, G tokens; b blocks; "
-                            "KiB..TiB or KB..TB bytes)")
+        raise CapacityError(
+            f"capacity {text!r}: unknown suffix {match.group(2)!r} (k, M, G tokens; b blocks; "
+            "KiB..TiB or KB..TB bytes)"
+        )
     blocks = int(tokens // block_size)
     if blocks < 1:
         raise CapacityError(f"capacity {text!r} is less than one block of {block_size} tokens")

@@ -26,18 +26,31 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-CAUSES = ("compulsory", "capacity", "block_floor", "salt", "divergence", "in_flight", "preemption",
-          "last_token", "disabled", "too_large")
+CAUSES = (
+    "compulsory",
+    "capacity",
+    "block_floor",
+    "salt",
+    "divergence",
+    "in_flight",
+    "preemption",
+    "last_token",
+    "disabled",
+    "too_large",
+)
 
 
 @dataclass
 class RequestMisses:
     request_id: str
     prompt_tokens: int
-    first_matched: int = 0  # tokens the first admission served
-    min_rematched: int | None = None  # the smallest readmission match (None: never preempted)
+    # tokens the first admission served
+    first_matched: int = 0
+    # the smallest readmission match (None: never preempted)
+    min_rematched: int | None = None
     causes: Counter = field(default_factory=Counter)
-    detail: dict = field(default_factory=dict)  # the first capacity eviction, the divergence
+    # the first capacity eviction, the divergence
+    detail: dict = field(default_factory=dict)
 
     @property
     def recomputed(self) -> int:
@@ -56,8 +69,13 @@ class RequestMisses:
         return causes
 
     def as_dict(self) -> dict:
-        return {"request_id": self.request_id, "prompt_tokens": self.prompt_tokens, "hit_tokens": self.hit_tokens,
-                "misses": dict(self.all_causes()), "detail": self.detail}
+        return {
+            "request_id": self.request_id,
+            "prompt_tokens": self.prompt_tokens,
+            "hit_tokens": self.hit_tokens,
+            "misses": dict(self.all_causes()),
+            "detail": self.detail,
+        }
 
 
 class MissLedger:
@@ -66,10 +84,13 @@ class MissLedger:
     def __init__(self, block_size: int):
         self.block_size = block_size
         self.ever_cached: set = set()
-        self.evicted: dict = {}  # key -> (t, policy) of its last eviction
+        # key -> (t, policy) of its last eviction
+        self.evicted: dict = {}
         self.announced: set = set()
-        self.content_salts: dict = {}  # salt-free content -> the first salt that announced it
-        self.block_tokens: set = set()  # hash of each announced block's own tokens (no prefix)
+        # salt-free content -> the first salt that announced it
+        self.content_salts: dict = {}
+        # hash of each announced block's own tokens (no prefix)
+        self.block_tokens: set = set()
         self.requests: dict[str, RequestMisses] = {}
 
     # --- events -----------------------------------------------------------------------------------------
@@ -77,13 +98,50 @@ class MissLedger:
         self.ever_cached.update(keys)
 
     def on_evict(self, key, t: float, policy: str) -> None:
+        # an evicted block was cached (a trace may lack radix_insert's optional hashes)
+        self.ever_cached.add(key)
         self.evicted[key] = (t, policy)
 
-    def too_large(self, request_id: str, prompt_tokens: int) -> None:
-        self.requests[request_id] = RequestMisses(request_id, prompt_tokens, causes=Counter(too_large=prompt_tokens))
+    def on_event(self, event: dict, prompt_of) -> None:
+        """Fold in one of the manager's events, as a simulation emits it or a trace recorded it.
+        `prompt_of(request_id)` gives (prompt token ids, cache salt, block keys, salt-free block contents)."""
+        kind = event["type"]
+        if kind == "radix_insert":
+            self.on_insert(event.get("hashes") or ())
+        elif kind == "block_evicted":
+            self.on_evict(event["hash"], event["t"], event["policy"])
+        elif kind == "prefix_match":
+            rid = event["request_id"]
+            tokens, salt, keys, contents = prompt_of(rid)
+            self.on_match(
+                rid,
+                len(tokens),
+                event["matched_tokens"],
+                event["reason"],
+                event["detail"] or {},
+                keys,
+                contents,
+                salt,
+                tokens,
+            )
 
-    def on_match(self, request_id: str, prompt_tokens: int, matched: int, reason: str, detail: dict,
-                 keys: list, contents: list, salt, tokens) -> None:
+    def too_large(self, request_id: str, prompt_tokens: int) -> None:
+        self.requests[request_id] = RequestMisses(
+            request_id, prompt_tokens, causes=Counter(too_large=prompt_tokens)
+        )
+
+    def on_match(
+        self,
+        request_id: str,
+        prompt_tokens: int,
+        matched: int,
+        reason: str,
+        detail: dict,
+        keys: list,
+        contents: list,
+        salt,
+        tokens,
+    ) -> None:
         """A prefix_match: the first one classifies the misses, a readmission's records what came back."""
         if detail.get("readmission"):
             record = self.requests[request_id]
@@ -96,13 +154,14 @@ class MissLedger:
         bs = self.block_size
         matchable = max(prompt_tokens - 1, 0) // bs
         self.announced.update(keys[:matchable])
-        self.block_tokens.update(hash(tuple(tokens[j * bs:(j + 1) * bs])) for j in range(matchable))
+        self.block_tokens.update(hash(tuple(tokens[j * bs : (j + 1) * bs])) for j in range(matchable))
         for content in contents[:matchable]:
             self.content_salts.setdefault(content, salt)
 
     # --- classification ---------------------------------------------------------------------------------
-    def _classify(self, record: RequestMisses, matched: int, reason: str, detail: dict, keys, contents,
-                  salt, tokens) -> None:
+    def _classify(
+        self, record: RequestMisses, matched: int, reason: str, detail: dict, keys, contents, salt, tokens
+    ) -> None:
         bs, n = self.block_size, record.prompt_tokens
         causes = record.causes
         if n == 0:
@@ -135,15 +194,19 @@ class MissLedger:
                 if at > pos:
                     causes["block_floor"] += at - pos
                     pos = at
-                record.detail.update(diverged_at=at, expected_id=detail.get("expected_id"),
-                                     actual_id=detail.get("actual_id"))
+                record.detail.update(
+                    diverged_at=at, expected_id=detail.get("expected_id"), actual_id=detail.get("actual_id")
+                )
                 cause = "divergence"
-            elif hash(tuple(tokens[j * bs:stop])) in self.block_tokens:
+            elif hash(tuple(tokens[j * bs : stop])) in self.block_tokens:
                 # these very tokens were seen before, after another prefix: the prompt differs earlier
                 cause = "divergence"
                 if "diverged_at" not in record.detail and reason == "divergent":
-                    record.detail.update(diverged_at=int(detail.get("position", first * bs)),
-                                         expected_id=detail.get("expected_id"), actual_id=detail.get("actual_id"))
+                    record.detail.update(
+                        diverged_at=int(detail.get("position", first * bs)),
+                        expected_id=detail.get("expected_id"),
+                        actual_id=detail.get("actual_id"),
+                    )
             else:
                 cause = "compulsory"
             causes[cause] += stop - pos
@@ -173,10 +236,106 @@ class MissLedger:
 
 
 def shares_sentence(prompt_tokens: int, causes: Counter) -> str:
-    """"of the 62.6% of prompt tokens missed: 31.0% compulsory, 27.4% capacity, ..." (shares of all prompt
+    """ "of the 62.6% of prompt tokens missed: 31.0% compulsory, 27.4% capacity, ..." (shares of all prompt
     tokens, largest first)."""
     missed = sum(causes.values())
     if not prompt_tokens:
         return "no prompt tokens"
     parts = [f"{100 * v / prompt_tokens:.1f}% {k.replace('_', ' ')}" for k, v in causes.most_common() if v]
     return f"of the {100 * missed / prompt_tokens:.1f}% of prompt tokens missed: " + ", ".join(parts)
+
+
+def ledger_from_trace(header: dict, events: list[dict]) -> MissLedger | None:
+    """The misses of a recorded trace (kvtui's engine, or a what-if run's -o) by the same ledger, fed from the
+    file: block keys are the engine's chained hashes of each prompt (engine/core/hashing.py). None when the
+    trace has no prefix_match events (an attach trace: the engine's matching was not recorded).
+
+    An edited request keeps the causes of its first admission (the edit's own lookup is not classified again);
+    a readmission after a preemption counts what it had to compute again, as in a simulation."""
+    from engine.core.hashing import block_hashes
+
+    bs = int(header.get("block_size") or 16)
+    ledger = MissLedger(bs)
+    prompts: dict[str, tuple] = {}
+    preempted: set[str] = set()
+    seen_match = False
+
+    def prompt_of(request_id: str) -> tuple:
+        tokens, salt = prompts[request_id]
+        matchable = max(len(tokens) - 1, 0) // bs
+        keys, contents = block_hashes(tokens[: matchable * bs], bs, salt)
+        return tokens, salt, keys, contents
+
+    for event in events:
+        kind = event["type"]
+        if kind == "request_arrived":
+            prompts[event["request_id"]] = (event["prompt_token_ids"], event.get("cache_salt"))
+        elif kind == "request_preempted":
+            preempted.add(event["request_id"])
+        elif kind == "prefix_match":
+            seen_match = True
+            rid = event["request_id"]
+            if rid not in prompts:
+                continue
+            if (event.get("detail") or {}).get("readmission"):
+                if rid not in preempted or rid not in ledger.requests:
+                    continue
+                preempted.discard(rid)
+            elif rid in ledger.requests:
+                continue
+            ledger.on_event(event, prompt_of)
+        elif kind in ("radix_insert", "block_evicted"):
+            ledger.on_event(event, prompt_of)
+    return ledger if seen_match else None
+
+
+def misses_json(ledger: MissLedger) -> dict:
+    """Per workload and per request (`kvtui stats --json`): {prompt_tokens, hit_tokens, causes, shares,
+    requests: [{request_id, prompt_tokens, hit_tokens, misses, detail}]}; causes add up to the misses."""
+    prompt, hits, causes = ledger.totals()
+    return {
+        "prompt_tokens": prompt,
+        "hit_tokens": hits,
+        "missed_tokens": prompt - hits,
+        "causes": dict(causes.most_common()),
+        "shares": shares_sentence(prompt, causes),
+        "requests": [record.as_dict() for record in ledger.requests.values()],
+    }
+
+
+def misses_text(ledger: MissLedger, worst: int = 5) -> str:
+    """`kvtui stats`'s lines on the misses: the shares per workload, then the requests that missed most."""
+    prompt, hits, causes = ledger.totals()
+    lines = ["", "misses    " + shares_sentence(prompt, causes)]
+    if "capacity" not in causes and ledger.evicted:
+        lines.append("          (no miss was of an evicted block)")
+    records = sorted(ledger.requests.values(), key=lambda r: r.prompt_tokens - r.hit_tokens, reverse=True)
+    for record in records[:worst]:
+        missed = record.prompt_tokens - record.hit_tokens
+        if not missed:
+            break
+        parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in record.all_causes().most_common())
+        lines.append(
+            f"  {record.request_id}: {record.hit_tokens}/{record.prompt_tokens} hit; missed {parts}"
+            + _detail_words(record.detail)
+        )
+    lines.append(
+        "causes: compulsory (never seen), capacity (evicted), block floor (short of a whole block), "
+        "salt, divergence, in flight (another request had not computed it yet), preemption "
+        "(recomputed), last token (always computed); per request: --json"
+    )
+    return "\n".join(lines)
+
+
+def _detail_words(detail: dict) -> str:
+    words = []
+    if "evicted_at" in detail:
+        words.append(
+            f"evicted at {detail['evicted_at']:.3f} s by {detail['policy']} (position {detail['position']})"
+        )
+    if "diverged_at" in detail:
+        words.append(
+            f"differs at {detail['diverged_at']} (cached id {detail.get('expected_id')}, prompt id "
+            f"{detail.get('actual_id')})"
+        )
+    return "; " + "; ".join(words) if words else ""

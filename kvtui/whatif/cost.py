@@ -23,9 +23,14 @@ class CostModel:
         return self.per_step + self.per_prefill_token * prefill_tokens + self.per_decode_row * decode_rows
 
     def describe(self) -> str:
-        return (f"step = {self.per_step * 1e3:g} ms + {self.per_prefill_token * 1e6:g} us x prefill token + "
-                f"{self.per_decode_row * 1e3:g} ms x decode row")
+        return (
+            f"step = {self.per_step * 1e3:g} ms + {self.per_prefill_token * 1e6:g} us x prefill token + "
+            f"{self.per_decode_row * 1e3:g} ms x decode row"
+        )
 
     def as_dict(self) -> dict:
-        return {"per_step": self.per_step, "per_prefill_token": self.per_prefill_token,
-                "per_decode_row": self.per_decode_row}
+        return {
+            "per_step": self.per_step,
+            "per_prefill_token": self.per_prefill_token,
+            "per_decode_row": self.per_decode_row,
+        }

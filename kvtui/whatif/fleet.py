@@ -24,14 +24,16 @@ from kvtui.whatif.simulate import SimConfig, SimResult, Worker, simulate
 class FleetResult:
     router: str
     workers: int
-    result: SimResult  # the fleet as a whole
+    # the fleet as a whole
+    result: SimResult
     per_worker: list[dict]
     duplicated_blocks: int
     cached_blocks: int
 
 
-def simulate_fleet(requests, config: SimConfig, workers: int, router: Router, hash_ids: bool = False,
-                   progress=None) -> FleetResult:
+def simulate_fleet(
+    requests, config: SimConfig, workers: int, router: Router, hash_ids: bool = False, progress=None
+) -> FleetResult:
     started = time.perf_counter()
     ledger = MissLedger(config.block_size)
     fleet = [Worker(config, ledger, hash_ids, name=f"w{i}") for i in range(workers)]
@@ -42,8 +44,11 @@ def simulate_fleet(requests, config: SimConfig, workers: int, router: Router, ha
             worker.advance_to(item.arrival)
         prompt = item.prompt_token_ids()
         matchable = max(len(prompt) - 1, 0) // config.block_size
-        keys = block_hashes(prompt[:matchable * config.block_size], config.block_size, item.cache_salt)[0] \
-            if config.prefix_cache else []
+        keys = (
+            block_hashes(prompt[: matchable * config.block_size], config.block_size, item.cache_salt)[0]
+            if config.prefix_cache
+            else []
+        )
         choice = router.pick(fleet, keys)
         fleet[choice].add(item)
         placed[choice].append(item.request_id)
@@ -56,36 +61,59 @@ def simulate_fleet(requests, config: SimConfig, workers: int, router: Router, ha
     for i, worker in enumerate(fleet):
         records = [ledger.requests[rid] for rid in placed[i]]
         hits = sum(r.hit_tokens for r in records)
-        per_worker.append({"worker": i, "requests": len(records), "prompt_tokens": prompt_of[i],
-                           "token_hit_rate": hits / prompt_of[i] if prompt_of[i] else 0.0,
-                           "preemptions": worker.preemptions})
+        per_worker.append(
+            {
+                "worker": i,
+                "requests": len(records),
+                "prompt_tokens": prompt_of[i],
+                "token_hit_rate": hits / prompt_of[i] if prompt_of[i] else 0.0,
+                "preemptions": worker.preemptions,
+            }
+        )
     seen = Counter()
     for worker in fleet:
         seen.update(worker.cached_keys())
     prompt, hits, causes = ledger.totals()
-    result = SimResult(config, len(requests), prompt, hits, causes, ledger, sum(w.steps for w in fleet),
-                       sum(w.preemptions for w in fleet), max(w.now for w in fleet),
-                       time.perf_counter() - started)
-    return FleetResult(router.name, workers, result, per_worker, sum(c - 1 for c in seen.values() if c > 1),
-                       len(seen))
+    result = SimResult(
+        config,
+        len(requests),
+        prompt,
+        hits,
+        causes,
+        ledger,
+        sum(w.steps for w in fleet),
+        sum(w.preemptions for w in fleet),
+        max(w.now for w in fleet),
+        time.perf_counter() - started,
+    )
+    return FleetResult(
+        router.name, workers, result, per_worker, sum(c - 1 for c in seen.values() if c > 1), len(seen)
+    )
 
 
-def compare_fleet(requests, config: SimConfig, workers: int, router: Router, hash_ids: bool = False,
-                  progress=None) -> dict:
+def compare_fleet(
+    requests, config: SimConfig, workers: int, router: Router, hash_ids: bool = False, progress=None
+) -> dict:
     """The fleet, the same fleet with the longest-prefix router (regret), and one shared cache of the same
     total capacity (global cache)."""
     fleet = simulate_fleet(requests, config, workers, router, hash_ids, progress)
     best = simulate_fleet(requests, config, workers, Router("longest_prefix"), hash_ids, progress)
-    shared = replace(config, capacity_tokens=config.capacity_tokens * workers,
-                     max_batched_tokens=config.max_batched_tokens * workers,
-                     max_num_seqs=config.max_num_seqs * workers)
+    shared = replace(
+        config,
+        capacity_tokens=config.capacity_tokens * workers,
+        max_batched_tokens=config.max_batched_tokens * workers,
+        max_num_seqs=config.max_num_seqs * workers,
+    )
     one = simulate(requests, shared, hash_ids, progress=progress)
     return {
-        "router": router.name, "workers": workers, "capacity_tokens_per_worker": config.capacity_tokens,
+        "router": router.name,
+        "workers": workers,
+        "capacity_tokens_per_worker": config.capacity_tokens,
         "token_hit_rate": fleet.result.token_hit_rate,
         "misses": dict(fleet.result.causes),
         "per_worker": fleet.per_worker,
-        "duplicated_blocks": fleet.duplicated_blocks, "cached_blocks": fleet.cached_blocks,
+        "duplicated_blocks": fleet.duplicated_blocks,
+        "cached_blocks": fleet.cached_blocks,
         "longest_prefix_token_hit_rate": best.result.token_hit_rate,
         "regret": best.result.token_hit_rate - fleet.result.token_hit_rate,
         "global_cache_token_hit_rate": one.token_hit_rate,

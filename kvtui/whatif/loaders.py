@@ -63,13 +63,16 @@ def detect_format(path: str | Path) -> str:
     if first.lstrip().startswith("{"):
         # a multi-line JSON document: a workload JSON
         return "workload"
-    raise WorkloadFormatError(f"{path}: cannot tell the format from line 1 (expected a kvtui trace header, a "
-                              "Mooncake line with hash_ids, a proxy-log line with prompt_token_ids, or a "
-                              "workload JSON); pass --format " + "|".join(FORMATS))
+    raise WorkloadFormatError(
+        f"{path}: cannot tell the format from line 1 (expected a kvtui trace header, a "
+        "Mooncake line with hash_ids, a proxy-log line with prompt_token_ids, or a "
+        "workload JSON); pass --format " + "|".join(FORMATS)
+    )
 
 
-def load(path: str | Path, fmt: str | None = None, trace_block_size: int = 512,
-         tokenizer: str | None = None) -> Workload:
+def load(
+    path: str | Path, fmt: str | None = None, trace_block_size: int = 512, tokenizer: str | None = None
+) -> Workload:
     path = Path(path)
     fmt = fmt or detect_format(path)
     if fmt == "trace":
@@ -88,8 +91,11 @@ def load_trace(path: Path) -> Workload:
     from engine.trace.reader import read_trace
 
     trace = read_trace(path, allow_unknown=True)
-    problems = [] if trace.error is None else [f"line {trace.error.line}: {trace.error.message} (events "
-                                               "after it ignored)"]
+    problems = (
+        []
+        if trace.error is None
+        else [f"line {trace.error.line}: {trace.error.message} (events after it ignored)"]
+    )
     requests: dict[str, SimRequest] = {}
     outputs: dict[str, list[int]] = {}
     notes, forks, edits = [], 0, 0
@@ -100,8 +106,15 @@ def load_trace(path: Path) -> Workload:
                 forks += 1
                 continue
             rid = event["request_id"]
-            requests[rid] = SimRequest(rid, float(event["t"]), list(event["prompt_token_ids"]), None,
-                                       int(event["max_tokens"]), event.get("cache_salt"), phase=event.get("phase"))
+            requests[rid] = SimRequest(
+                rid,
+                float(event["t"]),
+                list(event["prompt_token_ids"]),
+                None,
+                int(event["max_tokens"]),
+                event.get("cache_salt"),
+                phase=event.get("phase"),
+            )
             outputs[rid] = []
         elif kind == "token_emitted" and event["request_id"] in outputs:
             outputs[event["request_id"]].append(int(event["token_id"]))
@@ -134,9 +147,20 @@ def load_workload_json(path: Path, tokenizer: str | None = None) -> Workload:
     requests, notes = [], []
     for r in workload.requests:
         prompt = list(r.prompt) if _token_ids(r.prompt) else encode(r.prompt)
-        requests.append(SimRequest(r.request_id, r.arrival_step * STEP_SECONDS, prompt, None,
-                                   r.sampling.max_tokens, r.cache_salt, phase=r.phase))
-    notes.append(f"arrival_step s arrives at s x {STEP_SECONDS * 1000:g} ms; outputs are max_tokens fresh tokens")
+        requests.append(
+            SimRequest(
+                r.request_id,
+                r.arrival_step * STEP_SECONDS,
+                prompt,
+                None,
+                r.sampling.max_tokens,
+                r.cache_salt,
+                phase=r.phase,
+            )
+        )
+    notes.append(
+        f"arrival_step s arrives at s x {STEP_SECONDS * 1000:g} ms; outputs are max_tokens fresh tokens"
+    )
     if workload.edits:
         notes.append(f"{len(workload.edits)} edits are not replayed")
     return Workload(workload.name, "workload", requests, [], notes)
@@ -153,11 +177,14 @@ def _encoder(tokenizer: str | None, path: Path, texts: list[str]):
             f"{path}: requests {which} have text prompts, and token ids are needed: pass --tokenizer "
             "(a tokenizer.json or a model directory: read with the `tokenizers` package, no torch), or give "
             "the recorded trace of this workload instead (fixtures/traces/, `kvtui record`), which carries "
-            "token ids")
+            "token ids"
+        )
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise WorkloadFormatError("--tokenizer needs the `tokenizers` package (pip install tokenizers)") from None
+        raise WorkloadFormatError(
+            "--tokenizer needs the `tokenizers` package (pip install tokenizers)"
+        ) from None
     source = Path(tokenizer)
     file = source / "tokenizer.json" if source.is_dir() else source
     try:
@@ -186,7 +213,9 @@ def load_proxy_log(path: Path) -> Workload:
             except (json.JSONDecodeError, ValueError, TypeError, KeyError) as exc:
                 problems.append(f"line {number}: {_why(exc)}")
     if not requests:
-        raise WorkloadFormatError(f"{path}: no usable proxy-log line" + (f" ({problems[0]})" if problems else ""))
+        raise WorkloadFormatError(
+            f"{path}: no usable proxy-log line" + (f" ({problems[0]})" if problems else "")
+        )
     requests.sort(key=lambda r: r.arrival)
     t0 = requests[0].arrival
     for r in requests:
@@ -211,8 +240,14 @@ def _proxy_request(obj, number: int) -> SimRequest:
         raise ValueError("needs arrival (seconds) or timestamp (ms)")
     length = len(output) if output else int(obj.get("output_length", 1))
     salt = obj.get("cache_salt")
-    return SimRequest(str(obj.get("request_id", f"line{number}")), arrival, prompt, output or None,
-                      max(length, 1), None if salt is None else str(salt))
+    return SimRequest(
+        str(obj.get("request_id", f"line{number}")),
+        arrival,
+        prompt,
+        output or None,
+        max(length, 1),
+        None if salt is None else str(salt),
+    )
 
 
 def _why(exc: Exception) -> str:

@@ -34,14 +34,25 @@ def parse_line(obj, number: int, block: int) -> SimRequest:
     if type(n_in) is not int or type(n_out) is not int or n_in < 1 or n_out < 0:
         raise ValueError("input_length must be a positive integer and output_length a non-negative one")
     if not (len(ids) - 1) * block < n_in <= len(ids) * block:
-        raise ValueError(f"input_length {n_in} does not fit {len(ids)} hash ids of {block} tokens (it must be "
-                         f"more than {(len(ids) - 1) * block} and at most {len(ids) * block}; "
-                         "check --trace-block-size)")
+        raise ValueError(
+            f"input_length {n_in} does not fit {len(ids)} hash ids of {block} tokens (it must be "
+            f"more than {(len(ids) - 1) * block} and at most {len(ids) * block}; "
+            "check --trace-block-size)"
+        )
     if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
         raise ValueError("timestamp must be a non-negative number of milliseconds")
     rid = str(obj.get("request_id", f"m{number}"))
-    return SimRequest(rid, ts / 1000.0, None, None, max(n_out, 1), None, hash_ids=ids, input_length=n_in,
-                      trace_block_size=block)
+    return SimRequest(
+        rid,
+        ts / 1000.0,
+        None,
+        None,
+        max(n_out, 1),
+        None,
+        hash_ids=ids,
+        input_length=n_in,
+        trace_block_size=block,
+    )
 
 
 def load_mooncake(path: str | Path, trace_block_size: int = 512) -> Workload:
@@ -68,6 +79,8 @@ def load_mooncake(path: str | Path, trace_block_size: int = 512) -> Workload:
     t0 = requests[0].arrival
     for r in requests:
         r.arrival -= t0
-    notes = [f"each hash id is {trace_block_size} tokens; generated tokens take pool space while their request "
-             "runs but are never cached (their content is unknown, and the next turn's ids already carry it)"]
+    notes = [
+        f"each hash id is {trace_block_size} tokens; generated tokens take pool space while their request "
+        "runs but are never cached (their content is unknown, and the next turn's ids already carry it)"
+    ]
     return Workload(path.name, "mooncake", requests, problems, notes)

@@ -26,20 +26,38 @@ def block_keys(workload: Workload, block_size: int) -> tuple[list[list], list[in
         if r.hash_ids is not None and block_size == r.trace_block_size:
             k = list(r.hash_ids[:full])
         else:
-            k = block_hashes(r.prompt_token_ids()[:full * block_size], block_size, r.cache_salt)[0]
+            k = block_hashes(r.prompt_token_ids()[: full * block_size], block_size, r.cache_salt)[0]
         keys.append(k)
         matchable.append(max(n - 1, 0) // block_size)
         weights.append([block_size] * full)
     return keys, matchable, weights
 
 
-def lru_points(workload: Workload, block_size: int, capacities_tokens: list[int]) -> list[int]:
-    """Hit tokens of the one-pass LRU curve at each capacity (tokens)."""
+def lru_curve_of(workload: Workload, block_size: int):
+    """The one-pass LRU curve of the workload's prompts at this block size (curve.py's `Curve`)."""
     from kvtui.whatif.curve import lru_curve
 
     keys, matchable, weights = block_keys(workload, block_size)
-    curve = lru_curve(keys, matchable=matchable, weights=weights)
+    return lru_curve(keys, matchable=matchable, weights=weights)
+
+
+def lru_points(workload: Workload, block_size: int, capacities_tokens: list[int]) -> list[int]:
+    """Hit tokens of the one-pass LRU curve at each capacity (tokens)."""
+    curve = lru_curve_of(workload, block_size)
     return [curve.hit_tokens(c // block_size) for c in capacities_tokens]
+
+
+def dense_points(curve, block_size: int, prompt_tokens: int, n: int = 48) -> list[dict]:
+    """The curve at n log-spaced capacities, from one block to where it is flat (what the UI draws)."""
+    top = max(curve.distinct_blocks, 1)
+    blocks = sorted({max(1, round(top ** (i / (n - 1)))) for i in range(n)})
+    return [
+        {
+            "capacity_tokens": b * block_size,
+            "token_hit_rate": curve.hit_tokens(b) / prompt_tokens if prompt_tokens else 0.0,
+        }
+        for b in blocks
+    ]
 
 
 def optimal_points(workload: Workload, block_size: int, capacities_tokens: list[int]) -> list[int]:

@@ -16,11 +16,25 @@ from kvtui.whatif.capacity import human_tokens
 from kvtui.whatif.causes import shares_sentence
 
 
-def as_json(workload, ceiling: float, points: list[dict], optimal: list[dict], notes: list[str],
-            fleet: dict | None = None, detail: list[dict] | None = None) -> dict:
-    out = {"workload": workload.name, "format": workload.format, "requests": len(workload.requests),
-           "prompt_tokens": workload.prompt_tokens, "ceiling": {"token_hit_rate": ceiling},
-           "points": points, "optimal": optimal, "notes": notes}
+def as_json(
+    workload,
+    ceiling: float,
+    points: list[dict],
+    optimal: list[dict],
+    notes: list[str],
+    fleet: dict | None = None,
+    detail: list[dict] | None = None,
+) -> dict:
+    out = {
+        "workload": workload.name,
+        "format": workload.format,
+        "requests": len(workload.requests),
+        "prompt_tokens": workload.prompt_tokens,
+        "ceiling": {"token_hit_rate": ceiling},
+        "points": points,
+        "optimal": optimal,
+        "notes": notes,
+    }
     if workload.problems:
         out["skipped_lines"] = workload.problems
     if fleet is not None:
@@ -35,48 +49,71 @@ def _pct(x: float) -> str:
 
 
 def as_table(report: dict) -> str:
-    lines = [f"workload  {report['workload']} ({report['format']}, {report['requests']:,} requests, "
-             f"{human_tokens(report['prompt_tokens'])} prompt tokens)"]
+    lines = [
+        f"workload  {report['workload']} ({report['format']}, {report['requests']:,} requests, "
+        f"{human_tokens(report['prompt_tokens'])} prompt tokens)"
+    ]
     for problem in report.get("skipped_lines", [])[:10]:
         lines.append(f"  skipped {problem}")
     if len(report.get("skipped_lines", [])) > 10:
         lines.append(f"  ... {len(report['skipped_lines']) - 10} more lines skipped")
     lines += [f"note      {n}" for n in report["notes"]]
-    lines.append(f"ceiling   {_pct(report['ceiling']['token_hit_rate']).strip()} of prompt tokens "
-                 "(infinite cache, simulated)")
+    lines.append(
+        f"ceiling   {_pct(report['ceiling']['token_hit_rate']).strip()} of prompt tokens "
+        "(infinite cache, simulated)"
+    )
     optimal = {o["capacity_tokens"]: o["token_hit_rate"] for o in report["optimal"]}
-    extra = [k for k in ("max_batched_tokens", "max_num_seqs", "prefix_cache") if any(k in p for p in
-                                                                                      report["points"])]
-    head = f"{'capacity':>9} {'block':>5} {'eviction':>8} {'method':>9} " + \
-        "".join(f"{k[:12]:>13}" for k in extra) + f" {'hit rate':>8} {'optimal':>8}"
+    extra = [
+        k
+        for k in ("max_batched_tokens", "max_num_seqs", "prefix_cache")
+        if any(k in p for p in report["points"])
+    ]
+    head = (
+        f"{'capacity':>9} {'block':>5} {'eviction':>8} {'method':>9} "
+        + "".join(f"{k[:12]:>13}" for k in extra)
+        + f" {'hit rate':>8} {'optimal':>8}"
+    )
     lines += ["", head]
     for p in report["points"]:
         opt = optimal.get(p["capacity_tokens"])
-        lines.append(f"{human_tokens(p['capacity_tokens']):>9} {p['block_size']:>5} {p['eviction']:>8} "
-                     f"{p['method']:>9} " + "".join(f"{str(p.get(k, '')):>13}" for k in extra)
-                     + f" {_pct(p['token_hit_rate']):>8} {_pct(opt) if opt is not None else '':>8}")
+        lines.append(
+            f"{human_tokens(p['capacity_tokens']):>9} {p['block_size']:>5} {p['eviction']:>8} "
+            f"{p['method']:>9} "
+            + "".join(f"{str(p.get(k, '')):>13}" for k in extra)
+            + f" {_pct(p['token_hit_rate']):>8} {_pct(opt) if opt is not None else '':>8}"
+        )
     lines.append("")
     for p in report["points"]:
         if p["method"] == "simulated":
-            lines.append(f"{human_tokens(p['capacity_tokens'])} {p['eviction']} bs {p['block_size']}: "
-                         + shares_sentence(report["prompt_tokens"], _counter(p["misses"])))
+            lines.append(
+                f"{human_tokens(p['capacity_tokens'])} {p['eviction']} bs {p['block_size']}: "
+                + shares_sentence(report["prompt_tokens"], _counter(p["misses"]))
+            )
+    lines += compare_lines(report)
     fleet = report.get("fleet")
     if fleet:
-        lines += ["", f"fleet     {fleet['workers']} workers x {human_tokens(fleet['capacity_tokens_per_worker'])}"
-                  f", router {fleet['router']}: hit rate {_pct(fleet['token_hit_rate']).strip()}; longest-prefix "
-                  f"router {_pct(fleet['longest_prefix_token_hit_rate']).strip()} (regret "
-                  f"{100 * fleet['regret']:.1f} points); one shared cache of the same total "
-                  f"{_pct(fleet['global_cache_token_hit_rate']).strip()}",
-                  f"          {fleet['duplicated_blocks']:,} of {fleet['cached_blocks']:,} distinct cached blocks "
-                  "are held by more than one worker at the end (extra copies)",
-                  f"{'worker':>9} {'requests':>9} {'prompt tokens':>14} {'hit rate':>9} {'preemptions':>12}"]
+        lines += [
+            "",
+            f"fleet     {fleet['workers']} workers x {human_tokens(fleet['capacity_tokens_per_worker'])}"
+            f", router {fleet['router']}: hit rate {_pct(fleet['token_hit_rate']).strip()}; longest-prefix "
+            f"router {_pct(fleet['longest_prefix_token_hit_rate']).strip()} (regret "
+            f"{100 * fleet['regret']:.1f} points); one shared cache of the same total "
+            f"{_pct(fleet['global_cache_token_hit_rate']).strip()}",
+            f"          {fleet['duplicated_blocks']:,} of {fleet['cached_blocks']:,} distinct cached blocks "
+            "are held by more than one worker at the end (extra copies)",
+            f"{'worker':>9} {'requests':>9} {'prompt tokens':>14} {'hit rate':>9} {'preemptions':>12}",
+        ]
         for w in fleet["per_worker"]:
-            lines.append(f"{w['worker']:>9} {w['requests']:>9,} {w['prompt_tokens']:>14,} "
-                         f"{_pct(w['token_hit_rate']):>9} {w['preemptions']:>12,}")
+            lines.append(
+                f"{w['worker']:>9} {w['requests']:>9,} {w['prompt_tokens']:>14,} "
+                f"{_pct(w['token_hit_rate']):>9} {w['preemptions']:>12,}"
+            )
     for d in report.get("requests_detail", []):
         misses = ", ".join(f"{k} {v}" for k, v in sorted(d["misses"].items(), key=lambda kv: -kv[1]))
-        lines.append(f"  {d['request_id']}: {d['hit_tokens']}/{d['prompt_tokens']} hit; missed {misses}"
-                     + (f"; {d['detail']}" if d["detail"] else ""))
+        lines.append(
+            f"  {d['request_id']}: {d['hit_tokens']}/{d['prompt_tokens']} hit; missed {misses}"
+            + (f"; {d['detail']}" if d["detail"] else "")
+        )
     return "\n".join(lines)
 
 
@@ -84,3 +121,75 @@ def _counter(misses: dict):
     from collections import Counter
 
     return Counter(misses)
+
+
+SUMMARY_KEYS = ("workload", "format", "requests", "prompt_tokens", "points", "optimal", "curve", "fleet")
+
+
+def summary_event(report: dict, current: dict, misses: dict) -> dict:
+    """The `whatif_summary` event (engine/trace/schema.py) that `-o` appends to its trace, so that replay's
+    what-if tab shows the curve, the causes and the fleet of the run the trace came from."""
+    out = {k: report.get(k) for k in SUMMARY_KEYS}
+    out.update(ceiling=report["ceiling"]["token_hit_rate"], current=current, misses=misses)
+    out["curve"] = out["curve"] or []
+    return out
+
+
+def append_summary(path: str, event: dict) -> None:
+    """Append the summary as the trace's last event (seq and t follow the last line's)."""
+    import json
+
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        f.seek(max(0, f.tell() - (4 << 20)))
+        last = json.loads(f.read().rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    seq, t = (last["seq"] + 1, last["t"]) if last.get("type") != "header" else (0, 0.0)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"seq": seq, "t": t, "type": "whatif_summary", **event}) + "\n")
+
+
+def compare_lines(report: dict) -> list[str]:
+    """One-pass beside simulated at each capacity both ran, and what in the simulation broke the one-pass
+    model's assumptions (the figures of the simulated run that the one-pass model has no room for)."""
+    one = {(p["capacity_tokens"], p["block_size"]): p for p in report["points"] if p["method"] == "one-pass"}
+    pairs = [
+        (p, one[(p["capacity_tokens"], p["block_size"])])
+        for p in report["points"]
+        if p["method"] == "simulated"
+        and p["eviction"] == "lru"
+        and (p["capacity_tokens"], p["block_size"]) in one
+    ]
+    if not pairs:
+        return []
+    prompt = report["prompt_tokens"] or 1
+    lines = [
+        "",
+        "one-pass vs simulated (LRU): equal where the one-pass model's assumptions hold; the simulated "
+        "run's departures from them:",
+        f"{'capacity':>9} {'block':>5} {'one-pass':>9} {'simulated':>9} {'diff':>6} {'preempt':>8} "
+        f"{'recomputed':>10} {'in flight':>9} {'partial':>8}",
+    ]
+    for sim, op in pairs:
+        misses = sim["misses"]
+        lines.append(
+            f"{human_tokens(sim['capacity_tokens']):>9} {sim['block_size']:>5} {_pct(op['token_hit_rate']):>9} "
+            f"{_pct(sim['token_hit_rate']):>9} {100 * (sim['token_hit_rate'] - op['token_hit_rate']):>+6.1f} "
+            f"{sim.get('preemptions', 0):>8,} {_pct(misses.get('preemption', 0) / prompt):>10} "
+            f"{_pct(misses.get('in_flight', 0) / prompt):>9} "
+            f"{_pct(sim.get('reused_partial_tokens', 0) / prompt):>8}"
+        )
+    lines += [
+        "  recomputed: served at admission, computed again after a preemption (one-pass: no preemption)",
+        "  in flight: a block another running request had announced but not computed yet (one-pass: one request "
+        "at a time)",
+        "  partial: served from a partly filled cached block (one-pass: whole blocks only)",
+        "  the rest: running requests pin their blocks (locks), and chunking and batching change the order of "
+        "use, so LRU evicts other blocks"
+        + (
+            "; the engine also caches a token workload's generated tokens, "
+            "which the next turn reuses (one-pass: prompts only)"
+            if report["format"] != "mooncake"
+            else ""
+        ),
+    ]
+    return lines

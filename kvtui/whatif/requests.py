@@ -15,8 +15,8 @@ Token id spaces, so that made-up tokens never collide with real ones or with eac
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 HASH_BASE = 1 << 40
 FRESH_BASE = 1 << 60
@@ -48,12 +48,16 @@ def hash_id_tokens(hash_ids: Sequence[int], input_length: int, trace_block_size:
 @dataclass(slots=True)
 class SimRequest:
     request_id: str
-    arrival: float  # seconds from the start of the workload
-    prompt: list[int] | None  # token ids (None: made from hash_ids on demand)
-    output_token_ids: list[int] | None = None  # recorded output; None: output_length fresh tokens
+    # seconds from the start of the workload
+    arrival: float
+    # token ids (None: made from hash_ids on demand)
+    prompt: list[int] | None
+    # recorded output; None: output_length fresh tokens
+    output_token_ids: list[int] | None = None
     output_length: int = 1
     cache_salt: str | None = None
-    hash_ids: list[int] | None = None  # Mooncake: one id per trace block
+    # Mooncake: one id per trace block
+    hash_ids: list[int] | None = None
     input_length: int = 0
     trace_block_size: int = 0
     phase: str | None = None
@@ -78,10 +82,13 @@ class Workload:
     """Requests in arrival order, where they came from, and what was wrong with the file (kept going)."""
 
     name: str
-    format: str  # trace | workload | mooncake | proxy-log
+    # trace | workload | mooncake | proxy-log
+    format: str
     requests: list[SimRequest]
-    problems: list[str] = field(default_factory=list)  # "line 7: ..." for each line skipped
-    notes: list[str] = field(default_factory=list)  # what the reader assumed
+    # "line 7: ..." for each line skipped
+    problems: list[str] = field(default_factory=list)
+    # what the reader assumed
+    notes: list[str] = field(default_factory=list)
 
     @property
     def prompt_tokens(self) -> int:

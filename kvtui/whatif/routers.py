@@ -1,21 +1,21 @@
 """Fleet routers: which worker gets an arriving request.
 
-    round_robin     workers in turn
-    random          uniform, seeded
-    least_loaded    the fewest requests running or waiting (ties: the lowest index)
-    kv_aware        NVIDIA Dynamo's KV router cost, lowest first:
-                        cost = overlap_weight x prefill_blocks + decode_blocks
-                    prefill_blocks: the request's blocks not cached on that worker; decode_blocks: blocks its
-                    active requests hold (a queued request: the blocks of its prompt). With a temperature T > 0 a worker is drawn with probability
-                    softmax(-cost / T) instead (Dynamo's router_temperature).
-    longest_prefix  the most cached prefix blocks (ties: least loaded): the reference of the regret figure
+round_robin     workers in turn
+random          uniform, seeded
+least_loaded    the fewest requests running or waiting (ties: the lowest index)
+kv_aware        NVIDIA Dynamo's KV router cost, lowest first:
+                    cost = overlap_weight x prefill_blocks + decode_blocks
+                prefill_blocks: the request's blocks not cached on that worker; decode_blocks: blocks its
+                active requests hold (a queued request: the blocks of its prompt). With a temperature T > 0 a worker is drawn with probability
+                softmax(-cost / T) instead (Dynamo's router_temperature).
+longest_prefix  the most cached prefix blocks (ties: least loaded): the reference of the regret figure
 """
 
 from __future__ import annotations
 
 import math
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware")
 
@@ -59,7 +59,9 @@ class Router:
             return min(range(n), key=lambda i: (load_of(workers[i]), i))
         if self.name == "longest_prefix":
             return min(range(n), key=lambda i: (-cached_blocks(workers[i], keys), load_of(workers[i]), i))
-        costs = [self.overlap_weight * (len(keys) - cached_blocks(w, keys)) + active_blocks(w) for w in workers]
+        costs = [
+            self.overlap_weight * (len(keys) - cached_blocks(w, keys)) + active_blocks(w) for w in workers
+        ]
         if self.temperature <= 0:
             return min(range(n), key=lambda i: (costs[i], i))
         low = min(costs)

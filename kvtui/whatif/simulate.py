@@ -20,22 +20,24 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from engine.config import EngineConfig
+from engine.core.kv_cache import KVCacheManager
 from engine.core.request import Request, SamplingParams, Status
 from engine.core.scheduler import Scheduler
 from engine.models.shape import ModelShape
 from engine.trace.writer import TraceSink, TraceWriter
 from kvtui.whatif.causes import MissLedger
 from kvtui.whatif.cost import CostModel
-from kvtui.whatif.managers import PromptOnlyCacheManager, SimCacheManager
+from kvtui.whatif.managers import PromptOnlyCacheManager
 from kvtui.whatif.requests import FRESH_BASE, SimRequest
 
 # one full-attention layer of one head (tests/model_free.py's shape): the manager reads only the block counts
-SHAPE = ModelShape("whatif", layers=1, q_heads=1, kv_heads=1, head_dim=1, dtype="float32", elem_bytes=4,
-                   windows=(None,))
+SHAPE = ModelShape(
+    "whatif", layers=1, q_heads=1, kv_heads=1, head_dim=1, dtype="float32", elem_bytes=4, windows=(None,)
+)
 
 
 @dataclass(frozen=True)
@@ -56,50 +58,67 @@ class SimConfig:
 class Worker:
     """One engine's scheduler and manager with a simulated clock; the fleet (fleet.py) steps several."""
 
-    def __init__(self, config: SimConfig, ledger: MissLedger, hash_ids: bool, trace_path=None,
-                 name: str = "w0"):
+    def __init__(
+        self, config: SimConfig, ledger: MissLedger, hash_ids: bool, trace_path=None, name: str = "w0"
+    ):
         self.config, self.ledger, self.name, self.hash_ids = config, ledger, name, hash_ids
         self.now = 0.0
         self.sink = TraceSink(clock=lambda: self.now)
         self.tracing = trace_path is not None
-        engine_config = EngineConfig(block_size=config.block_size, num_blocks=config.num_blocks,
-                                     eviction=config.eviction, prefix_cache=config.prefix_cache,
-                                     max_batched_tokens=config.max_batched_tokens,
-                                     max_num_seqs=config.max_num_seqs)
-        manager_class = PromptOnlyCacheManager if hash_ids else SimCacheManager
+        engine_config = EngineConfig(
+            block_size=config.block_size,
+            num_blocks=config.num_blocks,
+            eviction=config.eviction,
+            prefix_cache=config.prefix_cache,
+            max_batched_tokens=config.max_batched_tokens,
+            max_num_seqs=config.max_num_seqs,
+        )
+        manager_class = PromptOnlyCacheManager if hash_ids else KVCacheManager
         # texts only when a trace is written (bool: the cheapest builtin that takes a token id)
         self.manager = manager_class(SHAPE, engine_config, self.sink, str if self.tracing else bool)
         self.scheduler = Scheduler(self.manager, self.sink, config.max_batched_tokens, config.max_num_seqs)
         self.requests: dict[str, Request] = {}
         self.outputs: dict[str, list[int] | None] = {}
         self.steps = self.preemptions = self.finished = 0
+        # prompt tokens served from a partly filled cached block (the one-pass curve never reuses one)
+        self.partial_tokens = 0
         self.prompt_tokens = self.hit_tokens = 0
         self.sink.listeners.append(self._on_event)
         if self.tracing:
             self.sink.add_writer(TraceWriter(trace_path))
-            self.sink.set_header({
-                "model": SHAPE.to_json(), "block_size": config.block_size, "num_blocks": config.num_blocks,
-                "bytes_per_block": SHAPE.kv_bytes_per_block(config.block_size),
-                "bytes_per_token": SHAPE.kv_bytes_per_token(), "config": asdict(engine_config),
-                "kind": "whatif", "whatif": {"capacity_tokens": config.capacity_tokens,
-                                             "cost": config.cost.as_dict(), "hash_ids": hash_ids},
-            })
+            self.sink.set_header(
+                {
+                    "model": SHAPE.to_json(),
+                    "block_size": config.block_size,
+                    "num_blocks": config.num_blocks,
+                    "bytes_per_block": SHAPE.kv_bytes_per_block(config.block_size),
+                    "bytes_per_token": SHAPE.kv_bytes_per_token(),
+                    "config": asdict(engine_config),
+                    "kind": "whatif",
+                    "whatif": {
+                        "capacity_tokens": config.capacity_tokens,
+                        "cost": config.cost.as_dict(),
+                        "hash_ids": hash_ids,
+                    },
+                }
+            )
         self._fresh = FRESH_BASE + (hash(name) & 0xFFFF) * (1 << 40)
 
     # --- events the miss causes need --------------------------------------------------------------------
     def _on_event(self, event: dict) -> None:
         kind = event["type"]
-        if kind == "radix_insert":
-            self.ledger.on_insert(event["hashes"])
-        elif kind == "block_evicted":
-            self.ledger.on_evict(event["hash"], event["t"], event["policy"])
-        elif kind == "prefix_match":
-            req = self.requests[event["request_id"]]
-            self.ledger.on_match(req.request_id, len(req.prompt_token_ids), event["matched_tokens"],
-                                 event["reason"], event["detail"], req.block_keys, req.block_contents,
-                                 req.cache_salt, req.prompt_token_ids)
-        elif kind == "request_preempted":
+        if kind == "request_preempted":
             self.preemptions += 1
+            return
+        if kind == "prefix_match":
+            detail = event["detail"]
+            if "reused_partial" in detail and not detail.get("readmission"):
+                self.partial_tokens += detail["reused_partial"]
+        self.ledger.on_event(event, self._prompt_of)
+
+    def _prompt_of(self, request_id: str) -> tuple:
+        req = self.requests[request_id]
+        return req.prompt_token_ids, req.cache_salt, req.block_keys, req.block_contents
 
     # --- requests ---------------------------------------------------------------------------------------
     def fits(self, item: SimRequest) -> bool:
@@ -116,9 +135,16 @@ class Worker:
         self.requests[item.request_id] = req
         self.outputs[item.request_id] = item.output_token_ids
         if self.tracing:
-            self.sink.emit("request_arrived", request_id=req.request_id, prompt_token_ids=prompt,
-                           prompt_texts=[str(t) for t in prompt], max_tokens=params.max_tokens,
-                           cache_salt=item.cache_salt, parent_id=None, phase=item.phase)
+            self.sink.emit(
+                "request_arrived",
+                request_id=req.request_id,
+                prompt_token_ids=prompt,
+                prompt_texts=[str(t) for t in prompt],
+                max_tokens=params.max_tokens,
+                cache_salt=item.cache_salt,
+                parent_id=None,
+                phase=item.phase,
+            )
         self.scheduler.add(req)
 
     def has_work(self) -> bool:
@@ -131,8 +157,10 @@ class Worker:
         if not chunks:
             if scheduler.preempted_this_step:
                 return
-            raise RuntimeError(f"{self.name}: the scheduler could not place any request (pool of "
-                               f"{manager.pool.num_blocks} blocks)")
+            raise RuntimeError(
+                f"{self.name}: the scheduler could not place any request (pool of "
+                f"{manager.pool.num_blocks} blocks)"
+            )
         step = self.steps
         self.steps += 1
         decodes = [c.num_tokens == 1 and bool(c.request.output_token_ids) for c in chunks]
@@ -149,16 +177,27 @@ class Worker:
                 if is_decode:
                     sink.emit("decode", request_id=req.request_id, step=step, position=chunk.start)
                 else:
-                    sink.emit("prefill_chunk", request_id=req.request_id, step=step, start=chunk.start,
-                              end=chunk.start + chunk.num_tokens)
+                    sink.emit(
+                        "prefill_chunk",
+                        request_id=req.request_id,
+                        step=step,
+                        start=chunk.start,
+                        end=chunk.start + chunk.num_tokens,
+                    )
             if req.num_computed == req.num_tokens:
                 self._emit_token(req)
             if req.status is Status.RUNNING and not (is_decode and skip_decode_caching):
                 manager.cache_blocks(req)
         if tracing:
-            sink.emit("step", step=step, num_tokens=sum(c.num_tokens for c in chunks),
-                      num_prefill=len(chunks) - rows, num_decode=rows, duration=round(self.now - started, 6),
-                      free_blocks=manager.num_free())
+            sink.emit(
+                "step",
+                step=step,
+                num_tokens=sum(c.num_tokens for c in chunks),
+                num_prefill=len(chunks) - rows,
+                num_decode=rows,
+                duration=round(self.now - started, 6),
+                free_blocks=manager.num_free(),
+            )
 
     def _emit_token(self, req: Request) -> None:
         output = req.output_token_ids
@@ -173,8 +212,13 @@ class Worker:
         req.last_token_time = self.now
         output.append(token)
         if self.tracing:
-            self.sink.emit("token_emitted", request_id=req.request_id, position=req.num_tokens - 1,
-                           token_id=token, text=str(token))
+            self.sink.emit(
+                "token_emitted",
+                request_id=req.request_id,
+                position=req.num_tokens - 1,
+                token_id=token,
+                text=str(token),
+            )
         if len(output) >= req.params.max_tokens:
             self._finish(req)
 
@@ -186,10 +230,16 @@ class Worker:
         self.finished += 1
         if self.tracing:
             ttft, tpot = req.ttft(), req.tpot()
-            self.sink.emit("request_finished", request_id=req.request_id, reason="length",
-                           num_prompt_tokens=len(req.prompt_token_ids), num_output_tokens=len(req.output_token_ids),
-                           cached_tokens=req.num_cached, ttft=None if ttft is None else round(ttft, 6),
-                           tpot=None if tpot is None else round(tpot, 6))
+            self.sink.emit(
+                "request_finished",
+                request_id=req.request_id,
+                reason="length",
+                num_prompt_tokens=len(req.prompt_token_ids),
+                num_output_tokens=len(req.output_token_ids),
+                cached_tokens=req.num_cached,
+                ttft=None if ttft is None else round(ttft, 6),
+                tpot=None if tpot is None else round(tpot, 6),
+            )
         # the finished request's lists are not needed again: keep memory flat on long runs
         del self.requests[req.request_id], self.outputs[req.request_id]
 
@@ -227,6 +277,7 @@ class SimResult:
     preemptions: int
     simulated_seconds: float
     wall_seconds: float
+    partial_tokens: int = 0
 
     @property
     def token_hit_rate(self) -> float:
@@ -244,12 +295,21 @@ class Progress:
         now = time.perf_counter()
         if self.enabled and now - self._last >= self.every:
             self._last = now
-            print(f"  {self.label}: {arrived:,}/{self.total:,} requests arrived, {sim_t:,.0f} s simulated, "
-                  f"{now - self.started:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"  {self.label}: {arrived:,}/{self.total:,} requests arrived, {sim_t:,.0f} s simulated, "
+                f"{now - self.started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
-def simulate(requests: list[SimRequest], config: SimConfig, hash_ids: bool = False, trace_path=None,
-             progress: Callable[[int, float], None] | None = None) -> SimResult:
+def simulate(
+    requests: list[SimRequest],
+    config: SimConfig,
+    hash_ids: bool = False,
+    trace_path=None,
+    progress: Callable[[int, float], None] | None = None,
+) -> SimResult:
     """Run the requests (arrival order) through one worker; the hit rate and the cause of every miss."""
     started = time.perf_counter()
     ledger = MissLedger(config.block_size)
@@ -264,5 +324,16 @@ def simulate(requests: list[SimRequest], config: SimConfig, hash_ids: bool = Fal
     finally:
         worker.close()
     prompt, hits, causes = ledger.totals()
-    return SimResult(config, len(requests), prompt, hits, causes, ledger, worker.steps, worker.preemptions,
-                     worker.now, time.perf_counter() - started)
+    return SimResult(
+        config,
+        len(requests),
+        prompt,
+        hits,
+        causes,
+        ledger,
+        worker.steps,
+        worker.preemptions,
+        worker.now,
+        time.perf_counter() - started,
+        worker.partial_tokens,
+    )

@@ -69,7 +69,9 @@ def visible(text: str | None) -> str:
     return "∅" if text is None else repr(show_text(text).replace(" ", "␣"))[1:-1] or "∅"
 
 
-def explain(state: CacheState | None, req: RequestRecord | None) -> Content:
+def explain(state: CacheState | None, req: RequestRecord | None, misses=None) -> Content:
+    """The request's match in words and its prompt; `misses` (kvtui/whatif/causes.py's RequestMisses of the
+    request, from the trace's events) adds a cause for every missed prompt token."""
     if state is None or req is None:
         return Content.styled(
             "Select a request ([ and ]) to see how its prompt matched the prefix cache.", markup("dim")
@@ -98,6 +100,8 @@ def explain(state: CacheState | None, req: RequestRecord | None) -> Content:
             "before this request writes into it)\n",
             role="cached",
         )
+    if misses is not None:
+        _causes(out, misses)
     extra = {k: v for k, v in detail.items() if k not in SHOWN_KEYS}
     if extra:
         out.append(", ".join(f"{k}={v}" for k, v in extra.items()) + "\n", role="dim")
@@ -152,6 +156,28 @@ def _reason_detail(out: _Parts, reason: str, detail: dict, matched: int, block_s
     elif reason == "salt":
         salts = detail.get("other_salts")
         out.append(f"this request's salt differs; the matching blocks belong to salt(s) {salts}\n")
+
+
+def _causes(out: _Parts, misses) -> None:
+    """Every missed prompt token's cause (over the whole trace: a later preemption's recompute included)."""
+    causes = misses.all_causes()
+    missed = sum(causes.values())
+    if not missed:
+        return
+    out.append("missed: ", role="bold")
+    out.append(", ".join(f"{n} {cause.replace('_', ' ')}" for cause, n in causes.most_common()))
+    detail = misses.detail
+    if "evicted_at" in detail:
+        out.append(
+            f"; position {detail['position']} was evicted at {fmt_seconds(detail['evicted_at'])} by "
+            f"{detail['policy']}"
+        )
+    if "diverged_at" in detail:
+        out.append(
+            f"; differs at {detail['diverged_at']} (cached id {detail.get('expected_id')}, prompt id "
+            f"{detail.get('actual_id')})"
+        )
+    out.append(f" ({missed} of {misses.prompt_tokens} prompt tokens, whole trace)\n", role="dim")
 
 
 def _prompt(out: _Parts, req: RequestRecord, matched: int, total: int, reason: str, detail: dict) -> None:

@@ -13,8 +13,10 @@ def workload():
     # order B B A A B B A A ...: round robin mixes the groups on both workers, a cache-aware router does not
     order = ["A", "B"] + ["B", "B", "A", "A"] * 4
     times = [0.0, 0.0] + [1.0 + i for i in range(len(order) - 2)]
-    return [SimRequest(f"{g}{i}", t, GROUP[g] + [9000 + i] * 16, None, 1) for i, (g, t) in
-            enumerate(zip(order, times))]
+    return [
+        SimRequest(f"{g}{i}", t, GROUP[g] + [9000 + i] * 16, None, 1)
+        for i, (g, t) in enumerate(zip(order, times))
+    ]
 
 
 def test_kv_aware_keeps_each_group_on_one_worker_and_beats_round_robin():

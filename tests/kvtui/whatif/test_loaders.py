@@ -13,13 +13,16 @@ def write_lines(path, lines):
 
 
 def test_mooncake_bad_lines_are_named_and_good_lines_kept(tmp_path):
-    path = write_lines(tmp_path / "m.jsonl", [
-        json.dumps({"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [0, 1]}),
-        "{not json",
-        json.dumps({"timestamp": 5, "input_length": 1000, "output_length": 10}),
-        json.dumps({"timestamp": 9, "input_length": 5000, "output_length": 3, "hash_ids": [0, 1]}),
-        json.dumps({"timestamp": 7, "input_length": 600, "output_length": 2, "hash_ids": [0, 2]}),
-    ])
+    path = write_lines(
+        tmp_path / "m.jsonl",
+        [
+            json.dumps({"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [0, 1]}),
+            "{not json",
+            json.dumps({"timestamp": 5, "input_length": 1000, "output_length": 10}),
+            json.dumps({"timestamp": 9, "input_length": 5000, "output_length": 3, "hash_ids": [0, 1]}),
+            json.dumps({"timestamp": 7, "input_length": 600, "output_length": 2, "hash_ids": [0, 2]}),
+        ],
+    )
     workload = load(path)
     assert workload.format == "mooncake"
     assert [r.num_prompt_tokens for r in workload.requests] == [1000, 600]
@@ -43,11 +46,14 @@ def test_hash_ids_become_runs_of_their_own_tokens():
 def test_formats_are_detected_from_the_content(tmp_path):
     assert detect_format("fixtures/traces/chat.jsonl") == "trace"
     assert detect_format("fixtures/workloads/chat.json") == "workload"
-    proxy = write_lines(tmp_path / "p.jsonl", [
-        json.dumps({"arrival": 3.0, "prompt_token_ids": [1, 2, 3], "output_token_ids": [4]}),
-        json.dumps({"arrival": 1.0, "prompt_token_ids": [1, 2], "output_length": 5, "cache_salt": "t1"}),
-        json.dumps({"arrival": 2.0, "prompt_token_ids": []}),
-    ])
+    proxy = write_lines(
+        tmp_path / "p.jsonl",
+        [
+            json.dumps({"arrival": 3.0, "prompt_token_ids": [1, 2, 3], "output_token_ids": [4]}),
+            json.dumps({"arrival": 1.0, "prompt_token_ids": [1, 2], "output_length": 5, "cache_salt": "t1"}),
+            json.dumps({"arrival": 2.0, "prompt_token_ids": []}),
+        ],
+    )
     assert detect_format(proxy) == "proxy-log"
     workload = load(proxy)
     assert [r.arrival for r in workload.requests] == [0.0, 2.0]

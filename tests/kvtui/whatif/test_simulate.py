@@ -8,7 +8,7 @@ import sys
 from click.testing import CliRunner
 
 from engine.core.kv_cache import KVCacheManager
-from kvtui.whatif import managers, simulate as simulate_module
+from kvtui.whatif import managers
 from kvtui.whatif.loaders import load
 from kvtui.whatif.requests import SimRequest
 from kvtui.whatif.simulate import SimConfig, simulate
@@ -52,19 +52,26 @@ def test_causes_add_up_and_name_capacity_salt_and_divergence():
     assert again.causes["capacity"] > 0 and again.detail["policy"] == "lru"
 
 
-def test_the_fast_can_allocate_gives_the_engines_answers(monkeypatch):
+def test_the_engines_early_stopping_can_allocate_gives_the_full_counts_answers(monkeypatch):
+    # the engine's can_allocate stops counting evictable blocks once it has enough (has_evictable); counting
+    # every one (num_available) must make the same decisions, so every figure of a run is the same
     workload = load("fixtures/traces/shared_system_8users.jsonl")
-    fast = simulate(workload.requests, SimConfig(320, 16, max_num_seqs=3, max_batched_tokens=64))
-    monkeypatch.setattr(simulate_module, "SimCacheManager", KVCacheManager)
-    slow = simulate(workload.requests, SimConfig(320, 16, max_num_seqs=3, max_batched_tokens=64))
-    assert (fast.hit_tokens, fast.causes, fast.steps, fast.preemptions) == \
-        (slow.hit_tokens, slow.causes, slow.steps, slow.preemptions)
+    config = SimConfig(320, 16, max_num_seqs=3, max_batched_tokens=64)
+    fast = simulate(workload.requests, config)
+    monkeypatch.setattr(KVCacheManager, "can_allocate", lambda self, n: n <= self.num_available())
+    slow = simulate(workload.requests, config)
+    assert (fast.hit_tokens, fast.causes, fast.steps, fast.preemptions) == (
+        slow.hit_tokens,
+        slow.causes,
+        slow.steps,
+        slow.preemptions,
+    )
     assert issubclass(managers.PromptOnlyCacheManager, KVCacheManager)
 
 
 def test_hash_id_outputs_take_pool_space_but_are_never_cached():
-    from kvtui.whatif.simulate import Worker
     from kvtui.whatif.causes import MissLedger
+    from kvtui.whatif.simulate import Worker
 
     worker = Worker(SimConfig(4096, 16), MissLedger(16), hash_ids=True)
     item = SimRequest("m", 0.0, None, None, 40, hash_ids=[0, 1], input_length=32, trace_block_size=16)
@@ -100,8 +107,19 @@ def test_the_simulated_trace_replays_and_stats_reads_it(tmp_path):
 
     out = tmp_path / "sim.jsonl"
     runner = CliRunner()
-    result = runner.invoke(main, ["whatif", "fixtures/traces/agents_shared_background.jsonl", "--capacity", "512",
-                                  "-o", str(out), "--json", "-q"])
+    result = runner.invoke(
+        main,
+        [
+            "whatif",
+            "fixtures/traces/agents_shared_background.jsonl",
+            "--capacity",
+            "512",
+            "-o",
+            str(out),
+            "--json",
+            "-q",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert set(report) >= {"workload", "format", "requests", "prompt_tokens", "ceiling", "points", "optimal"}

@@ -1,0 +1,159 @@
+"""The what-if view: a headline, the hit-rate curve (whatif_curve.py), the miss causes as bars, and the fleet
+table when the run had workers. It draws one what-if summary (kvtui/whatif/report.py's `summary_event`, the
+fields of the `whatif_summary` event), from `kvtui whatif --ui` or from a simulated trace in replay.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import DataTable, Static
+
+from kvtui.whatif.capacity import human_tokens
+from kvtui.whatif.causes import CAUSES, shares_sentence
+from kvtui.widgets.base import TextLine
+from kvtui.widgets.palette import markup
+from kvtui.widgets.whatif_curve import WhatIfCurve
+
+# cause -> palette role of its bar
+CAUSE_ROLES = {
+    "compulsory": "prefill",
+    "capacity": "eviction",
+    "block_floor": "recompute",
+    "salt": "edit",
+    "divergence": "sink",
+    "in_flight": "series-request",
+    "preemption": "series-block-cum",
+    "last_token": "dim",
+    "disabled": "free",
+    "too_large": "warning",
+}
+BAR = "█"
+NOT_WHATIF = (
+    "This trace is not a what-if run. `kvtui whatif WORKLOAD -o TRACE` writes one whose replay shows its "
+    "curve, miss causes and fleet here; `kvtui whatif WORKLOAD --ui` shows them without a trace."
+)
+
+
+def headline(summary: dict) -> Content:
+    current = summary.get("current") or {}
+    sim = [p for p in summary.get("points") or [] if p["method"] == "simulated"]
+    mine = next((p for p in sim if p["capacity_tokens"] == current.get("capacity_tokens")), None)
+    parts = [
+        (f"{summary['workload']}", markup("bold")),
+        f" ({summary['format']}, {summary['requests']:,} requests, "
+        f"{human_tokens(summary['prompt_tokens'])} prompt tokens)   ceiling ",
+        (f"{100 * summary['ceiling']:.1f}%", markup("dim")),
+        "\n",
+    ]
+    if current:
+        parts += [
+            "current ",
+            (
+                f"{human_tokens(current['capacity_tokens'])} {current['eviction']} bs {current['block_size']}",
+                markup("edit"),
+            ),
+        ]
+    if mine is not None:
+        parts += [": ", (f"{100 * mine['token_hit_rate']:.1f}%", markup("series-time")), " simulated"]
+    cap = current.get("capacity_tokens")
+    for p in summary.get("points") or []:
+        if p["method"] == "one-pass" and p["capacity_tokens"] == cap:
+            parts += [f", {100 * p['token_hit_rate']:.1f}% one-pass LRU"]
+    for p in summary.get("optimal") or []:
+        if p["capacity_tokens"] == cap:
+            parts += [", ", (f"{100 * p['token_hit_rate']:.1f}%", markup("series-request")), " optimal"]
+    return Content.assemble(*parts)
+
+
+def cause_bars(misses: dict, prompt_tokens: int, width: int = 40) -> Content:
+    """One bar per cause present, as a share of all prompt tokens (the longest bar is `width` cells)."""
+    if not misses or not prompt_tokens:
+        return Content.styled("no missed prompt tokens", markup("dim"))
+    top = max(misses.values()) or 1
+    parts: list = [(shares_sentence(prompt_tokens, _counter(misses)) + "\n", markup("bold"))]
+    order = sorted(
+        (c for c in misses if misses[c]), key=lambda c: (-misses[c], CAUSES.index(c) if c in CAUSES else 99)
+    )
+    for cause in order:
+        tokens = misses[cause]
+        cells = max(1, round(width * tokens / top))
+        parts += [
+            f"{cause.replace('_', ' '):>12} ",
+            (BAR * cells, markup(CAUSE_ROLES.get(cause, "dim"))),
+            f" {100 * tokens / prompt_tokens:5.1f}%  {tokens:,} tokens\n",
+        ]
+    return Content.assemble(*parts)
+
+
+def _counter(misses: dict):
+    from collections import Counter
+
+    return Counter(misses)
+
+
+def fleet_line(fleet: dict) -> Content:
+    return Content.assemble(
+        (
+            f"fleet: {fleet['workers']} workers x {human_tokens(fleet['capacity_tokens_per_worker'])}, "
+            f"router {fleet['router']}: ",
+            markup("bold"),
+        ),
+        f"hit rate {100 * fleet['token_hit_rate']:.1f}%; longest-prefix router "
+        f"{100 * fleet['longest_prefix_token_hit_rate']:.1f}% (regret {100 * fleet['regret']:.1f} points); "
+        f"one shared cache {100 * fleet['global_cache_token_hit_rate']:.1f}%; "
+        f"{fleet['duplicated_blocks']:,} of {fleet['cached_blocks']:,} cached blocks duplicated",
+    )
+
+
+class WhatIfView(Vertical, can_focus=True):
+    DEFAULT_CSS = """
+    WhatIfView { height: 1fr; }
+    WhatIfView #whatif-head { height: 2; }
+    WhatIfView #whatif-causes { height: auto; max-height: 12; }
+    WhatIfView #whatif-fleet-head { height: 2; }
+    WhatIfView #whatif-fleet { height: auto; max-height: 10; }
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.summary: dict | None = None
+
+    def compose(self) -> ComposeResult:
+        yield TextLine(id="whatif-head")
+        yield WhatIfCurve(id="whatif-curve")
+        yield Static(id="whatif-causes")
+        yield TextLine(id="whatif-fleet-head")
+        yield DataTable(id="whatif-fleet", show_cursor=False, zebra_stripes=True)
+
+    def show(self, summary: dict | None) -> None:
+        """Draw `summary` (None: say that this is no what-if run)."""
+        if summary is self.summary and summary is not None:
+            return
+        self.summary = summary
+        head = self.query_one("#whatif-head", TextLine)
+        causes = self.query_one("#whatif-causes", Static)
+        self.query_one("#whatif-curve", WhatIfCurve).show(summary)
+        fleet = (summary or {}).get("fleet")
+        self.query_one("#whatif-fleet-head").display = bool(fleet)
+        self.query_one("#whatif-fleet").display = bool(fleet)
+        if summary is None:
+            head.set(Content.styled(NOT_WHATIF, markup("dim")))
+            causes.update("")
+            return
+        head.set(headline(summary))
+        causes.update(cause_bars(summary.get("misses") or {}, summary["prompt_tokens"]))
+        if fleet:
+            self.query_one("#whatif-fleet-head", TextLine).set(fleet_line(fleet))
+            table = self.query_one("#whatif-fleet", DataTable)
+            table.clear(columns=True)
+            table.add_columns("worker", "requests", "prompt tokens", "hit rate", "preemptions")
+            for w in fleet["per_worker"]:
+                table.add_row(
+                    f"w{w['worker']}",
+                    f"{w['requests']:,}",
+                    f"{w['prompt_tokens']:,}",
+                    f"{100 * w['token_hit_rate']:.1f}%",
+                    f"{w['preemptions']:,}",
+                )

@@ -1,0 +1,192 @@
+"""The what-if view: `kvtui whatif --ui` (WhatIfApp: the job in a thread worker, a progress bar, then the
+curve, the causes and the fleet), the what-if tab of replay on a simulated trace (hidden on other traces), and
+the miss explainer's causes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from engine.trace import read_trace
+from kvtui.app import KvtuiApp
+from kvtui.app.whatif_app import WhatIfApp, replay_summary
+from kvtui.state.timeline import Timeline
+from kvtui.widgets.whatif_view import WhatIfView, cause_bars
+
+ROOT = Path(__file__).resolve().parents[3]
+WORKLOAD = str(ROOT / "fixtures" / "traces" / "shared_system_8users.jsonl")
+
+# a fixed summary (the shape of the whatif_summary event), for a deterministic snapshot
+SUMMARY = {
+    "workload": "mooncake_12k.jsonl",
+    "format": "mooncake",
+    "requests": 12000,
+    "prompt_tokens": 144_000_000,
+    "ceiling": 0.62,
+    "current": {"capacity_tokens": 3_000_000, "block_size": 512, "eviction": "lru"},
+    "points": [
+        {
+            "capacity_tokens": c,
+            "block_size": 512,
+            "eviction": "lru",
+            "method": m,
+            "token_hit_rate": r,
+            "misses": {},
+        }
+        for c, m, r in [
+            (300_000, "simulated", 0.21),
+            (3_000_000, "simulated", 0.43),
+            (30_000_000, "simulated", 0.6),
+            (300_000, "one-pass", 0.22),
+            (3_000_000, "one-pass", 0.45),
+            (30_000_000, "one-pass", 0.6),
+        ]
+    ],
+    "optimal": [
+        {"capacity_tokens": 300_000, "token_hit_rate": 0.3},
+        {"capacity_tokens": 3_000_000, "token_hit_rate": 0.52},
+        {"capacity_tokens": 30_000_000, "token_hit_rate": 0.61},
+    ],
+    "curve": [{"capacity_tokens": 512 * 2**i, "token_hit_rate": min(0.6, 0.035 * i)} for i in range(0, 18)],
+    "misses": {"compulsory": 54_000_000, "capacity": 26_000_000, "in_flight": 1_500_000, "last_token": 12000},
+    "fleet": {
+        "router": "kv_aware",
+        "workers": 2,
+        "capacity_tokens_per_worker": 3_000_000,
+        "token_hit_rate": 0.4,
+        "misses": {},
+        "duplicated_blocks": 120,
+        "cached_blocks": 11000,
+        "longest_prefix_token_hit_rate": 0.42,
+        "regret": 0.02,
+        "global_cache_token_hit_rate": 0.5,
+        "per_worker": [
+            {
+                "worker": 0,
+                "requests": 6100,
+                "prompt_tokens": 73_000_000,
+                "token_hit_rate": 0.41,
+                "preemptions": 3,
+            },
+            {
+                "worker": 1,
+                "requests": 5900,
+                "prompt_tokens": 71_000_000,
+                "token_hit_rate": 0.39,
+                "preemptions": 0,
+            },
+        ],
+    },
+}
+
+
+def fixed_job(make_progress):
+    progress = make_progress("ceiling")
+    for i in range(0, 12000, 4000):
+        progress(i, 0.0)
+    return SUMMARY
+
+
+async def _finished(pilot) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.pause()
+
+
+def test_snapshot_of_the_whatif_view(snap_compare):
+    """The curve (log axis, ceiling, optimal, simulated, current), the cause bars and the fleet table."""
+    app = WhatIfApp(fixed_job, source="mooncake_12k.jsonl", requests=12000, stages=1)
+    assert snap_compare(app, terminal_size=(110, 40), run_before=_finished)
+
+
+@pytest.mark.anyio
+async def test_the_job_runs_in_a_worker_with_progress_and_then_shows_its_summary():
+    from kvtui.commands.whatif_commands import _configs, _run
+    from kvtui.whatif.cost import CostModel
+    from kvtui.whatif.loaders import load
+    from kvtui.whatif.report import summary_event
+
+    loaded = load(WORKLOAD)
+    cost = CostModel()
+    configs = _configs({16: [256, 1024]}, [16], ["lru"], [(8192, 256)], [True], cost)
+    labels = []
+
+    def job(make_progress):
+        def traced(label):
+            labels.append(label)
+            return make_progress(label)
+
+        report = _run(loaded, configs, "both", False, None, 1, "kv_aware", 1.0, 0.0, 0, 0, cost, True, traced)
+        return summary_event(report, report["current"], report.pop("current_misses"))
+
+    app = WhatIfApp(job, source="shared", requests=len(loaded.requests), stages=4)
+    async with app.run_test(size=(100, 34)) as pilot:
+        await _finished(pilot)
+        assert labels[0] == "ceiling" and len(labels) == 4
+        assert not app.query_one("#whatif-progress").display
+        view = app.query_one("#whatif-view", WhatIfView)
+        assert view.display and view.summary is app.summary
+        assert [p["capacity_tokens"] for p in view.summary["optimal"]] == [256, 1024]
+        assert "compulsory" in str(app.query_one("#whatif-causes").render())
+
+
+def test_cause_bars_are_shares_of_the_prompt_tokens():
+    text = cause_bars({"compulsory": 30, "capacity": 10}, 100, width=30).plain
+    assert text.splitlines()[0] == "of the 40.0% of prompt tokens missed: 30.0% compulsory, 10.0% capacity"
+    assert "█" * 30 + "  30.0%" in text and "█" * 10 + "  10.0%" in text
+
+
+@pytest.mark.anyio
+async def test_replay_of_a_simulated_trace_has_the_whatif_tab_and_other_traces_do_not(tmp_path):
+    from kvtui.cli import main
+
+    out = tmp_path / "sim.jsonl"
+    result = CliRunner().invoke(main, ["whatif", WORKLOAD, "--capacity", "256,1k", "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    parsed = read_trace(out, strict=True)
+    assert parsed.error is None and parsed.events[-1]["type"] == "whatif_summary"
+    app = KvtuiApp(Timeline(parsed.header, parsed.events), source="sim", clock=lambda: 0.0, frame_rate=None)
+    async with app.run_test(size=(100, 34)) as pilot:
+        await pilot.pause()
+        assert replay_summary(app)["current"]["capacity_tokens"] == 256
+        await pilot.press("7")
+        await pilot.pause()
+        view = app.query_one("#whatif-view", WhatIfView)
+        assert view.summary is parsed.events[-1]
+        # the miss explainer names the causes of the selected request's missed tokens
+        app.seek(len(parsed.events))
+        await pilot.press("3")
+        app.select_request("user3")
+        await pilot.pause()
+        assert "missed: 12 divergence, 1 last token" in str(app.query_one("#miss").render())
+
+    plain = read_trace(ROOT / "fixtures" / "traces" / "synthetic_small.jsonl", strict=True)
+    app = KvtuiApp(Timeline(plain.header, plain.events), source="s", clock=lambda: 0.0, frame_rate=None)
+    async with app.run_test(size=(100, 34)) as pilot:
+        await pilot.pause()
+        from textual.widgets import TabbedContent
+
+        tabs = app.query_one("#tabs", TabbedContent)
+        assert tabs.get_tab("whatif").display is False
+
+
+def test_the_ui_flag_hands_the_whole_job_to_the_app(monkeypatch):
+    from kvtui.cli import main
+
+    seen = {}
+
+    def run(self):
+        labels = []
+        seen["summary"] = self.job(lambda label: labels.append(label) or (lambda index, sim_t: None))
+        seen["stages"], seen["labels"] = self.stages, labels
+
+    monkeypatch.setattr(WhatIfApp, "run", run)
+    result = CliRunner().invoke(main, ["whatif", WORKLOAD, "--capacity", "256,1k", "--ui"])
+    assert result.exit_code == 0, result.output
+    # the ceiling, two capacities, the one-pass curve: one progress stage each
+    assert seen["stages"] == len(seen["labels"]) == 4
+    summary = seen["summary"]
+    assert summary["current"]["capacity_tokens"] == 256 and summary["curve"]
+    assert sum(summary["misses"].values()) > 0
