@@ -81,12 +81,24 @@ class Attached:
 
 
 def independent_counts(lines) -> tuple[int, int]:
-    """Block hashes stored and removed, decoded from the raw live frames with plain msgspec (not kvtui's decoder)."""
+    """Block hashes stored and removed, decoded from the raw frames (the replay answer at the start, then the live
+    stream; each batch once) with plain msgspec, not kvtui's decoder."""
     stored = removed = 0
+    seen = set()
     for line in lines:
-        if line["kind"] != "live":
+        frames = [base64.b64decode(f) for f in line["frames"]]
+        if line["kind"] == "replay":
+            frames = frames[1:]
+            frames = frames[1:] if len(frames) == 3 else frames
+            if frames[0] == b"\xff" * 8:
+                continue
+        else:
+            frames = frames[1:]
+        seq, payload = frames
+        if seq in seen:
             continue
-        ts, events, *_ = msgspec.msgpack.decode(base64.b64decode(line["frames"][2]))
+        seen.add(seq)
+        ts, events, *_ = msgspec.msgpack.decode(payload)
         for e in events:
             tag = e["type"] if isinstance(e, dict) else e[0]
             hashes = e["block_hashes"] if isinstance(e, dict) else e[1]
@@ -101,6 +113,8 @@ def run(vllm, tokenizer):
     attached = Attached(f"{vllm.events},replay={vllm.replay},metrics={vllm.url}/metrics,name=vllm")
     recorder = RawRecorder(vllm.events)
     time.sleep(0.5)
+    # what the attacher found in the replay buffer when it joined (a server that served before)
+    recorder.replay(vllm.replay)
     predictions = {}
     real_send = send
 
@@ -202,10 +216,9 @@ def test_the_proxy_records_and_explains_what_vllm_served(vllm, run, tokenizer):
     conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=120)
     direct = http.client.HTTPConnection("127.0.0.1", vllm.port, timeout=60)
     try:
-        messages = [
-            {"role": "system", "content": "You are brief."},
-            {"role": "user", "content": QUESTIONS[2]},
-        ]
+        # a system message of three blocks and more: the second and third requests hit it
+        long_system = NONCE + "Proxy. " + SYSTEM.split("\n", 1)[1].split("<|im_end|>")[0]
+        messages = [{"role": "system", "content": long_system}, {"role": "user", "content": QUESTIONS[2]}]
         for stream in (False, True, True):
             attached.settle()
             body = {
@@ -225,11 +238,13 @@ def test_the_proxy_records_and_explains_what_vllm_served(vllm, run, tokenizer):
         while len(records) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)
         want = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        want = want["input_ids"] if isinstance(want, dict) else want
+        # a BatchEncoding in transformers 5
+        want = want["input_ids"] if hasattr(want, "keys") else want
         for r in records:
             assert r["prompt_token_ids"] == list(want)
             assert r["predicted_cached"] == r["cached_tokens"], r
         assert records[1]["ttft"] is not None and records[2]["tpot"] is not None
+        assert records[0]["cached_tokens"] == 0 and records[2]["cached_tokens"] >= 64
         print(f"\nproxy records: {[(r['predicted_cached'], r['cached_tokens'], r['ttft']) for r in records]}")
         # the latency it adds: the same small request direct and through it, interleaved
         times = {"direct": [], "proxy": []}
@@ -255,6 +270,45 @@ def test_the_proxy_records_and_explains_what_vllm_served(vllm, run, tokenizer):
 
         asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
+
+
+def test_the_two_duplicate_hash_cases_never_overfill_the_pool(vllm, run, tokenizer):
+    """vLLM stores one hash twice in two cases: a kv_cache_report_mode=full request re-reports the chain it hit
+    (never removed), and two requests computing the same new prefix at once each cache a physical copy (each
+    removed on its own). Counted per hash, the pool would overfill; kvtui's count stays within it."""
+    attached = run[0]
+    worker = attached.worker()
+    ids = tokenizer.encode(system(NONCE) + user_turn("Full report, please."), add_special_tokens=False)
+    send(vllm, "warm", ids)
+    attached.settle()
+    before = worker.rereported
+    body = {
+        "model": "smollm2",
+        "prompt": ids,
+        "max_tokens": 1,
+        "vllm_xargs": {"kv_cache_report_mode": "full"},
+    }
+    vllm.post("/v1/completions", body)
+    attached.settle()
+    assert worker.rereported > before
+    # the same new prompt twice at once, then documents that evict both copies
+    twin = tokenizer.encode(
+        system(NONCE + "Twins. ") + user_turn("Same prompt, same time."), add_special_tokens=False
+    )
+    threads = [threading.Thread(target=send, args=(vllm, f"twin-{i}", twin)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    evict(vllm, tokenizer, 3, NONCE + "Again. ")
+    attached.settle()
+    with attached.lock:
+        naive = worker.stored - worker.removed
+        held = worker.resident + worker.copies
+    print(
+        f"\nduplicates: rereported {worker.rereported}, copies now {worker.copies}, held {held}, per-hash {naive}"
+    )
+    assert held <= 127
 
 
 def test_a_restart_clears_the_old_blocks_and_bind_receives_the_new_server(vllm, run, tokenizer):
