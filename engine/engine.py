@@ -22,7 +22,7 @@ from engine.worker.paged_kv import PagedKV
 from engine.worker.ring_tensors import RingTensors
 from engine.worker.runner import ModelRunner
 from engine.worker.sampling import make_generator
-from engine.worker.scoring import Score
+from engine.worker.scoring import PromptLogprobs, Score
 from engine.worker.sinks import sink_divergence
 
 
@@ -49,7 +49,7 @@ class Engine:
         self.runner = ModelRunner(model, self.kv, self.cache.pool, self.shape.windows, self.rings)
         self.requests: dict[str, Request] = {}
         # SamplingParams(prompt_logprobs=True): request id -> log-probability of each prompt token so far
-        self._prompt_logprobs: dict[str, list[float | None]] = {}
+        self._prompt_logprobs = PromptLogprobs()
         self._ids = itertools.count()
         self._step = 0
         self.trace.set_header(
@@ -192,12 +192,9 @@ class Engine:
         self._step += 1
         # a decode computes the last token of a request that has generated: classified before sampling adds one
         decodes = [c.num_tokens == 1 and bool(c.request.output_token_ids) for c in chunks]
-        for chunk in chunks:
-            if chunk.request.params.prompt_logprobs:
-                self._score_reused_span(chunk)
+        self._prompt_logprobs.before_step(chunks, self.runner)
         result = self.runner.execute(chunks)
-        for index, logprobs in result.prompt_logprobs.items():
-            self._store_logprobs(chunks[index].request, chunks[index].start + 1, logprobs)
+        self._prompt_logprobs.after_step(chunks, result.prompt_logprobs)
         finished = []
         for index, (chunk, is_decode) in enumerate(zip(chunks, decodes)):
             req = chunk.request
@@ -410,10 +407,7 @@ class Engine:
             texts=[self.token_text(t) for t in edited.inserted],
             num_deleted=edited.num_deleted,
         )
-        scored = self._prompt_logprobs.get(request_id)
-        if scored is not None:
-            # tokens from the edit point on changed, and their log-probabilities with them
-            del scored[max(1, min(edited.position, len(req.prompt_token_ids))) :]
+        self._prompt_logprobs.cut(request_id, min(edited.position, len(req.prompt_token_ids)))
         cut = self.cache.truncate(req, edited)
         req.generation_start = len(edited.generated)
         req.logits = []
@@ -441,7 +435,7 @@ class Engine:
         req = self._request(request_id)
         if not req.params.prompt_logprobs:
             raise ValueError(f"{request_id} was not submitted with SamplingParams(prompt_logprobs=True)")
-        return list(self._prompt_logprobs.get(request_id, [None]))
+        return self._prompt_logprobs.get(request_id)
 
     def score(self, prompt: Prompt, cache_salt: str | None = None) -> Score:
         """The log-probability of every token of `prompt` under the model, through the cache (the engine's
@@ -452,26 +446,6 @@ class Engine:
             self.step()
         tokens = self.requests[request_id].prompt_token_ids
         return Score(list(tokens), self.prompt_logprobs(request_id), [self.token_text(t) for t in tokens])
-
-    def _score_reused_span(self, chunk) -> None:
-        """A scored chunk that starts after positions nobody scored for it (a prefix hit, an edit, a fork):
-        compute their log-probabilities first, writing nothing the cache holds (ModelRunner.score_span)."""
-        req = chunk.request
-        scored = self._prompt_logprobs.get(req.request_id)
-        if scored is None:
-            parent = self._prompt_logprobs.get(req.parent_id) if req.parent_id else None
-            scored = self._prompt_logprobs[req.request_id] = list(parent) if parent else [None]
-        # the chunk's first row gives token start + 1: tokens up to `start` must be known already
-        need = min(chunk.start, len(req.prompt_token_ids) - 1)
-        if len(scored) - 1 < need:
-            first = len(scored) - 1
-            self._store_logprobs(req, first + 1, self.runner.score_span(req, first, need))
-
-    def _store_logprobs(self, req: Request, position: int, logprobs: torch.Tensor) -> None:
-        """Log-probabilities of the prompt tokens from `position` on (a recomputation overwrites)."""
-        scored = self._prompt_logprobs.setdefault(req.request_id, [None])
-        values = logprobs.tolist()
-        scored[position : position + len(values)] = values
 
     def _spawn_samples(self, req: Request) -> list[Request]:
         """SamplingParams(n > 1): when the prompt is done, fork n - 1 siblings that share its blocks."""

@@ -48,3 +48,47 @@ class Score:
     def perplexity(self) -> float:
         n = len(self.logprobs) - 1
         return math.exp(self.nll / n) if n else float("nan")
+
+
+class PromptLogprobs:
+    """The engine's store of prompt log-probabilities: request id -> [None, lp(token 1), lp(token 2), ...]."""
+
+    def __init__(self):
+        self.by_request: dict[str, list[float | None]] = {}
+
+    def get(self, request_id: str) -> list[float | None]:
+        return list(self.by_request.get(request_id, [None]))
+
+    def before_step(self, chunks, runner) -> None:
+        """A scored chunk that starts after positions nobody scored for it (a prefix hit, an edit, a fork):
+        compute their log-probabilities first, writing nothing the cache holds (ModelRunner.score_span)."""
+        for chunk in chunks:
+            req = chunk.request
+            if not req.params.prompt_logprobs:
+                continue
+            scored = self.by_request.get(req.request_id)
+            if scored is None:
+                parent = self.by_request.get(req.parent_id) if req.parent_id else None
+                scored = self.by_request[req.request_id] = list(parent) if parent else [None]
+            # the chunk's first row gives token start + 1: tokens up to `start` must be known already
+            need = min(chunk.start, len(req.prompt_token_ids) - 1)
+            if len(scored) - 1 < need:
+                first = len(scored) - 1
+                self._store(req.request_id, first + 1, runner.score_span(req, first, need))
+
+    def after_step(self, chunks, computed: dict[int, torch.Tensor]) -> None:
+        """Keep what the step's scored chunks computed (StepResult.prompt_logprobs)."""
+        for index, logprobs in computed.items():
+            self._store(chunks[index].request.request_id, chunks[index].start + 1, logprobs)
+
+    def cut(self, request_id: str, position: int) -> None:
+        """An edit at `position`: tokens from there on changed, and their log-probabilities with them."""
+        scored = self.by_request.get(request_id)
+        if scored is not None:
+            del scored[max(1, position) :]
+
+    def _store(self, request_id: str, position: int, logprobs: torch.Tensor) -> None:
+        """Log-probabilities of the prompt tokens from `position` on (a recomputation overwrites)."""
+        scored = self.by_request.setdefault(request_id, [None])
+        values = logprobs.tolist()
+        scored[position : position + len(values)] = values
