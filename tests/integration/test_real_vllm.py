@@ -55,8 +55,10 @@ class Attached:
 
     def settle(self, quiet: float = 0.4, timeout: float = 10) -> None:
         """Until no event came for `quiet` seconds (the server publishes at the end of each step)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and time.monotonic() - self.last < quiet:
+        # at least `quiet` from now: a request's events may arrive just after its answer
+        start = time.monotonic()
+        deadline = start + timeout
+        while time.monotonic() < deadline and time.monotonic() - max(self.last, start) < quiet:
             time.sleep(0.05)
 
     def explain(self, ids, **options) -> dict:
