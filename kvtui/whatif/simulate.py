@@ -5,6 +5,11 @@ chunk num_computed += n, a token when the sequence is complete (finish: schedule
 `cache_blocks` for a request still running. So admission, chunking, preemption, locks and eviction are the
 engine's own decisions. No torch is imported (tests/kvtui/whatif/test_torch_free.py).
 
+Steps in which every running request only decodes one token into a block it already holds (nobody waits,
+no block fills, nobody finishes) are taken as a run at once (`Worker._decode_run`): the engine's calls in them
+would allocate, evict, preempt and emit nothing, so the figures are those of stepping one by one
+(tests/kvtui/whatif/test_simulate.py compares every figure); a run that writes a trace steps one by one.
+
 Time comes from the stated cost model (cost.py): a step lasts per_step + per prefill token + per decode row,
 arrivals join at the first step boundary after they arrive, an idle worker jumps to the next arrival.
 
@@ -59,9 +64,17 @@ class Worker:
     """One engine's scheduler and manager with a simulated clock; the fleet (fleet.py) steps several."""
 
     def __init__(
-        self, config: SimConfig, ledger: MissLedger, hash_ids: bool, trace_path=None, name: str = "w0"
+        self,
+        config: SimConfig,
+        ledger: MissLedger,
+        hash_ids: bool,
+        trace_path=None,
+        name: str = "w0",
+        fast_forward: bool = True,
     ):
         self.config, self.ledger, self.name, self.hash_ids = config, ledger, name, hash_ids
+        # runs of decode-only steps taken at once (_decode_run; never while writing a trace)
+        self.fast_forward = fast_forward
         self.now = 0.0
         self.sink = TraceSink(clock=lambda: self.now)
         self.tracing = trace_path is not None
@@ -245,14 +258,70 @@ class Worker:
 
     def advance_to(self, t: float) -> None:
         """Step until the clock reaches t (a step in flight ends after it) or nothing is left to do."""
+        fast = self.fast_forward and not self.tracing
         while self.now < t and self.scheduler.has_work():
-            self.step()
+            if not (fast and self._decode_run(t)):
+                self.step()
         if self.now < t:
             self.now = t
 
     def drain(self) -> None:
+        fast = self.fast_forward and not self.tracing
         while self.scheduler.has_work():
-            self.step()
+            if not (fast and self._decode_run(float("inf"))):
+                self.step()
+
+    # --- steps where every running request decodes into a block it already holds ----------------------------
+    def _decode_run(self, t: float) -> int:
+        """Take k steps at once where each would only decode one token per running request: nobody waits,
+        each request's next k positions lie inside the blocks it holds and need no copy, no block fills (so
+        nothing enters the tree), nobody finishes, and the clock stays before t. The engine's calls would
+        change nothing else in those steps (no allocation, eviction, preemption or event); the tokens, the
+        clock and the step count come out as step() makes them. Returns k (0: take one ordinary step)."""
+        scheduler, manager = self.scheduler, self.manager
+        running = scheduler.running
+        if scheduler.waiting or not running or len(running) > scheduler.max_batched_tokens:
+            return 0
+        bs = self.config.block_size
+        k = 1 << 62
+        for req in running:
+            output, computed = req.output_token_ids, req.num_computed
+            if not output or computed != len(req.prompt_token_ids) + len(output) - 1:
+                return 0
+            table = req.block_table
+            offset = computed % bs
+            if offset and manager.needs_copy(table[computed // bs]):
+                return 0
+            # a block filled earlier and not yet in the tree would be inserted by the next step's cache_blocks
+            if not self.hash_ids and min(computed // bs, len(table)) > req.blocks_in_tree:
+                return 0
+            room = min(len(table) * bs - computed, bs - 1 - offset, req.params.max_tokens - len(output) - 1)
+            if room < 1:
+                return 0
+            if room < k:
+                k = room
+        duration = self.config.cost.step_seconds(0, len(running))
+        now, done = self.now, 0
+        while done < k and now < t:
+            now += duration
+            done += 1
+        order = sorted(running, key=lambda r: r.admitted_order)
+        outputs = self.outputs
+        for _ in range(done):
+            for req in order:
+                recorded = outputs[req.request_id]
+                output = req.output_token_ids
+                if recorded is not None:
+                    output.append(recorded[len(output)])
+                else:
+                    output.append(self._fresh)
+                    self._fresh += 1
+        for req in order:
+            req.num_computed += done
+            req.last_token_time = now
+        self.steps += done
+        self.now = now
+        return done
 
     def close(self) -> None:
         self.sink.close()
@@ -309,11 +378,13 @@ def simulate(
     hash_ids: bool = False,
     trace_path=None,
     progress: Callable[[int, float], None] | None = None,
+    fast_forward: bool = True,
 ) -> SimResult:
-    """Run the requests (arrival order) through one worker; the hit rate and the cause of every miss."""
+    """Run the requests (arrival order) through one worker; the hit rate and the cause of every miss.
+    `fast_forward=False` takes every step through the scheduler (the same figures, slower)."""
     started = time.perf_counter()
     ledger = MissLedger(config.block_size)
-    worker = Worker(config, ledger, hash_ids, trace_path)
+    worker = Worker(config, ledger, hash_ids, trace_path, fast_forward=fast_forward)
     try:
         for index, item in enumerate(requests):
             worker.advance_to(item.arrival)

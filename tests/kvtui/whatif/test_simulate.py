@@ -130,3 +130,61 @@ def test_the_simulated_trace_replays_and_stats_reads_it(tmp_path):
     assert check.exit_code == 0, check.output
     stats = runner.invoke(main, ["stats", "--json", str(out)])
     assert stats.exit_code == 0 and json.loads(stats.output)["error"] is None
+
+
+def _figures(result):
+    per_request = {rid: r.as_dict() for rid, r in result.ledger.requests.items()}
+    return (
+        result.hit_tokens,
+        result.causes,
+        result.steps,
+        result.preemptions,
+        result.simulated_seconds,
+        result.partial_tokens,
+        per_request,
+    )
+
+
+def test_decode_runs_taken_at_once_give_every_figure_of_step_by_step():
+    cases = [
+        (
+            load("fixtures/traces/shared_system_8users.jsonl"),
+            SimConfig(320, 16, max_num_seqs=3, max_batched_tokens=64),
+            False,
+        ),
+        (load("fixtures/traces/agents_shared_background.jsonl"), SimConfig(256, 16), False),
+    ]
+    base = list(range(1000, 1064))
+    requests = [
+        SimRequest(
+            f"r{i}",
+            0.01 * i,
+            (base if i % 3 == 0 else list(range(5000 + 100 * i, 5064 + 100 * i))) + [i],
+            None,
+            40,
+        )
+        for i in range(12)
+    ]
+    cases += [
+        (requests, SimConfig(192, 16, max_num_seqs=4, max_batched_tokens=64), False),
+        (requests, SimConfig(4096, 16), False),
+    ]
+    for item in cases:
+        workload, config, hash_ids = item
+        reqs = workload if isinstance(workload, list) else workload.requests
+        fast = simulate(reqs, config, hash_ids)
+        slow = simulate(reqs, config, hash_ids, fast_forward=False)
+        assert _figures(fast) == _figures(slow)
+
+
+def test_decode_runs_on_a_hash_id_workload(tmp_path):
+    # Mooncake-shaped requests (generated tokens take space, never cached): a tight and a roomy capacity
+    from kvtui.whatif.synth import mooncake_like, write_jsonl
+
+    records = sorted(mooncake_like(seed=1), key=lambda r: r["timestamp"])[:120]
+    workload = load(str(write_jsonl(records, tmp_path / "m.jsonl")))
+    for capacity in (150_000, 2_000_000):
+        config = SimConfig(capacity // 512 * 512, 512)
+        fast = simulate(workload.requests, config, hash_ids=True)
+        slow = simulate(workload.requests, config, hash_ids=True, fast_forward=False)
+        assert _figures(fast) == _figures(slow)
