@@ -6,6 +6,8 @@ import time
 
 import click
 
+from kvtui.commands.output_path import output_file
+
 ATTACH_HELP = """Attach to vLLM / SGLang servers that publish KV-cache events over ZeroMQ and watch their fleet.
 
 \b
@@ -72,6 +74,7 @@ the token ids of each block. It has no physical block ids, ref counts, locks or 
     "out",
     type=click.Path(dir_okay=False),
     default=None,
+    callback=output_file,
     help="Record the normalised event stream to this trace (kvtui replay / stats read it).",
 )
 @click.option("--headless", is_flag=True, help="No UI: receive (and record), then print a summary.")

@@ -77,6 +77,10 @@ CASES = [
     (["live", "--save-trace", "{tmp}/missing/dir/l.jsonl"], "l.jsonl: no directory"),
     (["generate", "hi", "--trace", "{tmp}/missing/t.jsonl"], "t.jsonl: no directory"),
     (["export", str(CHAT), "--perfetto", "{tmp}/missing/o.pftrace"], "o.pftrace: no directory"),
+    (
+        ["attach", "tcp://127.0.0.1:1", "--headless", "-o", "{tmp}/missing/dir/a.jsonl"],
+        "a.jsonl: no directory",
+    ),
     (["record", "-w", WORKLOAD, "-o", "{empty_dir}"], "is a directory"),
     (["info", "--config", "{abc_config.json}"], "num_hidden_layers is 'abc', not a whole number"),
     (["serve", "replay", str(CHAT), "--port", "70000"], "70000 is not in the range 1-65535"),
