@@ -235,13 +235,18 @@ class MissLedger:
         return prompt, hits, causes
 
 
+def _share(x: float) -> str:
+    """A share of the prompt tokens: one decimal, or two under 0.1% (0.02% in flight, not 0.0%)."""
+    return f"{100 * x:.2f}%" if 0 < x < 0.001 else f"{100 * x:.1f}%"
+
+
 def shares_sentence(prompt_tokens: int, causes: Counter) -> str:
     """ "of the 62.6% of prompt tokens missed: 31.0% compulsory, 27.4% capacity, ..." (shares of all prompt
     tokens, largest first)."""
     missed = sum(causes.values())
     if not prompt_tokens:
         return "no prompt tokens"
-    parts = [f"{100 * v / prompt_tokens:.1f}% {k.replace('_', ' ')}" for k, v in causes.most_common() if v]
+    parts = [f"{_share(v / prompt_tokens)} {k.replace('_', ' ')}" for k, v in causes.most_common() if v]
     return f"of the {100 * missed / prompt_tokens:.1f}% of prompt tokens missed: " + ", ".join(parts)
 
 

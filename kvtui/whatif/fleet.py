@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from engine.core.hashing import block_hashes
 from kvtui.whatif.causes import MissLedger
 from kvtui.whatif.routers import Router
-from kvtui.whatif.simulate import SimConfig, SimResult, Worker, simulate
+from kvtui.whatif.simulate import SimConfig, SimResult, Worker, paused_gc, simulate
 
 
 @dataclass
@@ -39,24 +39,25 @@ def simulate_fleet(
     fleet = [Worker(config, ledger, hash_ids, name=f"w{i}") for i in range(workers)]
     placed: list[list[str]] = [[] for _ in fleet]
     prompt_of = [0] * workers
-    for index, item in enumerate(requests):
+    with paused_gc():
+        for index, item in enumerate(requests):
+            for worker in fleet:
+                worker.advance_to(item.arrival)
+            prompt = item.prompt_token_ids()
+            matchable = max(len(prompt) - 1, 0) // config.block_size
+            keys = (
+                block_hashes(prompt[: matchable * config.block_size], config.block_size, item.cache_salt)[0]
+                if config.prefix_cache
+                else []
+            )
+            choice = router.pick(fleet, keys)
+            fleet[choice].add(item)
+            placed[choice].append(item.request_id)
+            prompt_of[choice] += item.num_prompt_tokens
+            if progress is not None and not index % 64:
+                progress(index, fleet[0].now)
         for worker in fleet:
-            worker.advance_to(item.arrival)
-        prompt = item.prompt_token_ids()
-        matchable = max(len(prompt) - 1, 0) // config.block_size
-        keys = (
-            block_hashes(prompt[: matchable * config.block_size], config.block_size, item.cache_salt)[0]
-            if config.prefix_cache
-            else []
-        )
-        choice = router.pick(fleet, keys)
-        fleet[choice].add(item)
-        placed[choice].append(item.request_id)
-        prompt_of[choice] += item.num_prompt_tokens
-        if progress is not None and not index % 64:
-            progress(index, fleet[0].now)
-    for worker in fleet:
-        worker.drain()
+            worker.drain()
     per_worker = []
     for i, worker in enumerate(fleet):
         records = [ledger.requests[rid] for rid in placed[i]]

@@ -148,6 +148,11 @@ def append_summary(path: str, event: dict) -> None:
         f.write(json.dumps({"seq": seq, "t": t, "type": "whatif_summary", **event}) + "\n")
 
 
+def _small(x: float) -> str:
+    """A share that may be tiny: two decimals (0.02%)."""
+    return f"{100 * x:.2f}%"
+
+
 def compare_lines(report: dict) -> list[str]:
     """One-pass beside simulated at each capacity both ran, and what in the simulation broke the one-pass
     model's assumptions (the figures of the simulated run that the one-pass model has no room for)."""
@@ -174,17 +179,18 @@ def compare_lines(report: dict) -> list[str]:
         lines.append(
             f"{human_tokens(sim['capacity_tokens']):>9} {sim['block_size']:>5} {_pct(op['token_hit_rate']):>9} "
             f"{_pct(sim['token_hit_rate']):>9} {100 * (sim['token_hit_rate'] - op['token_hit_rate']):>+6.1f} "
-            f"{sim.get('preemptions', 0):>8,} {_pct(misses.get('preemption', 0) / prompt):>10} "
-            f"{_pct(misses.get('in_flight', 0) / prompt):>9} "
-            f"{_pct(sim.get('reused_partial_tokens', 0) / prompt):>8}"
+            f"{sim.get('preemptions', 0):>8,} {_small(misses.get('preemption', 0) / prompt):>10} "
+            f"{_small(misses.get('in_flight', 0) / prompt):>9} "
+            f"{_small(sim.get('reused_partial_tokens', 0) / prompt):>8}"
         )
     lines += [
         "  recomputed: served at admission, computed again after a preemption (one-pass: no preemption)",
         "  in flight: a block another running request had announced but not computed yet (one-pass: one request "
         "at a time)",
         "  partial: served from a partly filled cached block (one-pass: whole blocks only)",
-        "  the rest: running requests pin their blocks (locks), and chunking and batching change the order of "
-        "use, so LRU evicts other blocks"
+        "  the rest: running requests hold pool blocks (their prompt, pinned by locks, and their generated "
+        "tokens), so less room is left to cache, and chunking and batching change the order of use, so LRU "
+        "evicts other blocks"
         + (
             "; the engine also caches a token workload's generated tokens, "
             "which the next turn reuses (one-pass: prompts only)"
