@@ -23,7 +23,6 @@ from engine.worker.paged_kv import BlockTables, PagedKV
 from engine.worker.ring_tensors import RingTensors
 from engine.worker.sampling import sample
 from engine.worker.scoring import token_logprobs
-from engine.worker.small_batch import RowwiseLinear
 
 
 @dataclass
@@ -77,8 +76,6 @@ class ModelRunner:
         self.device = kv.kv.device
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
-        # decode steps of a few sequences: linear layers row by row (engine/worker/small_batch.py)
-        self.rowwise = RowwiseLinear(model)
         self.tables = BlockTables(self.device)
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None
@@ -240,8 +237,7 @@ class ModelRunner:
         if timing:
             self._sync()
             started = time.perf_counter()
-        decode_rows = len(chunks) if all(c.num_tokens == 1 for c in chunks) else 0
-        with self.attention.paged(), self.rowwise.active(decode_rows):
+        with self.attention.paged():
             out = self.model(
                 input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep, **{BATCH_KWARG: batch}
             )
