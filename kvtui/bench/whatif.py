@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtui.whatif.curve import Curve, chain_nodes, lru_curve, simulate_lru
+from kvtui.whatif.mooncake import load_mooncake
 from kvtui.whatif.optimal import belady
 from kvtui.whatif.synth import mooncake_like, write_jsonl
 
@@ -56,21 +57,18 @@ class Workload:
 
 
 def read_mooncake(path: str | Path, block_size: int = TRACE_BLOCK) -> Workload:
-    """A Mooncake JSONL: per request its hash ids and the tokens of each block (the last one partial)."""
+    """A Mooncake JSONL through the what-if reader (kvtui/whatif/mooncake.py): per request its hash ids and the
+    tokens of each block (the last one partial). A bad line stops the bench (both tools must read the same)."""
+    loaded = load_mooncake(path, block_size)
+    if loaded.problems:
+        raise ValueError(f"{path}: {loaded.problems[0]}")
     keys, weights, prompt = [], [], 0
-    with open(path) as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                ids, length = record["hash_ids"], int(record["input_length"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{number}: not a Mooncake record ({exc})") from None
-            keys.append(ids)
-            # kvcache-simulator's weights: min(block, left), at least 1
-            weights.append([max(1, min(block_size, length - i * block_size)) for i in range(len(ids))])
-            prompt += length
+    for request in loaded.requests:
+        ids, length = request.hash_ids, request.input_length
+        keys.append(ids)
+        # kvcache-simulator's weights: min(block, left), at least 1
+        weights.append([max(1, min(block_size, length - i * block_size)) for i in range(len(ids))])
+        prompt += length
     return Workload(Path(path), keys, weights, prompt)
 
 
