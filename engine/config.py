@@ -26,6 +26,9 @@ class EngineConfig:
     max_num_seqs: int = 64
     # share cached prefixes between requests (radix tree)
     prefix_cache: bool = True
+    # reuse the leading tokens of a cached block past the last whole one (a tail, or a longer block): hits to the
+    # token. False serves whole blocks only and keeps no tails, as vLLM and SGLang's paged caches do
+    partial_hits: bool = True
     # lru | lfu | cost: which cached block goes first when the pool runs out
     eviction: str = "lru"
     # requests in the sliding window of the hit rates

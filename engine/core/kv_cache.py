@@ -55,7 +55,7 @@ class KVCacheManager:
         self.block_size = bs = config.block_size
         self.pool = BlockPool(config.pool_blocks(shape), bs, trace)
         self.prefix_cache: PrefixCache = (
-            RadixPrefixCache(self.pool, trace, config.eviction, token_text)
+            RadixPrefixCache(self.pool, trace, config.eviction, token_text, partial_hits=config.partial_hits)
             if config.prefix_cache
             else NoPrefixCache(bs)
         )

@@ -92,8 +92,12 @@ class RadixPrefixCache(PrefixCache):
     Tails go first on eviction: each costs fewer than block_size tokens to recompute.
     """
 
-    def __init__(self, pool: BlockPool, trace: TraceSink, policy: str, token_text=str):
+    def __init__(
+        self, pool: BlockPool, trace: TraceSink, policy: str, token_text=str, partial_hits: bool = True
+    ):
         self.block_size = pool.block_size
+        # False: whole blocks only (vLLM's granularity), so no partial reuse and no tails kept
+        self.partial_hits = partial_hits
         self.pool = pool
         self.radix = RadixCache(pool, trace, policy, token_text=token_text)
         self.tails = TailStore(pool, trace, self.radix.clock)
@@ -106,7 +110,7 @@ class RadixPrefixCache(PrefixCache):
         Never covers the last token; the manager copies the block before any write."""
         start = len(match.blocks) * self.block_size
         limit = len(tokens) - 1 - start
-        if limit <= 0:
+        if limit <= 0 or not self.partial_hits:
             return None
         rest = list(tokens[start : start + self.block_size])
         tail = self.tails.best(match.keys[-1] if match.blocks else root_key(cache_salt), rest, limit)
@@ -138,6 +142,8 @@ class RadixPrefixCache(PrefixCache):
             self.radix.unlock(node, request_id)
 
     def keep_tail(self, keys, cache_salt, physical, tokens) -> bool:
+        if not self.partial_hits:
+            return False
         if keys:
             parent = self.radix.full_path(keys)
             if parent is None:

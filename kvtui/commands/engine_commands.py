@@ -63,6 +63,13 @@ def engine_options(func):
         help="Share cached prefixes between requests (radix tree).",
     )
     @click.option(
+        "--partial-hits/--whole-blocks",
+        default=True,
+        show_default=True,
+        help="Reuse the leading tokens of a cached block past the last whole one (hits to the token), or "
+        "serve whole blocks only and keep no tails, as vLLM and SGLang do.",
+    )
+    @click.option(
         "--eviction",
         type=click.Choice(["lru", "lfu", "cost"]),
         default="lru",
@@ -80,7 +87,16 @@ def engine_options(func):
 def engine_config(overrides: dict | None = None, **options):
     from engine.engine import EngineConfig
 
-    keys = ("device", "dtype", "block_size", "num_blocks", "max_batched_tokens", "prefix_cache", "eviction")
+    keys = (
+        "device",
+        "dtype",
+        "block_size",
+        "num_blocks",
+        "max_batched_tokens",
+        "prefix_cache",
+        "partial_hits",
+        "eviction",
+    )
     values = {key: options[key] for key in keys}
     # a workload's "engine" section beats the defaults ...
     values.update(overrides or {})
