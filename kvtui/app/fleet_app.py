@@ -3,8 +3,10 @@
 
 Tabs: 1 fleet (one row per worker), 2 prefix tree (block hashes, tokens, holders), 3 explain (a prompt against
 every worker's cache, typed in a multi-line box, chat special tokens and newlines included, or `@FILE`;
-ctrl+s explains), 4 requests (kvtui proxy's log, `--requests`: each request with vLLM's cached tokens beside
-kvtui's prediction at its arrival, TTFT, TPOT and the explanation). The views draw `FleetView`s (plain data, kvtui/state/fleet_view.py). Where they come from:
+ctrl+s explains), 4 requests (kvtui proxy's log, `--requests`, read as it grows: a lane per request, arrival
+to first token to last, TTFT / TPOT quantiles, and the selected request's cached tokens, vLLM's beside kvtui's
+prediction at its arrival, with the explainer's why). The views draw `FleetView`s (plain data,
+kvtui/state/fleet_view.py). Where they come from:
   live    `kvtui attach`: a collector process (kvtui/sources/collector.py) receives and folds the stream; each
           frame takes the latest view it sent and asks for the next (ten a second), never waiting for one;
   replay  the whole trace, folded here once (`g` goes to a percentage of it).
@@ -25,9 +27,12 @@ from kvtui.sources.collector_messages import CollectorNotice, Explained, ViewRea
 from kvtui.state.fleet import FleetState, replay_fleet
 from kvtui.state.fleet_explain import QueryError, parse_query
 from kvtui.state.fleet_view import FleetView, explain_text, fleet_view
+from kvtui.state.proxy_requests import ProxyRequests
 from kvtui.widgets.base import TextLine, update_if_changed
 from kvtui.widgets.fleet_table import FleetTableView
 from kvtui.widgets.fleet_tree import FleetTreeView
+from kvtui.widgets.proxy_lanes import ProxyLanesView, proxy_summary
+from kvtui.widgets.proxy_miss import request_detail
 
 # seconds between prefix-tree rebuilds while events flow
 TREE_EVERY = 1.0
@@ -52,7 +57,7 @@ FLEET_TABS: dict[str, tuple[str, Callable[[FleetApp, FleetView | None], None] | 
     "fleet": ("#fleet-table", _draw_table),
     "tree": ("#fleet-tree", _draw_tree),
     "explain": ("#fleet-table", None),
-    "requests": ("#fleet-table", None),
+    "requests": ("#proxy-lanes", None),
 }
 
 
@@ -60,8 +65,11 @@ class FleetApp(App):
     TITLE = "kvtui attach"
     CSS = """
     #fleet-status { height: 1; background: $panel; }
-    FleetTableView, FleetTreeView { height: 1fr; }
+    #fleet-tabs { height: 1fr; }
+    FleetTableView, FleetTreeView, ProxyLanesView { height: 1fr; }
     #explain-input { dock: top; height: 8; }
+    #proxy-summary { height: 2; }
+    #proxy-detail-box { height: 11; border-top: solid $panel; }
     """
     BINDINGS = [
         Binding("q", "quit", "quit", id="fleet.quit"),
@@ -89,8 +97,11 @@ class FleetApp(App):
         super().__init__()
         # kvtui proxy's request log, read as it grows (the requests tab)
         self.requests_log = requests_log
-        self._requests: list[dict] = []
+        self.proxy_requests = ProxyRequests()
         self._requests_at = 0
+        # the request chosen on the lanes; None follows the latest arrival
+        self._proxy_selected: str | None = None
+        self._requests_drawn = False
         self.source = source
         # a CollectorClient (live `kvtui attach`)
         self.collector = collector
@@ -129,8 +140,10 @@ class FleetApp(App):
                 with VerticalScroll():
                     yield Static(id="explain-out")
             with TabPane("4 Requests", id="requests"):
-                with VerticalScroll():
-                    yield Static(id="requests-out")
+                yield TextLine(id="proxy-summary")
+                yield ProxyLanesView(id="proxy-lanes")
+                with VerticalScroll(id="proxy-detail-box"):
+                    yield Static(id="proxy-detail")
         yield Input(id="goto-input")
         yield Footer()
 
@@ -148,19 +161,37 @@ class FleetApp(App):
         self.refresh_views(force=True)
 
     def read_requests(self) -> None:
-        """The proxy's new records: each with vLLM's cached tokens, kvtui's prediction at arrival and why."""
-        from kvtui.sources.proxy_log import read_log, request_rows
+        """The proxy's new records (whole lines appended since the last read): redraw the tab when any came."""
+        from kvtui.sources.proxy_log import read_log
 
         if self.requests_log:
             new, self._requests_at = read_log(self.requests_log, self._requests_at)
-            self._requests += new
-            del self._requests[:-500]
-        text = (
-            "\n".join(request_rows(self._requests))
+            if not self.proxy_requests.extend(new) and self._requests_drawn:
+                return
+        self.draw_requests()
+
+    def draw_requests(self) -> None:
+        """Lanes, the TTFT / TPOT line and the selected request's explanation."""
+        self._requests_drawn = True
+        requests = self.proxy_requests
+        shown = requests.pick(self._proxy_selected)
+        lanes = self.query_one("#proxy-lanes", ProxyLanesView)
+        lanes.update_requests(requests, shown)
+        if self._proxy_selected is None and len(requests):
+            # following the latest arrival: keep its lane in sight
+            lanes.scroll_to_row(len(requests))
+        summary = (
+            proxy_summary(requests)
             if self.requests_log
             else "no request log: run kvtui proxy --log LOG --attach ..., then kvtui attach ... --requests LOG"
         )
-        update_if_changed(self.query_one("#requests-out", Static), text)
+        self.query_one("#proxy-summary", TextLine).set(summary)
+        detail = request_detail(requests.by_id.get(shown), requests.t0)
+        update_if_changed(self.query_one("#proxy-detail", Static), detail)
+
+    def on_proxy_lanes_view_request_selected(self, message: ProxyLanesView.RequestSelected) -> None:
+        self._proxy_selected = message.request_id
+        self.draw_requests()
 
     # ------------------------------------------------------------------ live
     def tick(self) -> None:
@@ -230,6 +261,8 @@ class FleetApp(App):
         self.query_one("#fleet-tabs", TabbedContent).active = tab
         if tab == "explain":
             self.query_one("#explain-input", TextArea).focus()
+        elif tab == "requests":
+            self.query_one("#proxy-lanes", ProxyLanesView).focus()
         # the tree now, not in a second
         self._tree_at = 0.0
         self.refresh_views(force=True)

@@ -19,7 +19,8 @@ proxy reads a copy of it on the side. For each completion request it records one
                        /tokenize of the answer text (`output_ids_from`: "answer" or "tokenize")
     predicted_cached   with --attach: the tokens kvtui's view of the cache predicted as cached (vLLM never serves
                        the prompt's last token from its cache: the match is cut there), explained at the
-                       arrival (`explain`, the best worker's message), and `agrees` (prediction == cached_tokens)
+                       arrival (`explain`, the best worker's message, `explain_reason` its reason word), and
+                       `agrees` (prediction == cached_tokens)
 
 The log is the proxy-log format of kvtui/whatif/loaders.py: "what if this vLLM had twice the blocks".
 Side requests (/tokenize) never delay the answer: they run beside it.
@@ -204,6 +205,7 @@ class Proxy:
             # what vLLM can serve of the match (never the prompt's last token)
             record["predicted_cached"] = vllm_hit_tokens(best)
             record["explain"] = best["message"]
+            record["explain_reason"] = best["reason"]
             if best.get("caveat"):
                 record["caveat"] = best["caveat"]
 

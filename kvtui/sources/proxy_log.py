@@ -1,6 +1,6 @@
-"""The proxy's request log, read back: what a request line says on the terminal, the attach app's requests tab
-(tab 4, read as the log grows), and the attached view the proxy explains against (under one lock: the attach
-thread folds while the proxy's loop reads)."""
+"""The proxy's request log, read back: what a request line says on the terminal, the lines the attach app's
+requests tab takes as the log grows (tab 4; kvtui/state/proxy_requests.py holds them), and the attached view the
+proxy explains against (under one lock: the attach thread folds while the proxy's loop reads)."""
 
 from __future__ import annotations
 
@@ -61,23 +61,3 @@ def read_log(path: str, offset: int = 0) -> tuple[list[dict], int]:
         except ValueError:
             continue
     return out, offset + end
-
-
-def request_rows(records: list[dict]) -> list[str]:
-    """The attach app's requests tab: one line per request, newest last, with its explanation."""
-    if not records:
-        return ["no request yet (kvtui proxy --log LOG writes them; attach --requests LOG reads them)"]
-    t0 = records[0].get("arrival", 0.0)
-    head = f"{'request':<10} {'at s':>7} {'prompt':>6} {'vLLM cached':>11} {'kvtui':>6} {'TTFT ms':>8} {'TPOT ms':>8}  why"
-    lines = [head]
-    for r in records:
-        ttft = "-" if r.get("ttft") is None else f"{r['ttft'] * 1000:.0f}"
-        tpot = "-" if r.get("tpot") is None else f"{r['tpot'] * 1000:.1f}"
-        predicted = r.get("predicted_cached")
-        mark = "" if r.get("agrees") in (True, None) else " DISAGREES"
-        lines.append(
-            f"{r.get('request_id', '?')[:10]:<10} {r.get('arrival', 0.0) - t0:>7.2f} "
-            f"{len(r.get('prompt_token_ids') or []):>6} {r.get('cached_tokens')!s:>11} {predicted!s:>6} "
-            f"{ttft:>8} {tpot:>8}  {r.get('explain', '')}{mark}"
-        )
-    return lines

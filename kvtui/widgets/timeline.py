@@ -8,19 +8,16 @@ TPOT = (t_last - t_first) / (n - 1); ITL = gap between consecutive tokens of one
 
 from __future__ import annotations
 
-from rich.segment import Segment
 from rich.style import Style
-from textual.binding import Binding
 from textual.content import Content
 from textual.message import Message
-from textual.strip import Strip
 
 from engine.trace.metrics import PERCENTILES, latency_summaries
 from kvtui.state import CacheState, RequestRecord
-from kvtui.widgets.base import LineView, fmt_seconds, pad, plural
+from kvtui.widgets.base import fmt_seconds, plural
+from kvtui.widgets.lanes import Cell, LanesView, column, paint
 from kvtui.widgets.palette import Palette, markup, owner_markup, theme_palette
 
-LABEL = 10
 # mark -> (glyph, colour role (kvtui/widgets/palette.py))
 GLYPHS = {
     "prefill": ("█", "prefill"),
@@ -35,68 +32,41 @@ QUEUED = ("·", "dim")
 RUNNING = ("─", "running")
 
 
-class TimelineView(LineView):
-    BINDINGS = [
-        Binding("up", "move(-1)", "request up", show=False, id="lanes.up"),
-        Binding("down", "move(1)", "request down", show=False, id="lanes.down"),
-    ]
+class TimelineView(LanesView):
+    """The engine's requests, one lane each, from a `View`'s state; the selection is the view's request."""
 
     class RequestSelected(Message):
         def __init__(self, request_id: str):
             super().__init__()
             self.request_id = request_id
 
-    def row_count(self, width: int) -> int:
+    def lane_ids(self) -> list[str]:
         state = self.view.state
-        return 1 + (len(state.order) if state is not None else 0)
+        return [] if state is None else state.order
 
-    def render_row(self, row: int, width: int) -> Strip:
-        state = self.view.state
-        palette = self.palette()
-        dim = palette["dim"]
-        if state is None:
-            return pad([Segment("no trace yet", dim)], width)
-        span = max(state.t, 1e-9)
-        cols = max(1, width - LABEL)
-        if row == 0:
-            axis = f"0s{'':{max(0, cols - 12)}}{state.t:.2f}s"
-            return pad(
-                [Segment(f"{'request':<{LABEL}}", palette["heading"]), Segment(axis[:cols], dim)], width
-            )
-        rid = state.order[row - 1]
-        req = state.requests[rid]
-        label_style = palette.owner(req.ordinal) + palette["bold"]
-        if rid == self.view.request_id:
-            label_style += palette["cursor"]
-        cells = lane_cells(req, span, cols, state.t, palette)
-        segs = [Segment(f"{rid[: LABEL - 1]:<{LABEL - 1}} ", label_style)]
-        segs += [Segment(glyph, style) for glyph, style in cells]
-        return pad(segs, width)
+    def selected_id(self) -> str | None:
+        return self.view.request_id
 
-    def action_move(self, delta: int) -> None:
+    def axis_end(self) -> float | None:
         state = self.view.state
-        if state is None or not state.order:
-            return
-        rid = self.view.request_id
-        i = state.order.index(rid) if rid in state.requests else -1
-        i = max(0, min(len(state.order) - 1, i + delta))
-        self.scroll_to_row(i + 1)
-        self.post_message(self.RequestSelected(state.order[i]))
+        return None if state is None else state.t
 
-    def on_click(self, event) -> None:
+    def lane(self, lane_id: str, span: float, cols: int, palette: Palette) -> tuple[Style, list[Cell]]:
         state = self.view.state
-        row = event.y + int(self.scroll_offset.y) - 1
-        if state is not None and 0 <= row < len(state.order):
-            self.post_message(self.RequestSelected(state.order[row]))
+        req = state.requests[lane_id]
+        return palette.owner(req.ordinal) + palette["bold"], lane_cells(req, span, cols, state.t, palette)
+
+    def select(self, lane_id: str) -> None:
+        self.post_message(self.RequestSelected(lane_id))
 
 
 def lane_cells(
     req: RequestRecord, span: float, cols: int, now: float, palette: Palette | None = None
-) -> list[tuple[str, Style]]:
+) -> list[Cell]:
     """One (glyph, style) per column for a request's lane."""
 
     def col(t: float) -> int:
-        return max(0, min(cols - 1, int(t / span * cols)))
+        return column(t, span, cols)
 
     palette = palette or theme_palette()
     glyphs = {kind: (glyph, palette[role]) for kind, (glyph, role) in GLYPHS.items()}
@@ -104,7 +74,6 @@ def lane_cells(
     queued = (QUEUED[0], palette[QUEUED[1]])
     running = (RUNNING[0], palette[RUNNING[1]])
 
-    cells: list[tuple[str, Style] | None] = [None] * cols
     # the lane's ground, from its marks in time order: queued until it runs (and again after a preemption or an
     # edit of a finished run, until it is scheduled again), running until it finishes
     phases = {
@@ -114,11 +83,11 @@ def lane_cells(
         "prefill": running,
         "decode": running,
     }
+    runs = []
     ground, since = None, None
     for t, kind, _step in sorted(req.marks, key=lambda mark: mark[0]):
         if since is not None and ground is not None:
-            for c in range(col(since), col(t)):
-                cells[c] = ground
+            runs.append((col(since), col(t), ground))
         if kind == "finished":
             ground = None
         elif kind == "edit":
@@ -128,19 +97,9 @@ def lane_cells(
             ground = phases.get(kind, ground)
         since = t
     if ground is not None and since is not None:
-        for c in range(col(since), col(now) + 1):
-            cells[c] = ground
-    best = [-1] * cols
-    for t, kind, _step in req.marks:
-        glyph = glyphs.get(kind)
-        if glyph is None:
-            continue
-        c = col(t)
-        if PRIORITY[kind] > best[c]:
-            best[c] = PRIORITY[kind]
-            cells[c] = glyph
-    blank = (" ", Style())
-    return [cell or blank for cell in cells]
+        runs.append((col(since), col(now) + 1, ground))
+    marks = [(col(t), PRIORITY[kind], glyphs[kind]) for t, kind, _step in req.marks if kind in glyphs]
+    return paint(cols, runs, marks)
 
 
 def latency_values(state: CacheState, last: int | None = None) -> dict[str, list[float]]:
@@ -161,9 +120,15 @@ def latency_summary(state: CacheState | None, last: int = 2000) -> Content:
         return Content("")
     values = latency_values(state, last)
     summaries = latency_summaries(values["ttft"], values["tpot"], values["itl"])
+    return quantiles_line(
+        [("TTFT", summaries["ttft"]), ("TPOT", summaries["tpot"]), ("ITL", summaries["itl"])]
+    )
+
+
+def quantiles_line(named: list[tuple[str, dict]]) -> Content:
+    """`TTFT p50 1.0ms p95 ... (n=12)` for each (name, engine/trace/metrics.py summary) in turn."""
     parts: list = []
-    for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl")):
-        found = summaries[key]
+    for name, found in named:
         values_text = " ".join(f"p{q} {fmt_seconds(found[f'p{q}'])}" for q in PERCENTILES)
         parts += [(f"{name} ", markup("bold")), values_text, (f" (n={found['n']})   ", markup("dim"))]
     return Content.assemble(*parts)

@@ -198,6 +198,7 @@ def test_with_an_attached_view_each_request_is_explained_and_compared(upstream):
         assert salted["predicted_cached"] == 2 and salted["agrees"] is True
         # the stand-in says 2 were cached, kvtui's view says none: flagged
         assert plain["predicted_cached"] == 0 and plain["agrees"] is False and "salt" in plain["explain"]
+        assert plain["explain_reason"] == "salt"
     finally:
         running.close()
 
@@ -294,17 +295,17 @@ async def test_the_attach_app_shows_the_proxys_requests(tmp_path):
     }
     log.write_text(json.dumps(record) + "\n" + '{"arrival": 101')
     app = FleetApp(source="t", header={}, events=[], frame_rate=None, requests_log=str(log))
-    async with app.run_test(size=(200, 30)) as pilot:
+    async with app.run_test(size=(200, 40)) as pilot:
         await pilot.press("4")
         await pilot.pause()
-        text = str(app.query_one("#requests-out").render())
+        text = str(app.query_one("#proxy-detail").render())
         assert "proxy-1" in text and "DISAGREES" in text and "131" in text and "nothing cached after" in text
         # the half-written line is read once it is whole
         with open(log, "a") as f:
             f.write(', "request_id": "proxy-2", "prompt_token_ids": [1], "cached_tokens": 0}\n')
         app.read_requests()
         await pilot.pause()
-        assert "proxy-2" in str(app.query_one("#requests-out").render())
+        assert app.query_one("#proxy-lanes").lane_ids() == ["proxy-1", "proxy-2"]
 
 
 def test_expect_100_continue_is_relayed(upstream):
