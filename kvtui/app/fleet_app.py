@@ -38,6 +38,8 @@ from kvtui.widgets.proxy_miss import request_detail
 TREE_EVERY = 1.0
 # seconds between two views asked of the collector (a person reads ten a second at most)
 VIEW_EVERY = 0.1
+# bytes of kvtui proxy's log read at the start (500 requests of 4k-token prompts take about 20 MiB)
+REQUESTS_TAIL = 64 << 20
 
 
 def _draw_table(app: FleetApp, view: FleetView | None) -> None:
@@ -162,9 +164,12 @@ class FleetApp(App):
 
     def read_requests(self) -> None:
         """The proxy's new records (whole lines appended since the last read): redraw the tab when any came."""
-        from kvtui.sources.proxy_log import read_log
+        from kvtui.sources.proxy_log import read_log, tail_offset
 
         if self.requests_log:
+            if not self._requests_drawn:
+                # the first read: only the log's tail, as the tab keeps the latest requests
+                self._requests_at = tail_offset(self.requests_log, REQUESTS_TAIL)
             new, self._requests_at = read_log(self.requests_log, self._requests_at)
             if not self.proxy_requests.extend(new) and self._requests_drawn:
                 return

@@ -61,3 +61,20 @@ def read_log(path: str, offset: int = 0) -> tuple[list[dict], int]:
         except ValueError:
             continue
     return out, offset + end
+
+
+def tail_offset(path: str, max_bytes: int) -> int:
+    """Where to start reading a log for its last lines: 0 for a file of at most `max_bytes`, else the start of
+    the first whole line within its last `max_bytes` (a long-running proxy's log grows to gigabytes, and the
+    requests tab keeps only the latest few hundred)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            if size <= max_bytes:
+                return 0
+            # from the byte before the window: a line that starts exactly at the window is kept whole
+            f.seek(size - max_bytes - 1)
+            f.readline()
+            return f.tell()
+    except OSError:
+        return 0
