@@ -27,10 +27,19 @@ HEADER_FIELDS: dict[str, tuple[str, str]] = {
     "bytes_per_block": (_INT, "KV bytes of one block over all full-attention layers"),
     "bytes_per_token": (_INT, "KV bytes of one token over all full-attention layers"),
     "config": (_DICT, "engine configuration the run used"),
-    "kind": (_STR + "?", "what made the trace: left out by the engine; attach, whatif (kvtui whatif -o)"),
+    "kind": (
+        _STR + "?",
+        "what made the trace: left out by the engine; attach, whatif (kvtui whatif -o), sinks (kvtui sinks "
+        "--trace)",
+    ),
     "whatif": (
         _DICT + "?",
         "kvtui whatif -o: capacity_tokens, cost (the cost model), hash_ids (generated tokens never cached)",
+    ),
+    "sinks": (
+        _DICT + "?",
+        "kvtui sinks --trace: window (W), sink_tokens (S), heavy, recent, layer (the one H2O's ring follows), "
+        "every (positions per sample), tokens",
     ),
 }
 
@@ -229,6 +238,16 @@ EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         ),
         "recompute_tokens": (_INT, "wanted - position: extra tokens recomputed through all layers"),
         "reason": (_STR, "window when position < wanted, else none"),
+    },
+    "ring_kept": {
+        "request_id": (_STR, "owner of a heavy-hitter cache (H2O: kvtui sinks --trace, the experiment only)"),
+        "group": (_INT, "ring group"),
+        "budget": (_INT, "slots: keys held at most, the newest included"),
+        "recent": (_INT, "the newest `recent` positions are always kept; the others held are heavy hitters"),
+        "end": (_INT, "one past the newest position: the cache as query end - 1 reads it"),
+        "kept": (_LIST, "positions held, ascending (replaces the previous set: a key dropped never returns)"),
+        "layer": (_INT + "?", "the layer this cache is (H2O keeps one per layer and KV head)"),
+        "kv_head": (_INT + "?", "the KV head this cache is"),
     },
     "sink_divergence": {
         "request_id": (_STR, "finished request run with attention sinks (or a forced window)"),

@@ -8,7 +8,9 @@ StreamingLLM's S sinks + (B - S) recent keys, and as a window of B.
 It runs as one eager forward of the whole text: layer l's keys and queries depend only on layer l - 1's outputs,
 so a mask per layer, built query by query from that layer's own scores, is exactly what a token-by-token H2O
 decode would read (the scores of a KV head's query heads are summed, so GQA keeps one cache per KV head).
-`KeptSlots` records what the cache holds after the last token, for the ring strip of `kvtui sinks`.
+`HeavyHitterRun.kept` records what each cache holds after the last token (the strip `kvtui sinks` prints);
+`history` what one layer's first KV head held as each traced query read it (`kvtui sinks --trace`'s
+`ring_kept` events: the set changes over time, one drop a token once the budget is full).
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ class HeavyHitterRun:
     heavy: int
     recent: int
     kept: dict[int, torch.Tensor] = field(default_factory=dict)
+    # the layer whose KV head 0 is traced, and the query positions at which its kept set is recorded
+    trace_layer: int | None = None
+    trace_at: tuple[int, ...] = ()
+    # query position q -> the positions (<= q, sorted) that KV head 0 of trace_layer held when q read them
+    history: dict[int, list[int]] = field(default_factory=dict)
 
     @property
     def budget(self) -> int:
@@ -74,6 +81,11 @@ def make_attention(run: HeavyHitterRun):
             scores = torch.tanh(scores / softcap) * softcap
         allowed, kept = heavy_hitter_mask(scores, run.heavy, run.recent)
         run.kept[module.layer_idx] = kept.cpu()
+        if module.layer_idx == run.trace_layer and run.trace_at:
+            # allowed[h, q] is what head h held when query q read (q included)
+            rows = allowed[0, list(run.trace_at)].cpu()
+            for q, row in zip(run.trace_at, rows):
+                run.history[q] = row.nonzero()[:, 0].tolist()
         probs = torch.softmax(scores.masked_fill(~allowed[:, None], float("-inf")).float(), dim=-1)
         out = probs.to(value.dtype) @ value[0].unsqueeze(1)
         # [Hkv, G, T, D] -> [1, T, Hq, D]
@@ -100,10 +112,11 @@ def next_token_logprobs(model, hidden: torch.Tensor, token_ids: list[int], rows:
 
 @torch.inference_mode()
 def heavy_hitter_logprobs(
-    model, token_ids: list[int], heavy: int, recent: int
+    model, token_ids: list[int], heavy: int, recent: int, trace_layer: int | None = None, trace_at=()
 ) -> tuple[torch.Tensor, HeavyHitterRun]:
-    """[T - 1] log-probabilities of tokens 1.. under H2O with at most heavy + recent keys per KV head."""
-    run = HeavyHitterRun(heavy, recent)
+    """[T - 1] log-probabilities of tokens 1.. under H2O with at most heavy + recent keys per KV head; with
+    `trace_layer`, the run's `history` holds that layer's KV head 0 kept set at each query of `trace_at`."""
+    run = HeavyHitterRun(heavy, recent, trace_layer=trace_layer, trace_at=tuple(trace_at))
     AttentionInterface.register(ATTENTION_NAME, make_attention(run))
     previous = model.config._attn_implementation
     model.set_attn_implementation(ATTENTION_NAME)

@@ -10,7 +10,8 @@ under four caches of one budget W, plus two baselines:
     recompute      sliding window with re-computation: each sampled position is predicted from a fresh forward
                    of its last W tokens (slow: sampled)
 Positions are the text's (the rings keep RoPE at each token's own position), not StreamingLLM's positions
-inside the cache, so the text stays within the model's context.
+inside the cache, so the text stays within the model's context. `--trace OUT` also writes the window, sinks and
+heavy-hitter caches as they advance, for `kvtui replay OUT`'s rings (kvtui/commands/sinks_trace.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ import math
 from pathlib import Path
 
 import click
+
+from kvtui.commands.output_path import output_file
+from kvtui.commands.sinks_trace import (
+    default_every,
+    query_positions,
+    sample_ends,
+    sinks_trace,
+    write_trace,
+)
 
 METHODS = ("dense", "window", "sinks", "heavy hitters", "recompute")
 MARKS = {"dense": "D", "window": "W", "sinks": "S", "heavy hitters": "H", "recompute": "R"}
@@ -33,8 +43,22 @@ def reference_text() -> str:
     return "\n\n".join(topics[key] for key in sorted(topics))
 
 
-def run_experiment(model, tokenizer, name, token_ids, window, sinks, samples, heavy_hitters=True, say=print):
-    """{method: (positions, logprobs)} over tokens 1.. of `token_ids` (recompute: the sampled positions)."""
+def run_experiment(
+    model,
+    tokenizer,
+    name,
+    token_ids,
+    window,
+    sinks,
+    samples,
+    heavy_hitters=True,
+    say=print,
+    trace_layer=None,
+    trace_at=(),
+):
+    """{method: (positions, logprobs)} over tokens 1.. of `token_ids` (recompute: the sampled positions), and
+    "_kept" (the HeavyHitterRun: with `trace_layer`, that layer's kept sets at the queries `trace_at`),
+    "_header" (the sinks engine's trace header) and "_texts" (each token's text)."""
     import torch
 
     from engine.engine import Engine, EngineConfig
@@ -58,13 +82,19 @@ def run_experiment(model, tokenizer, name, token_ids, window, sinks, samples, he
             prefix_cache=False,
             **extra,
         )
-        score = Engine(model, tokenizer, config, name).score(token_ids)
+        engine = Engine(model, tokenizer, config, name)
+        score = engine.score(token_ids)
         results[method] = (positions, score.logprobs[1:])
+        if method == "sinks":
+            results["_header"] = engine.trace.header
+            results["_texts"] = [engine.token_text(t) for t in token_ids]
     if heavy_hitters:
         say(
             f"heavy hitters: one eager forward of {n} tokens, {window // 2} heavy + {window - window // 2} recent"
         )
-        logprobs, run = heavy_hitter_logprobs(model, token_ids, window // 2, window - window // 2)
+        logprobs, run = heavy_hitter_logprobs(
+            model, token_ids, window // 2, window - window // 2, trace_layer, trace_at
+        )
         results["heavy hitters"] = (positions, logprobs.tolist())
         results["_kept"] = run
     # recompute: predict token p + 1 from tokens p - W + 1 .. p, at positions spread over [W, n - 1)
@@ -203,7 +233,41 @@ def format_strip(run, n: int, sinks_count: int, width: int = 96) -> str:
 @click.option("--bucket", type=click.IntRange(min=1), default=None, help="Positions per plot column [W / 2].")
 @click.option("--no-heavy-hitters", is_flag=True, help="Skip H2O (its eager forward is the slowest part).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads.")
-def sinks(text, model, device, window, sinks, tokens, samples, bucket, no_heavy_hitters, threads):
+@click.option(
+    "--trace",
+    "trace_path",
+    type=click.Path(dir_okay=False),
+    callback=output_file,
+    help="Also write the caches as they advance, for `kvtui replay` (rings tab: sinks, recent, heavy hitters).",
+)
+@click.option(
+    "--trace-every",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Positions per traced sample [as many as keep 256 samples].",
+)
+@click.option(
+    "--trace-layer",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="The layer whose heavy hitters the trace follows (KV head 0).",
+)
+def sinks(
+    text,
+    model,
+    device,
+    window,
+    sinks,
+    tokens,
+    samples,
+    bucket,
+    no_heavy_hitters,
+    threads,
+    trace_path,
+    trace_every,
+    trace_layer,
+):
     """Why attention sinks exist, on our models: perplexity of a long text with a window, with S sinks + a
     window, with heavy hitters, and with full attention, all at one cache budget W.
 
@@ -215,6 +279,7 @@ def sinks(text, model, device, window, sinks, tokens, samples, bucket, no_heavy_
       kvtui sinks                                SmolLM2, W=256, S=4, 2048 tokens
       kvtui sinks -m gemma3 --tokens 2048        Gemma 3: W=512, its 3 full layers forced to the window
       kvtui sinks book.txt -W 128 -S 4 --tokens 1024
+      kvtui sinks --tokens 1024 --trace sinks.jsonl && kvtui replay sinks.jsonl   (then 5: the rings)
     """
     import torch
 
@@ -230,7 +295,9 @@ def sinks(text, model, device, window, sinks, tokens, samples, bucket, no_heavy_
         hf_model, tokenizer, name = load_model(model, device=device, dtype="float32")
     except ModelLoadError as exc:
         raise click.ClickException(str(exc)) from None
-    token_ids = list(tokenizer(body)["input_ids"])[:tokens]
+    # a random model (random:ARCH:SIZE) has no tokenizer: the text's UTF-8 bytes are its token ids
+    encoded = tokenizer(body)["input_ids"] if tokenizer is not None else list(body.encode("utf-8"))
+    token_ids = [t % hf_model.config.vocab_size for t in encoded][:tokens]
     limit = getattr(hf_model.config, "max_position_embeddings", None)
     if limit and len(token_ids) > limit:
         token_ids = token_ids[:limit]
@@ -242,8 +309,24 @@ def sinks(text, model, device, window, sinks, tokens, samples, bucket, no_heavy_
     def say(message):
         click.echo(message, err=True)
 
+    layers = hf_model.config.num_hidden_layers
+    if trace_layer >= layers:
+        raise click.BadParameter(
+            f"{name} has layers 0-{layers - 1}, not {trace_layer}", param_hint="--trace-layer"
+        )
+    every = trace_every or default_every(n)
     results = run_experiment(
-        hf_model, tokenizer, name, token_ids, window, sinks, samples, not no_heavy_hitters, say
+        hf_model,
+        tokenizer,
+        name,
+        token_ids,
+        window,
+        sinks,
+        samples,
+        not no_heavy_hitters,
+        say,
+        trace_layer if trace_path else None,
+        query_positions(n, every) if trace_path else (),
     )
     hybrid = any(w is not None for w in describe(hf_model, name).windows)
     click.echo(f"StreamingLLM's experiment on {name}, {n} tokens of {source}; W = {window}, S = {sinks}")
@@ -253,6 +336,16 @@ def sinks(text, model, device, window, sinks, tokens, samples, bucket, no_heavy_
     if "_kept" in results:
         click.echo()
         click.echo(format_strip(results["_kept"], n, sinks))
+    if trace_path:
+        header, events = sinks_trace(
+            results["_header"], token_ids, results["_texts"], window, sinks, results.get("_kept"), every
+        )
+        write_trace(trace_path, header, events)
+        click.echo()
+        click.echo(
+            f"trace: {trace_path} ({len(sample_ends(n, every))} samples, one every {every} positions; "
+            f"heavy hitters of layer {trace_layer}, KV head 0): kvtui replay {trace_path}, then 5 for the rings"
+        )
 
 
 COMMANDS = [sinks]

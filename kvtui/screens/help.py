@@ -43,7 +43,9 @@ shows the cache exactly as it was after that event.
    **miss explainer** for the selected request: how many prompt tokens came from the cache and why matching
    stopped (divergent token, block floor, evicted, salt, short prompt, ...).
 4. **Metrics** - hit rates and KV memory over time; formula bytes next to pool bytes.
-5. **Rings** - sliding-window layers: W slots per request, the write head `▼`, the position in each slot.
+5. **Rings** - sliding-window layers: W slots per request, the write head `▼`, the position in each slot, in
+   its role (legend: sink kept forever, recent in the window, heavy hitter kept for its attention in a
+   `kvtui sinks --trace` trace); under them, where in the sequence the held positions lie.
 6. **Tokens** - the selected request's tokens with boundaries and positions; move the cursor (shift+arrows
    select a range) and `r` replace the selection by typed text of any length, `i` insert before, `d` delete
    the selection (live mode), `f` fork. An edit goes to the engine's present: scrubbed back, the view jumps

@@ -2,9 +2,10 @@
 
 A new user who opens a trace should not face an empty pool at event 0. The replay opens at the end of the
 trace (the cache as the run left it: what stayed cached, the whole tree), unless the end holds nothing (every
-block freed, e.g. prefix cache off): then at the engine step with the most blocks in use. The selected request
-is the most telling one: the last edited request, else the last one that reused part of its prompt or missed
-on a divergent token, else the last to arrive.
+block freed, e.g. prefix cache off): then at the engine step with the most blocks in use. A `kvtui sinks`
+trace holds no blocks at all (its caches are rings) and opens at its end, the whole text read. The selected
+request is the most telling one: the last edited request, else the last one that reused part of its prompt or
+missed on a divergent token, else the last to arrive.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from kvtui.state.timeline import Timeline
 def opening_cursor(timeline: Timeline) -> int:
     end = len(timeline)
     tip = timeline.tip
-    if tip.n_used or tip.n_cached or not timeline.history.steps:
+    if tip.n_used or tip.n_cached or not timeline.history.steps or timeline.header.get("kind") == "sinks":
         return end
     # (t, step, used, cached, free, num_tokens, duration, seq)
     steps = timeline.history.steps

@@ -23,6 +23,8 @@ The meaning of a colour stays the same in every theme:
     node          on $accent-muted, bold        the blocks of the radix node selected in the tree
     prefill, decode, mixed                      step kinds: $primary, $success, $accent
     dim, bold, heading, cursor                  $text-muted, bold, $text-accent bold, reverse
+    slot, sink-slot, heavy-slot                 a ring slot: recent (on $panel), sink (on $primary, bold),
+                                                heavy hitter (on $success-darken-1)
 
 Owners (requests by arrival order) cycle through `OWNERS`. The states a block can be in (free, used, shared,
 cached, writing, evicted) and the edit marks (kept, dropped, copied) are told apart in every built-in theme that
@@ -132,6 +134,9 @@ ROLES: dict[str, Role] = {
     "full-bar": Role("$error"),
     "slot": _on("$panel"),
     "ring-head": Role("$warning", text_style="bold"),
+    # a ring slot's role: recent is "slot"; sinks are kept forever; heavy hitters (H2O) for their attention
+    "sink-slot": _on("$primary", "bold"),
+    "heavy-slot": _on("$success-darken-1"),
     # the scrubber
     "knob": Role("$foreground", text_style="bold"),
     "arrival": Role("$primary"),

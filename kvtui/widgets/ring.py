@@ -2,6 +2,12 @@
 
 The window is the current token plus the W-1 before it; writing position p overwrites slot p mod W, which held
 p - W (now outside the window). The selected request's rings come first.
+
+Each slot is drawn in its role (kvtui/state/rings.py `Ring.role_of`): a sink (kept forever), recent (the
+window), or a heavy hitter (H2O in a `kvtui sinks --trace` trace); a legend under the heading names the roles
+present. Under each ring's slots, a map over the positions seen so far shows where in the text the held keys
+lie (sinks at the start, heavy hitters scattered, the window at the end), since a wide ring shows only the slots
+around its head.
 """
 
 from __future__ import annotations
@@ -13,9 +19,17 @@ from kvtui.state import Ring
 from kvtui.state.ring_memory import ring_memory
 from kvtui.widgets.base import LineView, fmt_bytes, pad, plural
 
-ROWS_PER_RING = 4
-# the heading, then ring memory vs full attention (a line and two bars)
-HEAD_ROWS = 4
+# a ring's title, its head marker, its slots, the map of held positions, its last write
+ROWS_PER_RING = 5
+# the heading, the legend, then ring memory vs full attention (a line and two bars)
+HEAD_ROWS = 5
+LEGEND_ROW = 1
+# role -> (palette role of its cells, map glyph, legend words)
+ROLE_LOOK = {
+    "sink": ("sink-slot", "s", "kept forever"),
+    "recent": ("slot", "r", "the window"),
+    "heavy": ("heavy-slot", "h", "most attention (H2O)"),
+}
 
 
 # rings shown: the selected request's, then those of unfinished requests
@@ -56,20 +70,11 @@ class RingView(LineView):
         palette = self.palette()
         dim, bold = palette["dim"], palette["bold"]
         if row == 0:
-            windows = [w for w in (state.header.get("model", {}).get("windows") or [])] if state else []
-            kinds = sum(1 for w in windows if w)
-            return pad(
-                [
-                    Segment(
-                        f"window layers: {kinds} of {len(windows)}  · slot = position mod W · window = "
-                        f"current token + W-1 before it",
-                        palette["heading"],
-                    )
-                ],
-                width,
-            )
+            return pad([Segment(self._heading(), palette["heading"])], width)
+        if row == LEGEND_ROW:
+            return self._legend_row(width)
         if row < HEAD_ROWS:
-            return self._memory_row(row, width)
+            return self._memory_row(row - 1, width)
         rings = self.rings()
         if not rings:
             return pad(
@@ -89,18 +94,27 @@ class RingView(LineView):
         if part == 0:
             req = state.requests.get(ring.request_id)
             style = palette.owner(req.ordinal) + bold if req else bold
+            if ring.recent is not None:
+                layer = f" of layer {ring.layer}, KV head 0" if ring.layer is not None else ""
+                shape = (
+                    f" group {ring.group} H2O budget={ring.window}: {ring.window - ring.recent} heavy hitters"
+                    f" + {ring.recent} recent{layer}"
+                )
+                counts = f" writes {ring.writes} drops {ring.overwrites}"
+            else:
+                shape = f" group {ring.group} W={ring.window}" + (
+                    f" + {ring.sinks} sink slots (positions 0-{ring.sinks - 1} kept forever)"
+                    if ring.sinks
+                    else ""
+                )
+                counts = f" writes {ring.writes} overwrites {ring.overwrites}"
             return pad(
                 [
                     Segment(f"{ring.request_id}", style),
                     Segment(
-                        f" group {ring.group} W={ring.window}"
-                        + (
-                            f" + {ring.sinks} sink slots (positions 0-{ring.sinks - 1} kept forever)"
-                            if ring.sinks
-                            else ""
-                        )
+                        shape
                         + f" head→slot {ring.head}"
-                        f" writes {ring.writes} overwrites {ring.overwrites}"
+                        + counts
                         + (
                             f" (slots {first}-{first + len(slots) - 1} of {len(ring.slots)}, around the head)"
                             if per_line < len(ring.slots)
@@ -120,21 +134,98 @@ class RingView(LineView):
             return pad(segs, width)
         if part == 2:
             segs = [Segment("  ")]
-            new_style, slot_style = palette["writing"], palette["slot"]
+            new_style = palette["writing"]
             for pos in slots:
                 text = "·" if pos < 0 else str(pos)
-                segs.append(Segment(text.center(cell - 1), new_style if pos in fresh else slot_style))
+                role = ROLE_LOOK.get(ring.role_of(pos), ROLE_LOOK["recent"])[0]
+                segs.append(Segment(text.center(cell - 1), new_style if pos in fresh else palette[role]))
                 segs.append(Segment(" "))
             return pad(segs, width)
+        if part == 3:
+            return self._map_row(ring, width)
+        return pad([Segment(self._summary(ring), dim)], width)
+
+    def _heading(self) -> str:
+        state = self.view.state
+        header = state.header if state else {}
+        sinks = header.get("sinks") if header.get("kind") == "sinks" else None
+        if sinks:
+            return (
+                f"kvtui sinks: caches of W = {sinks['window']} slots, S = {sinks['sink_tokens']} · "
+                f"{sinks['tokens']} tokens, a sample every {sinks['every']} positions"
+            )
+        windows = [w for w in (header.get("model", {}).get("windows") or [])]
+        kinds = sum(1 for w in windows if w)
+        return (
+            f"window layers: {kinds} of {len(windows)}  · slot = position mod W · window = "
+            f"current token + W-1 before it"
+        )
+
+    def _legend_row(self, width: int) -> Strip:
+        """What each mark means: the roles present in the rings shown, the fresh write, the head, an empty slot."""
+        palette = self.palette()
+        dim = palette["dim"]
+        rings = self.rings()
+        present = {"recent"}
+        if any(r.sinks for r in rings):
+            present.add("sink")
+        if any(r.recent is not None for r in rings):
+            present.add("heavy")
+        segs = [Segment("  ")]
+        for role, (style, _, words) in ROLE_LOOK.items():
+            if role in present:
+                segs += [Segment(f" {role} ", palette[style]), Segment(f" {words} ", dim)]
+        segs += [
+            Segment(" new ", palette["writing"]),
+            Segment(" written ", dim),
+            Segment("▼", palette["ring-head"]),
+            Segment(" head · empty", dim),
+        ]
+        return pad(segs, width)
+
+    def _map_row(self, ring: Ring, width: int) -> Strip:
+        """The positions 0..end-1 seen so far spread over the line: each cell the role of the keys held in its
+        run of positions (a sink over a heavy hitter over a recent one), `·` where none is held."""
+        palette = self.palette()
+        label = "  held "
+        end = max(ring.end, 1)
+        cells = max(1, min(end, width - len(label) - 1))
+        best: dict[int, str] = {}
+        rank = {"sink": 3, "heavy": 2, "recent": 1}
+        for pos in ring.slots:
+            if 0 <= pos < end:
+                role, i = ring.role_of(pos), pos * cells // end
+                if rank[role] > rank.get(best.get(i, ""), 0):
+                    best[i] = role
+        segs = [Segment(label, palette["dim"])]
+        for i in range(cells):
+            role = best.get(i)
+            if role is None:
+                segs.append(Segment("·", palette["free"]))
+            else:
+                style, glyph, _ = ROLE_LOOK[role]
+                segs.append(Segment(glyph, palette[style]))
+        return pad(segs, width)
+
+    def _summary(self, ring: Ring) -> str:
+        """What the ring holds by role, its last write and what left it."""
+        counts: dict[str, int] = {}
+        for pos in ring.slots:
+            role = ring.role_of(pos)
+            counts[role] = counts.get(role, 0) + 1
+        held = " · ".join(f"{counts[r]} {r}" for r in ("sink", "heavy", "recent") if counts.get(r))
+        text = f"  holds {held}" if held else "  "
+        if ring.last_written:
+            text += f" · last write {ring.last_written[0]}..{ring.last_written[-1]}"
         evicted = ring.last_evicted
-        text = f"  last write {ring.last_written[0]}..{ring.last_written[-1]}" if ring.last_written else "  "
         if evicted:
             shown = ", ".join(map(str, evicted[-6:]))
-            text += f" · fell out of the window: {'…, ' if len(evicted) > 6 else ''}{shown}"
-        return pad([Segment(text, dim)], width)
+            left = "dropped (least attention)" if ring.recent is not None else "fell out of the window"
+            text += f" · {left}: {'…, ' if len(evicted) > 6 else ''}{shown}"
+        return text
 
     def _memory_row(self, row: int, width: int) -> Strip:
-        """Ring memory vs what full attention would hold on the window layers, for the selected request (or the
+        """Row 1-3 of the memory block: ring memory vs what full attention would hold on the window layers, for the selected request (or the
         first one with rings): equal up to W tokens, then the ring stays flat while full attention grows."""
         state = self.view.state
         palette = self.palette()

@@ -48,7 +48,8 @@ def test_rings_view_draws_both_bars_as_the_context_grows(small_trace):
     memory = ring_memory(state.header, context)
     # this trace's window (W=6) is far shorter than its requests
     assert memory.saved > 0
-    out = [RingView(View(state, ring.request_id)).render_line(y).text for y in range(4)]
+    # rows 2-4, under the heading and the legend of the slots' roles
+    out = [RingView(View(state, ring.request_id)).render_line(y).text for y in range(1, 5)]
     assert f"{ring.request_id} at {context} tokens" in out[1]
     assert out[2].lstrip().startswith("rings") and out[3].lstrip().startswith("full attention")
     bars = [line.count("█") for line in out[2:4]]
@@ -73,5 +74,6 @@ def test_gemma3_fixture_rings_stop_growing_at_512():
     assert context > 600
     memory = ring_memory(state.header, context)
     assert memory.ring_bytes == 15 * 512 * PER_TOKEN and memory.full_bytes == 15 * context * PER_TOKEN
-    out = [RingView(View(state, "story")).render_line(y).text for y in range(2)]
-    assert f"story at {context} tokens" in out[1] and "full attention would hold" in out[1]
+    # row 2: under the heading and the legend
+    line = RingView(View(state, "story")).render_line(2).text
+    assert f"story at {context} tokens" in line and "full attention would hold" in line

@@ -88,3 +88,8 @@ def test_real_trace_tree_node_highlighted_in_pool(snap_compare):
     assert snap_compare(
         real_app("edit_series"), press=["3", "down", "down", "enter"], terminal_size=(100, 30)
     )
+
+
+def test_sinks_trace_rings(snap_compare):
+    """`kvtui sinks --trace` on a tiny random model: the window, sinks and heavy-hitter rings, slots by role."""
+    assert snap_compare(real_app("sinks_tiny"), press=["5"], terminal_size=(110, 34))

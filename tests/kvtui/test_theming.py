@@ -99,6 +99,7 @@ GROUPS = {
     "step kinds": ("prefill", "decode", "mixed"),
     "scrubber marks": ("preempt", "edit", "eviction", "miss", "arrival"),
     "prompt tokens": ("prompt-a", "prompt-b", "generated-a", "generated-b"),
+    "ring slots": ("slot", "sink-slot", "heavy-slot", "writing"),
 }
 
 

@@ -91,14 +91,17 @@ def test_ring_view_shows_slots_and_head(small_trace):
     header, events = small_trace
     state = replay(header, events[:200])
     ring = next(iter(state.rings.values()))
-    out = lines(RingView(View(state, ring.request_id)), 8)
+    out = lines(RingView(View(state, ring.request_id)), 10)
     assert "slot = position mod W" in out[0]
-    # rows 1-3: ring memory vs full attention (test_ring_memory.py)
-    assert "full attention would hold" in out[1]
-    assert out[4].startswith(ring.request_id) and f"W={ring.window}" in out[4]
-    assert "▼" in out[5]
-    shown = [int(x) for x in out[6].split() if x.isdigit()]
+    # row 1: the legend of the slots' roles; rows 2-4: ring memory vs full attention (test_ring_memory.py)
+    assert "recent" in out[1] and "▼ head" in out[1] and "heavy" not in out[1]
+    assert "full attention would hold" in out[2]
+    assert out[5].startswith(ring.request_id) and f"W={ring.window}" in out[5]
+    assert "▼" in out[6]
+    shown = [int(x) for x in out[7].split() if x.isdigit()]
     assert shown == [p for p in ring.slots if p >= 0]
+    # the held positions' map, then what the ring holds by role
+    assert out[8].startswith("  held ") and "r" in out[8] and "holds" in out[9]
 
 
 def test_charts_and_sparkline(small_trace):
@@ -142,13 +145,13 @@ def test_a_ring_wider_than_the_screen_shows_the_slots_around_its_write_head(smal
     widget = RingView(View(state, ring.request_id))
     widget.DEFAULT_WIDTH = 120
     out = lines(widget, 8)
-    assert "around the head" in out[4] and "head→slot 133" in out[4]
-    marker = out[5].index("▼")
-    shown = out[6].split()
+    assert "around the head" in out[5] and "head→slot 133" in out[5]
+    marker = out[6].index("▼")
+    shown = out[7].split()
     assert "133" in shown
     # the arrow stands over slot 133
-    column = out[6].index(" 133 ") + 1
-    assert abs(marker - column) <= 2, (out[5], out[6])
+    column = out[7].index(" 133 ") + 1
+    assert abs(marker - column) <= 2, (out[6], out[7])
 
 
 def _lane(marks, now, finished=None, cols=20):

@@ -24,7 +24,7 @@ from kvtui.cli import main
 from kvtui.screens.panel import PanelScreen
 from kvtui.state import replay, state_fingerprint
 from kvtui.widgets.base import TextLine
-from kvtui.widgets.ring import RingView
+from kvtui.widgets.ring import HEAD_ROWS, ROWS_PER_RING, RingView
 
 pytestmark = pytest.mark.anyio
 SIZE = (120, 40)
@@ -159,9 +159,10 @@ async def test_gemma3_rings_show_the_write_head():
         view = app.query_one(RingView)
         rings = view.rings()
         assert rings, "the Gemma 3 trace has window-layer rings"
-        lines = [view.render_line(y).text for y in range(4 + 4 * min(3, len(rings)))]
+        lines = [view.render_line(y).text for y in range(HEAD_ROWS + ROWS_PER_RING * min(3, len(rings)))]
         for i, ring in enumerate(rings[:3]):
-            head_row, slots_row = lines[4 + 4 * i + 1], lines[4 + 4 * i + 2]
+            top = HEAD_ROWS + ROWS_PER_RING * i
+            head_row, slots_row = lines[top + 1], lines[top + 2]
             assert "▼" in head_row, (ring.request_id, head_row)
             # the slot under the arrow is the head's
             column = head_row.index("▼")
