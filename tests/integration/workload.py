@@ -3,7 +3,8 @@
 Requests go one at a time, so the change in `vllm:prefix_cache_hits_total` around each one is that request's
 hit tokens (vLLM's own figure). Prompts are token ids (the completions API takes them), built from SmolLM2's
 chat template: a shared system prompt, a multi-turn chat, the same prompt with one early token changed, two
-cache salts, and long documents that fill the 128-block pool and evict.
+cache salts, long documents that fill the 128-block pool and evict, and a block-aligned prompt sent twice (a
+second physical copy of one hash, each copy removed on its own).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import msgspec
 import zmq
 
 from kvtui.sources.prometheus import summarize
@@ -64,8 +66,11 @@ def _counters(server) -> tuple[float, float]:
     return sum(f.get("prefix_hits", 0.0) for f in ranks), sum(f.get("prefix_queries", 0.0) for f in ranks)
 
 
-def send(server, name: str, ids: list[int], salt: str | None = None, max_tokens: int = 2) -> Sent:
-    """One completion on token ids; vLLM's hit and queried tokens from /metrics around it."""
+def send(
+    server, name: str, ids: list[int], salt: str | None = None, max_tokens: int = 2, extra: dict | None = None
+) -> Sent:
+    """One completion on token ids (`extra`: more of the body); vLLM's hit and queried tokens from /metrics
+    around it."""
     hits0, queries0 = _counters(server)
     body = {
         "model": "smollm2",
@@ -76,6 +81,7 @@ def send(server, name: str, ids: list[int], salt: str | None = None, max_tokens:
     }
     if salt is not None:
         body["cache_salt"] = salt
+    body.update(extra or {})
     reply = server.post("/v1/completions", body)
     # the counters are updated when the engine core reports; give it a moment
     deadline = time.monotonic() + 5
@@ -127,6 +133,114 @@ def evict(server, tokenizer, count: int = 4, nonce: str = "") -> list[Sent]:
         send(server, f"document-{i}", tokenizer.encode(document(i, nonce=nonce), add_special_tokens=False))
         for i in range(count)
     ]
+
+
+def second_copy(server, tokenizer, nonce: str, copies, send=None) -> list[Sent]:
+    """A second physical copy of one hash, made and removed on the real wire.
+
+    vLLM never serves a prompt's last token from its cache, so a block-aligned prompt sent again hits all
+    blocks but the last, recomputes that one into a block of its own, and caches it under the same hash (vLLM
+    does not de-duplicate: v1/core/block_pool.py, NOTE #1): a second BlockStored of a hash already resident,
+    whose parent is the hit chain's last block. A document sent between the two puts its ~46 blocks between
+    the copies in the LRU free queue, so later documents evict the copies apart, each with a BlockRemoved of
+    its own. Once one copy is gone, the prompt plus a few tokens asks vLLM whether the hash is still cached
+    (it hits all 3 blocks); documents follow until the other copy is gone too, and the probe is asked again.
+
+    `copies()` says how many physical copies of the twice-stored hash the wire holds now (0 before the second
+    store); `send` is the sender (a test's, which explains each request at its arrival)."""
+    send = send or globals()["send"]
+    enc = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    question = "Which block is cached twice, and which of its two copies goes first when the pool is full?"
+    # three whole blocks, cut from a longer prompt
+    aligned = enc(system(nonce + "Twice. ") + user_turn(question))[: 3 * 32]
+    assert len(aligned) == 96, len(aligned)
+    probe = aligned + enc("And why?")
+    out = [send(server, "aligned-first", aligned)]
+    out.append(send(server, "copy-document-0", enc(document(0, nonce=nonce + "Copy. "))))
+    out.append(send(server, "aligned-again", aligned))
+    assert copies() == 2, f"the block-aligned prompt sent twice left {copies()} copies of its last block"
+    probed = False
+    for i in range(1, 9):
+        out.append(send(server, f"copy-document-{i}", enc(document(i, nonce=nonce + "Copy. "))))
+        if copies() == 1 and not probed:
+            out.append(send(server, "aligned-probe-one-copy", probe))
+            probed = True
+        if copies() == 0:
+            break
+    out.append(send(server, "aligned-probe-no-copy", probe))
+    return out
+
+
+def wire_events(lines, seen: set | None = None):
+    """The events of recorded lines (live frames and replay replies), each batch once, decoded with plain
+    msgspec (not kvtui's decoder), as the dicts vLLM's map layout makes."""
+    seen = set() if seen is None else seen
+    for line in lines:
+        if line["kind"] not in ("live", "replay"):
+            continue
+        frames = [base64.b64decode(f) for f in line["frames"]]
+        # live: topic, seq, payload; replay: [empty,] [topic,] seq, payload (or the end marker)
+        seq, payload = frames[-2:]
+        if line["kind"] == "replay" and seq == b"\xff" * 8:
+            continue
+        if seq in seen:
+            continue
+        seen.add(seq)
+        yield from msgspec.msgpack.decode(payload)[1]
+
+
+class WireBlocks:
+    """Physical blocks held, counted from raw frames with plain msgspec (not kvtui's decoder): each hash of a
+    BlockStored is one block, each hash of a BlockRemoved frees one. Sound where no request asks for
+    kv_cache_report_mode=full (whose re-reports are no new blocks): `rereport_like` counts the stores that
+    look like one (a chain from the root, every hash already held), which a second copy of a one-block prompt
+    also does."""
+
+    def __init__(self):
+        self.held: dict[int, int] = {}
+        self.seen: set[bytes] = set()
+        # hashes that were ever held twice at once
+        self.doubled: set[int] = set()
+        self.stored = self.removed = self.rereport_like = 0
+
+    def feed(self, lines) -> WireBlocks:
+        for e in wire_events(lines, self.seen):
+            hashes = e.get("block_hashes", ())
+            if e["type"] == "BlockStored":
+                held = self.held
+                if e["parent_block_hash"] is None and all(held.get(h) for h in hashes):
+                    self.rereport_like += 1
+                for h in hashes:
+                    held[h] = held.get(h, 0) + 1
+                    if held[h] > 1:
+                        self.doubled.add(h)
+                self.stored += len(hashes)
+            elif e["type"] == "BlockRemoved":
+                for h in hashes:
+                    # a removal of a block stored before the first frame: nothing to count
+                    if self.held.get(h):
+                        self.held[h] -= 1
+                        if not self.held[h]:
+                            del self.held[h]
+                self.removed += len(hashes)
+        return self
+
+    @property
+    def physical(self) -> int:
+        return sum(self.held.values())
+
+
+def copies_counter(recorder):
+    """For second_copy: the physical copies the wire holds now of the hashes first held twice from now on."""
+    recorder.settle()
+    before = WireBlocks().feed(recorder.lines).doubled
+
+    def copies() -> int:
+        recorder.settle()
+        wire = WireBlocks().feed(recorder.lines)
+        return sum(wire.held.get(h, 0) for h in wire.doubled - before)
+
+    return copies
 
 
 class RawRecorder:

