@@ -72,7 +72,15 @@ def _prefill(
 
 
 def _decode(
-    batch: PagedBatch, group: DecodeGroup, window: int | None, query, k_blocks, v_blocks, scaling, softcap
+    batch: PagedBatch,
+    group: DecodeGroup,
+    layer: int,
+    window: int | None,
+    query,
+    k_blocks,
+    v_blocks,
+    scaling,
+    softcap,
 ) -> torch.Tensor:
     n, width = group.blocks.shape
     size = k_blocks.shape[2]
@@ -81,12 +89,13 @@ def _decode(
     if group.first_slot is not None:
         k = _context(k_blocks, group.blocks[0], length, group.first_slot)
         v = _context(v_blocks, group.blocks[0], length, group.first_slot)
-    # [Hkv, N x B, size, D] -> [N, Hkv, L, D]
+    # K and V of every block in one gather (advanced indexing runs on every thread; index_select on one):
+    # [2 x Hkv, N x B, size x D] -> [N, Hkv, L, D] each
     else:
         hkv, dim = k_blocks.shape[0], k_blocks.shape[3]
-        flat = group.blocks.reshape(-1)
-        k = k_blocks.index_select(1, flat).view(hkv, n, width * size, dim)[:, :, :length].transpose(0, 1)
-        v = v_blocks.index_select(1, flat).view(hkv, n, width * size, dim)[:, :, :length].transpose(0, 1)
+        both = batch.kv.layer_blocks(layer)[:, group.blocks.reshape(-1)]
+        both = both.view(2, hkv, n, width * size, dim)[:, :, :, :length].transpose(1, 2)
+        k, v = both[0], both[1]
     hkv = k.shape[1]
     # [N, Hq, 1, D] as [N, Hkv, Hq / Hkv, D]: each KV head's query heads are its queries (no repeat, no GQA path)
     q = query[0][:, group.q_index].transpose(0, 1).reshape(n, hkv, -1, query.shape[3])
@@ -130,7 +139,7 @@ def paged_attention(
         attended = _prefill(batch, seg, window, query, key, value, k_blocks, v_blocks, scaling, softcap)
         out[seg.q_start : seg.q_end] = attended[0].transpose(0, 1)
     for group in batch.decodes:
-        out[group.q_index] = _decode(batch, group, window, query, k_blocks, v_blocks, scaling, softcap)
+        out[group.q_index] = _decode(batch, group, layer, window, query, k_blocks, v_blocks, scaling, softcap)
     return out.unsqueeze(0), None
 
 

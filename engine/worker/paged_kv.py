@@ -42,6 +42,12 @@ class PagedKV:
     def values(self, layer: int) -> torch.Tensor:
         return self._views[layer][1]
 
+    def layer_blocks(self, layer: int) -> torch.Tensor:
+        """[2 x kv_heads, blocks, block_size x head_dim]: a layer's keys then values, one row of a block per head,
+        so one gather of block ids reads both."""
+        heads, _, dim = self._views[layer][0].shape
+        return self.kv[self.layer_slot[layer]].view(2 * heads, self.num_blocks, self.block_size * dim)
+
     def copy_block(self, src: int, dst: int, num_tokens: int) -> None:
         """Copy-on-write: the first `num_tokens` slots of block src into block dst, in every layer."""
         s, d = src * self.block_size, dst * self.block_size

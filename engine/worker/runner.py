@@ -19,6 +19,7 @@ from engine.core.scheduler import ScheduledChunk
 from engine.models.loading import needs_separate_forwards
 from engine.worker.attention import AttentionSwitch
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
+from engine.worker.packed_linear import PackedLinears
 from engine.worker.paged_kv import BlockTables, PagedKV
 from engine.worker.ring_tensors import RingTensors
 from engine.worker.sampling import sample
@@ -76,6 +77,8 @@ class ModelRunner:
         self.device = kv.kv.device
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
+        # decode-sized forwards multiply through oneDNN-packed weights (CPU float32)
+        self.linears = PackedLinears(model)
         self.tables = BlockTables(self.device)
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None
@@ -237,7 +240,7 @@ class ModelRunner:
         if timing:
             self._sync()
             started = time.perf_counter()
-        with self.attention.paged():
+        with self.attention.paged(), self.linears.small(ids.shape[1]):
             out = self.model(
                 input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep, **{BATCH_KWARG: batch}
             )

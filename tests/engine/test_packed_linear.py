@@ -1,0 +1,58 @@
+"""engine/worker/packed_linear.py: oneDNN-packed weights stand in for a CPU float32 model's linears only inside
+`small(rows)` and only for few rows, and agree with the stock path to float32 rounding."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.models.random_models import random_model
+from engine.worker.packed_linear import MAX_ROWS, PackedLinears
+
+
+def tiny(dtype=torch.float32):
+    return random_model("llama:tiny", dtype, torch.device("cpu"))[0]
+
+
+def test_every_linear_is_packed_and_swapped_in_only_inside_small():
+    model = tiny()
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    packed = PackedLinears(model)
+    assert [m for m, _ in packed.entries] == linears
+    assert packed.nbytes == sum(m.weight.numel() * 4 for m in linears)
+    with packed.small(8):
+        assert all("forward" in m.__dict__ for m in linears)
+    assert not any("forward" in m.__dict__ for m in linears)
+    # prefill-sized forwards keep the stock path
+    with packed.small(MAX_ROWS + 1):
+        assert not any("forward" in m.__dict__ for m in linears)
+    packed.enabled = False
+    with packed.small(1):
+        assert not any("forward" in m.__dict__ for m in linears)
+
+
+@torch.inference_mode()
+def test_packed_outputs_agree_with_the_stock_linear_for_every_small_row_count():
+    model = tiny()
+    packed = PackedLinears(model)
+    layer = next(m for m in model.modules() if type(m) is torch.nn.Linear)
+    for rows in range(1, MAX_ROWS + 1):
+        x = torch.randn(1, rows, layer.in_features)
+        stock = layer(x)
+        with packed.small(rows):
+            ours = layer(x)
+        assert ours.shape == stock.shape
+        torch.testing.assert_close(ours, stock, rtol=1e-5, atol=1e-5)
+        assert not torch.equal(ours, torch.zeros_like(ours))
+
+
+@torch.inference_mode()
+def test_the_model_forward_agrees_and_other_dtypes_are_left_alone():
+    model = tiny()
+    ids = torch.randint(0, model.config.vocab_size, (1, 6))
+    stock = model(ids).logits
+    packed = PackedLinears(model)
+    with packed.small(6):
+        ours = model(ids).logits
+    torch.testing.assert_close(ours, stock, rtol=1e-5, atol=1e-5)
+    # bf16 weights: no packed copy (the stock path is what the engine measured against)
+    assert PackedLinears(tiny(torch.bfloat16)).entries == []
