@@ -17,6 +17,7 @@ import torch
 from transformers import AttentionInterface
 
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment, RingBatch
+from engine.worker.decode_runs import decode_over_runs
 from engine.worker.sdpa import attend, chunk_over_prefix
 
 ATTENTION_NAME = "kvtui_paged"
@@ -85,6 +86,14 @@ def _decode(
     n, width = group.blocks.shape
     size = k_blocks.shape[2]
     length = group.longest if group.uniform else width * size
+    hkv, dim = k_blocks.shape[0], k_blocks.shape[3]
+    # [N, Hq, 1, D] as [N, Hkv, Hq / Hkv, D]: each KV head's query heads are its queries (no repeat, no GQA path)
+    q = query[0][:, group.q_index].transpose(0, 1).reshape(n, hkv, -1, query.shape[3])
+    if group.runs is not None and window is None and softcap is None:
+        layer_blocks = batch.kv.layer_blocks(layer)
+        k_slots, v_slots = batch.kv.keys(layer), batch.kv.values(layer)
+        out = decode_over_runs(group.runs, q, k_slots, v_slots, layer_blocks, scaling)
+        return out.reshape(n, query.shape[1], query.shape[3])
     # one sequence in consecutive blocks: a view of the slab, nothing copied
     if group.first_slot is not None:
         k = _context(k_blocks, group.blocks[0], length, group.first_slot)
@@ -92,13 +101,9 @@ def _decode(
     # K and V of every block in one gather (advanced indexing runs on every thread; index_select on one):
     # [2 x Hkv, N x B, size x D] -> [N, Hkv, L, D] each
     else:
-        hkv, dim = k_blocks.shape[0], k_blocks.shape[3]
         both = batch.kv.layer_blocks(layer)[:, group.blocks.reshape(-1)]
         both = both.view(2, hkv, n, width * size, dim)[:, :, :, :length].transpose(1, 2)
         k, v = both[0], both[1]
-    hkv = k.shape[1]
-    # [N, Hq, 1, D] as [N, Hkv, Hq / Hkv, D]: each KV head's query heads are its queries (no repeat, no GQA path)
-    q = query[0][:, group.q_index].transpose(0, 1).reshape(n, hkv, -1, query.shape[3])
     key = ("decode", id(group), window)
     if key not in batch.masks:
         if window is None and group.uniform:

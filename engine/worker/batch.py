@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.worker.decode_runs import DecodeRuns
 from engine.worker.paged_kv import PagedKV
 
 # the keyword that carries a PagedBatch through model(...) to our attention
@@ -46,6 +47,8 @@ class DecodeGroup:
     uniform: bool = False
     # one sequence whose blocks are consecutive from this slot: read a view
     first_slot: int | None = None
+    # each sequence's run of consecutive blocks read in place, the rest gathered (engine/worker/decode_runs.py)
+    runs: DecodeRuns | None = None
 
 
 @dataclass

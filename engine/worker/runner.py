@@ -19,6 +19,7 @@ from engine.core.scheduler import ScheduledChunk
 from engine.models.loading import needs_separate_forwards
 from engine.worker.attention import AttentionSwitch
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
+from engine.worker.decode_runs import plan_runs
 from engine.worker.packed_linear import PackedLinears
 from engine.worker.paged_kv import BlockTables, PagedKV
 from engine.worker.ring_tensors import RingTensors
@@ -138,6 +139,9 @@ class ModelRunner:
             if len(bucket) == 1:
                 first = self.tables.first_block(decode_reqs[bucket[0]])
                 group.first_slot = None if first is None else first * size
+            if group.first_slot is None:
+                tables = [decode_reqs[i].block_table for i in bucket]
+                group.runs = plan_runs(tables, pos, size, self.device, self.kv.kv.dtype)
             decodes.append(group)
         paged_writes = None
         if writes:

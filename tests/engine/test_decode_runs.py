@@ -1,0 +1,95 @@
+"""engine/worker/decode_runs.py: batch decode reading each sequence's run of consecutive blocks in place, the
+blocks after it gathered, the parts merged by log-sum-exp: the same attention as one gather, and the same
+logits as transformers' no-cache forward through the engine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from reference import no_cache_logits
+from tiny_models import random_prompts, tiny_model
+
+import engine.worker.attention as attention
+import engine.worker.decode_runs as decode_runs
+from engine.engine import Engine, EngineConfig, SamplingParams
+from engine.worker.decode_runs import _calls, decode_over_runs, plan_runs, run_length
+
+HKV, GROUPS, DIM, BS, BLOCKS = 2, 3, 8, 4, 64
+CPU = torch.device("cpu")
+
+
+def test_run_length_counts_leading_consecutive_blocks():
+    assert run_length([5, 6, 7, 20, 8], 5) == 3
+    assert run_length([5, 6, 7], 2) == 2
+    assert run_length([9, 3], 2) == 1
+    assert run_length([1, 2], 0) == 0
+
+
+def test_runs_of_one_length_evenly_spaced_are_one_call():
+    # three runs 32 slots apart, one of another length, one sharing the first's start (a shared prefix)
+    calls = _calls([0, 32, 64, 96, 0], [16, 16, 16, 8, 16])
+    assert [(c.rows, c.first_slot, c.stride, c.length) for c in calls] == [
+        ([3], 96, 0, 8),
+        ([0, 4], 0, 0, 16),
+        ([1, 2], 32, 32, 16),
+    ]
+
+
+def reference(q, k_slots, v_slots, tables, positions, scale):
+    """Each sequence alone: its first pos + 1 slots gathered, plain SDPA."""
+    outs = []
+    for i, (table, pos) in enumerate(zip(tables, positions)):
+        slots = torch.tensor([b * BS + o for b in table for o in range(BS)][: pos + 1])
+        k, v = k_slots[:, slots][None], v_slots[:, slots][None]
+        outs.append(F.scaled_dot_product_attention(q[i : i + 1], k, v, scale=scale))
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize(
+    "tables, positions",
+    [
+        # prompts allocated back to back, then one scattered decode block each
+        ([[*range(0, 8), 40], [*range(8, 16), 41], [*range(16, 24), 42]], [33, 34, 35]),
+        # a shared prefix, a run of another length, a table with no run at all, a padded rest
+        ([[*range(0, 6), 50, 51], [*range(0, 6), 52], [*range(20, 27), 53], [60, 30, 62]], [30, 26, 28, 9]),
+    ],
+)
+def test_runs_and_rest_merge_to_the_attention_of_one_gather(monkeypatch, tables, positions):
+    monkeypatch.setattr(decode_runs, "MIN_RUN_TOKENS", 0)
+    torch.manual_seed(0)
+    kv = torch.randn(2, HKV, BLOCKS * BS, DIM)
+    k_slots, v_slots = kv[0], kv[1]
+    layer_blocks = kv.view(2 * HKV, BLOCKS, BS * DIM)
+    q = torch.randn(len(tables), HKV, GROUPS, DIM)
+    runs = plan_runs(tables, positions, BS, CPU, torch.float32)
+    ours = decode_over_runs(runs, q, k_slots, v_slots, layer_blocks, 0.3)
+    torch.testing.assert_close(
+        ours, reference(q, k_slots, v_slots, tables, positions, 0.3), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_short_runs_keep_the_gather():
+    assert plan_runs([[0, 1, 2], [3, 4, 5]], [9, 9], BS, CPU, torch.float32) is None
+
+
+@pytest.mark.parametrize("arch", ["llama-gqa", "qwen3-gqa", "llama-mqa"])
+def test_engine_decodes_through_runs_with_the_no_cache_logits(monkeypatch, arch):
+    monkeypatch.setattr(decode_runs, "MIN_RUN_TOKENS", 8)
+    calls = []
+    real = attention.decode_over_runs
+    monkeypatch.setattr(attention, "decode_over_runs", lambda *a: calls.append(1) or real(*a))
+    model = tiny_model(arch)
+    engine = Engine.from_model(
+        model, config=EngineConfig(block_size=4, num_blocks=200, max_batched_tokens=64)
+    )
+    # equal lengths (one strided call), others, and a shared prefix through the prefix cache
+    prompts = random_prompts([24, 24, 24, 37, 19], seed=3)
+    prompts.append(prompts[0][:20] + random_prompts([9], seed=4)[0])
+    outputs = engine.generate(prompts, SamplingParams(max_tokens=10, return_logits=True))
+    assert calls, "the runs path never ran"
+    for out in outputs:
+        ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)
+        start = len(out.prompt_token_ids) - 1
+        diff = (out.logits - ref[start : start + len(out.token_ids)]).abs().max().item()
+        assert diff <= 1e-4, f"{out.request_id}: max abs logit diff {diff}"
