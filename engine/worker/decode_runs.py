@@ -1,16 +1,18 @@
 """Batch decode that reads each sequence's run of consecutive blocks in place instead of gathering it.
 
 A decode group used to gather every sequence's K/V into one [N, Hkv, L, D] copy per layer: at batch 8 with 512
-tokens of context that copy was a quarter of a SmolLM2 decode step on the CPU. But a sequence's blocks are
-mostly one run of consecutive blocks (its prompt, allocated together), then the blocks its decode added one at
-a time, wherever the free list had them. So:
-    the run     a view of the pool, one flash-attention call per sequence (no copy)
-    the rest    the blocks after the run (a few per sequence; always the current token's block), gathered for
-                the whole group at once and attended in one call, masked where a sequence has fewer
-and the two parts merge by their log-sum-exps (engine/worker/sdpa.py's merge), as a chunk over a cached prefix
-does. Runs of one length whose first slots are evenly spaced (prompts of one length admitted together; any two
-runs of one length) are one strided view and one call: fewer calls, and work for both cores. The CPU flash kernel returns the log-sum-exp; other devices, windows and soft-capped scores keep the
-gather (engine/worker/attention.py).
+tokens of context that copy was a quarter of a SmolLM2 decode step on the CPU. But a sequence's blocks
+are mostly a few runs of consecutive block ids (a prompt allocated together, ascending or descending as the
+free list gave them); the blocks its decode added come one at a time, from anywhere. So:
+    runs        each a view of the pool (no copy); keys are a set to attention (their positions are in them
+                already), so a run's order in the block table does not matter
+    the rest    the sequence's other blocks, its current token's block last, gathered for the whole group at
+                once and attended in one call, masked where a sequence has fewer
+and the parts merge by their log-sum-exps (as engine/worker/sdpa.py's merge does for a chunk over a cached
+prefix). Runs of one length whose first slots are evenly spaced (prompts of one length admitted together; any two
+runs of one length) are one strided view and one call: fewer calls, and work for both cores.
+The CPU flash kernel returns the log-sum-exp; other devices, windows and soft-capped scores keep the gather
+(engine/worker/attention.py).
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.worker.sdpa import _CPU_FLASH, merge
+from engine.worker.sdpa import _CPU_FLASH
 
-# a run must average this many tokens per sequence to pay for a kernel call of its own
+# the runs must average this many tokens per sequence to pay for kernel calls of their own
 MIN_RUN_TOKENS = 128
+# a shorter run joins the rest
+MIN_PIECE_TOKENS = 64
 
 
 @dataclass
 class RunCall:
     """One flash-attention call over runs of one length whose first slots are `stride` apart."""
 
-    # the sequences (indices in the group) in the order of their runs
+    # the sequence (index in the group) of each run, in the order of their first slots
     rows: list[int]
     first_slot: int
     stride: int
@@ -39,39 +43,50 @@ class RunCall:
 @dataclass
 class DecodeRuns:
     calls: list[RunCall]
-    # [N] where each sequence's result is in the calls' concatenated output
-    order: torch.Tensor
-    # [N, R] the blocks after each run (padding repeats a sequence's last block)
+    # [pieces] the sequence of each piece: every call's rows in order, then 0 .. N-1 (the rests)
+    owners: torch.Tensor
+    # [N, R] each sequence's blocks outside its runs, its current block last (padding repeats that one)
     rest_blocks: torch.Tensor
     # [N, 1, 1, R x block_size] additive (0 or -inf) where a sequence's rest is shorter, or None
     rest_mask: torch.Tensor | None
 
 
-def _calls(starts: list[int], lengths: list[int]) -> list[RunCall]:
+def _calls(starts: list[int], lengths: list[int], rows: list[int]) -> list[RunCall]:
     """Runs grouped into evenly spaced ones of one length (sorted by first slot, taken greedily)."""
     calls: list[RunCall] = []
     for i in sorted(range(len(starts)), key=lambda i: (lengths[i], starts[i])):
         last = calls[-1] if calls else None
         if last is not None and last.length == lengths[i]:
             # sorted by first slot, so gap >= 0; 0 is a shared prefix (one view read twice)
-            gap = starts[i] - starts[last.rows[-1]]
+            gap = starts[i] - last.first_slot - last.stride * (len(last.rows) - 1)
             if len(last.rows) == 1:
                 last.stride = gap
             if gap == last.stride:
-                last.rows.append(i)
+                last.rows.append(rows[i])
                 continue
-        calls.append(RunCall([i], starts[i], 0, lengths[i]))
+        calls.append(RunCall([rows[i]], starts[i], 0, lengths[i]))
     return calls
 
 
-def run_length(table: list[int], blocks: int) -> int:
-    """Leading blocks of `table` that are consecutive, of its first `blocks`."""
+def runs_of(blocks: list[int], min_blocks: int) -> list[tuple[int, int]]:
+    """(first block id, count) of every set of at least `min_blocks` consecutive block ids among `blocks`, in
+    any order: keys are read as a set, so a prompt allocated in descending order is one run too."""
     if not blocks:
-        return 0
-    first, n = table[0], 1
-    while n < blocks and table[n] == first + n:
-        n += 1
-    return n
+        return []
+    first, n = blocks[0], len(blocks)
+    # the common cases at C speed: allocated in one go, ascending or descending
+    if blocks == list(range(first, first + n)):
+        return [(first, n)] if n >= min_blocks else []
+    if blocks == list(range(first, first - n, -1)):
+        return [(first - n + 1, n)] if n >= min_blocks else []
+    ids = sorted(blocks)
+    runs, start = [], 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or ids[i] != ids[i - 1] + 1:
+            if i - start >= min_blocks:
+                runs.append((ids[start], i - start))
+            start = i
+    return runs
 
 
 def plan_runs(
@@ -82,18 +97,23 @@ def plan_runs(
     dtype: torch.dtype,
 ) -> DecodeRuns | None:
     """The runs and rests of a decode group (host block tables, query positions); None where the runs are too
-    short to pay for one call per sequence."""
+    short to pay for their calls."""
     if device.type != "cpu" or _CPU_FLASH is None:
         return None
-    starts, lengths, rests, rest_tokens = [], [], [], []
-    for table, pos in zip(tables, positions):
+    starts, lengths, rows, rests, rest_tokens = [], [], [], [], []
+    min_blocks = max(1, -(-MIN_PIECE_TOKENS // block_size))
+    for i, (table, pos) in enumerate(zip(tables, positions)):
         needed = pos // block_size + 1
         # the current token's block always goes to the rest, so no sequence has an empty rest
-        run = run_length(table, needed - 1)
-        starts.append(table[0] * block_size)
-        lengths.append(run * block_size)
-        rests.append(table[run:needed])
-        rest_tokens.append(pos + 1 - run * block_size)
+        full = table[: needed - 1]
+        runs = runs_of(full, min_blocks)
+        for first, count in runs:
+            starts.append(first * block_size)
+            lengths.append(count * block_size)
+            rows.append(i)
+        inside = {b for first, count in runs for b in range(first, first + count)}
+        rests.append([b for b in full if b not in inside] + [table[needed - 1]])
+        rest_tokens.append(pos + 1 - len(inside) * block_size)
     if sum(lengths) < MIN_RUN_TOKENS * len(tables):
         return None
     width = max(len(r) for r in rests)
@@ -104,10 +124,9 @@ def plan_runs(
         visible = key_pos < torch.tensor(rest_tokens)[:, None]
         mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, float("-inf"))
         mask = mask[:, None, None].to(device)
-    calls = _calls(starts, lengths)
-    ran = [row for call in calls for row in call.rows]
-    order = sorted(range(len(ran)), key=ran.__getitem__)
-    return DecodeRuns(calls, torch.tensor(order, device=device), torch.tensor(padded, device=device), mask)
+    calls = _calls(starts, lengths, rows)
+    owners = [row for call in calls for row in call.rows] + list(range(len(tables)))
+    return DecodeRuns(calls, torch.tensor(owners, device=device), torch.tensor(padded, device=device), mask)
 
 
 def decode_over_runs(
@@ -124,21 +143,27 @@ def decode_over_runs(
     outs, lses = [], []
     slots = k_slots.shape[1]
     for call in runs.calls:
-        m = len(call.rows)
-        if not call.length:
-            outs.append(q.new_zeros(m, hkv, groups, dim))
-            lses.append(torch.full((m, hkv, groups), float("-inf"), device=q.device))
-            continue
-        # [m, Hkv, length, D]: sequence j's run starts stride x j slots after the first (views, no copy)
-        size, stride = (m, hkv, call.length, dim), (call.stride * dim, slots * dim, dim, 1)
-        offset = k_slots.storage_offset() + call.first_slot * dim
-        k = k_slots.as_strided(size, stride, offset)
+        # [m, Hkv, length, D]: run j starts stride x j slots after the first (views, no copy)
+        size = (len(call.rows), hkv, call.length, dim)
+        stride = (call.stride * dim, slots * dim, dim, 1)
+        k = k_slots.as_strided(size, stride, k_slots.storage_offset() + call.first_slot * dim)
         v = v_slots.as_strided(size, stride, v_slots.storage_offset() + call.first_slot * dim)
-        rows = q[call.rows[0] : call.rows[0] + 1] if m == 1 else q[call.rows]
+        rows = q[call.rows[0] : call.rows[0] + 1] if len(call.rows) == 1 else q[call.rows]
         out, lse = _CPU_FLASH(rows, k, v, scale=scaling)
         outs.append(out)
         lses.append(lse)
-    out_runs, lse_runs = torch.cat(outs)[runs.order], torch.cat(lses)[runs.order]
     both = layer_blocks[:, runs.rest_blocks.reshape(-1)].view(2, hkv, n, -1, dim).transpose(1, 2)
-    out_rest, lse_rest = _CPU_FLASH(q, both[0], both[1], attn_mask=runs.rest_mask, scale=scaling)
-    return merge(out_runs, lse_runs, out_rest, lse_rest)
+    out, lse = _CPU_FLASH(q, both[0], both[1], attn_mask=runs.rest_mask, scale=scaling)
+    outs.append(out)
+    lses.append(lse)
+    # softmax over every piece of a sequence: each piece weighted by exp(its lse - the sequence's largest)
+    out, lse = torch.cat(outs).float(), torch.cat(lses)
+    owners = runs.owners
+    top = lse.new_full((n, hkv, groups), float("-inf"))
+    top = top.scatter_reduce(0, owners[:, None, None].expand_as(lse), lse, "amax")
+    weight = torch.exp(lse - top[owners])
+    total = lse.new_zeros(n, hkv, groups).index_add_(0, owners, weight)
+    merged = q.new_zeros(n, hkv, groups, dim, dtype=torch.float32).index_add_(
+        0, owners, out * weight[..., None]
+    )
+    return (merged / total[..., None]).to(q.dtype)

@@ -13,22 +13,24 @@ from tiny_models import random_prompts, tiny_model
 import engine.worker.attention as attention
 import engine.worker.decode_runs as decode_runs
 from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.worker.decode_runs import _calls, decode_over_runs, plan_runs, run_length
+from engine.worker.decode_runs import _calls, decode_over_runs, plan_runs, runs_of
 
 HKV, GROUPS, DIM, BS, BLOCKS = 2, 3, 8, 4, 64
 CPU = torch.device("cpu")
 
 
-def test_run_length_counts_leading_consecutive_blocks():
-    assert run_length([5, 6, 7, 20, 8], 5) == 3
-    assert run_length([5, 6, 7], 2) == 2
-    assert run_length([9, 3], 2) == 1
-    assert run_length([1, 2], 0) == 0
+def test_runs_are_sets_of_consecutive_ids_in_any_order():
+    assert runs_of([5, 6, 7, 20, 8], 2) == [(5, 4)]
+    assert runs_of([7, 6, 5, 4], 2) == [(4, 4)]
+    assert runs_of([9, 3, 30, 31, 10, 11], 2) == [(9, 3), (30, 2)]
+    assert runs_of([9, 3, 30, 31, 10, 11], 3) == [(9, 3)]
+    assert runs_of([12], 2) == []
+    assert runs_of([], 1) == []
 
 
 def test_runs_of_one_length_evenly_spaced_are_one_call():
     # three runs 32 slots apart, one of another length, one sharing the first's start (a shared prefix)
-    calls = _calls([0, 32, 64, 96, 0], [16, 16, 16, 8, 16])
+    calls = _calls([0, 32, 64, 96, 0], [16, 16, 16, 8, 16], [0, 1, 2, 3, 4])
     assert [(c.rows, c.first_slot, c.stride, c.length) for c in calls] == [
         ([3], 96, 0, 8),
         ([0, 4], 0, 0, 16),
@@ -51,12 +53,22 @@ def reference(q, k_slots, v_slots, tables, positions, scale):
     [
         # prompts allocated back to back, then one scattered decode block each
         ([[*range(0, 8), 40], [*range(8, 16), 41], [*range(16, 24), 42]], [33, 34, 35]),
-        # a shared prefix, a run of another length, a table with no run at all, a padded rest
-        ([[*range(0, 6), 50, 51], [*range(0, 6), 52], [*range(20, 27), 53], [60, 30, 62]], [30, 26, 28, 9]),
+        # a shared prefix, a run of another length, a scattered table, a descending one, two runs, a padded rest
+        (
+            [
+                [*range(0, 6), 50, 51],
+                [*range(0, 6), 52],
+                [*range(20, 27), 53],
+                [60, 30, 62],
+                [*range(47, 40, -1)],
+            ],
+            [30, 26, 28, 9, 26],
+        ),
     ],
 )
 def test_runs_and_rest_merge_to_the_attention_of_one_gather(monkeypatch, tables, positions):
     monkeypatch.setattr(decode_runs, "MIN_RUN_TOKENS", 0)
+    monkeypatch.setattr(decode_runs, "MIN_PIECE_TOKENS", 8)
     torch.manual_seed(0)
     kv = torch.randn(2, HKV, BLOCKS * BS, DIM)
     k_slots, v_slots = kv[0], kv[1]
@@ -76,6 +88,7 @@ def test_short_runs_keep_the_gather():
 @pytest.mark.parametrize("arch", ["llama-gqa", "qwen3-gqa", "llama-mqa"])
 def test_engine_decodes_through_runs_with_the_no_cache_logits(monkeypatch, arch):
     monkeypatch.setattr(decode_runs, "MIN_RUN_TOKENS", 8)
+    monkeypatch.setattr(decode_runs, "MIN_PIECE_TOKENS", 8)
     calls = []
     real = attention.decode_over_runs
     monkeypatch.setattr(attention, "decode_over_runs", lambda *a: calls.append(1) or real(*a))
