@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.worker.sdpa import _CPU_FLASH
+from engine.worker.sdpa import _CPU_FLASH, merge
 
 # the runs must average this many tokens per sequence to pay for kernel calls of their own
 MIN_RUN_TOKENS = 128
@@ -79,6 +79,10 @@ def runs_of(blocks: list[int], min_blocks: int) -> list[tuple[int, int]]:
         return [(first, n)] if n >= min_blocks else []
     if blocks == list(range(first, first - n, -1)):
         return [(first - n + 1, n)] if n >= min_blocks else []
+    # a prompt allocated in one go, then fewer than min_blocks blocks from elsewhere (a decode's first ones)
+    for tail in range(1, min(min_blocks, n)):
+        if blocks[: n - tail] == list(range(first, first + n - tail)):
+            return [(first, n - tail)] if n - tail >= min_blocks else []
     ids = sorted(blocks)
     runs, start = [], 0
     for i in range(1, len(ids) + 1):
@@ -156,6 +160,9 @@ def decode_over_runs(
     out, lse = _CPU_FLASH(q, both[0], both[1], attn_mask=runs.rest_mask, scale=scaling)
     outs.append(out)
     lses.append(lse)
+    # one sequence, one run: the two-part merge, fewer kernels
+    if len(outs) == 2 and n == 1 and len(runs.calls[0].rows) == 1:
+        return merge(outs[0], lses[0], outs[1], lses[1])
     # softmax over every piece of a sequence: each piece weighted by exp(its lse - the sequence's largest)
     out, lse = torch.cat(outs).float(), torch.cat(lses)
     owners = runs.owners

@@ -279,4 +279,15 @@ bench.add_command(attach_bench)
 # kvtui/bench/vllm_peer.py: our engine against a running vLLM server
 bench.add_command(vllm_bench)
 
+
+@bench.command("proxy", short_help="The latency kvtui proxy adds to a request (p50, against a direct one).")
+@click.option("--requests", default=300, show_default=True, help="Requests each way (direct, proxied).")
+def proxy_bench(requests):
+    """The p50 latency kvtui proxy adds: a loopback upstream that answers at once, the same request sent direct
+    and through the proxy, interleaved. Run it with nothing else busy (the load average is printed)."""
+    from kvtui.bench.proxy_latency import format_result, measure
+
+    click.echo(format_result(measure(requests)))
+
+
 COMMANDS = [bench]

@@ -26,6 +26,8 @@ def test_runs_are_sets_of_consecutive_ids_in_any_order():
     assert runs_of([9, 3, 30, 31, 10, 11], 3) == [(9, 3)]
     assert runs_of([12], 2) == []
     assert runs_of([], 1) == []
+    # a prompt's run, then fewer than min_blocks others
+    assert runs_of([*range(10, 20), 3, 50], 3) == [(10, 10)]
 
 
 def test_runs_of_one_length_evenly_spaced_are_one_call():
@@ -51,6 +53,8 @@ def reference(q, k_slots, v_slots, tables, positions, scale):
 @pytest.mark.parametrize(
     "tables, positions",
     [
+        # one sequence, one run and its current block (the two-part merge)
+        ([[*range(0, 8), 40]], [33]),
         # prompts allocated back to back, then one scattered decode block each
         ([[*range(0, 8), 40], [*range(8, 16), 41], [*range(16, 24), 42]], [33, 34, 35]),
         # a shared prefix, a run of another length, a scattered table, a descending one, two runs, a padded rest
