@@ -94,6 +94,8 @@ class ProxyThread:
 
     def close(self) -> None:
         async def shutdown():
+            # handlers cancelled mid-read, and records still pending, are expected at shutdown: not errors
+            self.loop.set_exception_handler(lambda loop, context: None)
             self.proxy.close()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:

@@ -79,6 +79,9 @@ class Proxy:
         self._server: asyncio.base_events.Server | None = None
         self._next_id = 0
         self.loop: asyncio.AbstractEventLoop | None = None
+        # records being finished: the loop keeps only weak references to tasks, so one nobody holds can be
+        # collected half done and its record lost
+        self._finishing: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -163,7 +166,9 @@ class Proxy:
                     answer.feed_json(json.loads(content or b"{}"), time.perf_counter())
                 except ValueError:
                     pass
-            asyncio.ensure_future(self._finish_record(record, answer, status, sse, t_out))
+            task = asyncio.ensure_future(self._finish_record(record, answer, status, sse, t_out))
+            self._finishing.add(task)
+            task.add_done_callback(self._finishing.discard)
         return "close" not in head.get("connection").lower()
 
     # -------------------------------------------------------------------- the record
