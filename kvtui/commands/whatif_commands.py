@@ -64,6 +64,12 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
 @click.option("--eviction", "evictions", default="lru", show_default=True, help="lru, lfu, cost; a list.")
 @click.option("--no-prefix-cache", is_flag=True, help="Also run with prefix caching off.")
 @click.option(
+    "--whole-blocks",
+    is_flag=True,
+    help="Simulate hits in whole blocks only, no partly filled block kept, as vLLM and SGLang serve them "
+    "(for a vLLM proxy log, to compare with vLLM's own cached tokens).",
+)
+@click.option(
     "--max-batched-tokens", "mbts", default="8192", show_default=True, help="Token budget per step; a list."
 )
 @click.option(
@@ -125,6 +131,7 @@ def whatif(
     block_sizes,
     evictions,
     no_prefix_cache,
+    whole_blocks,
     mbts,
     mnss,
     method,
@@ -187,7 +194,7 @@ def whatif(
     cost = CostModel(step_ms / 1e3, prefill_us / 1e6, decode_ms / 1e3)
     batch = list(itertools.product(_ints(mbts, "--max-batched-tokens"), _ints(mnss, "--max-num-seqs")))
     caching = [True, False] if no_prefix_cache else [True]
-    configs = _configs(caps, sizes, policies, batch, caching, cost)
+    configs = _configs(caps, sizes, policies, batch, caching, cost, not whole_blocks)
     if trace_out and workers > 1:
         raise click.ClickException("-o writes one worker's run: leave out --workers")
     if trace_out and method == "one-pass":
@@ -244,11 +251,11 @@ def whatif(
             click.echo(f"\nwrote {trace_out}: kvtui replay {trace_out}   kvtui stats {trace_out}")
 
 
-def _configs(caps, sizes, policies, batch, caching, cost):
+def _configs(caps, sizes, policies, batch, caching, cost, partial_hits=True):
     from kvtui.whatif.simulate import SimConfig
 
     return [
-        SimConfig(cap, bs, policy, cache, mbt, mns, cost)
+        SimConfig(cap, bs, policy, cache, mbt, mns, cost, partial_hits)
         for bs in sizes
         for cap in caps[bs]
         for policy in policies

@@ -56,6 +56,8 @@ class SimConfig:
     max_batched_tokens: int = 8192
     max_num_seqs: int = 256
     cost: CostModel = field(default_factory=CostModel)
+    # False: hits in whole blocks only and no partly filled block kept, as vLLM and SGLang serve them
+    partial_hits: bool = True
 
     @property
     def num_blocks(self) -> int:
@@ -85,6 +87,7 @@ class Worker:
             num_blocks=config.num_blocks,
             eviction=config.eviction,
             prefix_cache=config.prefix_cache,
+            partial_hits=config.partial_hits,
             max_batched_tokens=config.max_batched_tokens,
             max_num_seqs=config.max_num_seqs,
         )

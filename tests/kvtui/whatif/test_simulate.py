@@ -29,6 +29,14 @@ def test_a_repeated_prompt_hits_every_whole_block_by_hand():
     assert result.causes == {"compulsory": 39, "last_token": 2}
 
 
+def test_whole_blocks_only_serve_what_vllm_serves():
+    # the same two requests with hits in whole blocks only (--whole-blocks): 2 blocks of the 40 tokens, as vLLM
+    requests = [req("a", 0.0, range(40)), req("b", 10.0, range(40))]
+    result = simulate(requests, SimConfig(1024, 16, partial_hits=False))
+    assert result.ledger.requests["b"].hit_tokens == 32 and result.partial_tokens == 0
+    assert sum(result.causes.values()) == result.prompt_tokens - result.hit_tokens
+
+
 def test_causes_add_up_and_name_capacity_salt_and_divergence():
     base = list(range(1000, 1064))
     requests = [
