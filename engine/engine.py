@@ -149,6 +149,7 @@ class Engine:
             tpot=req.tpot(),
             cached_tokens=req.num_cached,
             logits=torch.stack(req.logits) if req.logits else None,
+            prompt_logprobs=self._prompt_logprobs.get(request_id) if req.params.prompt_logprobs else None,
         )
 
     def generate(

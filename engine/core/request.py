@@ -60,6 +60,8 @@ class RequestOutput:
     cached_tokens: int
     # [generated, vocab] torch.Tensor when SamplingParams.return_logits (the engine stacks the worker's rows)
     logits: Any = None
+    # SamplingParams(prompt_logprobs=True): each prompt token's log-probability, None for the first (vLLM's shape)
+    prompt_logprobs: list[float | None] | None = None
 
 
 @dataclass

@@ -83,6 +83,18 @@ def test_score_returns_every_token_and_the_perplexity(device):
         engine.prompt_logprobs(engine.submit([1, 2, 3], SamplingParams(max_tokens=1)))
 
 
+def test_request_outputs_carry_prompt_logprobs_as_vllm_does():
+    """RequestOutput.prompt_logprobs: None first, then one per prompt token, exact; None when not asked for."""
+    model = tiny_model("llama-gqa")
+    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, max_batched_tokens=8))
+    prompts = random_prompts([13, 6], seed=5)
+    scored, plain = engine.generate(prompts, [SCORED, SamplingParams(max_tokens=3)])
+    assert scored.prompt_logprobs[0] is None and len(scored.prompt_logprobs) == 13
+    expected = expected_logprobs(no_cache_logits(model, prompts[0]), prompts[0])
+    assert (torch.tensor(scored.prompt_logprobs[1:]) - expected).abs().max().item() <= TOL
+    assert plain.prompt_logprobs is None
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_prefix_hits_score_the_reused_span_without_writing_the_cache(device):
     """The second request reuses 36 cached tokens (whole blocks and a partial one): their log-probabilities are
