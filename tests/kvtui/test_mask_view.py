@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 from tiny_trace import hybrid_trace
 
 from kvtui.app import KvtuiApp
+from kvtui.app.loader import load_trace
 from kvtui.screens.panel import PanelScreen
 from kvtui.state import replay
-from kvtui.state.masks import CACHED, CHUNK, FUTURE, MASKED, SINK, LayerKind, cell, layer_kinds, step_masks
+from kvtui.state.masks import (
+    CACHED,
+    CHUNK,
+    FUTURE,
+    HEAVY,
+    MASKED,
+    SINK,
+    Chunk,
+    KeptSet,
+    LayerKind,
+    StepMasks,
+    cell,
+    layer_kinds,
+    request_rules,
+    step_masks,
+)
 from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import View
 from kvtui.widgets.mask import REGION_STYLE, MaskView
@@ -194,3 +211,131 @@ def test_sink_columns_stay_visible_outside_the_window():
         colors[19:50] == [REGION_STYLE[CACHED].color.name] * 31
         and colors[50] == REGION_STYLE[CHUNK].color.name
     )
+
+
+SINKS_TRACE = Path(__file__).resolve().parent / "data" / "sinks_tiny.jsonl"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "traces"
+
+
+def cache_rows(lines: list[str], request_id: str) -> dict[int, str]:
+    """The matrix rows (query -> keys) of one request's chunk: from its heading to the next blank line."""
+    first = next(i for i, line in enumerate(lines) if line.startswith(f"{request_id} prefill "))
+    rows = {}
+    for line in lines[first + 1 :]:
+        if not line:
+            break
+        if line.lstrip().startswith("q "):
+            rows[int(line[:10].split()[1])] = line[10:]
+    return rows
+
+
+def test_sinks_trace_draws_each_cache_by_its_own_rule():
+    """tests/kvtui/data/sinks_tiny.jsonl (W = 24, S = 4, H2O 12 heavy + 12 recent, 120 tokens, a sample every 4
+    positions): at every sample, `window` sees q - 24 < k <= q, `sinks` 0-3 and q - 20 < k <= q, and
+    `heavy-hitters` the positions its ring_kept records (rows before the last: those <= q and its 12 newest),
+    not the header's W = 20 + 4 sinks for all three."""
+    loaded = load_trace(str(SINKS_TRACE))
+    header, events = loaded.header, loaded.events
+    assert header["kind"] == "sinks" and header["model"]["windows"] == [20, 20]
+    kept_events = {ev["end"]: ev for ev in events if ev["type"] == "ring_kept"}
+    steps = sorted({ev["step"] for ev in events if ev["type"] == "step"})
+    assert len(steps) == 30
+    for step in steps:
+        # one column a key: 120 keys + the query labels
+        lines = mask_lines(header, events, step_end(events, step), width=140)
+        window, sinks, heavy = (cache_rows(lines, rid) for rid in ("window", "sinks", "heavy-hitters"))
+        end = 4 * (step + 1)
+        assert list(window) == list(sinks) == list(heavy) == list(range(end - 4, end))
+        ev = kept_events[end]
+        for q in range(end - 4, end):
+            assert window[q] == "".join("█" if q - 24 < k else "·" for k in range(q + 1))
+            assert sinks[q] == "".join("█" if k < 4 or q - 20 < k else "·" for k in range(q + 1))
+            assert heavy[q] == "".join("█" if k in ev["kept"] or q - 12 < k else "·" for k in range(q + 1))
+        # the last query's row is exactly the recorded set; H2O holds min(q + 1, 24) keys a query, and every
+        # row shows that many, so no row of the fixture leaves a held key out
+        assert [k for k, c in enumerate(heavy[end - 1]) if c == "█"] == ev["kept"]
+        assert all(row.count("█") == min(q + 1, 24) for q, row in heavy.items())
+        assert not any("more key" in line for line in lines)
+    text = "\n".join(lines)
+    assert "sliding window W=24 · layers 0, 1 · each query sees itself + the 23 keys before it" in text
+    assert "sliding window W=20 + 4 sinks · layers 0, 1 ·" in text
+    assert "heavy hitters (H2O) budget 24 = 12 heavy + 12 recent · layer 0, KV head 0 ·" in text
+    assert "ring_kept: the 24 positions held as q 119 read them (12 heavy hitters + 12 recent)" in text
+
+
+def test_sinks_trace_heavy_hitters_in_the_sink_colour():
+    loaded = load_trace(str(SINKS_TRACE))
+    cursor = len(loaded.events)
+    lines = mask_lines(loaded.header, loaded.events, cursor, width=140)
+    row = next(i for i, line in enumerate(lines) if line.startswith("heavy-hitters ")) + 4
+    assert lines[row].startswith("    q 116 ")
+    view = MaskView()
+    view.events = loaded.events
+    view.view = View(replay(loaded.header, loaded.events[:cursor]))
+    colors = [
+        seg.style.color.name if seg.style and seg.style.color else None
+        for seg in view.render_row(row, 140)
+        for _ in seg.text
+    ][10:127]
+    # 0..11 heavy hitters, 12..104 dropped, 105..115 recent (cached), 116 the chunk
+    assert colors[:12] == [REGION_STYLE[HEAVY].color.name] * 12
+    assert colors[12:105] == [REGION_STYLE[MASKED].color.name] * 93
+    assert colors[105:116] == [REGION_STYLE[CACHED].color.name] * 11
+    assert colors[116] == REGION_STYLE[CHUNK].color.name
+
+
+def test_sinks_trace_mid_step():
+    """A cursor inside a sample: a cache event already applied is drawn, one still ahead is said to be."""
+    loaded = load_trace(str(SINKS_TRACE))
+    events = loaded.events
+    last = len(events) - 1
+    assert events[last]["type"] == "step" and events[last - 1]["type"] == "ring_kept"
+    # after the heavy hitters' ring_kept, before the step event
+    masks = step_masks(list(events), last)
+    assert set(masks.caches) == {"window", "sinks", "heavy-hitters"}
+    assert masks.caches["heavy-hitters"] is events[last - 1]
+    # after the heavy hitters' chunk, before its ring_kept
+    lines = mask_lines(loaded.header, events, last - 1, width=140)
+    assert cache_rows(lines, "sinks") and not cache_rows(lines, "heavy-hitters")
+    assert "  its cache's ring_write / ring_kept comes later in this step (not applied yet)" in lines
+
+
+def test_engine_traces_keep_the_header_rules():
+    """An engine trace's chunks are drawn by the header's layer kinds, whatever their ring events say."""
+    header, events = hybrid_trace()
+    loaded = load_trace(str(FIXTURES / "streaming_sinks.jsonl"))
+    for head, evs in ((header, events), (loaded.header, loaded.events)):
+        for step in sorted({ev["step"] for ev in evs if ev["type"] == "step"})[:12]:
+            masks = step_masks(list(evs), step_end(evs, step))
+            for chunk in masks.chunks:
+                assert request_rules(head, masks, chunk.request_id) == layer_kinds(head)
+
+
+def test_kept_cell_counts_match_pair_by_pair():
+    kinds = [KeptSet((0, 3, 6, 7), 2, 4, 8), KeptSet((1, 2, 5, 8, 9, 10), 3, 6, 11), KeptSet((), 1, 1, 4)]
+    for q0, q1, k0, k1, start in itertools.product(range(9), range(1, 12), range(10), range(1, 12), range(6)):
+        if q1 <= q0 or k1 <= k0:
+            continue
+        for kind in kinds:
+            frac, counts = cell(kind, start, q0, q1, k0, k1)
+            brute = dict.fromkeys((CACHED, CHUNK, HEAVY, MASKED, FUTURE), 0)
+            for q in range(q0, q1):
+                for k in range(k0, k1):
+                    brute[kind.region(q, k, start)] += 1
+            assert counts == brute
+            assert frac == pytest.approx(
+                (brute[CACHED] + brute[CHUNK] + brute[HEAVY]) / ((q1 - q0) * (k1 - k0))
+            )
+
+
+def test_kept_set_counts_the_keys_it_cannot_show():
+    """Budget 4 (2 recent), recorded at q 7 as {0, 3, 6, 7}: q 5 held {0, 3, 4, 5} (shown whole); q 4 held
+    {0, 3, 4} and one of 1, 2 that H2O dropped before q 7, which the trace does not say."""
+    kind = KeptSet((0, 3, 6, 7), 2, 4, 8)
+    assert [kind.unshown(q) for q in range(4, 8)] == [1, 0, 0, 0]
+    chunk = Chunk("h", "prefill", 4, 8)
+    view = MaskView()
+    view.view = View(None)
+    rows = [strip.text.rstrip() for strip in view._matrix(chunk, kind, StepMasks(0, [chunk]), 100)]
+    assert "  q 4: 1 more key held, dropped before q 7 (not recorded: only the last query's set is)" in rows
+    assert rows[-4:] == ["      q 4 █··██", "      q 5 █··███", "      q 6 █··█·██", "      q 7 █··█··██"]
