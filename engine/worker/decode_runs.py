@@ -80,9 +80,9 @@ def runs_of(blocks: list[int], min_blocks: int) -> list[tuple[int, int]]:
     if blocks == list(range(first, first - n, -1)):
         return [(first - n + 1, n)] if n >= min_blocks else []
     # a prompt allocated in one go, then fewer than min_blocks blocks from elsewhere (a decode's first ones)
-    for tail in range(1, min(min_blocks, n)):
+    for tail in range(1, min(min_blocks, n - min_blocks + 1)):
         if blocks[: n - tail] == list(range(first, first + n - tail)):
-            return [(first, n - tail)] if n - tail >= min_blocks else []
+            return [(first, n - tail)]
     ids = sorted(blocks)
     runs, start = [], 0
     for i in range(1, len(ids) + 1):

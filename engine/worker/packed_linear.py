@@ -47,10 +47,36 @@ class PackedLinears:
         self.entries = []
         # False: every forward takes the stock path (a benchmark's baseline)
         self.enabled = True
+        # (weight version, weight and bias data pointers) each copy was packed from
+        self.packed_from: list[tuple[int, int, int]] = []
+        for module in _packable(model):
+            self.entries.append((module, self._pack(module)))
+            self.packed_from.append(self._source(module))
+
+    @staticmethod
+    def _source(module) -> tuple[int, int, int]:
+        bias = module.bias.data_ptr() if module.bias is not None else 0
+        # an inference tensor (made under torch.inference_mode) keeps no version counter
+        version = -1 if module.weight.is_inference() else module.weight._version
+        return version, module.weight.data_ptr(), bias
+
+    def _pack(self, module):
         with torch.inference_mode():
-            for module in _packable(model):
-                packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), PACKED_FOR_ROWS)
-                self.entries.append((module, self._forward(packed, module.bias)))
+            packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), PACKED_FOR_ROWS)
+        return self._forward(packed, module.bias)
+
+    def _refresh(self) -> None:
+        """Pack again any weight the caller changed since (load_state_dict, an optimizer step, a new Parameter):
+        a stale copy would answer with the old model."""
+        for i, (module, _) in enumerate(self.entries):
+            if module.weight.device.type != "cpu" or module.weight.dtype != torch.float32:
+                # the model moved or was cast: its stock linears from now on
+                self.entries, self.packed_from = [], []
+                return
+            source = self._source(module)
+            if source != self.packed_from[i]:
+                self.entries[i] = (module, self._pack(module))
+                self.packed_from[i] = source
 
     @staticmethod
     def _forward(packed: torch.Tensor, bias: torch.Tensor | None):
@@ -67,6 +93,7 @@ class PackedLinears:
         """The packed linears for one forward of `rows` tokens, when it is small enough to gain."""
         if not self.entries or not self.enabled or not MIN_ROWS <= rows <= MAX_ROWS:
             return nullcontext()
+        self._refresh()
         return self._swapped()
 
     @contextmanager

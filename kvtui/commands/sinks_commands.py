@@ -342,9 +342,12 @@ def sinks(
         )
         write_trace(trace_path, header, events)
         click.echo()
+        held = (
+            f"; heavy hitters of layer {trace_layer}, KV head 0" if results.get("_kept") is not None else ""
+        )
         click.echo(
-            f"trace: {trace_path} ({len(sample_ends(n, every))} samples, one every {every} positions; "
-            f"heavy hitters of layer {trace_layer}, KV head 0): kvtui replay {trace_path}, then 5 for the rings"
+            f"trace: {trace_path} ({len(sample_ends(n, every))} samples, one every {every} positions{held}): "
+            f"kvtui replay {trace_path}, then 5 for the rings"
         )
 
 

@@ -281,6 +281,7 @@ class Proxy:
         usage = answer.usage or {}
         details = usage.get("prompt_tokens_details") or {}
         record["prompt_tokens"] = usage.get("prompt_tokens")
+        record["completion_tokens"] = usage.get("completion_tokens")
         record["cached_tokens"] = details.get("cached_tokens")
         if answer.token_ids is not None:
             record["output_token_ids"], record["output_ids_from"] = answer.token_ids, "answer"

@@ -83,7 +83,10 @@ def proxy_request(record: dict, ordinal: int, arrival: float = 0.0) -> ProxyRequ
         stream=bool(record.get("stream")),
         cache_salt=record.get("cache_salt"),
         prompt_tokens=len(record.get("prompt_token_ids") or []) or _count(record.get("prompt_tokens")) or 0,
-        output_tokens=len(output) if isinstance(output, list) else 0,
+        # the answer's ids, else vLLM's usage count (ids can be missing: a failed /tokenize of the text)
+        output_tokens=(len(output) if isinstance(output, list) else 0)
+        or _count(record.get("completion_tokens"))
+        or 0,
         cached_tokens=_count(record.get("cached_tokens")),
         predicted_cached=_count(record.get("predicted_cached")),
         ttft=_number(record.get("ttft")),

@@ -48,6 +48,11 @@ def paint(
     return [cell or BLANK for cell in cells]
 
 
+def short_label(lane_id: str, width: int) -> str:
+    """The id cut from the left: numbered ids (proxy-1199, proxy-1#1201) differ at their end."""
+    return lane_id if len(lane_id) <= width else "…" + lane_id[-(width - 1) :]
+
+
 class LanesView(LineView):
     BINDINGS = [
         Binding("up", "move(-1)", "request up", show=False, id="lanes.up"),
@@ -95,7 +100,7 @@ class LanesView(LineView):
         label_style, cells = self.lane(lane_id, span, cols, palette)
         if lane_id == self.selected_id():
             label_style += palette["cursor"]
-        segs = [Segment(f"{lane_id[: LABEL - 1]:<{LABEL - 1}} ", label_style)]
+        segs = [Segment(f"{short_label(lane_id, LABEL - 1):<{LABEL - 1}} ", label_style)]
         segs += [Segment(glyph, style) for glyph, style in cells]
         return pad(segs, width)
 

@@ -28,6 +28,8 @@ def test_runs_are_sets_of_consecutive_ids_in_any_order():
     assert runs_of([], 1) == []
     # a prompt's run, then fewer than min_blocks others
     assert runs_of([*range(10, 20), 3, 50], 3) == [(10, 10)]
+    # a short ascending start does not hide a run elsewhere
+    assert runs_of([3, 4, 1, 2], 3) == [(1, 4)]
 
 
 def test_runs_of_one_length_evenly_spaced_are_one_call():

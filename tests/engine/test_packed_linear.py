@@ -56,3 +56,24 @@ def test_the_model_forward_agrees_and_other_dtypes_are_left_alone():
     torch.testing.assert_close(ours, stock, rtol=1e-5, atol=1e-5)
     # bf16 weights: no packed copy (the stock path is what the engine measured against)
     assert PackedLinears(tiny(torch.bfloat16)).entries == []
+
+
+@torch.no_grad()
+def test_weights_changed_after_packing_are_packed_again():
+    """load_state_dict (in place) and a new Parameter: the packed path answers with the model as it is now."""
+    model = tiny()
+    packed = PackedLinears(model)
+    other = random_model("llama:tiny", torch.float32, torch.device("cpu"))[0]
+    torch.manual_seed(1)
+    for p in other.parameters():
+        p.normal_()
+    model.load_state_dict(other.state_dict())
+    layer = next(m for m in model.modules() if type(m) is torch.nn.Linear)
+    x = torch.randn(1, 8, layer.in_features)
+    with packed.small(8):
+        ours = layer(x)
+    torch.testing.assert_close(ours, torch.nn.functional.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
+    layer.weight = torch.nn.Parameter(torch.randn_like(layer.weight))
+    with packed.small(8):
+        ours = layer(x)
+    torch.testing.assert_close(ours, torch.nn.functional.linear(x, layer.weight), rtol=1e-5, atol=1e-5)

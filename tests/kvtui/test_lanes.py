@@ -28,3 +28,11 @@ def test_runs_fill_their_columns_and_later_runs_win():
 def test_marks_replace_runs_and_the_higher_mark_wins_a_column():
     cells = paint(4, [(0, 4, A)], [(1, 1, M), (1, 2, N), (2, 2, N), (2, 1, M), (9, 5, M)])
     assert "".join(glyph for glyph, _ in cells) == "aNNa"
+
+
+def test_long_lane_ids_keep_their_distinguishing_end():
+    from kvtui.widgets.lanes import short_label
+
+    assert short_label("proxy-119", 9) == "proxy-119"
+    assert short_label("proxy-1199", 9) == "…oxy-1199"
+    assert short_label("proxy-1#1201", 9) != short_label("proxy-1#1202", 9)

@@ -27,6 +27,11 @@ def test_times_of_a_streamed_request():
     assert (req.prompt_tokens, req.output_tokens) == (94, 11)
 
 
+def test_output_ids_missing_fall_back_to_vllms_completion_count():
+    req = proxy_request(record(1, 100.0, output_token_ids=None, completion_tokens=11), 0)
+    assert req.output_tokens == 11 and req.last_token == pytest.approx(100.7)
+
+
 def test_a_request_without_tpot_ends_at_its_first_token_and_one_without_ttft_has_no_token():
     assert proxy_request(record(1, 5.0, tpot=None), 0).last_token == pytest.approx(5.2)
     assert proxy_request(record(1, 5.0, ttft=None), 0).last_token is None
