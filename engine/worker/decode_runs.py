@@ -45,8 +45,9 @@ class DecodeRuns:
     calls: list[RunCall]
     # [pieces] the sequence of each piece: every call's rows in order, then 0 .. N-1 (the rests)
     owners: torch.Tensor
-    # [N, R] each sequence's blocks outside its runs, its current block last (padding repeats that one)
-    rest_blocks: torch.Tensor
+    # [N, R] each sequence's blocks outside its runs, its current block last (padding repeats that one); None:
+    # one sequence whose blocks are one run (any order), read in one call, rest_mask hiding its unwritten slots
+    rest_blocks: torch.Tensor | None
     # [N, 1, 1, R x block_size] additive (0 or -inf) where a sequence's rest is shorter, or None
     rest_mask: torch.Tensor | None
 
@@ -104,6 +105,10 @@ def plan_runs(
     short to pay for their calls."""
     if device.type != "cpu" or _CPU_FLASH is None:
         return None
+    if len(tables) == 1:
+        whole = _one_run(tables[0], positions[0], block_size, device, dtype)
+        if whole is not None:
+            return whole
     starts, lengths, rows, rests, rest_tokens = [], [], [], [], []
     min_blocks = max(1, -(-MIN_PIECE_TOKENS // block_size))
     for i, (table, pos) in enumerate(zip(tables, positions)):
@@ -133,6 +138,29 @@ def plan_runs(
     return DecodeRuns(calls, torch.tensor(owners, device=device), torch.tensor(padded, device=device), mask)
 
 
+def _one_run(
+    table: list[int], pos: int, block_size: int, device: torch.device, dtype: torch.dtype
+) -> DecodeRuns | None:
+    """A sequence whose blocks, current one included, are one set of consecutive ids: one view of them all, the
+    current block's slots after the query masked (a table the free list gave in descending order, say)."""
+    blocks = table[: pos // block_size + 1]
+    low, high = min(blocks), max(blocks)
+    if high - low + 1 != len(blocks):
+        return None
+    current = blocks[-1]
+    written = (current - low) * block_size + pos % block_size + 1
+    mask = None
+    if current != high:
+        # the unwritten end of the current block lies inside the view
+        visible = torch.ones(len(blocks) * block_size, dtype=torch.bool)
+        visible[written : (current - low + 1) * block_size] = False
+        mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, float("-inf"))
+        mask = mask[None, None, None].to(device)
+    length = written if current == high else len(blocks) * block_size
+    calls = [RunCall([0], low * block_size, 0, length)]
+    return DecodeRuns(calls, torch.zeros(1, dtype=torch.long, device=device), None, mask)
+
+
 def decode_over_runs(
     runs: DecodeRuns,
     q: torch.Tensor,
@@ -143,6 +171,11 @@ def decode_over_runs(
 ) -> torch.Tensor:
     """q [N, Hkv, G, D] (each KV head's query heads as its queries); k/v_slots [Hkv, slots, D] a layer's pool;
     layer_blocks [2 x Hkv, blocks, block_size x D] the same memory by block -> [N, Hkv, G, D]."""
+    if runs.rest_blocks is None:
+        call = runs.calls[0]
+        k = k_slots[:, call.first_slot : call.first_slot + call.length].unsqueeze(0)
+        v = v_slots[:, call.first_slot : call.first_slot + call.length].unsqueeze(0)
+        return _CPU_FLASH(q, k, v, attn_mask=runs.rest_mask, scale=scaling)[0]
     n, hkv, groups, dim = q.shape
     outs, lses = [], []
     slots = k_slots.shape[1]

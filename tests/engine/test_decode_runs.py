@@ -55,6 +55,9 @@ def reference(q, k_slots, v_slots, tables, positions, scale):
 @pytest.mark.parametrize(
     "tables, positions",
     [
+        # one sequence whose blocks are one run in any order: one view, the current block's unwritten end masked
+        ([[*range(20, 11, -1)]], [33]),
+        ([[5, 7, 6, 8]], [14]),
         # one sequence, one run and its current block (the two-part merge)
         ([[*range(0, 8), 40]], [33]),
         # prompts allocated back to back, then one scattered decode block each
