@@ -4,7 +4,6 @@ come from the server's /tokenize; with an attached view, the prediction is compa
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -12,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from kvtui.bench.proxy_latency import ProxyThread
 from kvtui.sources.block_events import KvBlockStored
-from kvtui.sources.proxy import Proxy
 from kvtui.sources.proxy_log import LockedFleet
 from kvtui.state.fleet import FleetState
 
@@ -71,35 +70,13 @@ def upstream():
     server.shutdown()
 
 
-class Running:
-    """The proxy on its own loop thread."""
+class Running(ProxyThread):
+    """The proxy on its own loop thread, keeping the records it makes."""
 
     def __init__(self, upstream, **kwargs):
+        super().__init__(upstream, **kwargs)
         self.records = []
-        self.proxy = Proxy(upstream, **kwargs)
         self.proxy.on_record.append(self.records.append)
-        self.loop = asyncio.new_event_loop()
-        started = threading.Event()
-
-        def run():
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(self.proxy.start())
-            started.set()
-            self.loop.run_forever()
-
-        threading.Thread(target=run, daemon=True).start()
-        assert started.wait(5)
-
-    def close(self):
-        async def shutdown():
-            self.proxy.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def raw_exchange(port: int, request: bytes) -> bytes:
