@@ -133,7 +133,7 @@ def format_table(results, window, sinks, n, name, hybrid=False) -> str:
         ("dense", f"{'as trained' if hybrid else 'full'} ({n} tokens)"),
         ("window", f"0 + {window}"),
         ("sinks", f"{sinks} + {window - sinks}"),
-        ("heavy hitters", f"{window // 2} heavy + {window - window // 2}"),
+        ("heavy hitters", f"{window // 2} heavy + {window - window // 2} recent"),
         ("recompute", f"0 + {window}, recomputed"),
     ]
     head = f"{'method':<14} {'cache (initial + recent)':<26} {'ppl, pos > W':>12} {'x dense':>8} {'ppl, sampled':>13}"

@@ -156,11 +156,18 @@ def whatif(
     \b
     Time comes from a stated cost model: step = --step-ms + --prefill-us x prefill tokens + --decode-ms x
     decode rows (defaults: 5 ms, 25 us, 0.2 ms). Every missed prompt token gets a cause.
+    The optimal column (Belady) and the one-pass curve count whole blocks: without --whole-blocks the simulation
+    also serves partly filled blocks and can score above them.
+
+    \b
     Examples:
       kvtui whatif trace.jsonl --capacity 1k,4k,16k
       kvtui whatif mooncake.jsonl --capacity 100k,1M,10M --eviction lru,lfu --json
       kvtui whatif mooncake.jsonl --capacity 1M --workers 4 --router kv_aware
       kvtui whatif mooncake.jsonl --capacity 1M --requests 0:200 -o sim.jsonl   (then: kvtui replay sim.jsonl)
+      kvtui whatif requests.jsonl --whole-blocks --block-size 32 --capacity 4096b,8192b
+                                  a kvtui proxy log at vLLM's granularity: twice the blocks?
+      kvtui whatif mooncake.jsonl --capacity 300k,3M,30M --ui
     """
     from kvtui.whatif.capacity import CapacityError, parse_capacities
     from kvtui.whatif.loaders import WorkloadFormatError, load

@@ -105,6 +105,18 @@ class LanesView(LineView):
         return pad(segs, width)
 
     # ------------------------------------------------------------------ selecting
+    def on_resize(self) -> None:
+        """Keep the selected lane in sight when the view gets its size (its tab shown, the terminal resized):
+        a selection made while the tab was hidden (the latest arrival, followed) could not scroll it then.
+        (LineView.on_resize, which sizes the rows, runs too: Textual calls each class's handler.)"""
+        self.call_after_refresh(self.show_selected)
+
+    def show_selected(self) -> None:
+        ids = self.lane_ids()
+        selected = self.selected_id()
+        if self.axis_end() is not None and selected in ids:
+            self.scroll_to_row(ids.index(selected) + 1)
+
     def action_move(self, delta: int) -> None:
         ids = self.lane_ids()
         if self.axis_end() is None or not ids:

@@ -108,7 +108,7 @@ class MaskView(BuiltLinesView):
             req = state.requests.get(chunk.request_id) if state is not None else None
             style = (palette.owner(req.ordinal) if req is not None else Style()) + palette["bold"]
             what = (
-                f"prefill {chunk.start}..{chunk.end} ({chunk.queries} queries)"
+                f"prefill {chunk.start}..{chunk.end - 1} ({chunk.queries} queries)"
                 if chunk.kind == "prefill"
                 else f"decode position {chunk.start}"
             )

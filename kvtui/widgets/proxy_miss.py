@@ -3,8 +3,8 @@ predicted at its arrival (a disagreement flagged), and why the rest missed, in t
 
 The explanation is the one the proxy made at the request's arrival against the attached tree
 (kvtui/state/fleet_explain.py: the best worker's message and reason), not a new one against the cache as it is
-now. Two bars draw the prompt, one cell per few tokens: kvtui's predicted hit over vLLM's cached tokens, in the
-palette's `cached` role, the rest `free`.
+now. Two bars draw the prompt, one cell per few tokens: kvtui's predicted hit over vLLM's cached tokens, `█` in
+the palette's `cached` role, the rest `░` in `free`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def _bar(hit: int | None, total: int) -> list:
     if hit is None or total <= 0:
         return [("?" * BAR, markup("dim"))]
     cells = round(BAR * min(hit, total) / total)
-    return [("█" * cells, markup("cached")), ("█" * (BAR - cells), markup("free"))]
+    # the rest in a glyph of its own: the two bars read apart without colour (and where `free` renders bright)
+    return [("█" * cells, markup("cached")), ("░" * (BAR - cells), markup("free"))]
 
 
 def _disagreement(req: ProxyRequest) -> str:

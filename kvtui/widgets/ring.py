@@ -1,7 +1,8 @@
 """Sliding-window rings: W slots per (request, window group), slot = position mod W, with the write head.
 
 The window is the current token plus the W-1 before it; writing position p overwrites slot p mod W, which held
-p - W (now outside the window). The selected request's rings come first.
+p - W (now outside the window). An H2O cache has no write head (a new key takes the slot of one dropped): its
+marker is the slot of its newest key. The selected request's rings come first.
 
 Each slot is drawn in its role (kvtui/state/rings.py `Ring.role_of`): a sink (kept forever), recent (the
 window), or a heavy hitter (H2O in a `kvtui sinks --trace` trace); a legend under the heading names the roles
@@ -95,28 +96,33 @@ class RingView(LineView):
             req = state.requests.get(ring.request_id)
             style = palette.owner(req.ordinal) + bold if req else bold
             if ring.recent is not None:
+                # H2O has no write head: a new key takes the slot of one dropped, so ▼ marks the newest key
                 layer = f" of layer {ring.layer}, KV head 0" if ring.layer is not None else ""
                 shape = (
-                    f" group {ring.group} H2O budget={ring.window}: {ring.window - ring.recent} heavy hitters"
+                    f" H2O budget={ring.window}: {ring.window - ring.recent} heavy hitters"
                     f" + {ring.recent} recent{layer}"
                 )
+                head = f" newest→slot {ring.head}"
                 counts = f" writes {ring.writes} drops {ring.overwrites}"
+                around = "around it"
             else:
                 shape = f" group {ring.group} W={ring.window}" + (
                     f" + {ring.sinks} sink slots (positions 0-{ring.sinks - 1} kept forever)"
                     if ring.sinks
                     else ""
                 )
+                head = f" head→slot {ring.head}"
                 counts = f" writes {ring.writes} overwrites {ring.overwrites}"
+                around = "around the head"
             return pad(
                 [
                     Segment(f"{ring.request_id}", style),
                     Segment(
                         shape
-                        + f" head→slot {ring.head}"
+                        + head
                         + counts
                         + (
-                            f" (slots {first}-{first + len(slots) - 1} of {len(ring.slots)}, around the head)"
+                            f" (slots {first}-{first + len(slots) - 1} of {len(ring.slots)}, {around})"
                             if per_line < len(ring.slots)
                             else ""
                         ),
@@ -245,8 +251,12 @@ class RingView(LineView):
                     Segment(
                         f"full attention would hold {fmt_bytes(memory.full_bytes)}{ratio} on the "
                         f"{memory.window_layers} window layers, rings {fmt_bytes(memory.ring_bytes)} "
-                        f"(saved {fmt_bytes(memory.saved)}; the {memory.full_layers} full layers page "
-                        f"{fmt_bytes(memory.paged_bytes)})",
+                        f"(saved {fmt_bytes(memory.saved)}"
+                        + (
+                            f"; the {memory.full_layers} full layers page {fmt_bytes(memory.paged_bytes)})"
+                            if memory.full_layers
+                            else ")"
+                        ),
                         dim,
                     ),
                 ],

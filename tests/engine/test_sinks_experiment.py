@@ -26,7 +26,12 @@ def test_the_experiment_scores_every_method_and_prints_streamingllm_s_table():
         early = [abs(a - b) for a, b in zip(results[method][1][:14], results["dense"][1][:14])]
         assert max(early) <= 1e-4, method
     table = format_table(results, 16, 2, 80, "tiny")
-    assert "0 + 16" in table and "2 + 14" in table and "8 heavy + 8" in table and "not the paper's" in table
+    assert (
+        "0 + 16" in table
+        and "2 + 14" in table
+        and "8 heavy + 8 recent" in table
+        and "not the paper's" in table
+    )
     plot = format_plot(results, 8, 80)
     assert "D dense" in plot and "S sinks" in plot and "recompute" not in plot
     assert "heavy hitters" in format_strip(results["_kept"], 80, 2)

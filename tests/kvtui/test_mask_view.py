@@ -98,7 +98,7 @@ def test_a_prefill_after_a_prefix_hit_and_a_fresh_prefill():
     text = "\n".join(lines)
     assert "attention masks of engine step 6" in lines[0]
     # r1 continues a cached prefix of 16 tokens: every query row sees all 16 (full layer) then its triangle
-    assert "r1 prefill 16..22 (6 queries) · keys 0..21 · 16 cached before this step" in text
+    assert "r1 prefill 16..21 (6 queries) · keys 0..21 · 16 cached before this step" in text
     full = lines.index(
         "  full attention · layer 1 · the cached prefix fully visible, the chunk lower-triangular"
     )
@@ -109,7 +109,7 @@ def test_a_prefill_after_a_prefix_hit_and_a_fresh_prefill():
     rows = lines[window + 3 : window + 9]
     assert rows == [f"     q {q} " + "·" * (q - 7) + "█" * 8 for q in range(16, 22)]
     # r2 starts from nothing: 18 queries in 9 rows of 2, the diagonal cells half visible
-    assert "r2 prefill 0..18 (18 queries) · keys 0..17 · nothing cached before it" in text
+    assert "r2 prefill 0..17 (18 queries) · keys 0..17 · nothing cached before it" in text
     assert "    q 0-1 █▒" in lines and "  q 16-17 █████████████████▒" in lines
 
 
@@ -165,7 +165,7 @@ def test_gemma3_fixture_past_its_window():
     trace = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "gemma3_hybrid_window.jsonl"
     loaded = load_trace(str(trace))
     lines = mask_lines(loaded.header, loaded.events, step_end(loaded.events, 2))
-    assert "story prefill 512..622 (110 queries) · keys 0..621 · 512 cached before this step" in lines[3]
+    assert "story prefill 512..621 (110 queries) · keys 0..621 · 512 cached before this step" in lines[3]
     assert lines[4].startswith("  full attention · layers 5, 11, 17 ·")
     window = next(
         i for i, line in enumerate(lines) if line.startswith("  sliding window W=512 · layers 0, 1,")

@@ -78,6 +78,8 @@ def test_the_detail_of_a_disagreement_says_which_way_and_why():
     text = request_detail(proxy_request(RECORDS[1], 1), 100.0).plain
     assert "prompt 94 tokens · vLLM cached 64 · kvtui predicted 0" in text
     assert "DISAGREES" in text and "vLLM served 64 tokens more than kvtui predicted" in text
+    # the bars: kvtui's 0 of 94 tokens, vLLM's 64 (27 of 40 cells), the rest in a glyph of its own
+    assert "\nkvtui " + "░" * 40 + "\n" in text and "\nvLLM  " + "█" * 27 + "░" * 13 + "\n" in text
     assert "stopped: salt - the next block is cached under another cache salt" in text
     assert SALTED in text and "salt 'b'" in text
 
@@ -154,3 +156,24 @@ async def test_without_a_request_log_the_tab_says_how_to_get_one():
         await pilot.pause()
         assert "kvtui proxy --log LOG" in str(app.query_one("#proxy-summary").render())
         assert lines(app.query_one("#proxy-lanes"))[0].startswith("no request yet")
+
+
+@pytest.mark.anyio
+async def test_the_latest_arrival_is_in_sight_when_the_tab_opens_on_a_long_log(tmp_path):
+    """The tab follows the latest arrival; with more lanes than rows, the view opens scrolled to it (the
+    selection was made while the tab was hidden, when it could not scroll)."""
+    from kvtui.app.fleet_app import FleetApp
+
+    log = tmp_path / "requests.jsonl"
+    log.write_text("".join(json.dumps(record(i, 100.0 + i, 0, 0)) + "\n" for i in range(1, 61)))
+    app = FleetApp(source="t", header={}, events=[], frame_rate=None, requests_log=str(log))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        lanes = app.query_one("#proxy-lanes")
+        height = lanes.scrollable_content_region.height
+        assert 0 < height < 61
+        top = int(lanes.scroll_offset.y)
+        # the latest arrival's lane (row 60; row 0 is the axis) is on screen, and selected
+        assert top <= 60 < top + height
+        assert str(app.query_one("#proxy-detail").render()).startswith("proxy-60")

@@ -75,5 +75,9 @@ def test_gemma3_fixture_rings_stop_growing_at_512():
     memory = ring_memory(state.header, context)
     assert memory.ring_bytes == 15 * 512 * PER_TOKEN and memory.full_bytes == 15 * context * PER_TOKEN
     # row 2: under the heading and the legend
-    line = RingView(View(state, "story")).render_line(2).text
+    view = RingView(View(state, "story"))
+    view.DEFAULT_WIDTH = 200
+    line = view.render_line(2).text
     assert f"story at {context} tokens" in line and "full attention would hold" in line
+    # its 3 full layers page their K/V beside the rings
+    assert "; the 3 full layers page " in line

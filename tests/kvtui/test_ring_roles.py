@@ -81,6 +81,14 @@ async def test_the_rings_tab_of_a_sinks_trace_marks_sinks_recent_and_heavy_hitte
             assert words in legend
         heavy_title = view.render_line(HEAD_ROWS).text
         assert "H2O budget=24: 12 heavy hitters + 12 recent of layer 0, KV head 0" in heavy_title
+        # H2O has no write head (a new key takes a dropped key's slot): the marker is its newest key
+        heavy = view.rings()[0]
+        assert f"newest→slot {heavy.head}" in heavy_title and "head→" not in heavy_title
+        assert heavy.slots[heavy.head] == heavy.end - 1
+        assert f"head→slot {view.rings()[1].head}" in view.render_line(HEAD_ROWS + ROWS_PER_RING).text
+        # every layer of a sinks trace is a window layer: no "the 0 full layers page 0 B"
+        memory = view.render_line(LEGEND_ROW + 1).text
+        assert "window layers, rings" in memory and "full layers" not in memory
         assert check_roles(view) == {"sink", "recent", "heavy"}
         # a step back: the caches as they were one sample earlier, still each slot in its role
         await pilot.press("less_than_sign")
