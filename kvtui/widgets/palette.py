@@ -173,12 +173,39 @@ def role_css(type_name: str) -> str:
 
 
 def markup(role: str) -> str:
-    """A role as a style string for `Content` (resolved against the theme when drawn)."""
-    return ROLES[role].markup()
+    """A role as a style string for `Content`: the running app's theme resolved to concrete colours. Content
+    drops the alpha of Textual's `auto N%` colours, so `$text-muted` and `$text-disabled` drew as bright as
+    (brighter than) `$text`; outside an app, or under a theme that is not built in, the theme variables."""
+    palette = _running_palette()
+    if palette is None:
+        return ROLES[role].markup()
+    return _style_markup(palette[role], ROLES[role].text_style)
 
 
 def owner_markup(ordinal: int) -> str:
-    return OWNERS[ordinal % len(OWNERS)].markup()
+    palette = _running_palette()
+    role = OWNERS[ordinal % len(OWNERS)]
+    if palette is None:
+        return role.markup()
+    return _style_markup(palette.owner(ordinal), role.text_style)
+
+
+def _running_palette() -> Palette | None:
+    from textual._context import active_app
+    from textual.theme import BUILTIN_THEMES
+
+    app = active_app.get(None)
+    theme = getattr(app, "theme", None)
+    return theme_palette(theme) if theme in BUILTIN_THEMES else None
+
+
+def _style_markup(style: Style, text_style: str) -> str:
+    parts = [style.color.triplet.hex] if style.color is not None and style.color.triplet else []
+    if style.bgcolor is not None and style.bgcolor.triplet:
+        parts.append(f"on {style.bgcolor.triplet.hex}")
+    if text_style:
+        parts.append(text_style)
+    return " ".join(parts)
 
 
 class Palette:
@@ -223,7 +250,8 @@ def _resolve(value: str, variables: dict[str, str], under: Color) -> Color:
         value = variables[value[1:]]
     if value.startswith("auto"):
         alpha = float(value.split()[1].rstrip("%")) / 100 if len(value.split()) > 1 else 1.0
-        return under.get_contrast_text(alpha)
+        # blended over what it is drawn on: a colour with alpha would lose it on the way to Rich
+        return under + under.get_contrast_text(alpha)
     color = Color.parse(value)
     return under + color if color.a < 1 else color
 
