@@ -33,6 +33,7 @@ Examples:
   kvtui attach --bind tcp://127.0.0.1:5557               servers connect to us (their endpoint: ours)
   kvtui attach tcp://127.0.0.1:5557 --headless --duration 30 -o fleet.jsonl
   kvtui replay fleet.jsonl                               the same views, from the recording
+  kvtui attach tcp://127.0.0.1:5557 --requests requests.jsonl    tab 4: kvtui proxy's requests as lanes
 
 What an attached engine publishes is a hash space: blocks by hash per worker, the chain of parent hashes and
 the token ids of each block. It has no physical block ids, ref counts, locks or requests; the views say so.

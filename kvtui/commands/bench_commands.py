@@ -44,6 +44,9 @@ def bench(ctx, model, prompt_tokens, max_tokens, concurrent, repeats, cache_benc
       kvtui bench ui                       replay ingest, seek and frame times on a recorded trace
       kvtui bench frames --trace fixtures/traces/concurrent8.jsonl
       kvtui bench live --seconds 10        frame times while the real engine decodes
+      kvtui bench decode --batches 1,8     decode step time by batch size
+      kvtui bench vllm --url http://127.0.0.1:8000    our engine beside a running vLLM
+      kvtui bench proxy                    the latency kvtui proxy adds
     """
     if ctx.invoked_subcommand is not None:
         typed = [

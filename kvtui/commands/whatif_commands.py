@@ -301,6 +301,10 @@ def _run(
         "token hit rate = prompt tokens never computed by their request / prompt "
         "tokens (a preempted request's recomputed tokens are misses)",
     ]
+    if not configs[0].partial_hits:
+        notes.append(
+            "hits in whole blocks only, no partly filled block kept (--whole-blocks), as vLLM serves them"
+        )
     vary = {
         k
         for k in ("max_batched_tokens", "max_num_seqs", "prefix_cache")
