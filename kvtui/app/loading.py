@@ -83,6 +83,9 @@ class LoadingMixin:
             self._block_cursor_to_request()
         else:
             self.state, self.cursor = self.timeline.state_at(0), 0
+        # a sinks experiment's trace holds rings and no blocks: its story is on the Rings tab
+        if self.timeline.header.get("kind") == "sinks":
+            self.action_show_tab("rings")
         self.refresh_views()
 
 

@@ -118,3 +118,18 @@ def test_the_engine_s_rings_with_attention_sinks_mark_the_sink_slots():
     assert "heavy" not in view.render_line(LEGEND_ROW).text
     summary = view.render_line(HEAD_ROWS + 4).text
     assert "holds 2 sink · 6 recent" in summary
+
+
+@pytest.mark.anyio
+async def test_replay_opens_a_sinks_trace_on_the_rings_tab():
+    """`kvtui replay` of a sinks trace (loaded in its worker, as the command does) opens where its story is."""
+    app = KvtuiApp(
+        source=SINKS_TRACE.name, trace_path=str(SINKS_TRACE), open_interesting=True, frame_rate=None
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        for _ in range(50):
+            await pilot.pause(0.05)
+            if app.timeline is not None:
+                break
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "rings"
