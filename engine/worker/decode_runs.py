@@ -38,13 +38,18 @@ class RunCall:
     first_slot: int
     stride: int
     length: int
+    # the rows as a tensor, made once a step (None: one row, read as a slice)
+    index: torch.Tensor | None = None
 
 
 @dataclass
 class DecodeRuns:
     calls: list[RunCall]
-    # [pieces] the sequence of each piece: every call's rows in order, then 0 .. N-1 (the rests)
-    owners: torch.Tensor
+    # [N, P] each sequence's pieces in the concatenated outputs (every call's rows in order, then the N rests),
+    # padded with one more index: an empty piece (zero output, log-sum-exp -inf)
+    pieces: torch.Tensor
+    # some sequence has fewer than P pieces: the empty piece is appended
+    padded: bool
     # [N, R] each sequence's blocks outside its runs, its current block last (padding repeats that one); None:
     # one sequence whose blocks are one run (any order), read in one call, rest_mask hiding its unwritten slots
     rest_blocks: torch.Tensor | None
@@ -134,8 +139,19 @@ def plan_runs(
         mask = torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, float("-inf"))
         mask = mask[:, None, None].to(device)
     calls = _calls(starts, lengths, rows)
-    owners = [row for call in calls for row in call.rows] + list(range(len(tables)))
-    return DecodeRuns(calls, torch.tensor(owners, device=device), torch.tensor(padded, device=device), mask)
+    for call in calls:
+        if len(call.rows) > 1:
+            call.index = torch.tensor(call.rows, device=device)
+    ran = [row for call in calls for row in call.rows]
+    per = [[] for _ in tables]
+    for piece, row in enumerate(ran):
+        per[row].append(piece)
+    for row in range(len(tables)):
+        per[row].append(len(ran) + row)
+    most, empty = max(len(p) for p in per), len(ran) + len(tables)
+    pieces = torch.tensor([p + [empty] * (most - len(p)) for p in per], device=device)
+    rest = torch.tensor(padded, device=device)
+    return DecodeRuns(calls, pieces, any(len(p) < most for p in per), rest, mask)
 
 
 def _one_run(
@@ -158,7 +174,7 @@ def _one_run(
         mask = mask[None, None, None].to(device)
     length = written if current == high else len(blocks) * block_size
     calls = [RunCall([0], low * block_size, 0, length)]
-    return DecodeRuns(calls, torch.zeros(1, dtype=torch.long, device=device), None, mask)
+    return DecodeRuns(calls, torch.zeros(1, 1, dtype=torch.long, device=device), False, None, mask)
 
 
 def decode_over_runs(
@@ -185,7 +201,7 @@ def decode_over_runs(
         stride = (call.stride * dim, slots * dim, dim, 1)
         k = k_slots.as_strided(size, stride, k_slots.storage_offset() + call.first_slot * dim)
         v = v_slots.as_strided(size, stride, v_slots.storage_offset() + call.first_slot * dim)
-        rows = q[call.rows[0] : call.rows[0] + 1] if len(call.rows) == 1 else q[call.rows]
+        rows = q[call.rows[0] : call.rows[0] + 1] if call.index is None else q.index_select(0, call.index)
         out, lse = _CPU_FLASH(rows, k, v, scale=scaling)
         outs.append(out)
         lses.append(lse)
@@ -196,14 +212,10 @@ def decode_over_runs(
     # one sequence, one run: the two-part merge, fewer kernels
     if len(outs) == 2 and n == 1 and len(runs.calls[0].rows) == 1:
         return merge(outs[0], lses[0], outs[1], lses[1])
-    # softmax over every piece of a sequence: each piece weighted by exp(its lse - the sequence's largest)
-    out, lse = torch.cat(outs).float(), torch.cat(lses)
-    owners = runs.owners
-    top = lse.new_full((n, hkv, groups), float("-inf"))
-    top = top.scatter_reduce(0, owners[:, None, None].expand_as(lse), lse, "amax")
-    weight = torch.exp(lse - top[owners])
-    total = lse.new_zeros(n, hkv, groups).index_add_(0, owners, weight)
-    merged = q.new_zeros(n, hkv, groups, dim, dtype=torch.float32).index_add_(
-        0, owners, out * weight[..., None]
-    )
-    return (merged / total[..., None]).to(q.dtype)
+    # softmax over every piece of a sequence, weighted by exp(its lse - the sequence's log-sum-exp)
+    if runs.padded:
+        outs.append(q.new_zeros(1, hkv, groups, dim))
+        lses.append(torch.full((1, hkv, groups), float("-inf"), device=q.device))
+    out, lse = torch.cat(outs), torch.cat(lses)
+    weight = torch.softmax(lse[runs.pieces], dim=1)
+    return (out[runs.pieces].float() * weight[..., None]).sum(1).to(q.dtype)

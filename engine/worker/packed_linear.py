@@ -55,10 +55,11 @@ class PackedLinears:
 
     @staticmethod
     def _source(module) -> tuple[int, int, int]:
-        bias = module.bias.data_ptr() if module.bias is not None else 0
+        # _parameters, not module.weight: nn.Module.__getattr__ costs a microsecond, and this runs every step
+        weight, bias = module._parameters["weight"], module._parameters.get("bias")
         # an inference tensor (made under torch.inference_mode) keeps no version counter
-        version = -1 if module.weight.is_inference() else module.weight._version
-        return version, module.weight.data_ptr(), bias
+        version = -1 if weight.is_inference() else weight._version
+        return version, weight.data_ptr(), bias.data_ptr() if bias is not None else 0
 
     def _pack(self, module):
         with torch.inference_mode():
@@ -68,15 +69,17 @@ class PackedLinears:
     def _refresh(self) -> None:
         """Pack again any weight the caller changed since (load_state_dict, an optimizer step, a new Parameter):
         a stale copy would answer with the old model."""
+        sources = [self._source(module) for module, _ in self.entries]
+        if sources == self.packed_from:
+            return
         for i, (module, _) in enumerate(self.entries):
             if module.weight.device.type != "cpu" or module.weight.dtype != torch.float32:
                 # the model moved or was cast: its stock linears from now on
                 self.entries, self.packed_from = [], []
                 return
-            source = self._source(module)
-            if source != self.packed_from[i]:
+            if sources[i] != self.packed_from[i]:
                 self.entries[i] = (module, self._pack(module))
-                self.packed_from[i] = source
+                self.packed_from[i] = sources[i]
 
     @staticmethod
     def _forward(packed: torch.Tensor, bias: torch.Tensor | None):
