@@ -51,6 +51,9 @@ class Ring:
             return "sink"
         if self.recent is None or position >= self.end - self.recent:
             return "recent"
+        # until the budget fills nothing has been dropped, so no key was kept for its attention yet
+        if self.end <= len(self.slots):
+            return "recent"
         return "heavy"
 
     def copy(self) -> Ring:

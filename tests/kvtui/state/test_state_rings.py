@@ -34,6 +34,8 @@ def test_ring_kept_holds_exactly_the_kept_set_and_new_keys_take_freed_slots():
     e("ring_kept", request_id="h", group=0, budget=4, recent=2, end=4, kept=[0, 1, 2, 3], layer=1, kv_head=0)
     ring = replay(HEADER, e.out).rings[("h", 0)]
     assert ring.slots == [0, 1, 2, 3] and ring.head == 3 and ring.layer == 1
+    # the budget has just filled and nothing has gone: no key was kept for its attention yet
+    assert [ring.role_of(p) for p in ring.slots] == ["recent"] * 4
     # 1 and 2 leave (least attention); 4 and 5 take their slots, lowest first
     e("ring_kept", request_id="h", group=0, budget=4, recent=2, end=6, kept=[0, 3, 4, 5])
     ring = replay(HEADER, e.out).rings[("h", 0)]
