@@ -228,6 +228,9 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
 
     # ------------------------------------------------------------------ the small input (go to, replace, insert)
     def _open_input(self, mode: str, placeholder: str, value: str = "") -> None:
+        # an input opened under a panel (k, l) would take the keys out of sight: the panel goes first
+        if isinstance(self.screen, PanelScreen):
+            self.screen.dismiss()
         small = self.query_one("#small-input", Input)
         self.input_mode = mode
         small.value = value

@@ -7,6 +7,7 @@ import pytest
 from kvtui.app import KvtuiApp
 from kvtui.app.feed import EventFeed, RecordingController
 from kvtui.app.feed_messages import FeedHeader
+from kvtui.screens.panel import PanelScreen
 from kvtui.state import replay, state_fingerprint
 from kvtui.state.timeline import Timeline
 from kvtui.widgets.block_pool import BlockPoolView
@@ -74,6 +75,12 @@ async def test_seek_markers_percent_and_end(small_trace):
         assert app.cursor == len(events)
         await pilot.press("g", *"#10", "enter")
         assert app.cursor == 10
+        # from the mask panel: the panel closes and the go-to box takes the keys in sight
+        await pilot.press("k")
+        await pilot.pause()
+        await pilot.press("g", *"#12", "enter")
+        await pilot.pause()
+        assert app.cursor == 12 and not isinstance(app.screen, PanelScreen)
 
 
 async def test_play_speed_with_injected_clock(small_trace):
