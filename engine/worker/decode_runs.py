@@ -8,9 +8,10 @@ free list gave them); the blocks its decode added come one at a time, from anywh
                 already), so a run's order in the block table does not matter
     the rest    the sequence's other blocks, its current token's block last, gathered for the whole group at
                 once and attended in one call, masked where a sequence has fewer
-and the parts merge by their log-sum-exps (as engine/worker/sdpa.py's merge does for a chunk over a cached
-prefix). Runs of one length whose first slots are evenly spaced (prompts of one length admitted together; any two
-runs of one length) are one strided view and one call: fewer calls, and work for both cores.
+and the parts merge by their log-sum-exps (one softmax over each sequence's pieces, as engine/worker/sdpa.py's
+merge does for a chunk over a cached prefix). Runs of one length whose first slots are evenly spaced (prompts
+of one length admitted together; any two runs of one length) are one strided view and one call: fewer calls,
+and work for both cores.
 The CPU flash kernel returns the log-sum-exp; other devices, windows and soft-capped scores keep the gather
 (engine/worker/attention.py).
 """
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.worker.sdpa import _CPU_FLASH, merge
+from engine.worker.sdpa import _CPU_FLASH
 
 # the runs must average this many tokens per sequence to pay for kernel calls of their own
 MIN_RUN_TOKENS = 128
@@ -209,9 +210,6 @@ def decode_over_runs(
     out, lse = _CPU_FLASH(q, both[0], both[1], attn_mask=runs.rest_mask, scale=scaling)
     outs.append(out)
     lses.append(lse)
-    # one sequence, one run: the two-part merge, fewer kernels
-    if len(outs) == 2 and n == 1 and len(runs.calls[0].rows) == 1:
-        return merge(outs[0], lses[0], outs[1], lses[1])
     # softmax over every piece of a sequence, weighted by exp(its lse - the sequence's log-sum-exp)
     if runs.padded:
         outs.append(q.new_zeros(1, hkv, groups, dim))
