@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from rich.style import Style
+from textual._context import active_app
 from textual.color import Color
+from textual.theme import BUILTIN_THEMES
 
 
 @dataclass(frozen=True)
@@ -191,9 +193,6 @@ def owner_markup(ordinal: int) -> str:
 
 
 def _running_palette() -> Palette | None:
-    from textual._context import active_app
-    from textual.theme import BUILTIN_THEMES
-
     app = active_app.get(None)
     theme = getattr(app, "theme", None)
     return theme_palette(theme) if theme in BUILTIN_THEMES else None
@@ -259,8 +258,6 @@ def _resolve(value: str, variables: dict[str, str], under: Color) -> Color:
 @lru_cache(maxsize=8)
 def theme_palette(theme_name: str = "textual-dark") -> Palette:
     """The palette of a built-in theme without an app: for views drawn before they are mounted (tests, bench)."""
-    from textual.theme import BUILTIN_THEMES
-
     variables = BUILTIN_THEMES[theme_name].to_color_system().generate()
     base = Color.parse(variables["background"])
     styles = {}
