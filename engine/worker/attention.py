@@ -18,6 +18,7 @@ from transformers import AttentionInterface
 
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment, RingBatch
 from engine.worker.decode_runs import decode_over_runs
+from engine.worker.kernels.paged_decode import paged_decode
 from engine.worker.sdpa import attend, chunk_over_prefix
 
 ATTENTION_NAME = "kvtui_paged"
@@ -89,6 +90,11 @@ def _decode(
     hkv, dim = k_blocks.shape[0], k_blocks.shape[3]
     # [N, Hq, 1, D] as [N, Hkv, Hq / Hkv, D]: each KV head's query heads are its queries (no repeat, no GQA path)
     q = query[0][:, group.q_index].transpose(0, 1).reshape(n, hkv, -1, query.shape[3])
+    if group.lengths is not None:
+        scale = scaling if scaling is not None else dim**-0.5
+        k_slots, v_slots = batch.kv.keys(layer), batch.kv.values(layer)
+        out = paged_decode(q, k_slots, v_slots, group.blocks, group.lengths, size, scale, window, softcap)
+        return out.reshape(n, query.shape[1], query.shape[3])
     if group.runs is not None and window is None and softcap is None:
         layer_blocks = batch.kv.layer_blocks(layer)
         k_slots, v_slots = batch.kv.keys(layer), batch.kv.values(layer)

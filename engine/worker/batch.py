@@ -49,6 +49,9 @@ class DecodeGroup:
     first_slot: int | None = None
     # each sequence's run of consecutive blocks read in place, the rest gathered (engine/worker/decode_runs.py)
     runs: DecodeRuns | None = None
+    # [N] positions each query reads (its own included), set when the C kernel reads the group in place
+    # (engine/worker/kernels/paged_decode.c): then nothing else above is needed but blocks
+    lengths: torch.Tensor | None = None
 
 
 @dataclass

@@ -7,8 +7,8 @@ weight bytes (scratch measurements, 2-core Sapphire Rapids). oneDNN's blocked we
 engine's logits against transformers' forward with these in place).
 
 The packed copy costs the weights' bytes once more, so it is made only for float32 weights on the CPU within
-a budget. Only forwards of MIN_ROWS to MAX_ROWS rows use it (one row and prefill keep the stock path, faster there),
-and only inside `small(rows)`: between the engine's forwards the model's linears are the stock ones.
+a budget. Only forwards of MIN_ROWS to MAX_ROWS rows use it (prefill keeps the stock path, faster there; one row
+too on an Intel CPU), and only inside `small(rows)`: between the engine's forwards the model's linears are the stock ones.
 """
 
 from __future__ import annotations
@@ -17,9 +17,21 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-# rows (tokens in one forward) for which the packed weights are used: one row is a matrix-vector product,
-# where MKL's stock path is faster (SmolLM2 batch-1 decode: 35 ms a step stock, 44 ms packed)
-MIN_ROWS = 2
+
+
+def _vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next((line.split(":")[1].strip() for line in info if line.startswith("vendor_id")), "")
+    except OSError:
+        return ""
+
+
+# rows (tokens in one forward) for which the packed weights are used. One row is a matrix-vector product: on an
+# Intel CPU MKL's stock path is faster (SmolLM2 batch-1 decode: 35 ms a step stock, 44 ms packed, Sapphire
+# Rapids); elsewhere MKL takes a generic path (an AMD EPYC: 60-70 ms stock, 32-45 ms packed; the 113 MB lm_head
+# alone 8.7 ms against 3.1 ms)
+MIN_ROWS = 2 if _vendor() == "GenuineIntel" or not torch.backends.mkl.is_available() else 1
 MAX_ROWS = 16
 # the row count oneDNN picks its weight layout for
 PACKED_FOR_ROWS = 8

@@ -20,6 +20,7 @@ from engine.models.loading import needs_separate_forwards
 from engine.worker.attention import AttentionSwitch
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
 from engine.worker.decode_runs import plan_runs
+from engine.worker.kernels import paged_decode
 from engine.worker.packed_linear import PackedLinears
 from engine.worker.paged_kv import BlockTables, PagedKV
 from engine.worker.ring_tensors import RingTensors
@@ -81,6 +82,9 @@ class ModelRunner:
         # decode-sized forwards multiply through oneDNN-packed weights (CPU float32)
         self.linears = PackedLinears(model)
         self.tables = BlockTables(self.device)
+        # decode attention by the C kernel, in place, every decode in one call (CPU float32, a compiler at hand);
+        # False: the torch path (a benchmark's baseline)
+        self.in_place_decode = paged_decode.usable(self.device, kv.kv.dtype)
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None
 
@@ -126,7 +130,9 @@ class ModelRunner:
                     PrefillSegment(row, row + n, start, table, None if first is None else first * size)
                 )
         decodes = []
-        for bucket in length_buckets(decode_pos):
+        # the kernel pads nothing: one group; torch's attention pads a group to its longest: groups of like lengths
+        buckets = [list(range(len(decode_pos)))] if self.in_place_decode else length_buckets(decode_pos)
+        for bucket in buckets if decode_pos else []:
             pos = [decode_pos[i] for i in bucket]
             tables = [decode_tables[i] for i in bucket]
             group = DecodeGroup(
@@ -136,6 +142,10 @@ class ModelRunner:
                 longest=max(pos) + 1,
                 uniform=min(pos) == max(pos),
             )
+            if self.in_place_decode:
+                group.lengths = group.positions + 1
+                decodes.append(group)
+                continue
             if len(bucket) == 1:
                 first = self.tables.first_block(decode_reqs[bucket[0]])
                 group.first_slot = None if first is None else first * size

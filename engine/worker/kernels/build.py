@@ -1,0 +1,96 @@
+"""Compile a C kernel of this folder once per machine and load it through ctypes.
+
+The C needs no torch headers (pointers and sizes only), so a build is one `cc` call of about a second, not the
+minute of a torch extension. It is compiled for the machine it runs on (-march=native: AVX-512 where there is
+some, AVX2 or NEON elsewhere) and cached under the kvtui cache directory, keyed by the source, the flags, the
+compiler and the CPU. OpenMP comes from the libgomp that torch has already loaded (same soname), so the kernel's
+threads are torch's own and follow torch.set_num_threads.
+No compiler, or a failed build: `load` answers None once, says why in `why_not`, and the caller keeps its
+torch path. KVTUI_NO_KERNELS=1 does the same on purpose (a benchmark's baseline, a suspicion).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+FOLDER = Path(__file__).parent
+FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"]
+# -march=native is x86 and recent Arm; older Arm compilers spell it -mcpu=native
+NATIVE = (["-march=native"], ["-mcpu=native"], [])
+
+# name -> the loaded library, or None when it cannot be built here
+_loaded: dict[str, ctypes.CDLL | None] = {}
+# name -> why it is None
+why_not: dict[str, str] = {}
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            return "".join(line for line in info if line.startswith(("model name", "flags", "Features")))
+    except OSError:
+        return platform.processor()
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
+def _cache() -> Path:
+    from engine.models.packaged import cache_dir
+
+    return cache_dir() / "kernels"
+
+
+def _build(source: Path, compiler: str) -> Path:
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    errors = []
+    for native in NATIVE:
+        flags = FLAGS + native
+        key = hashlib.sha256(
+            "\0".join([source.read_text(), " ".join(flags), version, _cpu()]).encode()
+        ).hexdigest()[:16]
+        target = _cache() / f"{source.stem}-{key}.so"
+        if target.exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # written beside its final name, then renamed: two processes building at once both end well
+        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+            built = Path(scratch) / target.name
+            done = subprocess.run(
+                [compiler, *flags, str(source), "-o", str(built), "-lm"], capture_output=True, text=True
+            )
+            if done.returncode == 0:
+                os.replace(built, target)
+                return target
+            errors.append(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
+    raise RuntimeError(f"{compiler} could not build {source.name}: {'; '.join(errors)}")
+
+
+def load(name: str) -> ctypes.CDLL | None:
+    """The compiled kernel `name` (the file name.c beside this one), built on first use; None where it cannot
+    be (why_not[name] says why)."""
+    if name in _loaded:
+        return _loaded[name]
+    library = None
+    if os.environ.get("KVTUI_NO_KERNELS") == "1":
+        why_not[name] = "KVTUI_NO_KERNELS=1"
+    elif (compiler := _compiler()) is None:
+        why_not[name] = "no C compiler (cc, gcc or clang) on PATH"
+    else:
+        # torch first: its libgomp is then the one the kernel binds to
+        import torch  # noqa: F401
+
+        try:
+            library = ctypes.CDLL(str(_build(FOLDER / f"{name}.c", compiler)))
+        except (OSError, RuntimeError) as exc:
+            why_not[name] = str(exc)
+    _loaded[name] = library
+    return library

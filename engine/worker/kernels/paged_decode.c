@@ -1,0 +1,239 @@
+/* Decode attention over the paged K/V pool on the CPU: one query token per sequence, float32.
+
+   For every sequence n and KV head h, the G query heads of that KV head read the sequence's keys and values
+   in place, block by block through its block table: no gather, no padding, one call per layer for the whole
+   decode group. Each (n, h) is cut into `splits` ranges of blocks so that even one sequence keeps every core
+   busy; a range keeps a running max, sum and weighted sum of values (the online softmax of flash attention),
+   and the ranges merge at the end by their log-sum-exps.
+
+   Layout (engine/worker/paged_kv.py): keys and values are [Hkv, slots, D], slot = block x block_size + offset.
+   Built by engine/worker/kernels/build.py with the machine's own vector width (-march=native).
+*/
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* 16 floats: one AVX-512 register, two AVX2 ones; unaligned loads allowed */
+typedef float vf __attribute__((vector_size(64), aligned(4)));
+typedef int32_t vi __attribute__((vector_size(64), aligned(4)));
+#define LANES 16
+/* tokens scored at once: their scores stay in registers / L1 */
+#define TILE 32
+/* rows prefetched ahead of the one scored */
+#ifndef AHEAD
+#define AHEAD 16
+#endif
+
+static inline float hsum(vf x) {
+    /* a tree of halves: 4 dependent adds, not 16 */
+    typedef float v8 __attribute__((vector_size(32)));
+    typedef float v4 __attribute__((vector_size(16)));
+    v8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
+           __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+    v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+static inline vf load(const float *p) {
+    vf x;
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+/* exp(x) for x <= 0: 2^n x exp(r), n = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by a degree-6 polynomial
+   (relative error about 2e-7, as Cephes' expf) */
+static inline vf vexp(vf x) {
+    /* below -87, 2^n leaves the normal floats (the weight is 0 to float precision anyway) */
+    for (int i = 0; i < LANES; i++) x[i] = x[i] < -87.0f ? -87.0f : x[i];
+    /* 1.5 x 2^23: adding it rounds to an integer */
+    vf t = x * 1.44269504088896341f + 12582912.0f;
+    vf n = t - 12582912.0f;
+    vf r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+    vf scale;
+    memcpy(&scale, &e, sizeof scale);
+    return p * scale;
+}
+
+/* the G scores of one key row: the row read once for all G query heads */
+static inline __attribute__((always_inline)) void scores_of_row(const float *restrict q, const float *restrict k,
+                                                                int G, int D, float scale, float softcap,
+                                                                float *restrict out, int stride) {
+    const int whole = D / LANES * LANES;
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + (int64_t)g * D;
+        float s = 0.0f;
+        if (whole) {
+            vf acc = load(qg) * load(k);
+            for (int i = LANES; i < whole; i += LANES) acc += load(qg + i) * load(k + i);
+            s = hsum(acc);
+        }
+        for (int i = whole; i < D; i++) s += qg[i] * k[i];
+        s *= scale;
+        out[g * stride] = softcap > 0.0f ? softcap * tanhf(s / softcap) : s;
+    }
+}
+
+/* one (sequence, KV head, range of positions [t0, t1)): m[g], l[g], acc[g][D] of its G query heads */
+static inline __attribute__((always_inline)) void attend_range(const float *restrict q, const float *restrict k,
+                                                               const float *restrict v,
+                                                               const int64_t *restrict table, int64_t t0,
+                                                               int64_t t1, int block_size, int G, int D,
+                                                               float scale, float softcap, float *restrict m,
+                                                               float *restrict l, float *restrict acc) {
+    float scores[G * TILE];
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        memset(acc + (int64_t)g * D, 0, sizeof(float) * D);
+    }
+    int64_t ahead = t0 + AHEAD, ahead_block = ahead / block_size, ahead_offset = ahead % block_size;
+    for (int64_t t = t0; t < t1;) {
+        /* a tile of positions inside one block: consecutive slots */
+        const int64_t block = t / block_size, offset = t % block_size;
+        int64_t n = block_size - offset;
+        if (n > t1 - t) n = t1 - t;
+        if (n > TILE) n = TILE;
+        const int64_t slot = table[block] * block_size + offset;
+        const float *kt = k + slot * D, *vt = v + slot * D;
+        for (int64_t j = 0; j < n; j++) {
+            /* the key and value rows AHEAD positions on, one of each per row scored: blocks are scattered, and
+               the hardware prefetcher stops at page edges and runs too short a distance ahead of this loop */
+            if (ahead < t1) {
+                const float *kp = k + (table[ahead_block] * block_size + ahead_offset) * D;
+                const float *vp = v + (kp - k);
+                for (int i = 0; i < D; i += 64 / sizeof(float)) {
+                    __builtin_prefetch(kp + i);
+                    __builtin_prefetch(vp + i);
+                }
+                ahead++;
+                if (++ahead_offset == block_size) {
+                    ahead_offset = 0;
+                    ahead_block++;
+                }
+            }
+            scores_of_row(q, kt + j * D, G, D, scale, softcap, scores + j, TILE);
+        }
+        for (int g = 0; g < G; g++) {
+            float *sg = scores + g * TILE, top = m[g];
+            for (int64_t j = 0; j < n; j++) top = sg[j] > top ? sg[j] : top;
+            const float fix = expf(m[g] - top);
+            m[g] = top;
+            float *restrict ag = acc + (int64_t)g * D;
+            if (fix != 1.0f) {
+                l[g] *= fix;
+                for (int d = 0; d < D; d++) ag[d] *= fix;
+            }
+            int64_t j = 0;
+            for (; j + LANES <= n; j += LANES) {
+                vf x = vexp(load(sg + j) - top);
+                memcpy(sg + j, &x, sizeof x);
+            }
+            for (; j < n; j++) sg[j] = expf(sg[j] - top);
+            float sum = 0.0f;
+            for (j = 0; j < n; j++) sum += sg[j];
+            l[g] += sum;
+            if (D % LANES == 0 && D <= 256) {
+                /* the query head's weighted sum in registers for the whole tile (D a constant here) */
+                vf a[256 / LANES];
+                for (int c = 0; c < D / LANES; c++) a[c] = load(ag + c * LANES);
+                for (j = 0; j < n; j++) {
+                    const float w = sg[j];
+                    const float *restrict vj = vt + j * D;
+                    for (int c = 0; c < D / LANES; c++) a[c] += w * load(vj + c * LANES);
+                }
+                for (int c = 0; c < D / LANES; c++) memcpy(ag + c * LANES, &a[c], sizeof a[c]);
+            } else {
+                for (j = 0; j < n; j++) {
+                    const float w = sg[j];
+                    const float *restrict vj = vt + j * D;
+                    for (int d = 0; d < D; d++) ag[d] += w * vj[d];
+                }
+            }
+        }
+        t += n;
+    }
+}
+
+/* the common head sizes with D a constant, so the loops above unroll */
+static void attend_range_any(const float *q, const float *k, const float *v, const int64_t *table, int64_t t0,
+                             int64_t t1, int block_size, int G, int D, float scale, float softcap, float *m,
+                             float *l, float *acc) {
+    switch (D) {
+    case 64:
+        attend_range(q, k, v, table, t0, t1, block_size, G, 64, scale, softcap, m, l, acc);
+        break;
+    case 128:
+        attend_range(q, k, v, table, t0, t1, block_size, G, 128, scale, softcap, m, l, acc);
+        break;
+    case 256:
+        attend_range(q, k, v, table, t0, t1, block_size, G, 256, scale, softcap, m, l, acc);
+        break;
+    default:
+        attend_range(q, k, v, table, t0, t1, block_size, G, D, scale, softcap, m, l, acc);
+    }
+}
+
+/* q [N, Hkv, G, D]; keys / values [Hkv, slots, D]; tables [N, width] block ids; lengths [N] positions each
+   sequence reads (its own included); window > 0: only the last `window` of them; softcap > 0: capped scores.
+   out [N, Hkv, G, D]. */
+void paged_decode(const float *q, const float *keys, const float *values, int64_t slots, const int64_t *tables,
+                  int64_t width, const int64_t *lengths, int N, int Hkv, int G, int D, int block_size,
+                  float scale, int64_t window, float softcap, int threads, float *out) {
+    /* enough ranges for every core: about 4 per thread, none shorter than two blocks */
+    int64_t longest = 0;
+    for (int n = 0; n < N; n++) longest = lengths[n] > longest ? lengths[n] : longest;
+    int splits = (4 * threads + N * Hkv - 1) / (N * Hkv);
+    const int64_t most = longest / (2 * block_size);
+    if (splits > most) splits = (int)most;
+    if (splits < 1) splits = 1;
+    const int64_t tasks = (int64_t)N * Hkv * splits;
+    float *part = (float *)malloc(sizeof(float) * tasks * G * (D + 2));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t task = 0; task < tasks; task++) {
+        const int n = (int)(task / (Hkv * splits)), h = (int)(task / splits % Hkv), r = (int)(task % splits);
+        const int64_t end = lengths[n];
+        const int64_t start = window > 0 && end > window ? end - window : 0;
+        /* ranges on block boundaries */
+        const int64_t first = start / block_size, blocks = (end - 1) / block_size + 1 - first;
+        const int64_t b0 = first + blocks * r / splits, b1 = first + blocks * (r + 1) / splits;
+        int64_t t0 = b0 * block_size, t1 = b1 * block_size;
+        t0 = t0 < start ? start : t0;
+        t1 = t1 > end ? end : t1;
+        float *mine = part + task * G * (D + 2);
+        attend_range_any(q + ((int64_t)n * Hkv + h) * G * D, keys + (int64_t)h * slots * D,
+                     values + (int64_t)h * slots * D, tables + (int64_t)n * width, t0, t1, block_size, G, D,
+                     scale, softcap, mine, mine + G, mine + 2 * G);
+    }
+    /* merge each (n, h, g)'s ranges by their log-sum-exps */
+    for (int64_t nh = 0; nh < (int64_t)N * Hkv; nh++) {
+        for (int g = 0; g < G; g++) {
+            float top = -INFINITY, total = 0.0f;
+            for (int r = 0; r < splits; r++) {
+                const float *mine = part + (nh * splits + r) * G * (D + 2);
+                top = mine[g] > top ? mine[g] : top;
+            }
+            float *o = out + (nh * G + g) * D;
+            memset(o, 0, sizeof(float) * D);
+            for (int r = 0; r < splits; r++) {
+                const float *mine = part + (nh * splits + r) * G * (D + 2);
+                if (mine[G + g] == 0.0f) continue;
+                const float w = expf(mine[g] - top);
+                total += mine[G + g] * w;
+                const float *a = mine + 2 * G + (int64_t)g * D;
+                for (int d = 0; d < D; d++) o[d] += w * a[d];
+            }
+            for (int d = 0; d < D; d++) o[d] /= total;
+        }
+    }
+    free(part);
+}

@@ -1,0 +1,98 @@
+"""The C paged decode attention (paged_decode.c) as a torch call: CPU, float32, one query token per sequence.
+
+It reads each sequence's K/V in place through its block table (no gather, no padding) and takes windows and
+soft-capped scores as well, so a decode group is one call per layer whatever its blocks look like. Where the
+kernel cannot be built (engine/worker/kernels/build.py), `available()` is False and engine/worker/attention.py
+keeps its torch path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from engine.worker.kernels.build import load
+
+_pointer, _long, _int, _float = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+
+
+def _kernel():
+    library = load("paged_decode")
+    if library is None:
+        return None
+    function = library.paged_decode
+    function.restype = None
+    # q, keys, values, slots, tables, width, lengths, N, Hkv, G, D, block_size, scale, window, softcap,
+    # threads, out
+    function.argtypes = [_pointer, _pointer, _pointer, _long, _pointer, _long, _pointer]
+    function.argtypes += [_int] * 5 + [_float, _long, _float, _int, _pointer]
+    return function
+
+
+_function = None
+_tried = False
+
+
+def available() -> bool:
+    global _function, _tried
+    if not _tried:
+        _tried = True
+        _function = _kernel()
+    return _function is not None
+
+
+def usable(device: torch.device, dtype: torch.dtype) -> bool:
+    return device.type == "cpu" and dtype == torch.float32 and available()
+
+
+def paged_decode(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    tables: torch.Tensor,
+    lengths: torch.Tensor,
+    block_size: int,
+    scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """q [N, Hkv, G, D] (each KV head's query heads); keys / values [Hkv, slots, D] a layer's pool; tables [N, W]
+    block ids (int64; a row may be longer than its sequence needs); lengths [N] positions each query reads, its
+    own included -> [N, Hkv, G, D]."""
+    if not available():
+        raise RuntimeError("the paged decode kernel is not built here; check available() first")
+    n, hkv, groups, dim = q.shape
+    if keys.shape[0] != hkv or keys.shape[2] != dim or not (keys.is_contiguous() and values.is_contiguous()):
+        raise ValueError(f"keys / values must be contiguous [{hkv}, slots, {dim}], got {tuple(keys.shape)}")
+    q = q.contiguous()
+    tables = tables.to(torch.int64).contiguous()
+    lengths = lengths.to(torch.int64).contiguous()
+    out = torch.empty_like(q)
+    _function(
+        q.data_ptr(),
+        keys.data_ptr(),
+        values.data_ptr(),
+        keys.shape[1],
+        tables.data_ptr(),
+        tables.shape[1],
+        lengths.data_ptr(),
+        n,
+        hkv,
+        groups,
+        dim,
+        block_size,
+        scale,
+        window or 0,
+        softcap or 0.0,
+        torch.get_num_threads(),
+        out.data_ptr(),
+    )
+    return out
+
+
+def why_not() -> str:
+    """Why the kernel is not available here ('' when it is)."""
+    from engine.worker.kernels.build import why_not as reasons
+
+    return "" if available() else reasons.get("paged_decode", "")
