@@ -18,7 +18,6 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 
-
 def _vendor() -> str:
     try:
         with open("/proc/cpuinfo") as info:

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import transformers
+from decode_paths import DECODE_PATHS, paged_engine
 from reference import greedy_generate, no_cache_logits
 from tiny_models import ARCHITECTURES, random_prompts, tiny_model
 
@@ -24,11 +25,12 @@ def check_logits(model, outputs):
         assert diff <= TOL, f"{out.request_id}: max abs logit diff {diff}"
 
 
+@pytest.mark.parametrize("decode", DECODE_PATHS)
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
-def test_batched_chunked_logits_equal_no_cache_forward(arch):
+def test_batched_chunked_logits_equal_no_cache_forward(arch, decode):
     model = tiny_model(arch)
     # small blocks and a small token budget: prompts are split into chunks that cross block boundaries
-    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=96, max_batched_tokens=11))
+    engine = paged_engine(model, decode, block_size=4, num_blocks=96, max_batched_tokens=11)
     prompts = random_prompts([1, 3, 4, 5, 17, 30, 8, 12])
     outputs = engine.generate(prompts, SamplingParams(max_tokens=9, return_logits=True))
     check_logits(model, outputs)
@@ -65,7 +67,8 @@ def test_greedy_tokens_equal_generate_alone_batched_and_chunked(arch):
     assert [o.token_ids for o in chunked.generate(prompts, SamplingParams(max_tokens=12))] == expected
 
 
-def test_sliding_window_mask_is_exact_on_long_sequences():
+@pytest.mark.parametrize("decode", DECODE_PATHS)
+def test_sliding_window_mask_is_exact_on_long_sequences(decode):
     """A window model (Mistral style) read through the paged pool sees exactly the positions its mask allows."""
     config = transformers.MistralConfig(
         vocab_size=97,
@@ -80,7 +83,7 @@ def test_sliding_window_mask_is_exact_on_long_sequences():
     torch.manual_seed(3)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     model.generation_config.eos_token_id = None
-    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, max_batched_tokens=7))
+    engine = paged_engine(model, decode, block_size=4, num_blocks=64, max_batched_tokens=7)
     outputs = engine.generate(random_prompts([30, 3]), SamplingParams(max_tokens=25, return_logits=True))
     check_logits(model, outputs)
 

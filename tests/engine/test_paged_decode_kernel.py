@@ -81,7 +81,9 @@ def test_large_scores_do_not_overflow():
     q = q * 30
     ours = kernel.paged_decode(q, keys, values, tables, lengths, 16, 0.125)
     assert torch.isfinite(ours).all()
-    torch.testing.assert_close(ours, reference(q, keys, values, tables, lengths, 16, 0.125), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        ours, reference(q, keys, values, tables, lengths, 16, 0.125), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -93,7 +95,9 @@ def test_kernel_answers_the_same_on_any_thread_count(threads):
         ours = kernel.paged_decode(q, keys, values, tables, lengths, 16, 0.125)
     finally:
         torch.set_num_threads(before)
-    torch.testing.assert_close(ours, reference(q, keys, values, tables, lengths, 16, 0.125), rtol=1e-5, atol=2e-6)
+    torch.testing.assert_close(
+        ours, reference(q, keys, values, tables, lengths, 16, 0.125), rtol=1e-5, atol=2e-6
+    )
 
 
 @pytest.mark.parametrize("arch", ["llama-gqa", "qwen3-gqa", "llama-mqa"])
@@ -102,7 +106,9 @@ def test_engine_decodes_through_the_kernel_with_the_no_cache_logits(monkeypatch,
     real = attention.paged_decode
     monkeypatch.setattr(attention, "paged_decode", lambda *a, **k: calls.append(1) or real(*a, **k))
     model = tiny_model(arch)
-    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=200, max_batched_tokens=64))
+    engine = Engine.from_model(
+        model, config=EngineConfig(block_size=4, num_blocks=200, max_batched_tokens=64)
+    )
     # equal lengths, others, and a shared prefix through the prefix cache
     prompts = random_prompts([24, 24, 24, 37, 19], seed=3)
     prompts.append(prompts[0][:20] + random_prompts([9], seed=4)[0])

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import transformers
+from decode_paths import DECODE_PATHS, paged_engine
 from tiny_models import random_prompts
 
 from engine.core.request import Request
@@ -95,12 +96,14 @@ def test_window_styles_are_read_per_layer():
         layer_windows(chunked)
 
 
+@pytest.mark.parametrize("decode", DECODE_PATHS)
 @pytest.mark.parametrize("style", sorted(STYLES))
-def test_batched_chunked_generation_is_exact(style):
-    """Many requests at once, chunks of 7 crossing the window edge, sequences past 10 x W; decodes batched."""
+def test_batched_chunked_generation_is_exact(style, decode):
+    """Many requests at once, chunks of 7 crossing the window edge, sequences past 10 x W; decodes batched (the
+    full layers' decodes by the C kernel or by torch; Gemma 2's with soft-capped scores)."""
     model = window_model(style)
     w = window_of(model)
-    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=128, max_batched_tokens=7))
+    engine = paged_engine(model, decode, block_size=4, num_blocks=128, max_batched_tokens=7)
     prompts = random_prompts([1, 3, w, w + 1, 10 * w + 3, 2 * w - 1])
     outputs = engine.generate(prompts, SamplingParams(max_tokens=3 * w, return_logits=True))
     for out in outputs:
