@@ -88,6 +88,21 @@ class ModelRunner:
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None
 
+    def decode_paths(self) -> str:
+        """How a decode step runs here, in words (the benchmarks print it)."""
+        from engine.worker.packed_linear import MAX_ROWS, MIN_ROWS
+
+        if self.in_place_decode:
+            attention = "attention by the C kernel, in place (engine/worker/kernels)"
+        else:
+            why = paged_decode.why_not() if self.device.type == "cpu" else ""
+            attention = "attention by torch" + (f" (no kernel: {why})" if why else "")
+        if self.linears.entries and self.linears.enabled:
+            linears = f"linears of {MIN_ROWS}-{MAX_ROWS} rows oneDNN-packed"
+        else:
+            linears = "stock linears"
+        return f"{attention}; {linears}"
+
     def build_batch(
         self, chunks: list[ScheduledChunk], probe: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:

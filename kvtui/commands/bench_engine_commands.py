@@ -278,6 +278,7 @@ def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threa
         ),
     )
     click.echo(f"decode on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device})", err=True)
+    click.echo(engine.runner.decode_paths(), err=True)
     click.echo(
         format_decode(
             measure_decode(engine, batches, prompt_tokens, steps, progress=_say), peak_tbs, copy_tbs

@@ -9,6 +9,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from reference import no_cache_logits
 from tiny_models import random_prompts, tiny_model
 
@@ -119,3 +121,51 @@ def test_engine_decodes_through_the_kernel_with_the_no_cache_logits(monkeypatch,
         start = len(out.prompt_token_ids) - 1
         diff = (out.logits - ref[start : start + len(out.token_ids)]).abs().max().item()
         assert diff <= 1e-4, f"{out.request_id}: max abs logit diff {diff}"
+
+
+def test_a_table_that_would_read_outside_the_pool_is_refused():
+    q, keys, values, tables, lengths = random_case(4, 2, 1, 3, 64, 16, [40, 20], blocks=10)
+    with pytest.raises(ValueError, match="length outside"):
+        kernel.paged_decode(q, keys, values, tables, torch.tensor([40, 10_000]), 16, 0.1)
+    with pytest.raises(ValueError, match="length outside"):
+        kernel.paged_decode(q, keys, values, tables, torch.tensor([0, 20]), 16, 0.1)
+    tables[1, 0] = 10
+    with pytest.raises(ValueError, match="outside the pool's 10 blocks"):
+        kernel.paged_decode(q, keys, values, tables, lengths, 16, 0.1)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    block_size=st.sampled_from([1, 2, 4, 16]),
+    lengths=st.lists(st.integers(1, 70), min_size=1, max_size=6),
+    shared=st.integers(0, 40),
+    budget=st.sampled_from([5, 16, 64]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_workloads_through_the_kernel_keep_the_no_cache_logits(
+    block_size, lengths, shared, budget, seed
+):
+    """Random block sizes, prompt lengths, a prefix shared by some prompts (prefix hits, copy-on-write of a
+    partly filled block) and token budgets (chunking; decodes joining mid-prefill)."""
+    model = shared_model()
+    engine = Engine.from_model(
+        model, config=EngineConfig(block_size=block_size, num_blocks=1200, max_batched_tokens=budget)
+    )
+    prefix = random_prompts([shared], seed=seed)[0] if shared else []
+    prompts = [prefix + p if i % 2 else p for i, p in enumerate(random_prompts(lengths, seed=seed + 1))]
+    outputs = engine.generate(prompts, SamplingParams(max_tokens=6, return_logits=True))
+    for out in outputs:
+        ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)
+        start = len(out.prompt_token_ids) - 1
+        diff = (out.logits - ref[start : start + len(out.token_ids)]).abs().max().item()
+        assert diff <= 1e-4, f"{out.request_id}: max abs logit diff {diff}"
+
+
+_models = {}
+
+
+def shared_model():
+    # one model for every example (building it is most of an example's time)
+    if "m" not in _models:
+        _models["m"] = tiny_model("llama-gqa")
+    return _models["m"]

@@ -185,13 +185,22 @@ static void attend_range_any(const float *q, const float *k, const float *v, con
 
 /* q [N, Hkv, G, D]; keys / values [Hkv, slots, D]; tables [N, width] block ids; lengths [N] positions each
    sequence reads (its own included); window > 0: only the last `window` of them; softcap > 0: capped scores.
-   out [N, Hkv, G, D]. */
-void paged_decode(const float *q, const float *keys, const float *values, int64_t slots, const int64_t *tables,
+   out [N, Hkv, G, D]. Returns 0, or without reading anything: 1 where a length is < 1 or needs more blocks than
+   its table row holds, 2 where a block it would read lies outside the pool. */
+int paged_decode(const float *q, const float *keys, const float *values, int64_t slots, const int64_t *tables,
                   int64_t width, const int64_t *lengths, int N, int Hkv, int G, int D, int block_size,
                   float scale, int64_t window, float softcap, int threads, float *out) {
-    /* enough ranges for every core: about 4 per thread, none shorter than two blocks */
+    /* a wrong table would read outside the pool: refuse it (N x width integers, nothing next to the K/V) */
     int64_t longest = 0;
-    for (int n = 0; n < N; n++) longest = lengths[n] > longest ? lengths[n] : longest;
+    for (int n = 0; n < N; n++) {
+        if (lengths[n] < 1 || lengths[n] > width * block_size) return 1;
+        for (int64_t b = 0; b < (lengths[n] - 1) / block_size + 1; b++) {
+            const int64_t block = tables[n * width + b];
+            if (block < 0 || (block + 1) * block_size > slots) return 2;
+        }
+        longest = lengths[n] > longest ? lengths[n] : longest;
+    }
+    /* enough ranges for every core: about 4 per thread, none shorter than two blocks */
     int splits = (4 * threads + N * Hkv - 1) / (N * Hkv);
     const int64_t most = longest / (2 * block_size);
     if (splits > most) splits = (int)most;
@@ -236,4 +245,5 @@ void paged_decode(const float *q, const float *keys, const float *values, int64_
         }
     }
     free(part);
+    return 0;
 }

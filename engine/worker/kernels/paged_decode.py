@@ -22,7 +22,7 @@ def _kernel():
     if library is None:
         return None
     function = library.paged_decode
-    function.restype = None
+    function.restype = ctypes.c_int
     # q, keys, values, slots, tables, width, lengths, N, Hkv, G, D, block_size, scale, window, softcap,
     # threads, out
     function.argtypes = [_pointer, _pointer, _pointer, _long, _pointer, _long, _pointer]
@@ -69,7 +69,7 @@ def paged_decode(
     tables = tables.to(torch.int64).contiguous()
     lengths = lengths.to(torch.int64).contiguous()
     out = torch.empty_like(q)
-    _function(
+    refused = _function(
         q.data_ptr(),
         keys.data_ptr(),
         values.data_ptr(),
@@ -88,6 +88,15 @@ def paged_decode(
         torch.get_num_threads(),
         out.data_ptr(),
     )
+    if refused:
+        raise ValueError(
+            "paged_decode: "
+            + (
+                f"a length outside 1..{tables.shape[1] * block_size} (the table rows' {tables.shape[1]} blocks)"
+                if refused == 1
+                else f"a block id outside the pool's {keys.shape[1] // block_size} blocks"
+            )
+        )
     return out
 
 
