@@ -1,14 +1,17 @@
-"""oneDNN-packed copies of a CPU model's float32 linear weights, for forwards of a few rows (batch decode).
+"""oneDNN-packed copies of a CPU model's float32 linear weights, for the forwards where MKL's sgemm is slow.
 
-A decode step of N sequences multiplies N rows by every weight matrix. MKL's sgemm, behind torch's stock
-linear, runs a handful of rows far below this machine's peak: 8 rows cost about 3.5x one row for the same
-weight bytes (scratch measurements, 2-core Sapphire Rapids). oneDNN's blocked weight layout keeps 8 rows near
-2x one row. Results agree with the stock path to float32 rounding (relative 1e-6; the exactness tests hold the
-engine's logits against transformers' forward with these in place).
+Torch's stock linear multiplies through MKL. On an Intel CPU MKL runs a handful of rows far below the machine's
+peak: 8 rows cost about 3.5x one row for the same weight bytes (2-core Sapphire Rapids), where oneDNN's blocked
+weight layout keeps 8 rows near 2x one row; one row and prefill-sized forwards are faster stock there. On other
+CPUs MKL takes a generic code path, and oneDNN is 2-2.5x faster at every row count (a 2-core AMD EPYC, one
+thread: 8 rows 55 against 91-149 GFLOP/s, 512 rows 95 against 214-220; SmolLM2's 64-token prefill 210-249
+against 99-115 ms, a batch-1 decode step 60-70 against 32-45 ms). Results agree with the stock path to float32
+rounding (relative 1e-6; the exactness tests hold the engine's logits against transformers' forward with these
+in place).
 
 The packed copy costs the weights' bytes once more, so it is made only for float32 weights on the CPU within
-a budget. Only forwards of MIN_ROWS to MAX_ROWS rows use it (prefill keeps the stock path, faster there; one row
-too on an Intel CPU), and only inside `small(rows)`: between the engine's forwards the model's linears are the stock ones.
+a budget. Only forwards of MIN_ROWS to MAX_ROWS rows use it (on an Intel CPU 2-16, elsewhere all), and only
+inside `small(rows)`: between the engine's forwards the model's linears are the stock ones.
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ def _vendor() -> str:
         return ""
 
 
-# rows (tokens in one forward) for which the packed weights are used. One row is a matrix-vector product: on an
-# Intel CPU MKL's stock path is faster (SmolLM2 batch-1 decode: 35 ms a step stock, 44 ms packed, Sapphire
-# Rapids); elsewhere MKL takes a generic path (an AMD EPYC: 60-70 ms stock, 32-45 ms packed; the 113 MB lm_head
-# alone 8.7 ms against 3.1 ms)
-MIN_ROWS = 2 if _vendor() == "GenuineIntel" or not torch.backends.mkl.is_available() else 1
-MAX_ROWS = 16
+# MKL's own kernels: Intel CPUs (where a torch without MKL has some other BLAS, measured nowhere: as Intel)
+MKL_FAST = _vendor() == "GenuineIntel" or not torch.backends.mkl.is_available()
+# rows (tokens in one forward) for which the packed weights are used. With MKL's own kernels one row (a
+# matrix-vector product) and prefill are faster stock: SmolLM2's batch-1 decode step 35 ms stock, 44 ms packed
+MIN_ROWS = 2 if MKL_FAST else 1
+MAX_ROWS = 16 if MKL_FAST else 2**62
 # the row count oneDNN picks its weight layout for
 PACKED_FOR_ROWS = 8
 # weights packed at most (bytes): the copy doubles their memory
@@ -104,7 +107,7 @@ class PackedLinears:
         return sum(m.weight.numel() * m.weight.element_size() for m, _ in self.entries)
 
     def small(self, rows: int):
-        """The packed linears for one forward of `rows` tokens, when it is small enough to gain."""
+        """The packed linears for one forward of `rows` tokens, where they gain (MIN_ROWS to MAX_ROWS)."""
         if not self.entries or not self.enabled or not MIN_ROWS <= rows <= MAX_ROWS:
             return nullcontext()
         self._refresh()

@@ -98,7 +98,8 @@ class ModelRunner:
             why = paged_decode.why_not() if self.device.type == "cpu" else ""
             attention = "attention by torch" + (f" (no kernel: {why})" if why else "")
         if self.linears.entries and self.linears.enabled:
-            linears = f"linears of {MIN_ROWS}-{MAX_ROWS} rows oneDNN-packed"
+            rows = f"{MIN_ROWS}-{MAX_ROWS}" if MAX_ROWS < 2**62 else "any number of"
+            linears = f"linears of {rows} rows oneDNN-packed"
         else:
             linears = "stock linears"
         return f"{attention}; {linears}"

@@ -6,14 +6,18 @@ from __future__ import annotations
 import torch
 
 from engine.models.random_models import random_model
-from engine.worker.packed_linear import MAX_ROWS, PackedLinears
+from engine.worker import packed_linear
+from engine.worker.packed_linear import PackedLinears
 
 
 def tiny(dtype=torch.float32):
     return random_model("llama:tiny", dtype, torch.device("cpu"))[0]
 
 
-def test_every_linear_is_packed_and_swapped_in_only_inside_small():
+def test_every_linear_is_packed_and_swapped_in_only_inside_small(monkeypatch):
+    # the rule on an Intel CPU (MKL's own kernels): 2-16 rows
+    monkeypatch.setattr(packed_linear, "MIN_ROWS", 2)
+    monkeypatch.setattr(packed_linear, "MAX_ROWS", 16)
     model = tiny()
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     packed = PackedLinears(model)
@@ -22,20 +26,30 @@ def test_every_linear_is_packed_and_swapped_in_only_inside_small():
     with packed.small(8):
         assert all("forward" in m.__dict__ for m in linears)
     assert not any("forward" in m.__dict__ for m in linears)
-    # prefill-sized forwards keep the stock path
-    with packed.small(MAX_ROWS + 1):
+    # prefill-sized forwards and one row keep the stock path
+    with packed.small(17):
         assert not any("forward" in m.__dict__ for m in linears)
+    with packed.small(1):
+        assert not any("forward" in m.__dict__ for m in linears)
+    # elsewhere (MKL's generic path): every forward
+    monkeypatch.setattr(packed_linear, "MIN_ROWS", 1)
+    monkeypatch.setattr(packed_linear, "MAX_ROWS", 2**62)
+    for rows in (1, 17, 4096):
+        with packed.small(rows):
+            assert all("forward" in m.__dict__ for m in linears)
     packed.enabled = False
     with packed.small(1):
         assert not any("forward" in m.__dict__ for m in linears)
 
 
 @torch.inference_mode()
-def test_packed_outputs_agree_with_the_stock_linear_for_every_small_row_count():
+def test_packed_outputs_agree_with_the_stock_linear_for_any_row_count(monkeypatch):
+    monkeypatch.setattr(packed_linear, "MIN_ROWS", 1)
+    monkeypatch.setattr(packed_linear, "MAX_ROWS", 2**62)
     model = tiny()
     packed = PackedLinears(model)
     layer = next(m for m in model.modules() if type(m) is torch.nn.Linear)
-    for rows in range(1, MAX_ROWS + 1):
+    for rows in [*range(1, 17), 64, 300]:
         x = torch.randn(1, rows, layer.in_features)
         stock = layer(x)
         with packed.small(rows):
