@@ -9,7 +9,8 @@ against 99-115 ms, a batch-1 decode step 60-70 against 32-45 ms). Results agree 
 rounding (relative 1e-6; the exactness tests hold the engine's logits against transformers' forward with these
 in place).
 
-The packed copy costs the weights' bytes once more, so it is made only for float32 weights on the CPU within
+Where MKL is slow, forwards of up to 8 rows (decode) go to a C kernel instead, faster than oneDNN there
+(engine/worker/kernels/small_linear.c; its own panels of the weights). The packed copy costs the weights' bytes once more, so it is made only for float32 weights on the CPU within
 a budget. Only forwards of MIN_ROWS to MAX_ROWS rows use it (on an Intel CPU 2-16, elsewhere all), and only
 inside `small(rows)`: between the engine's forwards the model's linears are the stock ones.
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 from contextlib import contextmanager, nullcontext
 
 import torch
+
+from engine.worker.kernels import small_linear
 
 
 def _vendor() -> str:
@@ -35,6 +38,9 @@ MKL_FAST = _vendor() == "GenuineIntel" or not torch.backends.mkl.is_available()
 # matrix-vector product) and prefill are faster stock: SmolLM2's batch-1 decode step 35 ms stock, 44 ms packed
 MIN_ROWS = 2 if MKL_FAST else 1
 MAX_ROWS = 16 if MKL_FAST else 2**62
+# where MKL is slow, forwards of up to small_linear.MAX_ROWS rows go to the C kernel (faster than oneDNN there:
+# engine/worker/kernels/small_linear.py), whose panels cost the weights' bytes once more; not measured on Intel
+PANELS = not MKL_FAST
 # the row count oneDNN picks its weight layout for
 PACKED_FOR_ROWS = 8
 # weights packed at most (bytes): the copy doubles their memory
@@ -76,9 +82,13 @@ class PackedLinears:
         return version, weight.data_ptr(), bias.data_ptr() if bias is not None else 0
 
     def _pack(self, module):
+        panels = None
         with torch.inference_mode():
-            packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), PACKED_FOR_ROWS)
-        return self._forward(packed, module.bias)
+            weight = module.weight.detach()
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
+            if PANELS and small_linear.available():
+                panels = small_linear.pack(weight)
+        return self._forward(packed, panels, module.out_features, module.bias)
 
     def _refresh(self) -> None:
         """Pack again any weight the caller changed since (load_state_dict, an optimizer step, a new Parameter):
@@ -96,15 +106,26 @@ class PackedLinears:
                 self.packed_from[i] = sources[i]
 
     @staticmethod
-    def _forward(packed: torch.Tensor, bias: torch.Tensor | None):
+    def _forward(
+        packed: torch.Tensor, panels: torch.Tensor | None, out_features: int, bias: torch.Tensor | None
+    ):
+        most = small_linear.MAX_ROWS
+
         def forward(x: torch.Tensor) -> torch.Tensor:
+            if panels is not None and x.numel() <= most * x.shape[-1]:
+                return small_linear.small_linear(x, panels, out_features, bias)
             return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
+        forward.panels = panels
         return forward
 
     @property
     def nbytes(self) -> int:
-        return sum(m.weight.numel() * m.weight.element_size() for m, _ in self.entries)
+        """Bytes of the packed copies (oneDNN's, and the C kernel's panels where they are made)."""
+        return sum(
+            m.weight.numel() * m.weight.element_size() * (1 if f.panels is None else 2)
+            for m, f in self.entries
+        )
 
     def small(self, rows: int):
         """The packed linears for one forward of `rows` tokens, where they gain (MIN_ROWS to MAX_ROWS)."""
