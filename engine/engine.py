@@ -46,7 +46,9 @@ class Engine:
         )
         self.kv = PagedKV(self.shape, self.cache.pool.num_blocks, self.config.block_size, dtype, device)
         self.rings = RingTensors(self.cache.rings, dtype, device)
-        self.runner = ModelRunner(model, self.kv, self.cache.pool, self.shape.windows, self.rings)
+        self.runner = ModelRunner(
+            model, self.kv, self.cache.pool, self.shape.windows, self.rings, self.config.fast_prefill
+        )
         self.requests: dict[str, Request] = {}
         # SamplingParams(prompt_logprobs=True): request id -> log-probability of each prompt token so far
         self._prompt_logprobs = PromptLogprobs()

@@ -10,9 +10,15 @@ rounding (relative 1e-6; the exactness tests hold the engine's logits against tr
 in place).
 
 Where MKL is slow, forwards of up to 8 rows (decode) go to a C kernel instead, faster than oneDNN there
-(engine/worker/kernels/small_linear.c; its own panels of the weights). The packed copy costs the weights' bytes once more, so it is made only for float32 weights on the CPU within
-a budget. Only forwards of MIN_ROWS to MAX_ROWS rows use it (on an Intel CPU 2-16, elsewhere all), and only
-inside `small(rows)`: between the engine's forwards the model's linears are the stock ones.
+(engine/worker/kernels/small_linear.c; its own panels of the weights). Prefill-sized forwards stay stock by default, even where oneDNN is faster: their logits then match
+transformers' own forward within the 1e-4 the exactness tests hold, and oneDNN's rounding does not (Gemma 3
+270M: transformers' own forward, MKL against oneDNN, differs by 7e-5; through the engine up to 1.4e-4).
+`EngineConfig(fast_prefill=True)` takes oneDNN for those too where MKL is slow.
+
+The packed copy costs the weights' bytes once more, so it is made only for float32 weights on the CPU within
+a budget. Only forwards of MIN_ROWS to MAX_ROWS rows use it (on an Intel CPU 2-16, elsewhere 1-16, and any
+number with fast_prefill), and only inside `small(rows)`: between the engine's forwards the model's linears
+are the stock ones.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ MKL_FAST = _vendor() == "GenuineIntel" or not torch.backends.mkl.is_available()
 # rows (tokens in one forward) for which the packed weights are used. With MKL's own kernels one row (a
 # matrix-vector product) and prefill are faster stock: SmolLM2's batch-1 decode step 35 ms stock, 44 ms packed
 MIN_ROWS = 2 if MKL_FAST else 1
-MAX_ROWS = 16 if MKL_FAST else 2**62
+MAX_ROWS = 16
 # where MKL is slow, forwards of up to small_linear.MAX_ROWS rows go to the C kernel (faster than oneDNN there:
 # engine/worker/kernels/small_linear.py), whose panels cost the weights' bytes once more; not measured on Intel
 PANELS = not MKL_FAST
@@ -63,8 +69,10 @@ def _packable(model) -> list[torch.nn.Linear]:
 
 
 class PackedLinears:
-    def __init__(self, model):
+    def __init__(self, model, fast_prefill: bool = False):
         self.entries = []
+        # prefill-sized forwards through oneDNN too, where MKL is slow (EngineConfig.fast_prefill)
+        self.fast_prefill = fast_prefill and not MKL_FAST
         # False: every forward takes the stock path (a benchmark's baseline)
         self.enabled = True
         # (weight version, weight and bias data pointers) each copy was packed from
@@ -128,8 +136,14 @@ class PackedLinears:
         )
 
     def small(self, rows: int):
-        """The packed linears for one forward of `rows` tokens, where they gain (MIN_ROWS to MAX_ROWS)."""
-        if not self.entries or not self.enabled or not MIN_ROWS <= rows <= MAX_ROWS:
+        """The packed linears for one forward of `rows` tokens, where they gain (MIN_ROWS to MAX_ROWS, or more
+        with fast_prefill)."""
+        if (
+            not self.entries
+            or not self.enabled
+            or rows < MIN_ROWS
+            or (rows > MAX_ROWS and not self.fast_prefill)
+        ):
             return nullcontext()
         self._refresh()
         return self._swapped()

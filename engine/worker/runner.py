@@ -70,6 +70,7 @@ class ModelRunner:
         pool: BlockPool,
         windows: tuple[int | None, ...],
         rings: RingTensors | None = None,
+        fast_prefill: bool = False,
     ):
         self.model = model
         self.kv = kv
@@ -80,7 +81,7 @@ class ModelRunner:
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
         # decode-sized forwards multiply through oneDNN-packed weights (CPU float32)
-        self.linears = PackedLinears(model)
+        self.linears = PackedLinears(model, fast_prefill)
         self.tables = BlockTables(self.device)
         # decode attention by the C kernel, in place, every decode in one call (CPU float32, a compiler at hand);
         # False: the torch path (a benchmark's baseline)
@@ -90,6 +91,8 @@ class ModelRunner:
 
     def decode_paths(self) -> str:
         """How a decode step runs here, in words (the benchmarks print it)."""
+        from engine.worker import packed_linear
+        from engine.worker.kernels import small_linear
         from engine.worker.packed_linear import MAX_ROWS, MIN_ROWS
 
         if self.in_place_decode:
@@ -98,8 +101,10 @@ class ModelRunner:
             why = paged_decode.why_not() if self.device.type == "cpu" else ""
             attention = "attention by torch" + (f" (no kernel: {why})" if why else "")
         if self.linears.entries and self.linears.enabled:
-            rows = f"{MIN_ROWS}-{MAX_ROWS}" if MAX_ROWS < 2**62 else "any number of"
+            rows = f"{MIN_ROWS}+" if self.linears.fast_prefill else f"{MIN_ROWS}-{MAX_ROWS}"
             linears = f"linears of {rows} rows oneDNN-packed"
+            if small_linear.available() and packed_linear.PANELS:
+                linears += f" (up to {small_linear.MAX_ROWS} by the C kernel)"
         else:
             linears = "stock linears"
         return f"{attention}; {linears}"

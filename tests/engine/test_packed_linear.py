@@ -33,10 +33,14 @@ def test_every_linear_is_packed_and_swapped_in_only_inside_small(monkeypatch):
         assert not any("forward" in m.__dict__ for m in linears)
     with packed.small(1):
         assert not any("forward" in m.__dict__ for m in linears)
-    # elsewhere (MKL's generic path): every forward
+    # elsewhere (MKL's generic path): one row too, and prefill with fast_prefill only
     monkeypatch.setattr(packed_linear, "MIN_ROWS", 1)
-    monkeypatch.setattr(packed_linear, "MAX_ROWS", 2**62)
-    for rows in (1, 17, 4096):
+    with packed.small(1):
+        assert all("forward" in m.__dict__ for m in linears)
+    with packed.small(17):
+        assert not any("forward" in m.__dict__ for m in linears)
+    packed.fast_prefill = True
+    for rows in (17, 4096):
         with packed.small(rows):
             assert all("forward" in m.__dict__ for m in linears)
     packed.enabled = False
@@ -47,9 +51,9 @@ def test_every_linear_is_packed_and_swapped_in_only_inside_small(monkeypatch):
 @torch.inference_mode()
 def test_packed_outputs_agree_with_the_stock_linear_for_any_row_count(monkeypatch):
     monkeypatch.setattr(packed_linear, "MIN_ROWS", 1)
-    monkeypatch.setattr(packed_linear, "MAX_ROWS", 2**62)
     model = tiny()
     packed = PackedLinears(model)
+    packed.fast_prefill = True
     layer = next(m for m in model.modules() if type(m) is torch.nn.Linear)
     for rows in [*range(1, 17), 64, 300]:
         x = torch.randn(1, rows, layer.in_features)
@@ -93,3 +97,19 @@ def test_weights_changed_after_packing_are_packed_again():
     with packed.small(8):
         ours = layer(x)
     torch.testing.assert_close(ours, torch.nn.functional.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
+
+
+def test_fast_prefill_is_an_engine_option_taken_only_where_mkl_is_slow():
+    from reference import no_cache_logits
+    from tiny_models import random_prompts, tiny_model
+
+    from engine.engine import Engine, EngineConfig, SamplingParams
+
+    model = tiny_model("llama-gqa")
+    assert Engine.from_model(model).runner.linears.fast_prefill is False
+    engine = Engine.from_model(model, config=EngineConfig(fast_prefill=True, max_batched_tokens=64))
+    assert engine.runner.linears.fast_prefill is (not packed_linear.MKL_FAST)
+    # a tiny model's logits stay within the tolerance either way
+    (out,) = engine.generate(random_prompts([40]), SamplingParams(max_tokens=4, return_logits=True))
+    ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)[39:43]
+    assert (out.logits - ref).abs().max().item() <= 1e-4
