@@ -127,6 +127,22 @@ def sinks_trace(
             )
         )
         start = end
+    # every text is scored to its end: the requests finish (tab 2 would read "running" for ever otherwise)
+    t = round(n / 1000, 6)
+    for rid, _, _ in modes:
+        events.append(
+            event(
+                "request_finished",
+                t,
+                request_id=rid,
+                reason="length",
+                num_prompt_tokens=n,
+                num_output_tokens=0,
+                cached_tokens=0,
+                ttft=None,
+                tpot=None,
+            )
+        )
     return header, events
 
 

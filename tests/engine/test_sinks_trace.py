@@ -125,3 +125,14 @@ def test_kvtui_sinks_writes_a_trace_that_replay_opens_with_the_three_caches(tmp_
     assert bad.exit_code == 2 and "layers 0-1, not 7" in bad.output
     missing = CliRunner().invoke(main, ["sinks", "--trace", str(Path(tmp_path, "no", "t.jsonl"))])
     assert missing.exit_code == 2 and "no directory" in missing.output
+
+
+def test_each_cache_finishes_when_its_text_is_scored():
+    _, header, events = traced_experiment()
+    state = CacheState({"type": "header", "schema": 1, **header})
+    state.apply_all(events)
+    assert {rid: req.status for rid, req in state.requests.items()} == {
+        "window": "finished",
+        "sinks": "finished",
+        "heavy-hitters": "finished",
+    }
