@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from reference import no_cache_logits
-from tiny_models import random_prompts, tiny_model
+from decode_paths import assert_decodes_match_no_cache
+from tiny_models import tiny_model
 
 import engine.worker.attention as attention
 import engine.worker.decode_runs as decode_runs
-from engine.engine import Engine, EngineConfig, SamplingParams
+from engine.engine import Engine, EngineConfig
 from engine.worker.decode_runs import _calls, decode_over_runs, plan_runs, runs_of
 
 HKV, GROUPS, DIM, BS, BLOCKS = 2, 3, 8, 4, 64
@@ -108,12 +108,5 @@ def test_engine_decodes_through_runs_with_the_no_cache_logits(monkeypatch, arch)
     # the torch path that the C kernel replaces where it can be built
     engine.runner.in_place_decode = False
     # equal lengths (one strided call), others, and a shared prefix through the prefix cache
-    prompts = random_prompts([24, 24, 24, 37, 19], seed=3)
-    prompts.append(prompts[0][:20] + random_prompts([9], seed=4)[0])
-    outputs = engine.generate(prompts, SamplingParams(max_tokens=10, return_logits=True))
+    assert_decodes_match_no_cache(model, engine)
     assert calls, "the runs path never ran"
-    for out in outputs:
-        ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)
-        start = len(out.prompt_token_ids) - 1
-        diff = (out.logits - ref[start : start + len(out.token_ids)]).abs().max().item()
-        assert diff <= 1e-4, f"{out.request_id}: max abs logit diff {diff}"

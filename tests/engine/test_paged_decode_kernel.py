@@ -9,9 +9,9 @@ import math
 
 import pytest
 import torch
+from decode_paths import assert_decodes_match_no_cache, assert_outputs_match_no_cache
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference import no_cache_logits
 from tiny_models import random_prompts, tiny_model
 
 import engine.worker.attention as attention
@@ -111,16 +111,8 @@ def test_engine_decodes_through_the_kernel_with_the_no_cache_logits(monkeypatch,
     engine = Engine.from_model(
         model, config=EngineConfig(block_size=4, num_blocks=200, max_batched_tokens=64)
     )
-    # equal lengths, others, and a shared prefix through the prefix cache
-    prompts = random_prompts([24, 24, 24, 37, 19], seed=3)
-    prompts.append(prompts[0][:20] + random_prompts([9], seed=4)[0])
-    outputs = engine.generate(prompts, SamplingParams(max_tokens=10, return_logits=True))
+    assert_decodes_match_no_cache(model, engine)
     assert calls, "the kernel never ran"
-    for out in outputs:
-        ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)
-        start = len(out.prompt_token_ids) - 1
-        diff = (out.logits - ref[start : start + len(out.token_ids)]).abs().max().item()
-        assert diff <= 1e-4, f"{out.request_id}: max abs logit diff {diff}"
 
 
 def test_a_table_that_would_read_outside_the_pool_is_refused():
@@ -153,12 +145,9 @@ def test_random_workloads_through_the_kernel_keep_the_no_cache_logits(
     )
     prefix = random_prompts([shared], seed=seed)[0] if shared else []
     prompts = [prefix + p if i % 2 else p for i, p in enumerate(random_prompts(lengths, seed=seed + 1))]
-    outputs = engine.generate(prompts, SamplingParams(max_tokens=6, return_logits=True))
-    for out in outputs:
-        ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)
-        start = len(out.prompt_token_ids) - 1
-        diff = (out.logits - ref[start : start + len(out.token_ids)]).abs().max().item()
-        assert diff <= 1e-4, f"{out.request_id}: max abs logit diff {diff}"
+    assert_outputs_match_no_cache(
+        model, engine.generate(prompts, SamplingParams(max_tokens=6, return_logits=True))
+    )
 
 
 _models = {}

@@ -74,6 +74,18 @@ def _build(source: Path, compiler: str) -> Path:
     raise RuntimeError(f"{compiler} could not build {source.name}: {'; '.join(errors)}")
 
 
+def bind(name: str, argtypes: list) -> ctypes._CFuncPtr | None:
+    """The function `name` of the kernel of that name, taking `argtypes` and answering an int status; None where
+    the kernel cannot be built."""
+    library = load(name)
+    if library is None:
+        return None
+    function = getattr(library, name)
+    function.restype = ctypes.c_int
+    function.argtypes = argtypes
+    return function
+
+
 def load(name: str) -> ctypes.CDLL | None:
     """The compiled kernel `name` (the file name.c beside this one), built on first use; None where it cannot
     be (why_not[name] says why)."""

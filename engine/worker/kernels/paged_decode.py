@@ -9,37 +9,25 @@ keeps its torch path.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
-from engine.worker.kernels.build import load
+from engine.worker.kernels.build import bind
 
 _pointer, _long, _int, _float = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 
 
+@functools.cache
 def _kernel():
-    library = load("paged_decode")
-    if library is None:
-        return None
-    function = library.paged_decode
-    function.restype = ctypes.c_int
     # q, keys, values, slots, tables, width, lengths, N, Hkv, G, D, block_size, scale, window, softcap,
     # threads, out
-    function.argtypes = [_pointer, _pointer, _pointer, _long, _pointer, _long, _pointer]
-    function.argtypes += [_int] * 5 + [_float, _long, _float, _int, _pointer]
-    return function
-
-
-_function = None
-_tried = False
+    argtypes = [_pointer, _pointer, _pointer, _long, _pointer, _long, _pointer]
+    return bind("paged_decode", argtypes + [_int] * 5 + [_float, _long, _float, _int, _pointer])
 
 
 def available() -> bool:
-    global _function, _tried
-    if not _tried:
-        _tried = True
-        _function = _kernel()
-    return _function is not None
+    return _kernel() is not None
 
 
 def usable(device: torch.device, dtype: torch.dtype) -> bool:
@@ -69,7 +57,7 @@ def paged_decode(
     tables = tables.to(torch.int64).contiguous()
     lengths = lengths.to(torch.int64).contiguous()
     out = torch.empty_like(q)
-    refused = _function(
+    refused = _kernel()(
         q.data_ptr(),
         keys.data_ptr(),
         values.data_ptr(),

@@ -10,31 +10,26 @@ panels of 16 outputs repacked here (`pack`), and does every row's work on it whi
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 
-from engine.worker.kernels.build import load
+from engine.worker.kernels.build import bind
 
 # rows up to which the kernel beats oneDNN's packed product (measured; engine/worker/packed_linear.py)
 MAX_ROWS = 8
 LANES = 16
 
-_function = None
-_tried = False
+
+@functools.cache
+def _kernel():
+    # x, M, K, packed, N, bias, y, threads
+    pointer, long = ctypes.c_void_p, ctypes.c_int64
+    return bind("small_linear", [pointer, ctypes.c_int, long, pointer, long, pointer, pointer, ctypes.c_int])
 
 
 def available() -> bool:
-    global _function, _tried
-    if not _tried:
-        _tried = True
-        library = load("small_linear")
-        if library is not None:
-            _function = library.small_linear
-            _function.restype = ctypes.c_int
-            # x, M, K, packed, N, bias, y, threads
-            _function.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p]
-            _function.argtypes += [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-    return _function is not None
+    return _kernel() is not None
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
@@ -52,7 +47,7 @@ def small_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias:
     flat = x.reshape(-1, k).contiguous()
     rows = flat.shape[0]
     y = flat.new_empty(rows, out_features)
-    refused = _function(
+    refused = _kernel()(
         flat.data_ptr(),
         rows,
         k,
