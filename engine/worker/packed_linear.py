@@ -1,24 +1,24 @@
-"""oneDNN-packed copies of a CPU model's float32 linear weights, for the forwards where MKL's sgemm is slow.
+"""Faster products for a CPU model's float32 linears inside the engine's forwards: repacked copies of the weights.
 
-Torch's stock linear multiplies through MKL. On an Intel CPU MKL runs a handful of rows far below the machine's
-peak: 8 rows cost about 3.5x one row for the same weight bytes (2-core Sapphire Rapids), where oneDNN's blocked
-weight layout keeps 8 rows near 2x one row; one row and prefill-sized forwards are faster stock there. On other
-CPUs MKL takes a generic code path, and oneDNN is 2-2.5x faster at every row count (a 2-core AMD EPYC, one
-thread: 8 rows 55 against 91-149 GFLOP/s, 512 rows 95 against 214-220; SmolLM2's 64-token prefill 210-249
-against 99-115 ms, a batch-1 decode step 60-70 against 32-45 ms). Results agree with the stock path to float32
-rounding (relative 1e-6; the exactness tests hold the engine's logits against transformers' forward with these
-in place).
+A decode step of N sequences multiplies N rows by every weight: it reads the weights once whatever N, so its
+product should cost what reading them costs. Torch's stock linear (MKL) is far from that at a few rows: on an
+Intel CPU 8 rows cost about 3.5x one row (2-core Sapphire Rapids), and on other CPUs MKL takes a generic code
+path, 2-2.5x slower than oneDNN at every row count (a 2-core AMD EPYC, one thread: 8 rows 55 against 91-149
+GFLOP/s, 512 rows 95 against 214-220). So:
+- forwards of 1-16 rows (decodes) go to a C kernel (engine/worker/kernels/small_linear.c) that streams each
+  weight once from panels of 16 outputs and sums in blocks of 32 products: faster than oneDNN's packed product
+  (AMD: one row 20% faster, 8 rows 0-10%), and closer to MKL's rounding: SmolLM2 decoding 8 prompts at once
+  moved its logits 6.7e-5 from transformers' forward, as the stock path does (6.1e-5), where oneDNN's moved
+  them 1.0e-4. On an Intel CPU one row stays stock (MKL's matrix-vector product was faster than oneDNN there:
+  35 against 44 ms a SmolLM2 step; the kernel was not measured there);
+- prefill-sized forwards stay stock: oneDNN's rounding moves Gemma 3 270M's logits up to 1.4e-4 from
+  transformers' (its own forward moves 7e-5 between the two libraries), over the 1e-4 the exactness tests
+  hold. `EngineConfig(fast_prefill=True)` takes oneDNN-packed weights for them where MKL is slow (2x faster);
+- where the C kernel cannot be built, 2-16 rows take oneDNN's packed weights, as before the kernel.
 
-Where MKL is slow, forwards of up to 8 rows (decode) go to a C kernel instead, faster than oneDNN there
-(engine/worker/kernels/small_linear.c; its own panels of the weights). Prefill-sized forwards stay stock by default, even where oneDNN is faster: their logits then match
-transformers' own forward within the 1e-4 the exactness tests hold, and oneDNN's rounding does not (Gemma 3
-270M: transformers' own forward, MKL against oneDNN, differs by 7e-5; through the engine up to 1.4e-4).
-`EngineConfig(fast_prefill=True)` takes oneDNN for those too where MKL is slow.
-
-The packed copy costs the weights' bytes once more, so it is made only for float32 weights on the CPU within
-a budget. Only forwards of MIN_ROWS to MAX_ROWS rows use it (on an Intel CPU 2-16, elsewhere 1-16, and any
-number with fast_prefill), and only inside `small(rows)`: between the engine's forwards the model's linears
-are the stock ones.
+Each copy costs the weights' bytes once more, so copies are made only for float32 weights on the CPU within a
+budget, and swapped in only inside `small(rows)`: between the engine's forwards the model's linears are the
+stock ones.
 """
 
 from __future__ import annotations
@@ -40,13 +40,11 @@ def _vendor() -> str:
 
 # MKL's own kernels: Intel CPUs (where a torch without MKL has some other BLAS, measured nowhere: as Intel)
 MKL_FAST = _vendor() == "GenuineIntel" or not torch.backends.mkl.is_available()
-# rows (tokens in one forward) for which the packed weights are used. With MKL's own kernels one row (a
-# matrix-vector product) and prefill are faster stock: SmolLM2's batch-1 decode step 35 ms stock, 44 ms packed
+# rows (tokens in one forward) taken off the stock path: one row stays stock where MKL's own kernels run
 MIN_ROWS = 2 if MKL_FAST else 1
 MAX_ROWS = 16
-# where MKL is slow, forwards of up to small_linear.MAX_ROWS rows go to the C kernel (faster than oneDNN there:
-# engine/worker/kernels/small_linear.py), whose panels cost the weights' bytes once more; not measured on Intel
-PANELS = not MKL_FAST
+# decode-sized forwards through the C kernel where it can be built (False: oneDNN's packed weights)
+PANELS = True
 # the row count oneDNN picks its weight layout for
 PACKED_FOR_ROWS = 8
 # weights packed at most (bytes): the copy doubles their memory
@@ -71,8 +69,10 @@ def _packable(model) -> list[torch.nn.Linear]:
 class PackedLinears:
     def __init__(self, model, fast_prefill: bool = False):
         self.entries = []
-        # prefill-sized forwards through oneDNN too, where MKL is slow (EngineConfig.fast_prefill)
+        # prefill-sized forwards through oneDNN, where MKL is slow (EngineConfig.fast_prefill; fixed here: the
+        # copies made depend on it)
         self.fast_prefill = fast_prefill and not MKL_FAST
+        self.panels = PANELS and small_linear.available()
         # False: every forward takes the stock path (a benchmark's baseline)
         self.enabled = True
         # (weight version, weight and bias data pointers) each copy was packed from
@@ -90,12 +90,13 @@ class PackedLinears:
         return version, weight.data_ptr(), bias.data_ptr() if bias is not None else 0
 
     def _pack(self, module):
-        panels = None
+        panels = packed = None
         with torch.inference_mode():
             weight = module.weight.detach()
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
-            if PANELS and small_linear.available():
+            if self.panels:
                 panels = small_linear.pack(weight)
+            if not self.panels or self.fast_prefill:
+                packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
         return self._forward(packed, panels, module.out_features, module.bias)
 
     def _refresh(self) -> None:
@@ -115,25 +116,20 @@ class PackedLinears:
 
     @staticmethod
     def _forward(
-        packed: torch.Tensor, panels: torch.Tensor | None, out_features: int, bias: torch.Tensor | None
+        packed: torch.Tensor | None, panels: torch.Tensor | None, out_features: int, bias: torch.Tensor | None
     ):
-        most = small_linear.MAX_ROWS
-
         def forward(x: torch.Tensor) -> torch.Tensor:
-            if panels is not None and x.numel() <= most * x.shape[-1]:
+            if panels is not None and x.numel() <= MAX_ROWS * x.shape[-1]:
                 return small_linear.small_linear(x, panels, out_features, bias)
             return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
-        forward.panels = panels
+        forward.copies = [c for c in (packed, panels) if c is not None]
         return forward
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the packed copies (oneDNN's, and the C kernel's panels where they are made)."""
-        return sum(
-            m.weight.numel() * m.weight.element_size() * (1 if f.panels is None else 2)
-            for m, f in self.entries
-        )
+        """Bytes of the copies: the C kernel's panels and / or oneDNN's packed weights."""
+        return sum(m.weight.numel() * m.weight.element_size() * len(f.copies) for m, f in self.entries)
 
     def small(self, rows: int):
         """The packed linears for one forward of `rows` tokens, where they gain (MIN_ROWS to MAX_ROWS, or more

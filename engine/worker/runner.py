@@ -92,21 +92,21 @@ class ModelRunner:
     def decode_paths(self) -> str:
         """How a decode step runs here, in words (the benchmarks print it)."""
         from engine.worker import packed_linear
-        from engine.worker.kernels import small_linear
-        from engine.worker.packed_linear import MAX_ROWS, MIN_ROWS
 
         if self.in_place_decode:
             attention = "attention by the C kernel, in place (engine/worker/kernels)"
         else:
             why = paged_decode.why_not() if self.device.type == "cpu" else ""
             attention = "attention by torch" + (f" (no kernel: {why})" if why else "")
+        linears = "stock linears"
         if self.linears.entries and self.linears.enabled:
-            rows = f"{MIN_ROWS}+" if self.linears.fast_prefill else f"{MIN_ROWS}-{MAX_ROWS}"
-            linears = f"linears of {rows} rows oneDNN-packed"
-            if small_linear.available() and packed_linear.PANELS:
-                linears += f" (up to {small_linear.MAX_ROWS} by the C kernel)"
-        else:
-            linears = "stock linears"
+            low = f"{packed_linear.MIN_ROWS}-{packed_linear.MAX_ROWS}"
+            if self.linears.panels:
+                linears = f"linears of {low} rows by the C kernel (engine/worker/kernels)"
+            else:
+                linears = f"linears of {low} rows oneDNN-packed"
+            if self.linears.fast_prefill:
+                linears += ", prefill oneDNN-packed"
         return f"{attention}; {linears}"
 
     def build_batch(

@@ -7,7 +7,6 @@ import torch
 
 from engine.models.random_models import random_model
 from engine.worker import packed_linear
-from engine.worker.kernels import small_linear
 from engine.worker.packed_linear import PackedLinears
 
 
@@ -23,8 +22,8 @@ def test_every_linear_is_packed_and_swapped_in_only_inside_small(monkeypatch):
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     packed = PackedLinears(model)
     assert [m for m, _ in packed.entries] == linears
-    copies = 1 if packed_linear.PANELS is False or not small_linear.available() else 2
-    assert packed.nbytes == copies * sum(m.weight.numel() * 4 for m in linears)
+    # one copy: the kernel's panels, or oneDNN's packed weights where the kernel cannot be built
+    assert packed.nbytes == sum(m.weight.numel() * 4 for m in linears)
     with packed.small(8):
         assert all("forward" in m.__dict__ for m in linears)
     assert not any("forward" in m.__dict__ for m in linears)
@@ -39,7 +38,8 @@ def test_every_linear_is_packed_and_swapped_in_only_inside_small(monkeypatch):
         assert all("forward" in m.__dict__ for m in linears)
     with packed.small(17):
         assert not any("forward" in m.__dict__ for m in linears)
-    packed.fast_prefill = True
+    monkeypatch.setattr(packed_linear, "MKL_FAST", False)
+    packed = PackedLinears(model, fast_prefill=True)
     for rows in (17, 4096):
         with packed.small(rows):
             assert all("forward" in m.__dict__ for m in linears)
@@ -51,9 +51,10 @@ def test_every_linear_is_packed_and_swapped_in_only_inside_small(monkeypatch):
 @torch.inference_mode()
 def test_packed_outputs_agree_with_the_stock_linear_for_any_row_count(monkeypatch):
     monkeypatch.setattr(packed_linear, "MIN_ROWS", 1)
+    monkeypatch.setattr(packed_linear, "MKL_FAST", False)
     model = tiny()
-    packed = PackedLinears(model)
-    packed.fast_prefill = True
+    # 1-16 rows through the C kernel, more through oneDNN's packed weights
+    packed = PackedLinears(model, fast_prefill=True)
     layer = next(m for m in model.modules() if type(m) is torch.nn.Linear)
     for rows in [*range(1, 17), 64, 300]:
         x = torch.randn(1, rows, layer.in_features)

@@ -42,26 +42,27 @@ def test_the_kernel_answers_the_same_on_any_thread_count(threads):
     torch.testing.assert_close(ours, x @ weight.T, rtol=1e-5, atol=1e-4)
 
 
-def test_more_than_16_rows_are_refused():
-    with pytest.raises(ValueError, match="1..16 rows"):
-        kernel.small_linear(torch.randn(17, 8), kernel.pack(torch.randn(4, 8)), 4, None)
+def test_more_rows_than_one_pass_takes_run_in_passes():
+    weight, x = torch.randn(40, 24), torch.randn(2, 17, 24)
+    torch.testing.assert_close(
+        kernel.small_linear(x, kernel.pack(weight), 40, None), x @ weight.T, rtol=1e-5, atol=1e-4
+    )
 
 
 @torch.inference_mode()
-def test_decode_sized_forwards_of_a_model_go_through_the_kernel_where_panels_are_made(monkeypatch):
-    monkeypatch.setattr(packed_linear, "PANELS", True)
+def test_decode_sized_forwards_of_a_model_go_through_the_kernel(monkeypatch):
     monkeypatch.setattr(packed_linear, "MIN_ROWS", 1)
     calls = []
     real = kernel.small_linear
     monkeypatch.setattr(kernel, "small_linear", lambda *a: calls.append(a[0].shape) or real(*a))
     model = random_model("llama:tiny", torch.float32, torch.device("cpu"))[0]
     packed = PackedLinears(model)
-    for rows in (1, 8, 9):
+    for rows in (1, 8, 9, 16, 17):
         ids = torch.randint(0, model.config.vocab_size, (1, rows))
         stock = model(ids).logits
         calls.clear()
         with packed.small(rows):
             ours = model(ids).logits
         torch.testing.assert_close(ours, stock, rtol=1e-5, atol=1e-5)
-        # every linear of up to 8 rows, none past
-        assert bool(calls) == (rows <= kernel.MAX_ROWS)
+        # decode-sized forwards (up to 16 rows), not prefill-sized ones
+        assert bool(calls) == (rows <= packed_linear.MAX_ROWS)

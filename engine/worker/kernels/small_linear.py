@@ -1,10 +1,10 @@
 """The C product of a few rows by a weight matrix (small_linear.c) as a torch call: CPU, float32.
 
 A decode step multiplies one row per sequence by every weight. small_linear.c streams each weight once, in
-panels of 16 outputs repacked here (`pack`), and does every row's work on it while it is in a register. On a
-2-core AMD EPYC, SmolLM2's weights (538 MB) took 14.7-14.8 ms for one row against oneDNN's 17.8-18.9, and
-22.2-22.7 against 24.7-25.7 ms for 8 rows (one thread; 10.8-12.6 against 12.4-16.2 and 14.4-15.0 against
-17.5-18.9 with two). Past 8 rows oneDNN is faster (16 rows: 64 against 37 ms): MAX_ROWS.
+panels of 16 outputs repacked here (`pack`), and does every row's work on it while it is in a register; it sums
+in blocks of 32 products, so its rounding stays near MKL's. On a 2-core AMD EPYC, SmolLM2's weights (538 MB)
+took 15.5 ms for one row against oneDNN's 19.6, and 26-30 against 26-31 ms for 8 rows with one thread (12.5
+against 15.6 and 16.0-17.1 against 17.6-19.1 with two).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import torch
 
 from engine.worker.kernels.build import bind
 
-# rows up to which the kernel beats oneDNN's packed product (measured; engine/worker/packed_linear.py)
+# rows of one pass: past 8 one pass runs out of registers (16 rows: 64 against oneDNN's 37 ms), two passes
+# of 8 read the weights twice
 MAX_ROWS = 8
 LANES = 16
 
@@ -42,21 +43,17 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
 
 
 def small_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None):
-    """x [..., K] with at most MAX_ROWS rows in all -> [..., out_features] = x W^T + bias."""
+    """x [..., K] -> [..., out_features] = x W^T + bias; rows past MAX_ROWS in passes of MAX_ROWS (each pass
+    reads the weights again: meant for a few rows)."""
     k = x.shape[-1]
     flat = x.reshape(-1, k).contiguous()
     rows = flat.shape[0]
     y = flat.new_empty(rows, out_features)
-    refused = _kernel()(
-        flat.data_ptr(),
-        rows,
-        k,
-        panels.data_ptr(),
-        out_features,
-        None if bias is None else bias.data_ptr(),
-        y.data_ptr(),
-        torch.get_num_threads(),
-    )
-    if refused:
-        raise ValueError(f"small_linear takes 1..16 rows, got {rows}")
+    kernel, threads = _kernel(), torch.get_num_threads()
+    bias_pointer = None if bias is None else bias.data_ptr()
+    for first in range(0, rows, MAX_ROWS):
+        count = min(MAX_ROWS, rows - first)
+        x_pointer = flat.data_ptr() + first * k * 4
+        y_pointer = y.data_ptr() + first * out_features * 4
+        kernel(x_pointer, count, k, panels.data_ptr(), out_features, bias_pointer, y_pointer, threads)
     return y.view(*x.shape[:-1], out_features)
