@@ -40,9 +40,17 @@ def test_a_kernel_is_built_once_into_the_cache_and_loaded(fresh):
 
 
 def test_a_source_that_does_not_compile_says_why(fresh):
-    (fresh / "broken.c").write_text("int broken( {\n")
+    (fresh / "broken.c").write_text("int broken(void) { return undeclared_name; }\n")
     assert build.load("broken") is None
+    # the compiler's error line itself, not a trailing note
     assert "could not build broken.c" in build.why_not["broken"]
+    assert "undeclared_name" in build.why_not["broken"]
+
+
+def test_a_compiler_given_with_arguments(fresh, monkeypatch):
+    (fresh / "answer.c").write_text(GOOD)
+    monkeypatch.setenv("CC", f"{build._compiler()[0]} -DUNUSED=1")
+    assert build.load("answer").answer(1) == 42
 
 
 def test_no_compiler_or_kernels_turned_off_give_the_torch_path(fresh, monkeypatch):

@@ -158,3 +158,15 @@ def shared_model():
     if "m" not in _models:
         _models["m"] = tiny_model("llama-gqa")
     return _models["m"]
+
+
+def test_tensors_the_c_cannot_read_are_refused_before_it_runs():
+    q, keys, values, tables, lengths = random_case(5, 2, 1, 3, 64, 16, [40, 20])
+    with pytest.raises(ValueError, match="float32 CPU"):
+        kernel.paged_decode(q.bfloat16(), keys, values, tables, lengths, 16, 0.1)
+    with pytest.raises(ValueError, match="must be"):
+        kernel.paged_decode(q, keys, values[:, :, :32].contiguous(), tables, lengths, 16, 0.1)
+    with pytest.raises(ValueError, match="tables must be"):
+        kernel.paged_decode(q, keys, values, tables[:1], lengths, 16, 0.1)
+    # an empty group: nothing to read
+    assert kernel.paged_decode(q[:0], keys, values, tables[:0], lengths[:0], 16, 0.1).shape == (0, 1, 3, 64)

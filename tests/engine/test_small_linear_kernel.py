@@ -49,6 +49,19 @@ def test_more_rows_than_one_pass_takes_run_in_passes():
     )
 
 
+def test_tensors_the_c_cannot_read_are_refused():
+    weight = torch.randn(40, 24)
+    panels = kernel.pack(weight)
+    with pytest.raises(ValueError, match="float32 CPU"):
+        kernel.small_linear(torch.randn(3, 24).bfloat16(), panels, 40, None)
+    with pytest.raises(ValueError, match="do not fit"):
+        kernel.small_linear(torch.randn(3, 25), panels, 40, None)
+    with pytest.raises(ValueError, match="do not fit"):
+        kernel.small_linear(torch.randn(3, 24), panels, 49, None)
+    with pytest.raises(ValueError, match="bias"):
+        kernel.small_linear(torch.randn(3, 24), panels, 40, torch.randn(39))
+
+
 @torch.inference_mode()
 def test_decode_sized_forwards_of_a_model_go_through_the_kernel(monkeypatch):
     monkeypatch.setattr(packed_linear, "MIN_ROWS", 1)

@@ -15,6 +15,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -39,8 +40,12 @@ def _cpu() -> str:
         return platform.processor()
 
 
-def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+def _compiler() -> list[str] | None:
+    """The C compiler's command: $CC (words, e.g. "ccache gcc"), else cc, gcc or clang on PATH."""
+    if os.environ.get("CC"):
+        return shlex.split(os.environ["CC"])
+    found = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    return [found] if found else None
 
 
 def _cache() -> Path:
@@ -49,8 +54,8 @@ def _cache() -> Path:
     return cache_dir() / "kernels"
 
 
-def _build(source: Path, compiler: str) -> Path:
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+def _build(source: Path, compiler: list[str]) -> Path:
+    version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
     errors = []
     for native in NATIVE:
         flags = FLAGS + native
@@ -65,13 +70,19 @@ def _build(source: Path, compiler: str) -> Path:
         with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
             built = Path(scratch) / target.name
             done = subprocess.run(
-                [compiler, *flags, str(source), "-o", str(built), "-lm"], capture_output=True, text=True
+                [*compiler, *flags, str(source), "-o", str(built), "-lm"],
+                capture_output=True,
+                text=True,
+                timeout=300,
             )
             if done.returncode == 0:
                 os.replace(built, target)
                 return target
-            errors.append(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
-    raise RuntimeError(f"{compiler} could not build {source.name}: {'; '.join(errors)}")
+            # the first error line says what went wrong (the last is often a "note:")
+            lines = done.stderr.strip().splitlines()
+            first = next((line for line in lines if "error" in line), lines[0] if lines else "failed")
+            errors.append(f"{' '.join(native) or 'no -march'}: {first.strip()}")
+    raise RuntimeError(f"{' '.join(compiler)} could not build {source.name}: {'; '.join(errors)}")
 
 
 def bind(name: str, argtypes: list) -> ctypes._CFuncPtr | None:
@@ -102,7 +113,7 @@ def load(name: str) -> ctypes.CDLL | None:
 
         try:
             library = ctypes.CDLL(str(_build(FOLDER / f"{name}.c", compiler)))
-        except (OSError, RuntimeError) as exc:
+        except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
             why_not[name] = str(exc)
     _loaded[name] = library
     return library

@@ -186,7 +186,7 @@ static void attend_range_any(const float *q, const float *k, const float *v, con
 /* q [N, Hkv, G, D]; keys / values [Hkv, slots, D]; tables [N, width] block ids; lengths [N] positions each
    sequence reads (its own included); window > 0: only the last `window` of them; softcap > 0: capped scores.
    out [N, Hkv, G, D]. Returns 0, or without reading anything: 1 where a length is < 1 or needs more blocks than
-   its table row holds, 2 where a block it would read lies outside the pool. */
+   its table row holds, 2 where a block it would read lies outside the pool, 3 when out of memory. */
 int paged_decode(const float *q, const float *keys, const float *values, int64_t slots, const int64_t *tables,
                   int64_t width, const int64_t *lengths, int N, int Hkv, int G, int D, int block_size,
                   float scale, int64_t window, float softcap, int threads, float *out) {
@@ -196,10 +196,11 @@ int paged_decode(const float *q, const float *keys, const float *values, int64_t
         if (lengths[n] < 1 || lengths[n] > width * block_size) return 1;
         for (int64_t b = 0; b < (lengths[n] - 1) / block_size + 1; b++) {
             const int64_t block = tables[n * width + b];
-            if (block < 0 || (block + 1) * block_size > slots) return 2;
+            if (block < 0 || block >= slots / block_size) return 2;
         }
         longest = lengths[n] > longest ? lengths[n] : longest;
     }
+    if (N < 1 || Hkv < 1) return 0;
     /* enough ranges for every core: about 4 per thread, none shorter than two blocks */
     int splits = (4 * threads + N * Hkv - 1) / (N * Hkv);
     const int64_t most = longest / (2 * block_size);
@@ -207,6 +208,7 @@ int paged_decode(const float *q, const float *keys, const float *values, int64_t
     if (splits < 1) splits = 1;
     const int64_t tasks = (int64_t)N * Hkv * splits;
     float *part = (float *)malloc(sizeof(float) * tasks * G * (D + 2));
+    if (part == NULL) return 3;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t task = 0; task < tasks; task++) {
         const int n = (int)(task / (Hkv * splits)), h = (int)(task / splits % Hkv), r = (int)(task % splits);

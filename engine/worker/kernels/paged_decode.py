@@ -51,8 +51,17 @@ def paged_decode(
     if not available():
         raise RuntimeError("the paged decode kernel is not built here; check available() first")
     n, hkv, groups, dim = q.shape
-    if keys.shape[0] != hkv or keys.shape[2] != dim or not (keys.is_contiguous() and values.is_contiguous()):
-        raise ValueError(f"keys / values must be contiguous [{hkv}, slots, {dim}], got {tuple(keys.shape)}")
+    # the C reads raw float32 memory: anything else would be read past its end
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (q, keys, values)):
+        raise ValueError("paged_decode takes float32 CPU tensors")
+    if keys.shape != values.shape or keys.shape[0] != hkv or keys.shape[2] != dim:
+        raise ValueError(f"keys / values must be [{hkv}, slots, {dim}], got {tuple(keys.shape)}")
+    if not (keys.is_contiguous() and values.is_contiguous()):
+        raise ValueError("keys / values must be contiguous")
+    if tables.dim() != 2 or tables.shape[0] != n or lengths.shape != (n,):
+        raise ValueError(f"tables must be [{n}, width] and lengths [{n}]")
+    if n == 0:
+        return q.new_empty(q.shape)
     q = q.contiguous()
     tables = tables.to(torch.int64).contiguous()
     lengths = lengths.to(torch.int64).contiguous()
@@ -76,6 +85,8 @@ def paged_decode(
         torch.get_num_threads(),
         out.data_ptr(),
     )
+    if refused == 3:
+        raise MemoryError("paged_decode: no memory for its partial results")
     if refused:
         raise ValueError(
             "paged_decode: "

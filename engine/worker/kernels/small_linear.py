@@ -46,6 +46,13 @@ def small_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias:
     """x [..., K] -> [..., out_features] = x W^T + bias; rows past MAX_ROWS in passes of MAX_ROWS (each pass
     reads the weights again: meant for a few rows)."""
     k = x.shape[-1]
+    # the C reads raw float32 memory: anything else would be read past its end
+    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (x, panels)):
+        raise ValueError("small_linear takes float32 CPU tensors")
+    if panels.dim() != 3 or panels.shape[1] != k or panels.shape[0] * LANES < out_features:
+        raise ValueError(f"panels {tuple(panels.shape)} do not fit {k} inputs and {out_features} outputs")
+    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != out_features):
+        raise ValueError(f"bias must be float32 of {out_features}")
     flat = x.reshape(-1, k).contiguous()
     rows = flat.shape[0]
     y = flat.new_empty(rows, out_features)
