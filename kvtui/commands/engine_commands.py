@@ -185,9 +185,20 @@ def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, tr
         click.echo(decoder.flush(), nl=False)
     out = engine.output(request_id)
     tpot = f"{out.tpot * 1000:.1f} ms" if out.tpot is not None else "n/a (one token)"
+    # the modes that differ from the defaults, so a pasted summary says how it ran
+    modes = [
+        name
+        for name, on in (
+            ("whole-block hits", not engine.config.partial_hits),
+            ("no prefix cache", not engine.config.prefix_cache),
+            ("fast prefill", engine.config.fast_prefill),
+        )
+        if on
+    ]
     click.echo()
     click.echo(
-        f"\n-- {len(out.token_ids)} tokens ({out.finish_reason}); TTFT {out.ttft * 1000:.1f} ms; TPOT {tpot}",
+        f"\n-- {len(out.token_ids)} tokens ({out.finish_reason}); TTFT {out.ttft * 1000:.1f} ms; TPOT {tpot}"
+        + (f"; {', '.join(modes)}" if modes else ""),
         err=True,
     )
 

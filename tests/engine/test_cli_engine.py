@@ -51,6 +51,10 @@ def test_generate_streams_text_and_timings(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Paris" in result.output and "TTFT" in result.output
     assert any(e["type"] == "token_emitted" for e in read_trace(trace, strict=True).events)
+    # the summary names the modes that differ from the defaults
+    assert "whole-block" not in result.output
+    whole = run("generate", "Hi", "--max-tokens", "2", "--whole-blocks", "--no-prefix-cache")
+    assert "; whole-block hits, no prefix cache" in whole.output
 
 
 @pytest.mark.smollm2
