@@ -102,6 +102,10 @@ def format_decode(rows: list[DecodeRow], peak_tbs: float, copy_tbs: float | None
     )
     if copy_tbs:
         head += f" {'of copy':>8}"
+    # a step's cost against batch 1's, where batch 1 ran: what batching costs (issue 20's "at most 2x" at 8)
+    one = next((r for r in rows if r.batch == 1), None)
+    if one is not None:
+        head += f" {'x batch 1':>9}"
     lines = [head, "-" * len(head)]
     for r in rows:
         tbs = r.bandwidth / 1e12
@@ -111,6 +115,8 @@ def format_decode(rows: list[DecodeRow], peak_tbs: float, copy_tbs: float | None
         )
         if copy_tbs:
             line += f" {tbs / copy_tbs:>8.1%}"
+        if one is not None:
+            line += f" {r.step_s / one.step_s:>8.2f}x"
         lines.append(line)
     lines.append(
         f"bytes per step = weights + every sequence's K/V read once; peak {peak_tbs} TB/s"

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 from click.testing import CliRunner
 
@@ -39,6 +40,10 @@ def test_decode_reports_tokens_per_second_and_bandwidth_share():
     )
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [int(r[0]) for r in rows] == [1, 3] and all(float(r[3]) > 0 for r in rows)
+    # each step against batch 1's
+    assert rows[0][-1] == "1.00x" and float(rows[1][-1].rstrip("x")) == pytest.approx(
+        float(rows[1][2]) / float(rows[0][2]), abs=0.01
+    )
 
 
 def test_prefix_bench_runs_a_workload_with_the_cache_on_and_off(tmp_path):
