@@ -40,9 +40,9 @@ def test_decode_reports_tokens_per_second_and_bandwidth_share():
     )
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [int(r[0]) for r in rows] == [1, 3] and all(float(r[3]) > 0 for r in rows)
-    # each step against batch 1's
+    # each step against batch 1's (both printed rounded: two hundredths of slack)
     assert rows[0][-1] == "1.00x" and float(rows[1][-1].rstrip("x")) == pytest.approx(
-        float(rows[1][2]) / float(rows[0][2]), abs=0.01
+        float(rows[1][2]) / float(rows[0][2]), abs=0.02
     )
 
 
