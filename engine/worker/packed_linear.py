@@ -118,9 +118,11 @@ class PackedLinears:
     def _forward(
         packed: torch.Tensor | None, panels: torch.Tensor | None, out_features: int, bias: torch.Tensor | None
     ):
+        few_rows = None if panels is None else small_linear.product(panels, out_features, bias)
+
         def forward(x: torch.Tensor) -> torch.Tensor:
-            if panels is not None and x.numel() <= MAX_ROWS * x.shape[-1]:
-                return small_linear.small_linear(x, panels, out_features, bias)
+            if few_rows is not None and x.numel() <= MAX_ROWS * x.shape[-1]:
+                return few_rows(x)
             return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
         forward.copies = [c for c in (packed, panels) if c is not None]

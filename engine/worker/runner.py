@@ -17,6 +17,7 @@ from engine.core.blocks import BlockPool
 from engine.core.request import Request, SamplingParams
 from engine.core.scheduler import ScheduledChunk
 from engine.models.loading import needs_separate_forwards
+from engine.worker import packed_linear
 from engine.worker.attention import AttentionSwitch
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
 from engine.worker.decode_runs import plan_runs
@@ -91,8 +92,6 @@ class ModelRunner:
 
     def decode_paths(self) -> str:
         """How a decode step runs here, in words (the benchmarks print it)."""
-        from engine.worker import packed_linear
-
         if self.in_place_decode:
             attention = "attention by the C kernel, in place (engine/worker/kernels)"
         else:
@@ -152,8 +151,11 @@ class ModelRunner:
                 )
         decodes = []
         # the kernel pads nothing: one group; torch's attention pads a group to its longest: groups of like lengths
-        buckets = [list(range(len(decode_pos)))] if self.in_place_decode else length_buckets(decode_pos)
-        for bucket in buckets if decode_pos else []:
+        if self.in_place_decode:
+            buckets = [list(range(len(decode_pos)))] if decode_pos else []
+        else:
+            buckets = length_buckets(decode_pos)
+        for bucket in buckets:
             pos = [decode_pos[i] for i in bucket]
             tables = [decode_tables[i] for i in bucket]
             group = DecodeGroup(

@@ -66,8 +66,13 @@ def test_tensors_the_c_cannot_read_are_refused():
 def test_decode_sized_forwards_of_a_model_go_through_the_kernel(monkeypatch):
     monkeypatch.setattr(packed_linear, "MIN_ROWS", 1)
     calls = []
-    real = kernel.small_linear
-    monkeypatch.setattr(kernel, "small_linear", lambda *a: calls.append(a[0].shape) or real(*a))
+    real = kernel.product
+
+    def spied(*weights):
+        call = real(*weights)
+        return lambda x: calls.append(x.shape) or call(x)
+
+    monkeypatch.setattr(kernel, "product", spied)
     model = random_model("llama:tiny", torch.float32, torch.device("cpu"))[0]
     packed = PackedLinears(model)
     for rows in (1, 8, 9, 16, 17):

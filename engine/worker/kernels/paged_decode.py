@@ -13,6 +13,7 @@ import functools
 
 import torch
 
+from engine.worker.kernels import build
 from engine.worker.kernels.build import bind
 
 _pointer, _long, _int, _float = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -101,6 +102,4 @@ def paged_decode(
 
 def why_not() -> str:
     """Why the kernel is not available here ('' when it is)."""
-    from engine.worker.kernels.build import why_not as reasons
-
-    return "" if available() else reasons.get("paged_decode", "")
+    return "" if available() else build.why_not.get("paged_decode", "")

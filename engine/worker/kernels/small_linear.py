@@ -42,25 +42,42 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return full.view(padded // LANES, LANES, k).transpose(1, 2).contiguous()
 
 
-def small_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None):
-    """x [..., K] -> [..., out_features] = x W^T + bias; rows past MAX_ROWS in passes of MAX_ROWS (each pass
-    reads the weights again: meant for a few rows)."""
-    k = x.shape[-1]
-    # the C reads raw float32 memory: anything else would be read past its end
-    if any(t.dtype != torch.float32 or t.device.type != "cpu" for t in (x, panels)):
+def product(panels: torch.Tensor, out_features: int, bias: torch.Tensor | None):
+    """x -> x W^T + bias for the weights packed in `panels`: the weights and bias checked once here, each call
+    checks only x (a decode step makes one call per linear)."""
+    if panels.dtype != torch.float32 or panels.device.type != "cpu":
         raise ValueError("small_linear takes float32 CPU tensors")
-    if panels.dim() != 3 or panels.shape[1] != k or panels.shape[0] * LANES < out_features:
-        raise ValueError(f"panels {tuple(panels.shape)} do not fit {k} inputs and {out_features} outputs")
+    if panels.dim() != 3 or panels.shape[0] * LANES < out_features:
+        raise ValueError(f"panels {tuple(panels.shape)} do not fit {out_features} outputs")
     if bias is not None and (bias.dtype != torch.float32 or bias.numel() != out_features):
         raise ValueError(f"bias must be float32 of {out_features}")
-    flat = x.reshape(-1, k).contiguous()
-    rows = flat.shape[0]
-    y = flat.new_empty(rows, out_features)
-    kernel, threads = _kernel(), torch.get_num_threads()
-    bias_pointer = None if bias is None else bias.data_ptr()
-    for first in range(0, rows, MAX_ROWS):
-        count = min(MAX_ROWS, rows - first)
-        x_pointer = flat.data_ptr() + first * k * 4
-        y_pointer = y.data_ptr() + first * out_features * 4
-        kernel(x_pointer, count, k, panels.data_ptr(), out_features, bias_pointer, y_pointer, threads)
-    return y.view(*x.shape[:-1], out_features)
+    kernel, k = _kernel(), panels.shape[1]
+    panels_pointer, bias_pointer = panels.data_ptr(), None if bias is None else bias.data_ptr()
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        """x [..., K] -> [..., out_features]; rows past MAX_ROWS in passes of MAX_ROWS (each pass reads the
+        weights again: meant for a few rows)."""
+        # the C reads raw float32 memory: anything else would be read past its end
+        if x.dtype != torch.float32 or x.device.type != "cpu":
+            raise ValueError("small_linear takes float32 CPU tensors")
+        if x.shape[-1] != k:
+            raise ValueError(f"panels {tuple(panels.shape)} do not fit {x.shape[-1]} inputs")
+        flat = x.reshape(-1, k).contiguous()
+        rows = flat.shape[0]
+        y = flat.new_empty(rows, out_features)
+        threads = torch.get_num_threads()
+        for first in range(0, rows, MAX_ROWS):
+            count = min(MAX_ROWS, rows - first)
+            x_pointer = flat.data_ptr() + first * k * 4
+            y_pointer = y.data_ptr() + first * out_features * 4
+            kernel(x_pointer, count, k, panels_pointer, out_features, bias_pointer, y_pointer, threads)
+        return y.view(*x.shape[:-1], out_features)
+
+    # the closure holds the pointers: keep their tensors alive with it
+    call.panels, call.bias = panels, bias
+    return call
+
+
+def small_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None):
+    """x [..., K] -> [..., out_features] = x W^T + bias (one call: `product` checks the weights once)."""
+    return product(panels, out_features, bias)(x)
