@@ -1,20 +1,22 @@
 """Faster products for a CPU model's float32 linears inside the engine's forwards: repacked copies of the weights.
 
 A decode step of N sequences multiplies N rows by every weight: it reads the weights once whatever N, so its
-product should cost what reading them costs. Torch's stock linear (MKL) is far from that at a few rows: on an
-Intel CPU 8 rows cost about 3.5x one row (2-core Sapphire Rapids), and on other CPUs MKL takes a generic code
-path, 2-2.5x slower than oneDNN at every row count (a 2-core AMD EPYC, one thread: 8 rows 55 against 91-149
-GFLOP/s, 512 rows 95 against 214-220). So:
-- forwards of 1-16 rows (decodes) go to a C kernel (engine/worker/kernels/small_linear.c) that streams each
-  weight once from panels of 16 outputs and sums in blocks of 32 products: faster than oneDNN's packed product
-  (AMD: one row 20% faster, 8 rows 0-10%), and closer to MKL's rounding: SmolLM2 decoding 8 prompts at once
-  moved its logits 6.7e-5 from transformers' forward, as the stock path does (6.1e-5), where oneDNN's moved
-  them 1.0e-4. On an Intel CPU one row stays stock (MKL's matrix-vector product was faster than oneDNN there:
-  35 against 44 ms a SmolLM2 step; the kernel was not measured there);
-- prefill-sized forwards stay stock: oneDNN's rounding moves Gemma 3 270M's logits up to 1.4e-4 from
-  transformers' (its own forward moves 7e-5 between the two libraries), over the 1e-4 the exactness tests
-  hold. `EngineConfig(fast_prefill=True)` takes oneDNN-packed weights for them where MKL is slow (2x faster);
-- where the C kernel cannot be built, 2-16 rows take oneDNN's packed weights, as before the kernel.
+product should cost what reading them costs; a prefill multiplies hundreds of rows and should run at the
+multiply-adds' peak. Torch's stock linear (MKL) is far from the first (on an Intel CPU 8 rows cost about 3.5x
+one row) and, on an AMD CPU, 10-20% from the second. So every linear is repacked into panels of 16 outputs for
+a C kernel (engine/worker/kernels/panel_linear.c) that sums each output in MKL's own order (fused
+multiply-adds one product at a time in blocks of 192, the blocks added to the bias in turn):
+- forwards of 1-16 rows (decodes) always go through the kernel: it streams each weight once and does every
+  row's work on it while it is in a register. Since it sums as MKL does for many rows, a decode row's linears
+  equal, bit for bit, what transformers' own forward of the whole sequence computes for that position (MKL's
+  own path for 1-3 rows sums otherwise). On an Intel CPU one row stays stock (MKL's matrix-vector product was
+  faster than oneDNN there; the kernel was not measured there);
+- prefill-sized forwards go through the kernel only for a linear where `panel_linear.matches_stock` found it
+  equal to the stock linear bit for bit on this machine (the AMD EPYC measured here: all of them; an Intel
+  CPU's MKL sums in another order, so there prefill stays stock). Elsewhere `EngineConfig(fast_prefill=True)`
+  takes oneDNN-packed weights for them where MKL is slow, at the cost of its rounding (it moved Gemma 3 270M's
+  logits up to 1.4e-4 from transformers', over the 1e-4 the exactness tests hold);
+- where the C kernel cannot be built, 2-16 rows take oneDNN's packed weights.
 
 Each copy costs the weights' bytes once more, so copies are made only for float32 weights on the CPU within a
 budget, and swapped in only inside `small(rows)`: between the engine's forwards the model's linears are the
@@ -27,7 +29,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from engine.worker.kernels import small_linear
+from engine.worker.kernels import panel_linear
 
 
 def _vendor() -> str:
@@ -72,7 +74,7 @@ class PackedLinears:
         # prefill-sized forwards through oneDNN, where MKL is slow (EngineConfig.fast_prefill; fixed here: the
         # copies made depend on it)
         self.fast_prefill = fast_prefill and not MKL_FAST
-        self.panels = PANELS and small_linear.available()
+        self.panels = PANELS and panel_linear.available()
         # False: every forward takes the stock path (a benchmark's baseline)
         self.enabled = True
         # (weight version, weight and bias data pointers) each copy was packed from
@@ -91,13 +93,18 @@ class PackedLinears:
 
     def _pack(self, module):
         panels = packed = None
+        exact = False
         with torch.inference_mode():
             weight = module.weight.detach()
+            bias = None if module.bias is None else module.bias.detach()
             if self.panels:
-                panels = small_linear.pack(weight)
-            if not self.panels or self.fast_prefill:
+                panels = panel_linear.pack(weight)
+                exact = panel_linear.matches_stock(
+                    weight, bias, panel_linear.product(panels, len(weight), bias)
+                )
+            if not self.panels or (self.fast_prefill and not exact):
                 packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
-        return self._forward(packed, panels, module.out_features, module.bias)
+        return self._forward(module, packed, panels, exact)
 
     def _refresh(self) -> None:
         """Pack again any weight the caller changed since (load_state_dict, an optimizer step, a new Parameter):
@@ -115,18 +122,31 @@ class PackedLinears:
                 self.packed_from[i] = sources[i]
 
     @staticmethod
-    def _forward(
-        packed: torch.Tensor | None, panels: torch.Tensor | None, out_features: int, bias: torch.Tensor | None
-    ):
-        few_rows = None if panels is None else small_linear.product(panels, out_features, bias)
+    def _forward(module, packed: torch.Tensor | None, panels: torch.Tensor | None, exact: bool):
+        """The forward that stands in for `module`'s: the kernel for few rows, and for many where it is `exact`
+        (MKL's bits); else oneDNN's packed weights where there are some; else the stock linear."""
+        bias = module.bias
+        kernel = None if panels is None else panel_linear.product(panels, module.out_features, bias)
 
         def forward(x: torch.Tensor) -> torch.Tensor:
-            if few_rows is not None and x.numel() <= MAX_ROWS * x.shape[-1]:
-                return few_rows(x)
-            return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+            if kernel is not None and (exact or x.numel() <= MAX_ROWS * x.shape[-1]):
+                return kernel(x)
+            if packed is not None:
+                return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+            return torch.nn.functional.linear(x, module.weight, bias)
 
         forward.copies = [c for c in (packed, panels) if c is not None]
+        forward.exact = exact
         return forward
+
+    @property
+    def exact_prefill(self) -> bool:
+        """Prefill-sized forwards of every linear through the kernel, with MKL's bits."""
+        return bool(self.entries) and all(f.exact for _, f in self.entries)
+
+    @property
+    def any_exact(self) -> bool:
+        return any(f.exact for _, f in self.entries)
 
     @property
     def nbytes(self) -> int:
@@ -134,13 +154,13 @@ class PackedLinears:
         return sum(m.weight.numel() * m.weight.element_size() * len(f.copies) for m, f in self.entries)
 
     def small(self, rows: int):
-        """The packed linears for one forward of `rows` tokens, where they gain (MIN_ROWS to MAX_ROWS, or more
-        with fast_prefill)."""
+        """The packed linears for one forward of `rows` tokens, where they gain (MIN_ROWS to MAX_ROWS; more
+        where the kernel has MKL's bits or with fast_prefill)."""
         if (
             not self.entries
             or not self.enabled
             or rows < MIN_ROWS
-            or (rows > MAX_ROWS and not self.fast_prefill)
+            or (rows > MAX_ROWS and not (self.fast_prefill or self.any_exact))
         ):
             return nullcontext()
         self._refresh()

@@ -100,7 +100,12 @@ class ModelRunner:
         linears = "stock linears"
         if self.linears.entries and self.linears.enabled:
             low = f"{packed_linear.MIN_ROWS}-{packed_linear.MAX_ROWS}"
-            if self.linears.panels:
+            if self.linears.exact_prefill:
+                linears = (
+                    f"linears of {packed_linear.MIN_ROWS} or more rows by the C kernel (engine/worker/kernels; "
+                    "prefill-sized ones with MKL's bits, checked at load)"
+                )
+            elif self.linears.panels:
                 linears = f"linears of {low} rows by the C kernel (engine/worker/kernels)"
             else:
                 linears = f"linears of {low} rows oneDNN-packed"

@@ -66,5 +66,5 @@ def test_no_compiler_or_kernels_turned_off_give_the_torch_path(fresh, monkeypatc
 
 
 def test_the_kernels_sources_ship_beside_the_loader():
-    for name in ("paged_decode", "small_linear"):
+    for name in ("paged_decode", "panel_linear"):
         assert (build.FOLDER / f"{name}.c").exists()

@@ -1,5 +1,6 @@
-"""engine/worker/packed_linear.py: oneDNN-packed weights stand in for a CPU float32 model's linears only inside
-`small(rows)` and only for few rows, and agree with the stock path to float32 rounding."""
+"""engine/worker/packed_linear.py: packed copies stand in for a CPU float32 model's linears only inside
+`small(rows)`: for few rows always, for many where the kernel has MKL's bits (or with fast_prefill); and agree
+with the stock path to float32 rounding."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 
 from engine.models.random_models import random_model
 from engine.worker import packed_linear
+from engine.worker.kernels import panel_linear
 from engine.worker.packed_linear import PackedLinears
 
 
@@ -15,9 +17,10 @@ def tiny(dtype=torch.float32):
 
 
 def test_every_linear_is_packed_and_swapped_in_only_inside_small(monkeypatch):
-    # the rule on an Intel CPU (MKL's own kernels): 2-16 rows
+    # the rule on an Intel CPU (MKL's own kernels): 2-16 rows, and MKL sums otherwise than the kernel
     monkeypatch.setattr(packed_linear, "MIN_ROWS", 2)
     monkeypatch.setattr(packed_linear, "MAX_ROWS", 16)
+    monkeypatch.setattr(panel_linear, "matches_stock", lambda *args: False)
     model = tiny()
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     packed = PackedLinears(model)
@@ -46,6 +49,28 @@ def test_every_linear_is_packed_and_swapped_in_only_inside_small(monkeypatch):
     packed.enabled = False
     with packed.small(1):
         assert not any("forward" in m.__dict__ for m in linears)
+
+
+def test_prefill_goes_through_the_kernel_where_it_has_mkls_bits(monkeypatch):
+    monkeypatch.setattr(panel_linear, "matches_stock", lambda *args: True)
+    model = tiny()
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    packed = PackedLinears(model)
+    assert packed.exact_prefill
+    with packed.small(4096):
+        assert all("forward" in m.__dict__ for m in linears)
+    # no copy for oneDNN: the kernel serves every row count
+    assert packed.nbytes == sum(m.weight.numel() * 4 for m in linears)
+    # a layer without MKL's bits takes the stock linear for prefill, through the same swapped forward
+    first = linears[0]
+    monkeypatch.setattr(
+        panel_linear, "matches_stock", lambda weight, *args: weight.data_ptr() != first.weight.data_ptr()
+    )
+    packed = PackedLinears(model)
+    assert not packed.exact_prefill and packed.any_exact
+    x = torch.randn(1, 40, first.in_features)
+    with torch.inference_mode(), packed.small(40):
+        assert torch.equal(first(x), torch.nn.functional.linear(x, first.weight))
 
 
 @torch.inference_mode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.worker.kernels.build import load, why_not
 
-NAMES = ("paged_decode", "small_linear")
+NAMES = ("paged_decode", "panel_linear")
 
 if __name__ == "__main__":
     for name in NAMES:

@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 
 FOLDER = Path(__file__).parent
-FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"]
+# -ffp-contract=fast: a * b + c as one fused multiply-add, the rounding panel_linear.c must reproduce
+FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
 # -march=native is x86 and recent Arm; older Arm compilers spell it -mcpu=native
 NATIVE = (["-march=native"], ["-mcpu=native"], [])
 

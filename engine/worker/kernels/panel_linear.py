@@ -1,0 +1,126 @@
+"""The C product of rows by a weight matrix (panel_linear.c) as a torch call: CPU, float32, MKL's sum order.
+
+panel_linear.c multiplies from the weights repacked here into panels of 16 outputs (`pack`) and sums every
+output in the order it is given: fused multiply-adds one product at a time within blocks of k, the blocks'
+sums added to the bias in turn. `mkl_blocks` is the order MKL's sgemm uses on the AMD EPYC measured here
+(scratch emulations in float64, bit for bit on every shape tried): blocks of 192, except that a K between 192
+and 384 is split into two halves. With that order the kernel's products equal torch's stock linear bit for bit,
+which `matches_stock` checks on the machine it runs on before the engine lets the kernel stand in for MKL.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+from engine.worker.kernels.build import bind
+
+LANES = 16
+# rows of one few-row pass (panel_linear.c FEW_ROWS): one pass reads the weights once
+FEW_ROWS = 8
+# MKL sgemm's block of k (see mkl_blocks)
+MKL_BLOCK = 192
+# rows of matches_stock's probe: MKL splits rows among its threads, and a thread's share of 1-3 rows takes
+# another path that sums otherwise; 32 rows give every thread 4 or more up to 8 threads
+PROBE_ROWS = 32
+
+
+@functools.cache
+def _kernel():
+    # x, M, K, packed, N, bias, ends, blocks, y, threads
+    pointer, long = ctypes.c_void_p, ctypes.c_int64
+    return bind(
+        "panel_linear",
+        [pointer, long, long, pointer, long, pointer, pointer, ctypes.c_int, pointer, ctypes.c_int],
+    )
+
+
+def available() -> bool:
+    return _kernel() is not None
+
+
+def mkl_blocks(k: int) -> list[int]:
+    """The ends of the blocks of k in which MKL's sgemm sums (measured: one block up to 192; two halves up to
+    384, for an even K; then blocks of 192, the remainder last)."""
+    if k <= MKL_BLOCK:
+        return [k]
+    if k < 2 * MKL_BLOCK:
+        return [k // 2, k]
+    return [min(end, k) for end in range(MKL_BLOCK, k + MKL_BLOCK, MKL_BLOCK) if end - MKL_BLOCK < k]
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """[N, K] -> [ceil(N / 16), K, 16] panels of 16 outputs (the last padded with zeros)."""
+    n, k = weight.shape
+    padded = -(-n // LANES) * LANES
+    full = weight.new_zeros(padded, k)
+    full[:n] = weight
+    return full.view(padded // LANES, LANES, k).transpose(1, 2).contiguous()
+
+
+def product(
+    panels: torch.Tensor, out_features: int, bias: torch.Tensor | None, blocks: list[int] | None = None
+):
+    """x -> x W^T + bias for the weights packed in `panels`, summed in `blocks` (default: mkl_blocks). The
+    weights and bias are checked once here; each call checks only x (a decode step makes one per linear)."""
+    if panels.dtype != torch.float32 or panels.device.type != "cpu":
+        raise ValueError("panel_linear takes float32 CPU tensors")
+    if panels.dim() != 3 or panels.shape[0] * LANES < out_features:
+        raise ValueError(f"panels {tuple(panels.shape)} do not fit {out_features} outputs")
+    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != out_features):
+        raise ValueError(f"bias must be float32 of {out_features}")
+    if bias is not None:
+        bias = bias.detach().contiguous()
+    kernel, k = _kernel(), panels.shape[1]
+    blocks = mkl_blocks(k) if blocks is None else blocks
+    if not blocks or blocks[-1] != k or any(b <= a for a, b in zip([0, *blocks], blocks)):
+        raise ValueError(f"blocks {blocks} do not split {k} inputs")
+    ends = (ctypes.c_int64 * len(blocks))(*blocks)
+    panels_pointer, bias_pointer = panels.data_ptr(), None if bias is None else bias.data_ptr()
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        """x [..., K] -> [..., out_features]."""
+        # the C reads raw float32 memory: anything else would be read past its end
+        if x.dtype != torch.float32 or x.device.type != "cpu":
+            raise ValueError("panel_linear takes float32 CPU tensors")
+        if x.shape[-1] != k:
+            raise ValueError(f"panels {tuple(panels.shape)} do not fit {x.shape[-1]} inputs")
+        flat = x.reshape(-1, k).contiguous()
+        rows = flat.shape[0]
+        y = flat.new_empty(rows, out_features)
+        if rows:
+            threads = torch.get_num_threads()
+            kernel(
+                flat.data_ptr(),
+                rows,
+                k,
+                panels_pointer,
+                out_features,
+                bias_pointer,
+                ends,
+                len(blocks),
+                y.data_ptr(),
+                threads,
+            )
+        return y.view(*x.shape[:-1], out_features)
+
+    # the closure holds the pointers: keep their tensors alive with it
+    call.panels, call.bias, call.ends = panels, bias, ends
+    return call
+
+
+@torch.inference_mode()
+def matches_stock(weight: torch.Tensor, bias: torch.Tensor | None, kernel, rows: int = PROBE_ROWS) -> bool:
+    """Whether `kernel` (a `product` of these weights) gives torch's stock linear bit for bit on this machine
+    for a prefill-sized forward of random rows (another BLAS, or MKL on another CPU, sums in another order:
+    then about 90% of the outputs differ in their last bits)."""
+    generator = torch.Generator().manual_seed(weight.shape[0] * 7919 + weight.shape[1])
+    x = torch.randn(rows, weight.shape[1], generator=generator)
+    return torch.equal(kernel(x), torch.nn.functional.linear(x, weight, bias))
+
+
+def panel_linear(x: torch.Tensor, panels: torch.Tensor, out_features: int, bias: torch.Tensor | None):
+    """x [..., K] -> [..., out_features] = x W^T + bias (one call: `product` checks the weights once)."""
+    return product(panels, out_features, bias)(x)
