@@ -248,8 +248,8 @@ def _command():
     @click.option(
         "--fast-prefill",
         is_flag=True,
-        help="Our prefill through oneDNN where MKL is slow (a CPU not Intel's): about 2x faster, logits within "
-        "the two libraries' rounding of transformers' (EngineConfig.fast_prefill).",
+        help="Our prefill through oneDNN where MKL is slow (a CPU not Intel's) and our kernel cannot give MKL's "
+        "bits: logits within the two libraries' rounding of transformers' (EngineConfig.fast_prefill).",
     )
     def vllm_bench(
         url,

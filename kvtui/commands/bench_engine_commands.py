@@ -241,15 +241,16 @@ def prefix_bench(model, workloads, repeats, threads, **options):
 @click.option(
     "--peak-tbs",
     type=float,
-    default=4.8,
-    show_default=True,
-    help="The memory's peak bandwidth in TB/s (H200 HBM3e: 4.8).",
+    default=None,
+    help="The memory's peak bandwidth in TB/s [default: on CUDA 4.8, the H200's HBM3e; on the CPU none, and a "
+    "copy's bandwidth is measured in the run instead].",
 )
 @click.option(
     "--copy-tbs",
     type=float,
     default=None,
-    help="A measured device-copy bandwidth in TB/s to compare with as well (H200: about 4.3).",
+    help="A measured device-copy bandwidth in TB/s to compare with as well (H200: about 4.3; on the CPU "
+    "measured in the run when no --peak-tbs is given).",
 )
 @THREADS
 def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threads, **options):
@@ -261,7 +262,7 @@ def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threa
       kvtui bench decode -m random:llama:1b --dtype bfloat16 --device cuda --copy-tbs 4.3
       kvtui bench decode -m random:llama:tiny --batches 1,4 --prompt-tokens 64 --steps 8 --peak-tbs 0.02
     """
-    from kvtui.bench.decode import format_decode, measure_decode
+    from kvtui.bench.decode import copy_bandwidth, format_decode, measure_decode
 
     _threads(threads)
     need = max(batches) * (prompt_tokens + steps + 8)
@@ -279,6 +280,11 @@ def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threa
     )
     click.echo(f"decode on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device})", err=True)
     click.echo(engine.runner.decode_paths(), err=True)
+    device = engine.kv.kv.device
+    if peak_tbs is None and device.type == "cuda":
+        peak_tbs = 4.8
+    if peak_tbs is None and copy_tbs is None:
+        copy_tbs = copy_bandwidth(device) / 1e12
     click.echo(
         format_decode(
             measure_decode(engine, batches, prompt_tokens, steps, progress=_say), peak_tbs, copy_tbs

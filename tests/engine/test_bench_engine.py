@@ -46,6 +46,17 @@ def test_decode_reports_tokens_per_second_and_bandwidth_share():
     )
 
 
+def test_decode_on_the_cpu_compares_with_a_copy_measured_in_the_run_not_a_gpus_peak():
+    out = _run("decode", *TINY, "--device", "cpu", "--batches", "1", "--prompt-tokens", "8", "--steps", "2")
+    head = next(line for line in out.splitlines() if line.startswith("batch context"))
+    assert "of copy" in head and "of peak" not in head
+    copy = float(out.split("measured copy ")[1].split()[0])
+    # a CPU's memory: somewhere between a slow laptop's and a many-channel server's
+    assert 1e-3 < copy < 2.0
+    (row,) = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert 0 < float(row[6].rstrip("%")) <= 100 * 10
+
+
 def test_prefix_bench_runs_a_workload_with_the_cache_on_and_off(tmp_path):
     shared = list(range(10, 74))
     workload = {

@@ -139,3 +139,26 @@ def test_fast_prefill_is_an_engine_option_taken_only_where_mkl_is_slow():
     (out,) = engine.generate(random_prompts([40]), SamplingParams(max_tokens=4, return_logits=True))
     ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)[39:43]
     assert (out.logits - ref).abs().max().item() <= 1e-4
+
+
+def test_where_the_probe_passes_the_engines_prefill_is_mkls_to_the_bit():
+    """Every prompt position's log-probability through the kernel equals, bit for bit, the same engine's with
+    every linear stock (MKL): the kernel changes the speed of prefill, not one bit of its answer. (The logits of
+    the last position alone differ: the stock head multiplies 1-3 rows by MKL's small-row path, which sums
+    otherwise, where the kernel sums as transformers' forward of the whole prompt does.)"""
+    import pytest
+    from tiny_models import random_prompts, tiny_model
+
+    from engine.engine import Engine, SamplingParams
+
+    model = tiny_model("llama-gqa")
+    fast = Engine.from_model(model)
+    if not fast.runner.linears.exact_prefill:
+        pytest.skip("the kernel does not give this machine's MKL bits (prefill stays stock here)")
+    stock = Engine.from_model(model)
+    stock.runner.linears.enabled = False
+    prompts = random_prompts([40, 100])
+    params = SamplingParams(max_tokens=1, prompt_logprobs=True)
+    for ours, theirs in zip(fast.generate(prompts, params), stock.generate(prompts, params)):
+        assert ours.prompt_logprobs == theirs.prompt_logprobs
+        assert len(ours.prompt_logprobs) == len(ours.prompt_token_ids)

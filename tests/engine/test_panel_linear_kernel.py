@@ -149,3 +149,15 @@ def test_forwards_of_a_model_go_through_the_kernel(monkeypatch):
         torch.testing.assert_close(ours, stock, rtol=1e-5, atol=1e-5)
         # decode-sized forwards always; prefill-sized ones where the kernel has MKL's bits
         assert bool(calls) == (rows <= packed_linear.MAX_ROWS or packed.exact_prefill)
+
+
+def test_the_bench_compares_the_three_products_and_says_whose_bits():
+    from engine.worker.kernels.linear_bench import compare, format_rows
+
+    rows = compare([(16, 48, 64), (1, 48, 64)], repeats=1)
+    assert all(r["mkl"] > 0 and r["onednn"] > 0 and r["kernel"] > 0 for r in rows)
+    weight = torch.randn(48, 64)
+    probe = kernel.matches_stock(weight, None, kernel.product(kernel.pack(weight), 48, None))
+    assert rows[0]["mkl_bits"] == probe
+    text = format_rows(rows)
+    assert "16 x 48 x 64" in text and "GFLOP/s" in text
