@@ -77,3 +77,21 @@ def test_many_decodes_at_once_keep_the_no_cache_logits(count):
         diff = (out.logits - expected).abs().max().item()
         assert diff <= 1e-4, f"{out.request_id}: max abs logit diff {diff}"
         assert expected.argmax(-1).tolist() == out.token_ids
+
+
+def test_an_unchunked_prefill_is_transformers_forward_to_the_bit():
+    """Prompts prefilled whole, three in one forward: each prompt's next-token logits equal transformers' own
+    no-cache forward bit for bit, where the linear kernel has this machine's MKL bits (the engine's head
+    multiplies one row per prompt, yet sums as MKL does for the reference's many rows; MKL's own path for
+    1-3 rows sums otherwise and moved them 3.6e-5). Chunked prefill reads its cached prefix apart and merges
+    by log-sum-exp: within rounding, not to the bit."""
+    import torch
+
+    engine = Engine.load("smollm2", EngineConfig(device="cpu", block_size=16, max_batched_tokens=2048))
+    if not engine.runner.linears.exact_prefill:
+        pytest.skip("the linear kernel does not give this machine's MKL bits (prefill stays stock here)")
+    generator = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(100, 40000, (n,), generator=generator).tolist() for n in (40, 130, 300)]
+    outputs = engine.generate(prompts, SamplingParams(max_tokens=1, return_logits=True))
+    for out in outputs:
+        assert torch.equal(out.logits[0], no_cache_logits(engine.model, out.prompt_token_ids)[-1])
