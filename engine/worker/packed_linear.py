@@ -68,6 +68,11 @@ def _packable(model) -> list[torch.nn.Linear]:
     return linears
 
 
+def _version(tensor: torch.Tensor | None) -> int:
+    # an inference tensor (made under torch.inference_mode) keeps no version counter
+    return -1 if tensor is None or tensor.is_inference() else tensor._version
+
+
 class PackedLinears:
     def __init__(self, model, fast_prefill: bool = False):
         self.entries = []
@@ -77,19 +82,17 @@ class PackedLinears:
         self.panels = PANELS and panel_linear.available()
         # False: every forward takes the stock path (a benchmark's baseline)
         self.enabled = True
-        # (weight version, weight and bias data pointers) each copy was packed from
-        self.packed_from: list[tuple[int, int, int]] = []
+        # (weight version, weight and bias data pointers, bias version) each copy was packed from
+        self.packed_from: list[tuple[int, int, int, int]] = []
         for module in _packable(model):
             self.entries.append((module, self._pack(module)))
             self.packed_from.append(self._source(module))
 
     @staticmethod
-    def _source(module) -> tuple[int, int, int]:
+    def _source(module) -> tuple[int, int, int, int]:
         # _parameters, not module.weight: nn.Module.__getattr__ costs a microsecond, and this runs every step
         weight, bias = module._parameters["weight"], module._parameters.get("bias")
-        # an inference tensor (made under torch.inference_mode) keeps no version counter
-        version = -1 if weight.is_inference() else weight._version
-        return version, weight.data_ptr(), bias.data_ptr() if bias is not None else 0
+        return _version(weight), weight.data_ptr(), bias.data_ptr() if bias is not None else 0, _version(bias)
 
     def _pack(self, module):
         panels = packed = None

@@ -107,10 +107,14 @@ class ModelRunner:
                 )
             elif self.linears.panels:
                 linears = f"linears of {low} rows by the C kernel (engine/worker/kernels)"
+                if self.linears.any_exact:
+                    linears += ", and prefill-sized ones of the linears where it has MKL's bits"
             else:
                 linears = f"linears of {low} rows oneDNN-packed"
-            if self.linears.fast_prefill:
+            if self.linears.fast_prefill and not self.linears.exact_prefill:
                 linears += ", prefill oneDNN-packed"
+                if self.linears.any_exact:
+                    linears += " for the rest"
         return f"{attention}; {linears}"
 
     def build_batch(

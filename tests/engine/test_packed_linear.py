@@ -125,6 +125,21 @@ def test_weights_changed_after_packing_are_packed_again():
     torch.testing.assert_close(ours, torch.nn.functional.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
 
 
+@torch.no_grad()
+def test_a_bias_changed_in_place_after_packing_is_packed_again():
+    """A strided bias is copied for the kernel: changed in place, its version says the copy is stale."""
+    layer = torch.nn.Linear(24, 40)
+    layer.bias = torch.nn.Parameter(torch.randn(80)[::2])
+    packed = PackedLinears(torch.nn.Sequential(layer))
+    x = torch.randn(1, 8, 24)
+    layer.bias.add_(1.0)
+    with packed.small(8):
+        ours = layer(x)
+    torch.testing.assert_close(
+        ours, torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
+    )
+
+
 def test_fast_prefill_is_an_engine_option_taken_only_where_mkl_is_slow():
     from reference import no_cache_logits
     from tiny_models import random_prompts, tiny_model
@@ -148,6 +163,7 @@ def test_where_the_probe_passes_the_engines_prefill_is_mkls_to_the_bit():
     otherwise, where the kernel sums as transformers' forward of the whole prompt does.)"""
     import pytest
     from tiny_models import random_prompts, tiny_model
+    from torch_threads import torch_threads
 
     from engine.engine import Engine, SamplingParams
 
@@ -159,6 +175,8 @@ def test_where_the_probe_passes_the_engines_prefill_is_mkls_to_the_bit():
     stock.runner.linears.enabled = False
     prompts = random_prompts([40, 100])
     params = SamplingParams(max_tokens=1, prompt_logprobs=True)
-    for ours, theirs in zip(fast.generate(prompts, params), stock.generate(prompts, params)):
+    with torch_threads(2):
+        pairs = list(zip(fast.generate(prompts, params), stock.generate(prompts, params)))
+    for ours, theirs in pairs:
         assert ours.prompt_logprobs == theirs.prompt_logprobs
         assert len(ours.prompt_logprobs) == len(ours.prompt_token_ids)

@@ -26,6 +26,8 @@ typedef float vf __attribute__((vector_size(64), aligned(4)));
 #define FEW_ROWS 8
 #define TILE_ROWS 8
 #define TILE_PANELS 3
+/* the switches of few_any and tile_any cover 1..8 rows: a larger M or R would compute nothing */
+_Static_assert(FEW_ROWS == 8 && TILE_ROWS == 8, "few_any and tile_any dispatch 1..8 rows");
 
 static inline vf load(const float *p) {
     vf x;

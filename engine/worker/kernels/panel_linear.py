@@ -22,9 +22,9 @@ LANES = 16
 FEW_ROWS = 8
 # MKL sgemm's block of k (see mkl_blocks)
 MKL_BLOCK = 192
-# rows of matches_stock's probe: MKL splits rows among its threads, and a thread's share of 1-3 rows takes
-# another path that sums otherwise; 32 rows give every thread 4 or more up to 8 threads
-PROBE_ROWS = 32
+# rows of matches_stock's probe per torch thread (32 at least): MKL splits rows among its threads, and a
+# thread's share of 1-3 rows takes another path that sums otherwise; 8 per thread keep every share at 4 or more
+PROBE_ROWS_PER_THREAD = 8
 
 
 @functools.cache
@@ -67,10 +67,14 @@ def product(
     weights and bias are checked once here; each call checks only x (a decode step makes one per linear)."""
     if panels.dtype != torch.float32 or panels.device.type != "cpu":
         raise ValueError("panel_linear takes float32 CPU tensors")
-    if panels.dim() != 3 or panels.shape[0] * LANES < out_features:
+    if panels.dim() != 3 or panels.shape[2] != LANES or panels.shape[0] * LANES < out_features:
         raise ValueError(f"panels {tuple(panels.shape)} do not fit {out_features} outputs")
-    if bias is not None and (bias.dtype != torch.float32 or bias.numel() != out_features):
-        raise ValueError(f"bias must be float32 of {out_features}")
+    if not panels.is_contiguous():
+        raise ValueError("panels must be contiguous (as pack makes them)")
+    if bias is not None and (
+        bias.dtype != torch.float32 or bias.device.type != "cpu" or bias.numel() != out_features
+    ):
+        raise ValueError(f"bias must be float32 on the CPU, of {out_features}")
     if bias is not None:
         bias = bias.detach().contiguous()
     kernel, k = _kernel(), panels.shape[1]
@@ -92,7 +96,7 @@ def product(
         y = flat.new_empty(rows, out_features)
         if rows:
             threads = torch.get_num_threads()
-            kernel(
+            refused = kernel(
                 flat.data_ptr(),
                 rows,
                 k,
@@ -104,6 +108,8 @@ def product(
                 y.data_ptr(),
                 threads,
             )
+            if refused:
+                raise ValueError(f"panel_linear refused {rows} rows x {k} inputs (blocks {blocks})")
         return y.view(*x.shape[:-1], out_features)
 
     # the closure holds the pointers: keep their tensors alive with it
@@ -112,10 +118,12 @@ def product(
 
 
 @torch.inference_mode()
-def matches_stock(weight: torch.Tensor, bias: torch.Tensor | None, kernel, rows: int = PROBE_ROWS) -> bool:
+def matches_stock(weight: torch.Tensor, bias: torch.Tensor | None, kernel, rows: int | None = None) -> bool:
     """Whether `kernel` (a `product` of these weights) gives torch's stock linear bit for bit on this machine
     for a prefill-sized forward of random rows (another BLAS, or MKL on another CPU, sums in another order:
-    then about 90% of the outputs differ in their last bits)."""
+    then about 90% of the outputs differ in their last bits). The order it checks is MKL's for a thread's
+    share of 4 or more rows, whatever the thread count; a share of 1-3 rows MKL sums otherwise on any CPU."""
+    rows = rows or max(32, PROBE_ROWS_PER_THREAD * torch.get_num_threads())
     generator = torch.Generator().manual_seed(weight.shape[0] * 7919 + weight.shape[1])
     x = torch.randn(rows, weight.shape[1], generator=generator)
     return torch.equal(kernel(x), torch.nn.functional.linear(x, weight, bias))
