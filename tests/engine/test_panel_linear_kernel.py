@@ -85,7 +85,7 @@ def test_the_kernel_answers_the_same_bits_on_any_thread_count(threads):
 
 
 def test_where_the_probe_says_so_the_kernel_has_mkls_bits():
-    """On the AMD EPYC measured here every shape matches; where MKL sums otherwise (an Intel CPU) the probe
+    """On the AMD EPYC measured here every shape matches; where MKL sums otherwise (perhaps an Intel CPU) the probe
     says no and the engine keeps MKL for prefill. Either way the probe and a direct comparison agree."""
     for out_features, in_features, bias in [
         (576, 576, False),
