@@ -43,7 +43,8 @@ def available() -> bool:
 
 def mkl_blocks(k: int) -> list[int]:
     """The ends of the blocks of k in which MKL's sgemm sums (measured: one block up to 192; two halves up to
-    384, for an even K; then blocks of 192, the remainder last)."""
+    384, for an even K; then blocks of 192, the remainder last). An odd K between 192 and 384 sums otherwise
+    (no split into two blocks matched 193 or 383): the probe then keeps that linear's prefill stock."""
     if k <= MKL_BLOCK:
         return [k]
     if k < 2 * MKL_BLOCK:
