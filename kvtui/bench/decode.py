@@ -96,27 +96,6 @@ def measure_decode(
     return rows
 
 
-def copy_bandwidth(device, nbytes: int = 512 * 2**20, repeats: int = 5) -> float:
-    """A copy's bandwidth in bytes/s on `device` (read + write of `nbytes`, best of `repeats`): what a CPU's
-    memory gives, where no nominal peak is known."""
-    import time
-
-    import torch
-
-    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    best = float("inf")
-    for _ in range(repeats):
-        if src.device.type == "cuda":
-            torch.cuda.synchronize(src.device)
-        start = time.perf_counter()
-        dst.copy_(src)
-        if src.device.type == "cuda":
-            torch.cuda.synchronize(src.device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * nbytes / best
-
-
 def format_decode(rows: list[DecodeRow], peak_tbs: float | None, copy_tbs: float | None) -> str:
     head = f"{'batch':>5} {'context':>7} {'step ms':>8} {'tok/s':>9} {'GB/step':>8} {'TB/s':>6}"
     if peak_tbs:

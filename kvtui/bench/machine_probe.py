@@ -49,18 +49,30 @@ def model_weights(model) -> tuple[int, int]:
     return nbytes, elements
 
 
+def _sync(device):
+    import torch
+
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+
+def copy_bandwidth(device) -> float:
+    """Bytes/s of a copy of COPY_BYTES on `device` (read + written, best of REPEATS)."""
+    import torch
+
+    src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    return 2 * COPY_BYTES / _timed(lambda: dst.copy_(src), _sync(device))
+
+
 def measure_roofline(model) -> dict:
     """The `roofline` event's fields for `model` on this machine (about half a second on a CPU)."""
     import torch
 
     param = next(model.parameters())
     device, dtype = param.device, param.dtype
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device=device).fill_(1.0)
-    dst = torch.empty_like(src)
-    copy_s = _timed(lambda: dst.copy_(src), sync)
-    # the 2 x 128 MiB go back before the matmuls
-    src = dst = None
+    sync = _sync(device)
+    # its 2 x 128 MiB go back before the matmuls
+    mem_bandwidth = copy_bandwidth(device)
     n = 4096 if device.type == "cuda" else 1024
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
@@ -70,7 +82,7 @@ def measure_roofline(model) -> dict:
     return {
         "device": str(device),
         "dtype": str(dtype).removeprefix("torch."),
-        "mem_bandwidth": 2 * COPY_BYTES / copy_s,
+        "mem_bandwidth": mem_bandwidth,
         "peak_flops": 2 * n**3 / mm_s,
         "weight_bytes": weight_bytes,
         "flops_per_token": 2 * weight_elements,

@@ -262,7 +262,8 @@ def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threa
       kvtui bench decode -m random:llama:1b --dtype bfloat16 --device cuda --copy-tbs 4.3
       kvtui bench decode -m random:llama:tiny --batches 1,4 --prompt-tokens 64 --steps 8 --peak-tbs 0.02
     """
-    from kvtui.bench.decode import copy_bandwidth, format_decode, measure_decode
+    from kvtui.bench.decode import format_decode, measure_decode
+    from kvtui.bench.machine_probe import copy_bandwidth
 
     _threads(threads)
     need = max(batches) * (prompt_tokens + steps + 8)
