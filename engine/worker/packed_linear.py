@@ -9,13 +9,14 @@ multiply-adds one product at a time in blocks of 192, the blocks added to the bi
 - forwards of 1-16 rows (decodes) always go through the kernel: it streams each weight once and does every
   row's work on it while it is in a register. Since it sums as MKL does for many rows, a decode row's linears
   equal, bit for bit, what transformers' own forward of the whole sequence computes for that position where
-  the probe passes (MKL's own path for a thread's share of 1-3 rows sums otherwise). On an Intel CPU one row stays stock (MKL's matrix-vector product was
-  faster than oneDNN there; the kernel was not measured there);
+  the probe passes (MKL's own path for a thread's share of 1-3 rows sums otherwise). On an Intel CPU one row
+  stays stock (MKL's matrix-vector product was faster than oneDNN there; the kernel was not measured there);
 - prefill-sized forwards go through the kernel only for a linear where `panel_linear.matches_stock` found it
   equal to the stock linear bit for bit on this machine (the AMD EPYC measured here: all of them; where MKL
-  sums in another order, perhaps an Intel CPU's, not measured, or with another BLAS, prefill stays stock). Elsewhere `EngineConfig(fast_prefill=True)`
-  takes oneDNN-packed weights for them where MKL is slow, at the cost of its rounding (it moved Gemma 3 270M's
-  logits up to 1.4e-4 from transformers', over the 1e-4 the exactness tests hold);
+  sums in another order, perhaps an Intel CPU's, not measured, or with another BLAS, prefill stays stock).
+  Elsewhere `EngineConfig(fast_prefill=True)` takes oneDNN-packed weights for them where MKL is slow, at the
+  cost of its rounding (it moved Gemma 3 270M's logits up to 1.4e-4 from transformers', over the 1e-4 the
+  exactness tests hold);
 - where the C kernel cannot be built, 2-16 rows take oneDNN's packed weights.
 
 Each copy costs the weights' bytes once more, so copies are made only for float32 weights on the CPU within a
@@ -95,19 +96,17 @@ class PackedLinears:
         return _version(weight), weight.data_ptr(), bias.data_ptr() if bias is not None else 0, _version(bias)
 
     def _pack(self, module):
-        panels = packed = None
+        kernel = packed = None
         exact = False
         with torch.inference_mode():
             weight = module.weight.detach()
             bias = None if module.bias is None else module.bias.detach()
             if self.panels:
-                panels = panel_linear.pack(weight)
-                exact = panel_linear.matches_stock(
-                    weight, bias, panel_linear.product(panels, len(weight), bias)
-                )
+                kernel = panel_linear.product(panel_linear.pack(weight), module.out_features, bias)
+                exact = panel_linear.matches_stock(weight, bias, kernel)
             if not self.panels or (self.fast_prefill and not exact):
                 packed = torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
-        return self._forward(module, packed, panels, exact)
+        return self._forward(module, packed, kernel, exact)
 
     def _refresh(self) -> None:
         """Pack again any weight the caller changed since (load_state_dict, an optimizer step, a new Parameter):
@@ -125,11 +124,11 @@ class PackedLinears:
                 self.packed_from[i] = sources[i]
 
     @staticmethod
-    def _forward(module, packed: torch.Tensor | None, panels: torch.Tensor | None, exact: bool):
-        """The forward that stands in for `module`'s: the kernel for few rows, and for many where it is `exact`
-        (MKL's bits); else oneDNN's packed weights where there are some; else the stock linear."""
+    def _forward(module, packed: torch.Tensor | None, kernel, exact: bool):
+        """The forward that stands in for `module`'s: `kernel` (a panel_linear product) for few rows, and for
+        many where it is `exact` (MKL's bits); else oneDNN's packed weights where there are some; else the
+        stock linear."""
         bias = module.bias
-        kernel = None if panels is None else panel_linear.product(panels, module.out_features, bias)
 
         def forward(x: torch.Tensor) -> torch.Tensor:
             if kernel is not None and (exact or x.numel() <= MAX_ROWS * x.shape[-1]):
@@ -138,7 +137,7 @@ class PackedLinears:
                 return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
             return torch.nn.functional.linear(x, module.weight, bias)
 
-        forward.copies = [c for c in (packed, panels) if c is not None]
+        forward.copies = [c for c in (packed, None if kernel is None else kernel.panels) if c is not None]
         forward.exact = exact
         return forward
 
