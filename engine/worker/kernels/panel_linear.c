@@ -26,8 +26,8 @@ typedef float vf __attribute__((vector_size(64), aligned(4)));
 #define FEW_ROWS 8
 #define TILE_ROWS 8
 #define TILE_PANELS 3
-/* the switches of few_any and tile_any cover 1..8 rows: a larger M or R would compute nothing */
-_Static_assert(FEW_ROWS == 8 && TILE_ROWS == 8, "few_any and tile_any dispatch 1..8 rows");
+/* BY_ROWS_AND_PANELS covers 1..8 rows and 1..4 panels: a larger M, R or P would compute nothing */
+_Static_assert(FEW_ROWS == 8 && TILE_ROWS == 8 && TILE_PANELS <= 4, "the dispatch covers 1..8 rows, 1..4 panels");
 
 static inline vf load(const float *p) {
     vf x;
@@ -51,6 +51,25 @@ static inline vf load_part(const float *p, int64_t width) {
         memcpy(&v, p, (size_t)width * sizeof(float));
     return v;
 }
+
+/* CALL(r, p) for r = rows (1..8) and p = panels (1..4) as constants, so that every loop over them unrolls and
+   the accumulators stay in registers */
+#define BY_PANELS(r, P, CALL)                                                                                  \
+    case r:                                                                                                    \
+        if ((P) == 4)                                                                                          \
+            CALL(r, 4);                                                                                        \
+        else if ((P) == 3)                                                                                     \
+            CALL(r, 3);                                                                                        \
+        else if ((P) == 2)                                                                                     \
+            CALL(r, 2);                                                                                        \
+        else                                                                                                   \
+            CALL(r, 1);                                                                                        \
+        break;
+#define BY_ROWS_AND_PANELS(R, P, CALL)                                                                         \
+    switch (R) {                                                                                               \
+        BY_PANELS(1, P, CALL) BY_PANELS(2, P, CALL) BY_PANELS(3, P, CALL) BY_PANELS(4, P, CALL)                \
+        BY_PANELS(5, P, CALL) BY_PANELS(6, P, CALL) BY_PANELS(7, P, CALL) BY_PANELS(8, P, CALL)                \
+    }
 
 /* ----------------------------------------------------------------------------------------------- few rows */
 
@@ -80,21 +99,9 @@ static inline __attribute__((always_inline)) void few(const float *restrict x, i
 
 static void few_any(const float *x, int M, int64_t K, const float *w, int P, const float *init,
                     const int64_t *ends, int blocks, float *acc) {
-#define CASE(m)                                                                                                \
-    case m:                                                                                                    \
-        if (P == 4)                                                                                            \
-            few(x, m, K, w, 4, init, ends, blocks, acc);                                                       \
-        else if (P == 3)                                                                                       \
-            few(x, m, K, w, 3, init, ends, blocks, acc);                                                       \
-        else if (P == 2)                                                                                       \
-            few(x, m, K, w, 2, init, ends, blocks, acc);                                                       \
-        else                                                                                                   \
-            few(x, m, K, w, 1, init, ends, blocks, acc);                                                       \
-        break;
-    switch (M) {
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-    }
-#undef CASE
+#define FEW(m, p) few(x, m, K, w, p, init, ends, blocks, acc)
+    BY_ROWS_AND_PANELS(M, P, FEW)
+#undef FEW
 }
 
 static void few_rows(const float *x, int M, int64_t K, const float *packed, int64_t N, const float *bias,
@@ -130,11 +137,11 @@ static inline __attribute__((always_inline)) void tile(const float *restrict x, 
                                                        const float *restrict w, int P, int64_t k0, int64_t k1,
                                                        float *restrict y, int64_t N, int64_t n0,
                                                        const float *bias, int first_block) {
-    vf acc[TILE_ROWS * TILE_PANELS];
+    vf acc[TILE_ROWS * 4];
     for (int i = 0; i < R * P; i++) acc[i] = (vf){0};
     const float *xr = x + m0 * K;
     for (int64_t k = k0; k < k1; k++) {
-        vf wk[TILE_PANELS];
+        vf wk[4];
         for (int p = 0; p < P; p++) wk[p] = load(w + ((int64_t)p * K + k) * LANES);
         for (int r = 0; r < R; r++) {
             const float xk = xr[r * K + k];
@@ -159,19 +166,9 @@ static inline __attribute__((always_inline)) void tile(const float *restrict x, 
 
 static void tile_any(const float *x, int64_t m0, int R, int64_t K, const float *w, int P, int64_t k0, int64_t k1,
                      float *y, int64_t N, int64_t n0, const float *bias, int first_block) {
-#define CASE(r)                                                                                                \
-    case r:                                                                                                    \
-        if (P == 3)                                                                                       \
-            tile(x, m0, r, K, w, 3, k0, k1, y, N, n0, bias, first_block);                                      \
-        else if (P == 2)                                                                                       \
-            tile(x, m0, r, K, w, 2, k0, k1, y, N, n0, bias, first_block);                                      \
-        else                                                                                                   \
-            tile(x, m0, r, K, w, 1, k0, k1, y, N, n0, bias, first_block);                                      \
-        break;
-    switch (R) {
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-    }
-#undef CASE
+#define TILE(r, p) tile(x, m0, r, K, w, p, k0, k1, y, N, n0, bias, first_block)
+    BY_ROWS_AND_PANELS(R, P, TILE)
+#undef TILE
 }
 
 static void many_rows(const float *x, int64_t M, int64_t K, const float *packed, int64_t N, const float *bias,
