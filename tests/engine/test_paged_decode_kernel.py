@@ -13,6 +13,7 @@ from decode_paths import assert_decodes_match_no_cache, assert_outputs_match_no_
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiny_models import random_prompts, tiny_model
+from torch_threads import torch_threads
 
 import engine.worker.attention as attention
 from engine.engine import Engine, EngineConfig, SamplingParams
@@ -91,12 +92,8 @@ def test_large_scores_do_not_overflow():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_kernel_answers_the_same_on_any_thread_count(threads):
     q, keys, values, tables, lengths = random_case(3, 2, 3, 3, 64, 16, [525, 200])
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
+    with torch_threads(threads):
         ours = kernel.paged_decode(q, keys, values, tables, lengths, 16, 0.125)
-    finally:
-        torch.set_num_threads(before)
     torch.testing.assert_close(
         ours, reference(q, keys, values, tables, lengths, 16, 0.125), rtol=1e-5, atol=2e-6
     )

@@ -75,13 +75,9 @@ def test_the_kernel_answers_the_same_bits_on_any_thread_count(threads):
     weight, x = torch.randn(1000, 300), torch.randn(70, 300)
     panels = kernel.pack(weight)
     expected = ordered_sums(x, weight, None, kernel.mkl_blocks(300))
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
+    with torch_threads(threads):
         for rows in (3, 70):
             assert torch.equal(kernel.panel_linear(x[:rows], panels, 1000, None), expected[:rows])
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_where_the_probe_says_so_the_kernel_has_mkls_bits():

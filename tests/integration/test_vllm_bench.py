@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import torch
 from click.testing import CliRunner
+from torch_threads import torch_threads
 
 from kvtui.cli import main
 
 
 def test_bench_vllm_runs_both_systems_and_their_cached_tokens_are_equal(vllm):
-    threads = torch.get_num_threads()
-    try:
+    # the bench sets our engine's torch threads (1 by default): later tests keep their own
+    with torch_threads(torch.get_num_threads()):
         result = CliRunner().invoke(
             main,
             [
@@ -22,9 +23,6 @@ def test_bench_vllm_runs_both_systems_and_their_cached_tokens_are_equal(vllm):
             ],
             catch_exceptions=False,
         )  # fmt: skip
-    finally:
-        # the bench sets our engine's torch threads (1 by default): later tests keep their own
-        torch.set_num_threads(threads)
     assert result.exit_code == 0, result.output
     rows = {
         (line[:14].strip(), line[15:33].strip()): line[33:].split()
