@@ -21,6 +21,7 @@ from engine.worker import packed_linear
 from engine.worker.attention import AttentionSwitch
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
 from engine.worker.decode_runs import plan_runs
+from engine.worker.fused_decode import FusedDecode
 from engine.worker.kernels import paged_decode
 from engine.worker.packed_linear import PackedLinears
 from engine.worker.paged_kv import BlockTables, PagedKV
@@ -87,6 +88,11 @@ class ModelRunner:
         # decode attention by the C kernel, in place, every decode in one call (CPU float32, a compiler at hand);
         # False: the torch path (a benchmark's baseline)
         self.in_place_decode = paged_decode.usable(self.device, kv.kv.dtype)
+        # decode-only steps of a Llama-family model in a few C calls per layer, the modules' bits (None: the
+        # modules always; a benchmark's baseline sets it to None)
+        self.fused = None
+        if self.in_place_decode and self.rings is None and not self.separate:
+            self.fused = FusedDecode.build(model, windows, len(kv.layer_slot))
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None
 
@@ -286,11 +292,19 @@ class ModelRunner:
         if timing:
             self._sync()
             started = time.perf_counter()
-        with self.attention.paged(), self.linears.small(ids.shape[1]):
-            out = self.model(
-                input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep, **{BATCH_KWARG: batch}
-            )
-        logits = out.logits[0].float()
+        if self.fused is not None and self.in_place_decode and not probe and self.fused.usable(batch):
+            with self.linears.small(ids.shape[1]):
+                logits = self.fused.forward(ids, pos, batch)
+        else:
+            with self.attention.paged(), self.linears.small(ids.shape[1]):
+                out = self.model(
+                    input_ids=ids,
+                    position_ids=pos,
+                    use_cache=False,
+                    logits_to_keep=keep,
+                    **{BATCH_KWARG: batch},
+                )
+            logits = out.logits[0].float()
         if timing:
             self._sync()
             self.model_seconds.append(time.perf_counter() - started)

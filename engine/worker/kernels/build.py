@@ -24,6 +24,8 @@ from pathlib import Path
 FOLDER = Path(__file__).parent
 # -ffp-contract=fast: a * b + c as one fused multiply-add, the rounding panel_linear.c must reproduce
 FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
+# a kernel's own flags, after FLAGS (the last one wins): decode_ops.c must round every product as torch does
+KERNEL_FLAGS = {"decode_ops": ["-ffp-contract=off"]}
 # -march=native is x86 and recent Arm; older Arm compilers spell it -mcpu=native
 NATIVE = (["-march=native"], ["-mcpu=native"], [])
 
@@ -59,7 +61,7 @@ def _build(source: Path, compiler: list[str]) -> Path:
     version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
     errors = []
     for native in NATIVE:
-        flags = FLAGS + native
+        flags = FLAGS + KERNEL_FLAGS.get(source.stem, []) + native
         key = hashlib.sha256(
             "\0".join([source.read_text(), " ".join(flags), version, _cpu()]).encode()
         ).hexdigest()[:16]
@@ -86,10 +88,10 @@ def _build(source: Path, compiler: list[str]) -> Path:
     raise RuntimeError(f"{' '.join(compiler)} could not build {source.name}: {'; '.join(errors)}")
 
 
-def bind(name: str, argtypes: list) -> ctypes._CFuncPtr | None:
-    """The function `name` of the kernel of that name, taking `argtypes` and answering an int status; None where
-    the kernel cannot be built."""
-    library = load(name)
+def bind(name: str, argtypes: list, kernel: str | None = None) -> ctypes._CFuncPtr | None:
+    """The function `name` of the kernel `kernel` (default: of that name), taking `argtypes` and answering an int
+    status; None where the kernel cannot be built."""
+    library = load(kernel or name)
     if library is None:
         return None
     function = getattr(library, name)

@@ -1,0 +1,174 @@
+"""A decode step of a Llama-family model on the CPU without the modules' Python: the same operations in a few
+C calls per layer, giving the same bits as the model's own forward through the engine.
+
+Profiled on SmolLM2 (30 layers, 8 decodes, one thread), a step spent about 35 ms in the C linears, 3 in the C
+attention and 20-25 more in what surrounds them: some 60 torch operators per layer (an RMSNorm is seven, the
+rotary embedding ten, the K/V writes two index_puts) and the modules' calls. Here each layer is:
+
+    add_rms_norm (residual add + input norm)  -> q, k, v linears -> rope_write (rotary + K/V into the pool)
+    -> paged_decode -> o linear -> add_rms_norm (residual add + post-attention norm) -> gate, up linears
+    -> the model's own activation x up -> down linear
+
+with the linears the engine's own (engine/worker/packed_linear.py, through each module's forward), the
+attention the engine's C kernel, and the norm and rotary kernels (engine/worker/kernels/decode_ops.c) doing
+torch's arithmetic operation for operation. The result equals the module path's bit for bit
+(tests/engine/test_fused_decode.py); the norm's sum order is torch's, which `FusedDecode.build` checks on this
+machine against the model's own norm before it lets the path run.
+
+Only decode-only steps of the architectures whose layers are exactly this (Llama, Mistral, Qwen2), paged in
+every layer (no windows, no rings), take it; anything else runs the modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.worker.batch import PagedBatch
+from engine.worker.kernels import decode_ops
+from engine.worker.kernels.paged_decode import paged_decode
+
+# causal LMs whose decoder layer is: norm, attention (q/k/v/o, rotary), residual, norm, gated MLP, residual
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+
+
+@dataclass
+class FusedLayer:
+    index: int
+    input_norm: torch.Tensor
+    post_norm: torch.Tensor
+    q_proj: torch.nn.Linear
+    k_proj: torch.nn.Linear
+    v_proj: torch.nn.Linear
+    o_proj: torch.nn.Linear
+    gate_proj: torch.nn.Linear
+    up_proj: torch.nn.Linear
+    down_proj: torch.nn.Linear
+    act_fn: torch.nn.Module
+
+
+def why_not(model, windows: tuple[int | None, ...], paged_layers: int) -> str:
+    """Why the fused path cannot run this model ('' when it can)."""
+    if type(model).__name__ not in ARCHITECTURES:
+        return f"{type(model).__name__} is not one of {', '.join(ARCHITECTURES)}"
+    if not decode_ops.available():
+        return f"no decode_ops kernel: {decode_ops.why_not()}"
+    if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
+        return "not a float32 CPU model"
+    if any(w is not None for w in windows) or paged_layers != len(windows):
+        return "a layer attends through a window"
+    layers = model.model.layers
+    for layer in layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        linears = [getattr(attention, f"{n}_proj", None) for n in "qkvo"]
+        linears += [getattr(mlp, f"{n}_proj", None) for n in ("gate", "up", "down")]
+        if any(type(m) is not torch.nn.Linear for m in linears):
+            return "a layer's projections are not plain linears"
+        # q_norm / k_norm (Qwen3), extra norms (Gemma): another layer
+        if set(dict(layer.named_children())) != {
+            "self_attn",
+            "mlp",
+            "input_layernorm",
+            "post_attention_layernorm",
+        }:
+            return "a layer has modules beyond a Llama layer's"
+        if any(hasattr(m, "_hf_hook") for m in layer.modules()):
+            return "accelerate hooks move the weights"
+    return ""
+
+
+class FusedDecode:
+    def __init__(self, model, layers: list[FusedLayer], eps: float, final_norm: torch.Tensor, head_dim: int):
+        self.model = model
+        self.layers = layers
+        self.eps = eps
+        self.final_norm = final_norm
+        self.head_dim = head_dim
+        self.scale = model.model.layers[0].self_attn.scaling
+
+    @classmethod
+    def build(cls, model, windows: tuple[int | None, ...], paged_layers: int) -> FusedDecode | None:
+        """The fused path for `model`, or None where it cannot run or would not give the module path's bits."""
+        if why_not(model, windows, paged_layers):
+            return None
+        inner = model.model
+        norms = [inner.norm] + [
+            n for layer in inner.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)
+        ]
+        eps = {float(getattr(n, "variance_epsilon", getattr(n, "eps", -1.0))) for n in norms}
+        if len(eps) != 1 or min(eps) < 0:
+            return None
+        layers = [
+            FusedLayer(
+                i,
+                layer.input_layernorm.weight.detach(),
+                layer.post_attention_layernorm.weight.detach(),
+                layer.self_attn.q_proj,
+                layer.self_attn.k_proj,
+                layer.self_attn.v_proj,
+                layer.self_attn.o_proj,
+                layer.mlp.gate_proj,
+                layer.mlp.up_proj,
+                layer.mlp.down_proj,
+                layer.mlp.act_fn,
+            )
+            for i, layer in enumerate(inner.layers)
+        ]
+        fused = cls(model, layers, eps.pop(), inner.norm.weight.detach(), inner.layers[0].self_attn.head_dim)
+        return fused if fused.norms_match(norms) else None
+
+    @torch.inference_mode()
+    def norms_match(self, norms, rows: int = 8) -> bool:
+        """Whether the C norm gives every one of the model's norms bit for bit on random rows (torch's sum
+        kernel on another build or CPU may sum in another order)."""
+        generator = torch.Generator().manual_seed(0)
+        for norm in norms:
+            h = torch.randn(rows, norm.weight.shape[0], generator=generator) * 4
+            delta = torch.randn(h.shape, generator=generator)
+            expected = norm(h + delta)
+            ours = decode_ops.add_rms_norm(h, delta, norm.weight.detach(), self.eps, torch.empty_like(h))
+            if not torch.equal(ours, expected):
+                return False
+        return True
+
+    def usable(self, batch: PagedBatch) -> bool:
+        """Whether this step is one the path takes: decodes only, one group read by the C attention kernel."""
+        return (
+            not batch.prefills
+            and batch.rings is None
+            and len(batch.decodes) == 1
+            and batch.decodes[0].lengths is not None
+            and batch.write_slots is not None
+        )
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, batch: PagedBatch) -> torch.Tensor:
+        """Logits [N, vocab] of a decode step of N rows (ids and positions [1, N])."""
+        inner = self.model.model
+        group = batch.decodes[0]
+        n = ids.shape[1]
+        h = inner.embed_tokens(ids)[0]
+        cos, sin = inner.rotary_emb(h[None], positions)
+        cos, sin = cos[0].contiguous(), sin[0].contiguous()
+        slots = batch.write_slots
+        tables, lengths, size = group.blocks.contiguous(), group.lengths.contiguous(), batch.kv.block_size
+        x = torch.empty_like(h)
+        delta = None
+        dim = self.head_dim
+        for layer in self.layers:
+            decode_ops.add_rms_norm(h, delta, layer.input_norm, self.eps, x)
+            q = layer.q_proj.forward(x).view(n, -1, dim)
+            k = layer.k_proj.forward(x).view(n, -1, dim)
+            v = layer.v_proj.forward(x).view(n, -1, dim)
+            keys, values = batch.kv.keys(layer.index), batch.kv.values(layer.index)
+            rotated = decode_ops.rope_write(q, k, v, cos, sin, keys, values, slots, torch.empty_like(q))
+            # [N, Hkv, G, D]: each KV head's query heads
+            grouped = rotated.view(n, keys.shape[0], -1, dim)
+            attended = paged_decode(grouped, keys, values, tables, lengths, size, self.scale)
+            out = layer.o_proj.forward(attended.view(n, -1))
+            decode_ops.add_rms_norm(h, out, layer.post_norm, self.eps, x)
+            gated = layer.act_fn(layer.gate_proj.forward(x))
+            gated.mul_(layer.up_proj.forward(x))
+            delta = layer.down_proj.forward(gated)
+        decode_ops.add_rms_norm(h, delta, self.final_norm, self.eps, x)
+        return self.model.lm_head.forward(x)

@@ -1,0 +1,124 @@
+"""The C small operations of a decoder layer (decode_ops.c) as torch calls: CPU, float32, torch's own bits.
+
+`add_rms_norm` is a residual add and an RMSNorm in one pass, `rope_write` the rotary embedding of a decode
+step's queries and keys with the keys and values written into the paged pool. engine/worker/fused_decode.py
+strings them together with the linear and attention kernels. The tensors' layout is checked here (the C reads
+raw memory); the values' equality with transformers' modules is checked by fused_decode at load.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+from engine.worker.kernels import build
+from engine.worker.kernels.build import bind
+
+_pointer, _long, _float = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+
+
+@functools.cache
+def _norm():
+    # h, delta, M, H, weight, eps, out
+    return bind("add_rms_norm", [_pointer, _pointer, _long, _long, _pointer, _float, _pointer], "decode_ops")
+
+
+@functools.cache
+def _rope():
+    # q, k, v, N, Hq, Hkv, D, cos, sin, keys, values, slots, slots_of, q_out
+    argtypes = [_pointer] * 3 + [_long] * 4 + [_pointer] * 4 + [_long, _pointer, _pointer]
+    return bind("rope_write", argtypes, "decode_ops")
+
+
+def available() -> bool:
+    return _norm() is not None and _rope() is not None
+
+
+def why_not() -> str:
+    """Why the kernel is not available here ('' when it is)."""
+    return "" if available() else build.why_not.get("decode_ops", "")
+
+
+def _check(*tensors: torch.Tensor) -> None:
+    for t in tensors:
+        if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous():
+            raise ValueError("decode_ops takes contiguous float32 CPU tensors")
+
+
+def add_rms_norm(
+    h: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float, out: torch.Tensor
+) -> torch.Tensor:
+    """h [M, H] += delta (in place, when given); out [M, H] = RMSNorm(h) with `weight` and `eps`, as
+    transformers' LlamaRMSNorm computes it. Returns out."""
+    _check(h, weight, out, *(() if delta is None else (delta,)))
+    rows, width = h.shape
+    if out.shape != h.shape or weight.shape != (width,) or (delta is not None and delta.numel() != h.numel()):
+        raise ValueError(
+            f"add_rms_norm: h {tuple(h.shape)}, out {tuple(out.shape)}, weight {tuple(weight.shape)}"
+        )
+    refused = _norm()(
+        h.data_ptr(),
+        None if delta is None else delta.data_ptr(),
+        rows,
+        width,
+        weight.data_ptr(),
+        eps,
+        out.data_ptr(),
+    )
+    if refused:
+        raise ValueError(f"add_rms_norm: rows of {width} are narrower than torch's sum kernel's vectors")
+    return out
+
+
+def rope_write(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slots_of: torch.Tensor,
+    q_out: torch.Tensor,
+) -> torch.Tensor:
+    """q [N, Hq, D], k / v [N, Hkv, D], cos / sin [N, D]: q_out [N, Hq, D] the rotated queries; the rotated
+    keys and the values written to slots `slots_of` [N] (int64) of keys / values [Hkv, slots, D]. Returns q_out."""
+    _check(q, k, v, cos, sin, keys, values, q_out)
+    n, heads, dim = q.shape
+    kv_heads = k.shape[1]
+    if (
+        k.shape != (n, kv_heads, dim)
+        or v.shape != k.shape
+        or cos.shape != (n, dim)
+        or sin.shape != cos.shape
+        or keys.shape != values.shape
+        or keys.shape[0] != kv_heads
+        or keys.shape[2] != dim
+        or q_out.shape != q.shape
+        or slots_of.shape != (n,)
+        or slots_of.dtype != torch.int64
+    ):
+        raise ValueError("rope_write: shapes do not agree")
+    refused = _rope()(
+        q.data_ptr(),
+        k.data_ptr(),
+        v.data_ptr(),
+        n,
+        heads,
+        kv_heads,
+        dim,
+        cos.data_ptr(),
+        sin.data_ptr(),
+        keys.data_ptr(),
+        values.data_ptr(),
+        keys.shape[1],
+        slots_of.contiguous().data_ptr(),
+        q_out.data_ptr(),
+    )
+    if refused == 1:
+        raise ValueError(f"rope_write: a slot outside the pool's {keys.shape[1]}")
+    if refused:
+        raise ValueError(f"rope_write: an odd head dimension ({dim})")
+    return q_out
