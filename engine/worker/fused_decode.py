@@ -31,6 +31,8 @@ from engine.worker.kernels.paged_decode import paged_decode
 
 # causal LMs whose decoder layer is: norm, attention (q/k/v/o, rotary), residual, norm, gated MLP, residual
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+LAYER_MODULES = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
+ATTENTION_MODULES = {"q_proj", "k_proj", "v_proj", "o_proj"}
 
 
 @dataclass
@@ -66,12 +68,8 @@ def why_not(model, windows: tuple[int | None, ...], paged_layers: int) -> str:
         if any(type(m) is not torch.nn.Linear for m in linears):
             return "a layer's projections are not plain linears"
         # q_norm / k_norm (Qwen3), extra norms (Gemma): another layer
-        if set(dict(layer.named_children())) != {
-            "self_attn",
-            "mlp",
-            "input_layernorm",
-            "post_attention_layernorm",
-        }:
+        children = set(dict(layer.named_children())), set(dict(attention.named_children()))
+        if children != (LAYER_MODULES, ATTENTION_MODULES):
             return "a layer has modules beyond a Llama layer's"
         if any(hasattr(m, "_hf_hook") for m in layer.modules()):
             return "accelerate hooks move the weights"

@@ -121,7 +121,12 @@ class ModelRunner:
                 linears += ", prefill oneDNN-packed"
                 if self.linears.any_exact:
                     linears += " for the rest"
-        return f"{attention}; {linears}"
+        steps = (
+            "decode steps fused: norms, rotary and K/V writes by C kernels (engine/worker/fused_decode.py)"
+        )
+        if self.fused is None:
+            steps = "decode steps through the model's modules"
+        return f"{attention}; {linears}; {steps}"
 
     def build_batch(
         self, chunks: list[ScheduledChunk], probe: bool = False

@@ -1,0 +1,152 @@
+"""The fused decode step (engine/worker/fused_decode.py) and its C operations (engine/worker/kernels/decode_ops.c):
+the same bits as transformers' modules, and taken only where it fits."""
+
+import pytest
+import torch
+from decode_paths import assert_outputs_match_no_cache
+from tiny_models import random_prompts, tiny_model
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
+
+from engine.engine import Engine, EngineConfig, SamplingParams
+from engine.worker import fused_decode
+from engine.worker.kernels import decode_ops
+
+pytestmark = pytest.mark.skipif(
+    not decode_ops.available(), reason=f"no decode_ops kernel: {decode_ops.why_not()}"
+)
+
+
+@pytest.mark.parametrize("width", [8, 64, 100, 576, 640, 1000, 2048, 5120])
+@pytest.mark.parametrize("rows", [1, 3, 8])
+def test_add_rms_norm_is_llamas_rmsnorm_of_the_sum_to_the_bit(width, rows):
+    # widths below and above torch's cascade step (16 x 4 vectors of 8), with a scalar tail (100, 1000)
+    generator = torch.Generator().manual_seed(width * 31 + rows)
+    norm = LlamaRMSNorm(width, eps=1e-5)
+    norm.weight.data = torch.randn(width, generator=generator)
+    h = torch.randn(rows, width, generator=generator) * 3
+    delta = torch.randn(rows, width, generator=generator)
+    with torch.inference_mode():
+        expected_sum = h + delta
+        expected = norm(expected_sum)
+        out = decode_ops.add_rms_norm(h, delta, norm.weight.detach(), 1e-5, torch.empty_like(h))
+    assert torch.equal(h, expected_sum)
+    assert torch.equal(out, expected)
+
+
+def test_add_rms_norm_refuses_rows_narrower_than_torchs_vectors():
+    h = torch.randn(2, 4)
+    with pytest.raises(ValueError, match="narrower"):
+        decode_ops.add_rms_norm(h, None, torch.ones(4), 1e-5, torch.empty_like(h))
+
+
+def test_rope_write_is_transformers_rotary_then_the_pool_writes():
+    generator = torch.Generator().manual_seed(0)
+    n, heads, kv_heads, dim, slots = 5, 9, 3, 64, 40
+    q, k, v = (torch.randn(n, h, dim, generator=generator) for h in (heads, kv_heads, kv_heads))
+    cos, sin = torch.randn(n, dim, generator=generator), torch.randn(n, dim, generator=generator)
+    keys, values = torch.zeros(kv_heads, slots, dim), torch.zeros(kv_heads, slots, dim)
+    where = torch.tensor([7, 0, 39, 12, 13])
+    rotated = decode_ops.rope_write(q, k, v, cos, sin, keys, values, where, torch.empty_like(q))
+    # transformers' layout: [1, heads, N, D] and cos / sin [1, N, D]
+    q_ref, k_ref = apply_rotary_pos_emb(
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos[None], sin[None]
+    )
+    assert torch.equal(rotated, q_ref[0].transpose(0, 1))
+    assert torch.equal(keys[:, where], k_ref[0])
+    assert torch.equal(values[:, where], v.transpose(0, 1))
+    untouched = torch.ones(slots, dtype=torch.bool)
+    untouched[where] = False
+    assert not keys[:, untouched].any() and not values[:, untouched].any()
+
+
+def test_rope_write_refuses_a_slot_outside_the_pool():
+    q, k = torch.randn(1, 2, 8), torch.randn(1, 1, 8)
+    keys = torch.zeros(1, 4, 8)
+    with pytest.raises(ValueError, match="outside"):
+        decode_ops.rope_write(
+            q, k, k, torch.ones(1, 8), torch.ones(1, 8), keys, keys.clone(), torch.tensor([4]), q
+        )
+
+
+def counted(engine: Engine) -> list[int]:
+    """Rows of every step the fused path ran (a list the engine's fused forward appends to)."""
+    rows, forward = [], engine.runner.fused.forward
+
+    def counting(ids, positions, batch):
+        rows.append(ids.shape[1])
+        return forward(ids, positions, batch)
+
+    engine.runner.fused.forward = counting
+    return rows
+
+
+@pytest.mark.parametrize("arch", ["llama-mha", "llama-gqa", "llama-mqa", "qwen2-gqa", "mistral-mqa"])
+def test_fused_steps_give_the_modules_logits_to_the_bit(arch):
+    model = tiny_model(arch)
+    # unequal lengths, a shared prefix (a prefix hit), small steps: mixed prefill + decode steps run the modules
+    prompts = random_prompts([24, 24, 37, 19, 50], seed=3)
+    prompts.append(prompts[0][:20] + random_prompts([9], seed=4)[0])
+    params = SamplingParams(max_tokens=10, return_logits=True)
+    config = EngineConfig(block_size=8, max_batched_tokens=48)
+    fused = Engine.from_model(model, config=config)
+    assert fused.runner.fused is not None
+    rows = counted(fused)
+    ours = fused.generate(prompts, params)
+    modules = Engine.from_model(model, config=config)
+    modules.runner.fused = None
+    theirs = modules.generate(prompts, params)
+    assert rows and max(rows) == len(prompts)
+    for a, b in zip(ours, theirs):
+        assert a.token_ids == b.token_ids
+        assert torch.equal(a.logits, b.logits), (a.logits - b.logits).abs().max().item()
+    assert_outputs_match_no_cache(model, ours)
+
+
+@pytest.mark.parametrize(
+    "arch, overrides, why",
+    [
+        ("qwen3-gqa", {}, "Qwen3ForCausalLM"),
+        ("phi3-mha", {}, "Phi3ForCausalLM"),
+        ("mistral-mqa", {"sliding_window": 16}, "window"),
+    ],
+)
+def test_models_the_fused_path_does_not_fit_run_the_modules(arch, overrides, why):
+    engine = Engine.from_model(tiny_model(arch, **overrides))
+    assert engine.runner.fused is None
+    windows, paged = engine.runner.windows, len(engine.runner.kv.layer_slot)
+    assert why in fused_decode.why_not(engine.model, windows, paged)
+
+
+def test_a_layer_with_more_than_a_llama_layer_runs_the_modules():
+    model = tiny_model("llama-gqa")
+    # as Qwen3's q_norm: a module the fused layer would skip
+    model.model.layers[1].self_attn.q_norm = torch.nn.Identity()
+    assert Engine.from_model(model).runner.fused is None
+    assert "beyond a Llama layer" in fused_decode.why_not(model, (None,) * 3, 3)
+
+
+def test_a_window_with_sinks_runs_the_modules():
+    engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(window=32, sink_tokens=4))
+    assert engine.runner.fused is None
+
+
+def test_a_norm_that_sums_otherwise_keeps_the_modules():
+    # the load-time check, not the class name, decides: a norm computed another way must not be replaced
+    model = tiny_model("llama-gqa")
+    final = model.model.norm
+
+    def float64_norm(hidden):
+        variance = hidden.double().pow(2).mean(-1, keepdim=True)
+        return final.weight * (hidden * torch.rsqrt(variance + final.variance_epsilon)).float()
+
+    final.forward = float64_norm
+    assert Engine.from_model(model).runner.fused is None
+    del final.forward
+    assert Engine.from_model(model).runner.fused is not None
+
+
+def test_the_path_is_described():
+    engine = Engine.from_model(tiny_model("llama-gqa"))
+    assert "fused" in engine.runner.decode_paths()
+    engine.runner.fused = None
+    assert "fused" not in engine.runner.decode_paths()
