@@ -38,8 +38,9 @@ ATTENTION_MODULES = {"q_proj", "k_proj", "v_proj", "o_proj"}
 @dataclass
 class FusedLayer:
     index: int
-    input_norm: torch.Tensor
-    post_norm: torch.Tensor
+    # the norm modules, not their weights: a weight the caller replaces after load is read then
+    input_norm: torch.nn.Module
+    post_norm: torch.nn.Module
     q_proj: torch.nn.Linear
     k_proj: torch.nn.Linear
     v_proj: torch.nn.Linear
@@ -76,8 +77,15 @@ def why_not(model, windows: tuple[int | None, ...], paged_layers: int) -> str:
     return ""
 
 
+def _weight(norm: torch.nn.Module) -> torch.Tensor:
+    # _parameters, not norm.weight: nn.Module.__getattr__ costs a microsecond, 61 times a step here
+    return norm._parameters["weight"].detach()
+
+
 class FusedDecode:
-    def __init__(self, model, layers: list[FusedLayer], eps: float, final_norm: torch.Tensor, head_dim: int):
+    def __init__(
+        self, model, layers: list[FusedLayer], eps: float, final_norm: torch.nn.Module, head_dim: int
+    ):
         self.model = model
         self.layers = layers
         self.eps = eps
@@ -100,8 +108,8 @@ class FusedDecode:
         layers = [
             FusedLayer(
                 i,
-                layer.input_layernorm.weight.detach(),
-                layer.post_attention_layernorm.weight.detach(),
+                layer.input_layernorm,
+                layer.post_attention_layernorm,
                 layer.self_attn.q_proj,
                 layer.self_attn.k_proj,
                 layer.self_attn.v_proj,
@@ -113,7 +121,7 @@ class FusedDecode:
             )
             for i, layer in enumerate(inner.layers)
         ]
-        fused = cls(model, layers, eps.pop(), inner.norm.weight.detach(), inner.layers[0].self_attn.head_dim)
+        fused = cls(model, layers, eps.pop(), inner.norm, inner.layers[0].self_attn.head_dim)
         return fused if fused.norms_match(norms) else None
 
     @torch.inference_mode()
@@ -154,7 +162,7 @@ class FusedDecode:
         delta = None
         dim = self.head_dim
         for layer in self.layers:
-            decode_ops.add_rms_norm(h, delta, layer.input_norm, self.eps, x)
+            decode_ops.add_rms_norm(h, delta, _weight(layer.input_norm), self.eps, x)
             q = layer.q_proj.forward(x).view(n, -1, dim)
             k = layer.k_proj.forward(x).view(n, -1, dim)
             v = layer.v_proj.forward(x).view(n, -1, dim)
@@ -164,9 +172,9 @@ class FusedDecode:
             grouped = rotated.view(n, keys.shape[0], -1, dim)
             attended = paged_decode(grouped, keys, values, tables, lengths, size, self.scale)
             out = layer.o_proj.forward(attended.view(n, -1))
-            decode_ops.add_rms_norm(h, out, layer.post_norm, self.eps, x)
+            decode_ops.add_rms_norm(h, out, _weight(layer.post_norm), self.eps, x)
             gated = layer.act_fn(layer.gate_proj.forward(x))
             gated.mul_(layer.up_proj.forward(x))
             delta = layer.down_proj.forward(gated)
-        decode_ops.add_rms_norm(h, delta, self.final_norm, self.eps, x)
+        decode_ops.add_rms_norm(h, delta, _weight(self.final_norm), self.eps, x)
         return self.model.lm_head.forward(x)

@@ -150,3 +150,19 @@ def test_the_path_is_described():
     assert "fused" in engine.runner.decode_paths()
     engine.runner.fused = None
     assert "fused" not in engine.runner.decode_paths()
+
+
+def test_a_norm_weight_replaced_after_load_is_the_one_used():
+    model = tiny_model("llama-gqa")
+    prompts = random_prompts([20, 33], seed=5)
+    params = SamplingParams(max_tokens=6, return_logits=True)
+    fused = Engine.from_model(model)
+    modules = Engine.from_model(model)
+    modules.runner.fused = None
+    generator = torch.Generator().manual_seed(1)
+    model.model.layers[1].post_attention_layernorm.weight = torch.nn.Parameter(
+        torch.rand(64, generator=generator)
+    )
+    model.model.norm.weight.data.mul_(0.5)
+    for a, b in zip(fused.generate(prompts, params), modules.generate(prompts, params)):
+        assert torch.equal(a.logits, b.logits)
