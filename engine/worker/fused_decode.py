@@ -49,6 +49,8 @@ class FusedLayer:
     up_proj: torch.nn.Linear
     down_proj: torch.nn.Linear
     act_fn: torch.nn.Module
+    # the attention's score scale (head_dim ** -0.5 in these models)
+    scale: float
 
 
 def why_not(model, windows: tuple[int | None, ...], paged_layers: int) -> str:
@@ -91,7 +93,6 @@ class FusedDecode:
         self.eps = eps
         self.final_norm = final_norm
         self.head_dim = head_dim
-        self.scale = model.model.layers[0].self_attn.scaling
 
     @classmethod
     def build(cls, model, windows: tuple[int | None, ...], paged_layers: int) -> FusedDecode | None:
@@ -118,6 +119,7 @@ class FusedDecode:
                 layer.mlp.up_proj,
                 layer.mlp.down_proj,
                 layer.mlp.act_fn,
+                layer.self_attn.scaling,
             )
             for i, layer in enumerate(inner.layers)
         ]
@@ -170,7 +172,7 @@ class FusedDecode:
             rotated = decode_ops.rope_write(q, k, v, cos, sin, keys, values, slots, torch.empty_like(q))
             # [N, Hkv, G, D]: each KV head's query heads
             grouped = rotated.view(n, keys.shape[0], -1, dim)
-            attended = paged_decode(grouped, keys, values, tables, lengths, size, self.scale)
+            attended = paged_decode(grouped, keys, values, tables, lengths, size, layer.scale)
             out = layer.o_proj.forward(attended.view(n, -1))
             decode_ops.add_rms_norm(h, out, _weight(layer.post_norm), self.eps, x)
             gated = layer.act_fn(layer.gate_proj.forward(x))
