@@ -21,7 +21,7 @@ from engine.worker import packed_linear
 from engine.worker.attention import AttentionSwitch
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
 from engine.worker.decode_runs import plan_runs
-from engine.worker.fused_decode import FusedDecode
+from engine.worker.fused_forward import FusedForward
 from engine.worker.kernels import paged_decode
 from engine.worker.packed_linear import PackedLinears
 from engine.worker.paged_kv import BlockTables, PagedKV
@@ -88,11 +88,11 @@ class ModelRunner:
         # decode attention by the C kernel, in place, every decode in one call (CPU float32, a compiler at hand);
         # False: the torch path (a benchmark's baseline)
         self.in_place_decode = paged_decode.usable(self.device, kv.kv.dtype)
-        # decode-only steps of a Llama-family model in a few C calls per layer, the modules' bits (None: the
-        # modules always; a benchmark's baseline sets it to None)
+        # every step of a Llama-family model (but a score probe's) in a few C calls per layer, the modules' bits
+        # (None: the modules always; a benchmark's baseline sets it to None)
         self.fused = None
         if self.in_place_decode and self.rings is None and not self.separate:
-            self.fused = FusedDecode.build(model, windows, len(kv.layer_slot))
+            self.fused = FusedForward.build(model, windows, len(kv.layer_slot))
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None
 
@@ -121,11 +121,9 @@ class ModelRunner:
                 linears += ", prefill oneDNN-packed"
                 if self.linears.any_exact:
                     linears += " for the rest"
-        steps = (
-            "decode steps fused: norms, rotary and K/V writes by C kernels (engine/worker/fused_decode.py)"
-        )
+        steps = "steps fused: norms, rotary and K/V writes by C kernels (engine/worker/fused_forward.py)"
         if self.fused is None:
-            steps = "decode steps through the model's modules"
+            steps = "steps through the model's modules"
         return f"{attention}; {linears}; {steps}"
 
     def build_batch(
@@ -297,9 +295,9 @@ class ModelRunner:
         if timing:
             self._sync()
             started = time.perf_counter()
-        if self.fused is not None and self.in_place_decode and not probe and self.fused.usable(batch):
+        if self.fused is not None and self.in_place_decode and not probe:
             with self.linears.small(ids.shape[1]):
-                logits = self.fused.forward(ids, pos, batch)
+                logits = self.fused.forward(ids, pos, batch, keep)
         else:
             with self.attention.paged(), self.linears.small(ids.shape[1]):
                 out = self.model(

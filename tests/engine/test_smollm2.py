@@ -102,13 +102,13 @@ def test_an_unchunked_prefill_is_transformers_forward_to_the_bit():
         assert torch.equal(out.logits[0], reference)
 
 
-def test_fused_decode_steps_give_the_modules_logits_to_the_bit(engine):
-    """Eight chats decoding together through the fused step (engine/worker/fused_decode.py: norms, rotary and
+def test_fused_steps_give_the_modules_logits_to_the_bit(engine):
+    """Eight chats decoding together through the fused step (engine/worker/fused_forward.py: norms, rotary and
     K/V writes in C, no module calls) and through transformers' modules: the same logits, bit for bit."""
     import torch
 
     if engine.runner.fused is None:
-        pytest.skip("no fused decode step here (engine/worker/fused_decode.why_not)")
+        pytest.skip("no fused steps here (engine/worker/fused_forward.why_not)")
     prompts = [chat(engine, q) for q in QUESTIONS]
     params = SamplingParams(max_tokens=6, return_logits=True)
     # fresh engines: the fixture's cache holds these prompts from other tests (prefix hits prefill otherwise)

@@ -6,8 +6,9 @@
    - add_rms_norm: h += delta (the residual), then out = weight * (h * (1 / sqrt(mean(h^2) + eps))), the mean
      summed in the order torch's CPU sum kernel uses (its AVX2 cascade of 8 lanes; engine/worker/fused_decode.py
      checks on this machine that the result equals the model's own RMSNorm bit for bit before using it);
-   - rope_write: the rotary embedding of the query and key heads, (x * cos) + (rotate_half(x) * sin) as
-     transformers computes it, then the key and value written into their slots of the paged pool.
+   - rope_write: the rotary embedding of a decode step's query and key heads, (x * cos) + (rotate_half(x) * sin)
+     as transformers computes it, then the key and value written into their slots of the paged pool; rope: the
+     same rotation of a prefill's rows, written out for the attention.
    Built without fused multiply-adds (build.py's flags for this file): each product is rounded, as torch's are.
 */
 #include <math.h>
@@ -76,11 +77,13 @@ static float torch_sum_of_squares(const float *x, int64_t n) {
     return total;
 }
 
-/* h [M, H] (+= delta [M, H] first, when given) -> out [M, H] = weight * (h * rsqrt(mean(h^2) + eps)).
-   1: H is below torch's vector width (torch sums such rows another way). */
-int add_rms_norm(float *h, const float *delta, int64_t M, int64_t H, const float *weight, float eps,
-                 float *out) {
+/* h [M, H] (+= delta [M, H] first, when given) -> out [M, H] = weight * (h * rsqrt(mean(h^2) + eps)), the rows
+   shared among `threads` when there are many (a prefill). 1: H is below torch's vector width (torch sums such
+   rows another way). */
+int add_rms_norm(float *h, const float *delta, int64_t M, int64_t H, const float *weight, float eps, float *out,
+                 int threads) {
     if (H < SUM_LANES) return 1;
+#pragma omp parallel for schedule(static) num_threads(threads) if (M >= 64)
     for (int64_t m = 0; m < M; m++) {
         float *row = h + m * H, *y = out + m * H;
         if (delta)
@@ -117,6 +120,20 @@ int rope_write(const float *q, const float *k, const float *v, int64_t N, int64_
             rotate(k + (n * Hkv + h) * D, c, s, D, key);
             for (int64_t i = 0; i < D; i++) value[i] = v[(n * Hkv + h) * D + i];
         }
+    }
+    return 0;
+}
+
+/* q [T, Hq, D], k [T, Hkv, D], cos / sin [T, D] -> q_out, k_out rotated (the rows of a prefill: the attention
+   reads them as they are and writes the pool itself). 2: an odd head dimension. */
+int rope(const float *q, const float *k, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, const float *cos,
+         const float *sin, float *q_out, float *k_out, int threads) {
+    if (D % 2) return 2;
+#pragma omp parallel for schedule(static) num_threads(threads) if (T >= 64)
+    for (int64_t t = 0; t < T; t++) {
+        const float *c = cos + t * D, *s = sin + t * D;
+        for (int64_t h = 0; h < Hq; h++) rotate(q + (t * Hq + h) * D, c, s, D, q_out + (t * Hq + h) * D);
+        for (int64_t h = 0; h < Hkv; h++) rotate(k + (t * Hkv + h) * D, c, s, D, k_out + (t * Hkv + h) * D);
     }
     return 0;
 }

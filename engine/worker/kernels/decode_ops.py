@@ -16,13 +16,14 @@ import torch
 from engine.worker.kernels import build
 from engine.worker.kernels.build import bind
 
-_pointer, _long, _float = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+_pointer, _long, _int, _float = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 
 
 @functools.cache
 def _norm():
-    # h, delta, M, H, weight, eps, out
-    return bind("add_rms_norm", [_pointer, _pointer, _long, _long, _pointer, _float, _pointer], "decode_ops")
+    # h, delta, M, H, weight, eps, out, threads
+    argtypes = [_pointer, _pointer, _long, _long, _pointer, _float, _pointer, _int]
+    return bind("add_rms_norm", argtypes, "decode_ops")
 
 
 @functools.cache
@@ -32,8 +33,14 @@ def _rope():
     return bind("rope_write", argtypes, "decode_ops")
 
 
+@functools.cache
+def _rope_rows():
+    # q, k, T, Hq, Hkv, D, cos, sin, q_out, k_out, threads
+    return bind("rope", [_pointer] * 2 + [_long] * 4 + [_pointer] * 4 + [_int], "decode_ops")
+
+
 def available() -> bool:
-    return _norm() is not None and _rope() is not None
+    return _norm() is not None and _rope() is not None and _rope_rows() is not None
 
 
 def why_not() -> str:
@@ -66,6 +73,7 @@ def add_rms_norm(
         weight.data_ptr(),
         eps,
         out.data_ptr(),
+        torch.get_num_threads(),
     )
     if refused:
         raise ValueError(f"add_rms_norm: rows of {width} are narrower than torch's sum kernel's vectors")
@@ -122,3 +130,30 @@ def rope_write(
     if refused:
         raise ValueError(f"rope_write: an odd head dimension ({dim})")
     return q_out
+
+
+def rope(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [T, Hq, D], k [T, Hkv, D], cos / sin [T, D] -> (q, k) rotated, as transformers' apply_rotary_pos_emb."""
+    _check(q, k, cos, sin)
+    rows, heads, dim = q.shape
+    if k.shape[0] != rows or k.shape[2] != dim or cos.shape != (rows, dim) or sin.shape != cos.shape:
+        raise ValueError("rope: shapes do not agree")
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    refused = _rope_rows()(
+        q.data_ptr(),
+        k.data_ptr(),
+        rows,
+        heads,
+        k.shape[1],
+        dim,
+        cos.data_ptr(),
+        sin.data_ptr(),
+        q_out.data_ptr(),
+        k_out.data_ptr(),
+        torch.get_num_threads(),
+    )
+    if refused:
+        raise ValueError(f"rope: an odd head dimension ({dim})")
+    return q_out, k_out

@@ -1,22 +1,24 @@
-"""A decode step of a Llama-family model on the CPU without the modules' Python: the same operations in a few
-C calls per layer, giving the same bits as the model's own forward through the engine.
+"""A step of a Llama-family model on the CPU without the modules' Python: the same operations in a few C calls
+per layer, giving the same bits as the model's own forward through the engine.
 
-Profiled on SmolLM2 (30 layers, 8 decodes, one thread), a step spent about 35 ms in the C linears, 3 in the C
-attention and 20-25 more in what surrounds them: some 60 torch operators per layer (an RMSNorm is seven, the
-rotary embedding ten, the K/V writes two index_puts) and the modules' calls. Here each layer is:
+Profiled on SmolLM2 (30 layers, 8 decodes, one thread), a decode step spent about 35 ms in the C linears, 3 in
+the C attention and 20-25 more in what surrounds them: some 60 torch operators per layer (an RMSNorm is seven,
+the rotary embedding ten, the K/V writes two index_puts) and the modules' calls. Here each layer is:
 
-    add_rms_norm (residual add + input norm)  -> q, k, v linears -> rope_write (rotary + K/V into the pool)
-    -> paged_decode -> o linear -> add_rms_norm (residual add + post-attention norm) -> gate, up linears
-    -> the model's own activation x up -> down linear
+    add_rms_norm (residual add + input norm) -> q, k, v linears -> attention -> o linear
+    -> add_rms_norm (residual add + post-attention norm) -> gate, up linears -> the model's own activation x up
+    -> down linear
 
-with the linears the engine's own (engine/worker/packed_linear.py, through each module's forward), the
-attention the engine's C kernel, and the norm and rotary kernels (engine/worker/kernels/decode_ops.c) doing
-torch's arithmetic operation for operation. The result equals the module path's bit for bit
-(tests/engine/test_fused_decode.py); the norm's sum order is torch's, which `FusedDecode.build` checks on this
-machine against the model's own norm before it lets the path run.
+with the linears the engine's own (engine/worker/packed_linear.py, through each module's forward) and the norm
+and rotary kernels (engine/worker/kernels/decode_ops.c) doing torch's arithmetic operation for operation. The
+attention of a decode-only step is rope_write (rotary + K/V into the pool) and the C decode kernel; of any
+other step (prefill chunks, with or without decodes) the C rotary and then the engine's paged attention, called
+as the modules call it. The result equals the module path's bit for bit (tests/engine/test_fused_forward.py);
+the norm's sum order is torch's, which `FusedForward.build` checks on this machine against the model's own
+norms before it lets the path run.
 
-Only decode-only steps of the architectures whose layers are exactly this (Llama, Mistral, Qwen2), paged in
-every layer (no windows, no rings), take it; anything else runs the modules.
+Only the architectures whose layers are exactly this (Llama, Mistral, Qwen2), paged in every layer (no
+windows, no rings), take it; anything else runs the modules.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.worker.batch import PagedBatch
+from engine.worker.attention import paged_attention
+from engine.worker.batch import BATCH_KWARG, PagedBatch
 from engine.worker.kernels import decode_ops
 from engine.worker.kernels.paged_decode import paged_decode
 
@@ -51,6 +54,8 @@ class FusedLayer:
     act_fn: torch.nn.Module
     # the attention's score scale (head_dim ** -0.5 in these models)
     scale: float
+    # the attention module (paged_attention reads its layer_idx)
+    attention: torch.nn.Module
 
 
 def why_not(model, windows: tuple[int | None, ...], paged_layers: int) -> str:
@@ -84,7 +89,7 @@ def _weight(norm: torch.nn.Module) -> torch.Tensor:
     return norm._parameters["weight"].detach()
 
 
-class FusedDecode:
+class FusedForward:
     def __init__(
         self, model, layers: list[FusedLayer], eps: float, final_norm: torch.nn.Module, head_dim: int
     ):
@@ -95,7 +100,7 @@ class FusedDecode:
         self.head_dim = head_dim
 
     @classmethod
-    def build(cls, model, windows: tuple[int | None, ...], paged_layers: int) -> FusedDecode | None:
+    def build(cls, model, windows: tuple[int | None, ...], paged_layers: int) -> FusedForward | None:
         """The fused path for `model`, or None where it cannot run or would not give the module path's bits."""
         if why_not(model, windows, paged_layers):
             return None
@@ -120,6 +125,7 @@ class FusedDecode:
                 layer.mlp.down_proj,
                 layer.mlp.act_fn,
                 layer.self_attn.scaling,
+                layer.self_attn,
             )
             for i, layer in enumerate(inner.layers)
         ]
@@ -140,43 +146,75 @@ class FusedDecode:
                 return False
         return True
 
-    def usable(self, batch: PagedBatch) -> bool:
-        """Whether this step is one the path takes: decodes only, one group read by the C attention kernel."""
+    @staticmethod
+    def decodes_only(batch: PagedBatch) -> bool:
+        """Whether this step is decodes only, one group read by the C attention kernel: the rotary writes the
+        K/V into the pool itself and the kernel is called directly."""
         return (
             not batch.prefills
-            and batch.rings is None
             and len(batch.decodes) == 1
             and batch.decodes[0].lengths is not None
             and batch.write_slots is not None
         )
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, batch: PagedBatch) -> torch.Tensor:
-        """Logits [N, vocab] of a decode step of N rows (ids and positions [1, N])."""
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, batch: PagedBatch, keep: int | torch.Tensor = 0
+    ) -> torch.Tensor:
+        """Logits [rows kept, vocab] of a step of T rows (ids and positions [1, T]); `keep` as transformers'
+        logits_to_keep: 0 every row, an int the last ones, a tensor those rows."""
         inner = self.model.model
-        group = batch.decodes[0]
-        n = ids.shape[1]
+        rows = ids.shape[1]
         h = inner.embed_tokens(ids)[0]
         cos, sin = inner.rotary_emb(h[None], positions)
         cos, sin = cos[0].contiguous(), sin[0].contiguous()
-        slots = batch.write_slots
-        tables, lengths, size = group.blocks.contiguous(), group.lengths.contiguous(), batch.kv.block_size
+        attend = self._decodes(batch, cos, sin) if self.decodes_only(batch) else self._rows(batch, cos, sin)
         x = torch.empty_like(h)
         delta = None
         dim = self.head_dim
         for layer in self.layers:
             decode_ops.add_rms_norm(h, delta, _weight(layer.input_norm), self.eps, x)
-            q = layer.q_proj.forward(x).view(n, -1, dim)
-            k = layer.k_proj.forward(x).view(n, -1, dim)
-            v = layer.v_proj.forward(x).view(n, -1, dim)
-            keys, values = batch.kv.keys(layer.index), batch.kv.values(layer.index)
-            rotated = decode_ops.rope_write(q, k, v, cos, sin, keys, values, slots, torch.empty_like(q))
-            # [N, Hkv, G, D]: each KV head's query heads
-            grouped = rotated.view(n, keys.shape[0], -1, dim)
-            attended = paged_decode(grouped, keys, values, tables, lengths, size, layer.scale)
-            out = layer.o_proj.forward(attended.view(n, -1))
+            q = layer.q_proj.forward(x).view(rows, -1, dim)
+            k = layer.k_proj.forward(x).view(rows, -1, dim)
+            v = layer.v_proj.forward(x).view(rows, -1, dim)
+            out = layer.o_proj.forward(attend(layer, q, k, v).view(rows, -1))
             decode_ops.add_rms_norm(h, out, _weight(layer.post_norm), self.eps, x)
             gated = layer.act_fn(layer.gate_proj.forward(x))
             gated.mul_(layer.up_proj.forward(x))
             delta = layer.down_proj.forward(gated)
         decode_ops.add_rms_norm(h, delta, _weight(self.final_norm), self.eps, x)
+        if isinstance(keep, int) and keep > 0:
+            x = x[-keep:]
+        elif isinstance(keep, torch.Tensor):
+            x = x[keep]
         return self.model.lm_head.forward(x)
+
+    @staticmethod
+    def _decodes(batch: PagedBatch, cos: torch.Tensor, sin: torch.Tensor):
+        """A decode-only step's attention: rotary and the K/V writes in one C call, then the decode kernel."""
+        group = batch.decodes[0]
+        slots, size = batch.write_slots, batch.kv.block_size
+        tables, lengths = group.blocks.contiguous(), group.lengths.contiguous()
+
+        def attend(layer: FusedLayer, q, k, v) -> torch.Tensor:
+            keys, values = batch.kv.keys(layer.index), batch.kv.values(layer.index)
+            rotated = decode_ops.rope_write(q, k, v, cos, sin, keys, values, slots, torch.empty_like(q))
+            # [N, Hkv, G, D]: each KV head's query heads
+            grouped = rotated.view(q.shape[0], keys.shape[0], -1, q.shape[2])
+            return paged_decode(grouped, keys, values, tables, lengths, size, layer.scale)
+
+        return attend
+
+    @staticmethod
+    def _rows(batch: PagedBatch, cos: torch.Tensor, sin: torch.Tensor):
+        """Any other step's attention (prefill chunks, with or without decodes): rotary in C, then the engine's
+        paged attention as the modules call it, on the same layout ([1, heads, T, D] views of [T, heads, D])."""
+
+        def attend(layer: FusedLayer, q, k, v) -> torch.Tensor:
+            q, k = decode_ops.rope(q, k, cos, sin)
+            layout = [t.transpose(0, 1)[None] for t in (q, k, v)]
+            out, _ = paged_attention(
+                layer.attention, *layout, None, scaling=layer.scale, **{BATCH_KWARG: batch}
+            )
+            return out[0]
+
+        return attend

@@ -1,5 +1,5 @@
-"""The fused decode step (engine/worker/fused_decode.py) and its C operations (engine/worker/kernels/decode_ops.c):
-the same bits as transformers' modules, and taken only where it fits."""
+"""The fused steps (engine/worker/fused_forward.py) and their C operations (engine/worker/kernels/decode_ops.c):
+the same bits as transformers' modules, and taken only where they fit."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ from tiny_models import random_prompts, tiny_model
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.worker import fused_decode
+from engine.worker import fused_forward
 from engine.worker.kernels import decode_ops
 
 pytestmark = pytest.mark.skipif(
@@ -68,16 +68,16 @@ def test_rope_write_refuses_a_slot_outside_the_pool():
         )
 
 
-def counted(engine: Engine) -> list[int]:
-    """Rows of every step the fused path ran (a list the engine's fused forward appends to)."""
-    rows, forward = [], engine.runner.fused.forward
+def counted(engine: Engine) -> list[tuple[int, bool]]:
+    """(rows, decodes only) of every step the fused path ran (a list the engine's fused forward appends to)."""
+    steps, forward = [], engine.runner.fused.forward
 
-    def counting(ids, positions, batch):
-        rows.append(ids.shape[1])
-        return forward(ids, positions, batch)
+    def counting(ids, positions, batch, keep=0):
+        steps.append((ids.shape[1], engine.runner.fused.decodes_only(batch)))
+        return forward(ids, positions, batch, keep)
 
     engine.runner.fused.forward = counting
-    return rows
+    return steps
 
 
 @pytest.mark.parametrize("arch", ["llama-mha", "llama-gqa", "llama-mqa", "qwen2-gqa", "mistral-mqa"])
@@ -90,12 +90,21 @@ def test_fused_steps_give_the_modules_logits_to_the_bit(arch):
     config = EngineConfig(block_size=8, max_batched_tokens=48)
     fused = Engine.from_model(model, config=config)
     assert fused.runner.fused is not None
-    rows = counted(fused)
+    steps = counted(fused)
+
+    def modules_forward(*args, **kwargs):
+        raise AssertionError("a step of the fused engine ran the modules")
+
+    # every step fused: the model's own forward must not run
+    model.forward = modules_forward
     ours = fused.generate(prompts, params)
+    del model.forward
     modules = Engine.from_model(model, config=config)
     modules.runner.fused = None
     theirs = modules.generate(prompts, params)
-    assert rows and max(rows) == len(prompts)
+    # prefill chunks, mixed steps and decode-only steps of every request all took it
+    assert (len(prompts), True) in steps
+    assert any(not decodes for _, decodes in steps)
     for a, b in zip(ours, theirs):
         assert a.token_ids == b.token_ids
         assert torch.equal(a.logits, b.logits), (a.logits - b.logits).abs().max().item()
@@ -114,7 +123,7 @@ def test_models_the_fused_path_does_not_fit_run_the_modules(arch, overrides, why
     engine = Engine.from_model(tiny_model(arch, **overrides))
     assert engine.runner.fused is None
     windows, paged = engine.runner.windows, len(engine.runner.kv.layer_slot)
-    assert why in fused_decode.why_not(engine.model, windows, paged)
+    assert why in fused_forward.why_not(engine.model, windows, paged)
 
 
 def test_a_layer_with_more_than_a_llama_layer_runs_the_modules():
@@ -122,7 +131,7 @@ def test_a_layer_with_more_than_a_llama_layer_runs_the_modules():
     # as Qwen3's q_norm: a module the fused layer would skip
     model.model.layers[1].self_attn.q_norm = torch.nn.Identity()
     assert Engine.from_model(model).runner.fused is None
-    assert "beyond a Llama layer" in fused_decode.why_not(model, (None,) * 3, 3)
+    assert "beyond a Llama layer" in fused_forward.why_not(model, (None,) * 3, 3)
 
 
 def test_a_window_with_sinks_runs_the_modules():
