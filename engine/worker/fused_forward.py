@@ -29,17 +29,14 @@ import torch
 
 from engine.worker.attention import paged_attention
 from engine.worker.batch import BATCH_KWARG, PagedBatch
+from engine.worker.fused_fit import decoder_layers, intercepted, why_not
 from engine.worker.kernels import decode_ops
 from engine.worker.kernels.paged_decode import paged_decode
-
-# causal LMs whose decoder layer is: norm, attention (q/k/v/o, rotary), residual, norm, gated MLP, residual
-ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-LAYER_MODULES = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
-ATTENTION_MODULES = {"q_proj", "k_proj", "v_proj", "o_proj"}
 
 
 @dataclass
 class FusedLayer:
+    # the layer's K/V in the pool (its attention's layer_idx)
     index: int
     # the norm modules, not their weights: a weight the caller replaces after load is read then
     input_norm: torch.nn.Module
@@ -58,32 +55,6 @@ class FusedLayer:
     attention: torch.nn.Module
 
 
-def why_not(model, windows: tuple[int | None, ...], paged_layers: int) -> str:
-    """Why the fused path cannot run this model ('' when it can)."""
-    if type(model).__name__ not in ARCHITECTURES:
-        return f"{type(model).__name__} is not one of {', '.join(ARCHITECTURES)}"
-    if not decode_ops.available():
-        return f"no decode_ops kernel: {decode_ops.why_not()}"
-    if any(p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
-        return "not a float32 CPU model"
-    if any(w is not None for w in windows) or paged_layers != len(windows):
-        return "a layer attends through a window"
-    layers = model.model.layers
-    for layer in layers:
-        attention, mlp = layer.self_attn, layer.mlp
-        linears = [getattr(attention, f"{n}_proj", None) for n in "qkvo"]
-        linears += [getattr(mlp, f"{n}_proj", None) for n in ("gate", "up", "down")]
-        if any(type(m) is not torch.nn.Linear for m in linears):
-            return "a layer's projections are not plain linears"
-        # q_norm / k_norm (Qwen3), extra norms (Gemma): another layer
-        children = set(dict(layer.named_children())), set(dict(attention.named_children()))
-        if children != (LAYER_MODULES, ATTENTION_MODULES):
-            return "a layer has modules beyond a Llama layer's"
-        if any(hasattr(m, "_hf_hook") for m in layer.modules()):
-            return "accelerate hooks move the weights"
-    return ""
-
-
 def _weight(norm: torch.nn.Module) -> torch.Tensor:
     # _parameters, not norm.weight: nn.Module.__getattr__ costs a microsecond, 61 times a step here
     return norm._parameters["weight"].detach()
@@ -98,6 +69,8 @@ class FusedForward:
         self.eps = eps
         self.final_norm = final_norm
         self.head_dim = head_dim
+        # every module, for the hook check of each step
+        self.modules = list(model.modules())
 
     @classmethod
     def build(cls, model, windows: tuple[int | None, ...], paged_layers: int) -> FusedForward | None:
@@ -105,15 +78,16 @@ class FusedForward:
         if why_not(model, windows, paged_layers):
             return None
         inner = model.model
+        decoders = decoder_layers(model)
         norms = [inner.norm] + [
-            n for layer in inner.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)
+            n for layer in decoders for n in (layer.input_layernorm, layer.post_attention_layernorm)
         ]
         eps = {float(getattr(n, "variance_epsilon", getattr(n, "eps", -1.0))) for n in norms}
         if len(eps) != 1 or min(eps) < 0:
             return None
         layers = [
             FusedLayer(
-                i,
+                layer.self_attn.layer_idx,
                 layer.input_layernorm,
                 layer.post_attention_layernorm,
                 layer.self_attn.q_proj,
@@ -127,9 +101,9 @@ class FusedForward:
                 layer.self_attn.scaling,
                 layer.self_attn,
             )
-            for i, layer in enumerate(inner.layers)
+            for layer in decoders
         ]
-        fused = cls(model, layers, eps.pop(), inner.norm, inner.layers[0].self_attn.head_dim)
+        fused = cls(model, layers, eps.pop(), inner.norm, decoders[0].self_attn.head_dim)
         return fused if fused.norms_match(norms) else None
 
     @torch.inference_mode()
@@ -145,6 +119,10 @@ class FusedForward:
             if not torch.equal(ours, expected):
                 return False
         return True
+
+    def intercepted(self) -> str:
+        """What a fused step would skip now: a hook or a replaced forward ('' when nothing; fused_fit)."""
+        return intercepted(self.modules)
 
     @staticmethod
     def decodes_only(batch: PagedBatch) -> bool:

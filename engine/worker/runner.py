@@ -124,6 +124,8 @@ class ModelRunner:
         steps = "steps fused: norms, rotary and K/V writes by C kernels (engine/worker/fused_forward.py)"
         if self.fused is None:
             steps = "steps through the model's modules"
+        elif hooked := self.fused.intercepted():
+            steps = f"steps through the model's modules while it has {hooked}"
         return f"{attention}; {linears}; {steps}"
 
     def build_batch(
@@ -295,7 +297,7 @@ class ModelRunner:
         if timing:
             self._sync()
             started = time.perf_counter()
-        if self.fused is not None and self.in_place_decode and not probe:
+        if self.fused is not None and self.in_place_decode and not probe and not self.fused.intercepted():
             with self.linears.small(ids.shape[1]):
                 logits = self.fused.forward(ids, pos, batch, keep)
         else:

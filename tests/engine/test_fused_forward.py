@@ -5,6 +5,7 @@ import pytest
 import torch
 from decode_paths import assert_outputs_match_no_cache
 from tiny_models import random_prompts, tiny_model
+from torch_threads import torch_threads
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from engine.engine import Engine, EngineConfig, SamplingParams
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.mark.parametrize("width", [8, 64, 100, 576, 640, 1000, 2048, 5120])
-@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("rows", [1, 3, 8, 100])
 def test_add_rms_norm_is_llamas_rmsnorm_of_the_sum_to_the_bit(width, rows):
     # widths below and above torch's cascade step (16 x 4 vectors of 8), with a scalar tail (100, 1000)
     generator = torch.Generator().manual_seed(width * 31 + rows)
@@ -25,7 +26,8 @@ def test_add_rms_norm_is_llamas_rmsnorm_of_the_sum_to_the_bit(width, rows):
     norm.weight.data = torch.randn(width, generator=generator)
     h = torch.randn(rows, width, generator=generator) * 3
     delta = torch.randn(rows, width, generator=generator)
-    with torch.inference_mode():
+    # 64 rows or more are shared among threads
+    with torch.inference_mode(), torch_threads(2):
         expected_sum = h + delta
         expected = norm(expected_sum)
         out = decode_ops.add_rms_norm(h, delta, norm.weight.detach(), 1e-5, torch.empty_like(h))
@@ -59,12 +61,48 @@ def test_rope_write_is_transformers_rotary_then_the_pool_writes():
     assert not keys[:, untouched].any() and not values[:, untouched].any()
 
 
+@pytest.mark.parametrize("rows", [3, 130])
+def test_rope_is_transformers_rotary_of_prefill_rows(rows):
+    # 64 rows or more are shared among threads
+    generator = torch.Generator().manual_seed(rows)
+    q, k = torch.randn(rows, 9, 64, generator=generator), torch.randn(rows, 3, 64, generator=generator)
+    cos, sin = torch.randn(rows, 64, generator=generator), torch.randn(rows, 64, generator=generator)
+    with torch_threads(2):
+        q_ours, k_ours = decode_ops.rope(q, k, cos, sin)
+    q_ref, k_ref = apply_rotary_pos_emb(
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos[None], sin[None]
+    )
+    assert torch.equal(q_ours, q_ref[0].transpose(0, 1))
+    assert torch.equal(k_ours, k_ref[0].transpose(0, 1))
+
+
+def test_rope_write_takes_strided_slots_and_refuses_rotating_in_place():
+    generator = torch.Generator().manual_seed(2)
+    q, k, v = torch.randn(2, 2, 8, generator=generator), torch.randn(2, 1, 8), torch.randn(2, 1, 8)
+    cos, sin = torch.randn(2, 8, generator=generator), torch.randn(2, 8, generator=generator)
+    keys, values = torch.zeros(1, 20, 8), torch.zeros(1, 20, 8)
+    # every other element of [3, 0, 17, 0]: a copy is made, and must live through the call
+    slots = torch.tensor([3, 0, 17, 0])[::2]
+    decode_ops.rope_write(q, k, v, cos, sin, keys, values, slots, torch.empty_like(q))
+    assert torch.equal(values[0, [3, 17]], v[:, 0])
+    with pytest.raises(ValueError, match="overlaps"):
+        decode_ops.rope_write(q, k, v, cos, sin, keys, values, slots, q)
+
+
 def test_rope_write_refuses_a_slot_outside_the_pool():
     q, k = torch.randn(1, 2, 8), torch.randn(1, 1, 8)
     keys = torch.zeros(1, 4, 8)
     with pytest.raises(ValueError, match="outside"):
         decode_ops.rope_write(
-            q, k, k, torch.ones(1, 8), torch.ones(1, 8), keys, keys.clone(), torch.tensor([4]), q
+            q,
+            k,
+            k,
+            torch.ones(1, 8),
+            torch.ones(1, 8),
+            keys,
+            keys.clone(),
+            torch.tensor([4]),
+            torch.empty_like(q),
         )
 
 
@@ -81,9 +119,9 @@ def counted(engine: Engine) -> list[tuple[int, bool]]:
 
 
 @pytest.mark.parametrize("arch", ["llama-mha", "llama-gqa", "llama-mqa", "qwen2-gqa", "mistral-mqa"])
-def test_fused_steps_give_the_modules_logits_to_the_bit(arch):
+def test_fused_steps_give_the_modules_logits_to_the_bit(arch, monkeypatch):
     model = tiny_model(arch)
-    # unequal lengths, a shared prefix (a prefix hit), small steps: mixed prefill + decode steps run the modules
+    # unequal lengths, a shared prefix (a prefix hit), small steps: prefill chunks, mixed and decode-only steps
     prompts = random_prompts([24, 24, 37, 19, 50], seed=3)
     prompts.append(prompts[0][:20] + random_prompts([9], seed=4)[0])
     params = SamplingParams(max_tokens=10, return_logits=True)
@@ -96,9 +134,10 @@ def test_fused_steps_give_the_modules_logits_to_the_bit(arch):
         raise AssertionError("a step of the fused engine ran the modules")
 
     # every step fused: the model's own forward must not run
-    model.forward = modules_forward
-    ours = fused.generate(prompts, params)
-    del model.forward
+    # on the class: a forward set on the instance is itself a reason to run the modules
+    with monkeypatch.context() as patched:
+        patched.setattr(type(model), "forward", modules_forward)
+        ours = fused.generate(prompts, params)
     modules = Engine.from_model(model, config=config)
     modules.runner.fused = None
     theirs = modules.generate(prompts, params)
@@ -117,6 +156,8 @@ def test_fused_steps_give_the_modules_logits_to_the_bit(arch):
         ("qwen3-gqa", {}, "Qwen3ForCausalLM"),
         ("phi3-mha", {}, "Phi3ForCausalLM"),
         ("mistral-mqa", {"sliding_window": 16}, "window"),
+        # a window only the module passes (kvtui's config reading sees none): the modules then refuse it
+        ("mistral-mqa", {"sliding_window": 16, "use_sliding_window": False}, "window"),
     ],
 )
 def test_models_the_fused_path_does_not_fit_run_the_modules(arch, overrides, why):
@@ -173,5 +214,59 @@ def test_a_norm_weight_replaced_after_load_is_the_one_used():
         torch.rand(64, generator=generator)
     )
     model.model.norm.weight.data.mul_(0.5)
+    assert fused.runner.fused is not None
     for a, b in zip(fused.generate(prompts, params), modules.generate(prompts, params)):
         assert torch.equal(a.logits, b.logits)
+
+
+def test_a_hook_or_a_replaced_forward_sends_the_step_through_the_modules():
+    # an instrumented model (a hook on a module the fused path does not call) must see every step
+    model = tiny_model("llama-gqa")
+    prompts = random_prompts([20, 33], seed=6)
+    params = SamplingParams(max_tokens=4, return_logits=True)
+    fused = Engine.from_model(model)
+    modules = Engine.from_model(model)
+    modules.runner.fused = None
+    mlp = model.model.layers[1].mlp
+    calls = []
+
+    def doubled(module, args, output):
+        calls.append(1)
+        return output * 2
+
+    hook = mlp.register_forward_hook(doubled)
+    assert "forward hook on a LlamaMLP" in fused.runner.fused.intercepted()
+    assert "while it has a forward hook" in fused.runner.decode_paths()
+    hooked = fused.generate(prompts, params)
+    assert calls
+    for a, b in zip(hooked, modules.generate(prompts, params)):
+        assert torch.equal(a.logits, b.logits)
+    hook.remove()
+    plain = fused.generate(prompts, params)
+    assert not torch.equal(plain[0].logits, hooked[0].logits)
+
+    mlp.forward = lambda x: torch.zeros_like(x)
+    assert "LlamaMLP with its forward replaced" in fused.runner.fused.intercepted()
+    del mlp.forward
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: None)
+    try:
+        assert fused.runner.fused.intercepted() == "a global forward hook"
+    finally:
+        handle.remove()
+    assert fused.runner.fused.intercepted() == ""
+
+
+def test_a_model_that_runs_fewer_layers_than_it_holds():
+    # transformers runs layers[:config.num_hidden_layers]; so must the fused path (and each layer its own K/V)
+    model = tiny_model("llama-gqa")
+    model.config.num_hidden_layers = 2
+    prompts = random_prompts([20, 33], seed=7)
+    params = SamplingParams(max_tokens=4, return_logits=True)
+    fused = Engine.from_model(model)
+    assert fused.runner.fused is not None and len(fused.runner.fused.layers) == 2
+    modules = Engine.from_model(model)
+    modules.runner.fused = None
+    ours = fused.generate(prompts, params)
+    for a, b in zip(ours, modules.generate(prompts, params)):
+        assert torch.equal(a.logits, b.logits)
+    assert_outputs_match_no_cache(model, ours)

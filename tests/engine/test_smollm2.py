@@ -1,6 +1,7 @@
 """The embedded model (SmolLM2-135M-Instruct, GQA 9:3) through our paged cache: exact against transformers."""
 
 import pytest
+import torch
 from reference import greedy_generate, no_cache_logits
 
 from engine.engine import Engine, EngineConfig, SamplingParams
@@ -63,8 +64,6 @@ def test_many_decodes_at_once_keep_the_no_cache_logits(count):
     path (engine/worker/packed_linear.py; 12 rows in two passes of the C kernel where it is built) and
     attention in place. A real model's logits are large (20-30), so this is where rounding shows: oneDNN's
     packed product alone moved them 1.0e-4 here, the kernel's blocked sums 6.7e-5, the stock path 6.1e-5."""
-    import torch
-
     engine = Engine.load("smollm2", EngineConfig(device="cpu", block_size=16, max_batched_tokens=256))
     generator = torch.Generator().manual_seed(3)
     lengths = [30, 64, 100, 150, 200, 31, 77, 129, 45, 90, 160, 33][:count]
@@ -85,8 +84,6 @@ def test_an_unchunked_prefill_is_transformers_forward_to_the_bit():
     multiplies one row per prompt, yet sums as MKL does for the reference's many rows; MKL's own path for
     1-3 rows sums otherwise and moved them 3.6e-5). Chunked prefill reads its cached prefix apart and merges
     by log-sum-exp: within rounding, not to the bit."""
-    import torch
-
     engine = Engine.load("smollm2", EngineConfig(device="cpu", block_size=16, max_batched_tokens=2048))
     if not engine.runner.linears.exact_prefill:
         pytest.skip("the linear kernel does not give this machine's MKL bits (prefill stays stock here)")
@@ -105,8 +102,6 @@ def test_an_unchunked_prefill_is_transformers_forward_to_the_bit():
 def test_fused_steps_give_the_modules_logits_to_the_bit(engine):
     """Eight chats decoding together through the fused step (engine/worker/fused_forward.py: norms, rotary and
     K/V writes in C, no module calls) and through transformers' modules: the same logits, bit for bit."""
-    import torch
-
     if engine.runner.fused is None:
         pytest.skip("no fused steps here (engine/worker/fused_forward.why_not)")
     prompts = [chat(engine, q) for q in QUESTIONS]

@@ -4,7 +4,7 @@
    the rotary embedding ten) and in the modules' Python as in its matrix products. These two calls do the same
    arithmetic, operation for operation, in one pass each:
    - add_rms_norm: h += delta (the residual), then out = weight * (h * (1 / sqrt(mean(h^2) + eps))), the mean
-     summed in the order torch's CPU sum kernel uses (its AVX2 cascade of 8 lanes; engine/worker/fused_decode.py
+     summed in the order torch's CPU sum kernel uses (its AVX2 cascade of 8 lanes; engine/worker/fused_forward.py
      checks on this machine that the result equals the model's own RMSNorm bit for bit before using it);
    - rope_write: the rotary embedding of a decode step's query and key heads, (x * cos) + (rotate_half(x) * sin)
      as transformers computes it, then the key and value written into their slots of the paged pool; rope: the

@@ -1,9 +1,10 @@
 """The C small operations of a decoder layer (decode_ops.c) as torch calls: CPU, float32, torch's own bits.
 
-`add_rms_norm` is a residual add and an RMSNorm in one pass, `rope_write` the rotary embedding of a decode
-step's queries and keys with the keys and values written into the paged pool. engine/worker/fused_decode.py
-strings them together with the linear and attention kernels. The tensors' layout is checked here (the C reads
-raw memory); the values' equality with transformers' modules is checked by fused_decode at load.
+`add_rms_norm` is a residual add and an RMSNorm in one pass; `rope_write` the rotary embedding of a decode
+step's queries and keys with the keys and values written into the paged pool; `rope` the rotary embedding of a
+prefill's rows. engine/worker/fused_forward.py strings them together with the linear and attention kernels. The
+tensors' layout is checked here (the C reads raw memory); the values' equality with transformers' modules is
+checked by fused_forward at load (the norm) and by tests/engine/test_fused_forward.py.
 """
 
 from __future__ import annotations
@@ -27,20 +28,20 @@ def _norm():
 
 
 @functools.cache
-def _rope():
+def _rope_write():
     # q, k, v, N, Hq, Hkv, D, cos, sin, keys, values, slots, slots_of, q_out
     argtypes = [_pointer] * 3 + [_long] * 4 + [_pointer] * 4 + [_long, _pointer, _pointer]
     return bind("rope_write", argtypes, "decode_ops")
 
 
 @functools.cache
-def _rope_rows():
+def _rope():
     # q, k, T, Hq, Hkv, D, cos, sin, q_out, k_out, threads
     return bind("rope", [_pointer] * 2 + [_long] * 4 + [_pointer] * 4 + [_int], "decode_ops")
 
 
 def available() -> bool:
-    return _norm() is not None and _rope() is not None and _rope_rows() is not None
+    return _norm() is not None and _rope_write() is not None and _rope() is not None
 
 
 def why_not() -> str:
@@ -52,6 +53,12 @@ def _check(*tensors: torch.Tensor) -> None:
     for t in tensors:
         if t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous():
             raise ValueError("decode_ops takes contiguous float32 CPU tensors")
+
+
+def _refuse_overlap(out: torch.Tensor, x: torch.Tensor) -> None:
+    start, end = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+    if start < x.data_ptr() + x.numel() * x.element_size() and x.data_ptr() < end:
+        raise ValueError("decode_ops: the output overlaps the input")
 
 
 def add_rms_norm(
@@ -94,6 +101,8 @@ def rope_write(
     """q [N, Hq, D], k / v [N, Hkv, D], cos / sin [N, D]: q_out [N, Hq, D] the rotated queries; the rotated
     keys and the values written to slots `slots_of` [N] (int64) of keys / values [Hkv, slots, D]. Returns q_out."""
     _check(q, k, v, cos, sin, keys, values, q_out)
+    # the C reads a head's first half after writing its second: the output must be memory of its own
+    _refuse_overlap(q_out, q)
     n, heads, dim = q.shape
     kv_heads = k.shape[1]
     if (
@@ -107,9 +116,12 @@ def rope_write(
         or q_out.shape != q.shape
         or slots_of.shape != (n,)
         or slots_of.dtype != torch.int64
+        or slots_of.device.type != "cpu"
     ):
         raise ValueError("rope_write: shapes do not agree")
-    refused = _rope()(
+    # a name for the copy: a temporary's memory would be freed before the C reads it
+    slots_of = slots_of.contiguous()
+    refused = _rope_write()(
         q.data_ptr(),
         k.data_ptr(),
         v.data_ptr(),
@@ -122,7 +134,7 @@ def rope_write(
         keys.data_ptr(),
         values.data_ptr(),
         keys.shape[1],
-        slots_of.contiguous().data_ptr(),
+        slots_of.data_ptr(),
         q_out.data_ptr(),
     )
     if refused == 1:
@@ -141,7 +153,7 @@ def rope(
     if k.shape[0] != rows or k.shape[2] != dim or cos.shape != (rows, dim) or sin.shape != cos.shape:
         raise ValueError("rope: shapes do not agree")
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-    refused = _rope_rows()(
+    refused = _rope()(
         q.data_ptr(),
         k.data_ptr(),
         rows,
