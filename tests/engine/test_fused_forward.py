@@ -118,6 +118,20 @@ def counted(engine: Engine) -> list[tuple[int, bool]]:
     return steps
 
 
+def fused_and_modules(model, **config) -> tuple[Engine, Engine]:
+    """Two engines on `model`: its steps fused, and through its modules."""
+    fused = Engine.from_model(model, config=EngineConfig(**config))
+    modules = Engine.from_model(model, config=EngineConfig(**config))
+    modules.runner.fused = None
+    return fused, modules
+
+
+def assert_same_logits(ours, theirs) -> None:
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.token_ids == b.token_ids
+        assert torch.equal(a.logits, b.logits), (a.logits - b.logits).abs().max().item()
+
+
 @pytest.mark.parametrize("arch", ["llama-mha", "llama-gqa", "llama-mqa", "qwen2-gqa", "mistral-mqa"])
 def test_fused_steps_give_the_modules_logits_to_the_bit(arch, monkeypatch):
     model = tiny_model(arch)
@@ -125,8 +139,7 @@ def test_fused_steps_give_the_modules_logits_to_the_bit(arch, monkeypatch):
     prompts = random_prompts([24, 24, 37, 19, 50], seed=3)
     prompts.append(prompts[0][:20] + random_prompts([9], seed=4)[0])
     params = SamplingParams(max_tokens=10, return_logits=True)
-    config = EngineConfig(block_size=8, max_batched_tokens=48)
-    fused = Engine.from_model(model, config=config)
+    fused, modules = fused_and_modules(model, block_size=8, max_batched_tokens=48)
     assert fused.runner.fused is not None
     steps = counted(fused)
 
@@ -138,15 +151,10 @@ def test_fused_steps_give_the_modules_logits_to_the_bit(arch, monkeypatch):
     with monkeypatch.context() as patched:
         patched.setattr(type(model), "forward", modules_forward)
         ours = fused.generate(prompts, params)
-    modules = Engine.from_model(model, config=config)
-    modules.runner.fused = None
-    theirs = modules.generate(prompts, params)
     # prefill chunks, mixed steps and decode-only steps of every request all took it
     assert (len(prompts), True) in steps
     assert any(not decodes for _, decodes in steps)
-    for a, b in zip(ours, theirs):
-        assert a.token_ids == b.token_ids
-        assert torch.equal(a.logits, b.logits), (a.logits - b.logits).abs().max().item()
+    assert_same_logits(ours, modules.generate(prompts, params))
     assert_outputs_match_no_cache(model, ours)
 
 
@@ -206,17 +214,14 @@ def test_a_norm_weight_replaced_after_load_is_the_one_used():
     model = tiny_model("llama-gqa")
     prompts = random_prompts([20, 33], seed=5)
     params = SamplingParams(max_tokens=6, return_logits=True)
-    fused = Engine.from_model(model)
-    modules = Engine.from_model(model)
-    modules.runner.fused = None
+    fused, modules = fused_and_modules(model)
     generator = torch.Generator().manual_seed(1)
     model.model.layers[1].post_attention_layernorm.weight = torch.nn.Parameter(
         torch.rand(64, generator=generator)
     )
     model.model.norm.weight.data.mul_(0.5)
     assert fused.runner.fused is not None
-    for a, b in zip(fused.generate(prompts, params), modules.generate(prompts, params)):
-        assert torch.equal(a.logits, b.logits)
+    assert_same_logits(fused.generate(prompts, params), modules.generate(prompts, params))
 
 
 def test_a_hook_or_a_replaced_forward_sends_the_step_through_the_modules():
@@ -224,9 +229,7 @@ def test_a_hook_or_a_replaced_forward_sends_the_step_through_the_modules():
     model = tiny_model("llama-gqa")
     prompts = random_prompts([20, 33], seed=6)
     params = SamplingParams(max_tokens=4, return_logits=True)
-    fused = Engine.from_model(model)
-    modules = Engine.from_model(model)
-    modules.runner.fused = None
+    fused, modules = fused_and_modules(model)
     mlp = model.model.layers[1].mlp
     calls = []
 
@@ -239,8 +242,7 @@ def test_a_hook_or_a_replaced_forward_sends_the_step_through_the_modules():
     assert "while it has a forward hook" in fused.runner.decode_paths()
     hooked = fused.generate(prompts, params)
     assert calls
-    for a, b in zip(hooked, modules.generate(prompts, params)):
-        assert torch.equal(a.logits, b.logits)
+    assert_same_logits(hooked, modules.generate(prompts, params))
     hook.remove()
     plain = fused.generate(prompts, params)
     assert not torch.equal(plain[0].logits, hooked[0].logits)
@@ -262,11 +264,8 @@ def test_a_model_that_runs_fewer_layers_than_it_holds():
     model.config.num_hidden_layers = 2
     prompts = random_prompts([20, 33], seed=7)
     params = SamplingParams(max_tokens=4, return_logits=True)
-    fused = Engine.from_model(model)
+    fused, modules = fused_and_modules(model)
     assert fused.runner.fused is not None and len(fused.runner.fused.layers) == 2
-    modules = Engine.from_model(model)
-    modules.runner.fused = None
     ours = fused.generate(prompts, params)
-    for a, b in zip(ours, modules.generate(prompts, params)):
-        assert torch.equal(a.logits, b.logits)
+    assert_same_logits(ours, modules.generate(prompts, params))
     assert_outputs_match_no_cache(model, ours)
