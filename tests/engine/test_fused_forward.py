@@ -269,3 +269,15 @@ def test_a_model_that_runs_fewer_layers_than_it_holds():
     ours = fused.generate(prompts, params)
     assert_same_logits(ours, modules.generate(prompts, params))
     assert_outputs_match_no_cache(model, ours)
+
+
+def test_scored_prompts_give_the_modules_log_probabilities_to_the_bit():
+    # prompt_logprobs keeps every row of a scored chunk (a tensor logits_to_keep), the last of the others
+    model = tiny_model("llama-gqa")
+    prompts = random_prompts([40, 70, 25], seed=8)
+    params = SamplingParams(max_tokens=3, prompt_logprobs=True, return_logits=True)
+    fused, modules = fused_and_modules(model, max_batched_tokens=64)
+    ours, theirs = fused.generate(prompts, params), modules.generate(prompts, params)
+    assert_same_logits(ours, theirs)
+    for a, b in zip(ours, theirs):
+        assert a.prompt_logprobs[1:] and a.prompt_logprobs == b.prompt_logprobs
