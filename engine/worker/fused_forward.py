@@ -36,8 +36,8 @@ from engine.worker.kernels.paged_decode import paged_decode
 
 @dataclass
 class FusedLayer:
-    # the layer's K/V in the pool (its attention's layer_idx)
-    index: int
+    # the attention module: its layer_idx is the layer's K/V in the pool, its scaling the scores' scale
+    attention: torch.nn.Module
     # the norm modules, not their weights: a weight the caller replaces after load is read then
     input_norm: torch.nn.Module
     post_norm: torch.nn.Module
@@ -49,15 +49,11 @@ class FusedLayer:
     up_proj: torch.nn.Linear
     down_proj: torch.nn.Linear
     act_fn: torch.nn.Module
-    # the attention's score scale (head_dim ** -0.5 in these models)
-    scale: float
-    # the attention module (paged_attention reads its layer_idx)
-    attention: torch.nn.Module
 
 
 def _weight(norm: torch.nn.Module) -> torch.Tensor:
     # _parameters, not norm.weight: nn.Module.__getattr__ costs a microsecond, 61 times a step here
-    return norm._parameters["weight"].detach()
+    return norm._parameters["weight"]
 
 
 class FusedForward:
@@ -87,7 +83,7 @@ class FusedForward:
             return None
         layers = [
             FusedLayer(
-                layer.self_attn.layer_idx,
+                layer.self_attn,
                 layer.input_layernorm,
                 layer.post_attention_layernorm,
                 layer.self_attn.q_proj,
@@ -98,8 +94,6 @@ class FusedForward:
                 layer.mlp.up_proj,
                 layer.mlp.down_proj,
                 layer.mlp.act_fn,
-                layer.self_attn.scaling,
-                layer.self_attn,
             )
             for layer in decoders
         ]
@@ -171,14 +165,15 @@ class FusedForward:
         """A decode-only step's attention: rotary and the K/V writes in one C call, then the decode kernel."""
         group = batch.decodes[0]
         slots, size = batch.write_slots, batch.kv.block_size
-        tables, lengths = group.blocks.contiguous(), group.lengths.contiguous()
 
         def attend(layer: FusedLayer, q, k, v) -> torch.Tensor:
-            keys, values = batch.kv.keys(layer.index), batch.kv.values(layer.index)
+            index = layer.attention.layer_idx
+            keys, values = batch.kv.keys(index), batch.kv.values(index)
             rotated = decode_ops.rope_write(q, k, v, cos, sin, keys, values, slots, torch.empty_like(q))
             # [N, Hkv, G, D]: each KV head's query heads
             grouped = rotated.view(q.shape[0], keys.shape[0], -1, q.shape[2])
-            return paged_decode(grouped, keys, values, tables, lengths, size, layer.scale)
+            scale = layer.attention.scaling
+            return paged_decode(grouped, keys, values, group.blocks, group.lengths, size, scale)
 
         return attend
 
@@ -191,7 +186,7 @@ class FusedForward:
             q, k = decode_ops.rope(q, k, cos, sin)
             layout = [t.transpose(0, 1)[None] for t in (q, k, v)]
             out, _ = paged_attention(
-                layer.attention, *layout, None, scaling=layer.scale, **{BATCH_KWARG: batch}
+                layer.attention, *layout, None, scaling=layer.attention.scaling, **{BATCH_KWARG: batch}
             )
             return out[0]
 
