@@ -49,8 +49,12 @@ class KVCacheManager:
         config: EngineConfig,
         trace: TraceSink,
         token_text: Callable[[int], str] = str,
+        cache_generated: bool = True,
     ):
         self.trace = trace
+        # False: only prompt blocks enter the prefix cache (generated tokens of unknown content: hash-id
+        # workloads, whose next turn's ids already carry them)
+        self.cache_generated = cache_generated
         self.token_text = token_text
         self.block_size = bs = config.block_size
         self.pool = BlockPool(config.pool_blocks(shape), bs, trace)
@@ -224,9 +228,15 @@ class KVCacheManager:
             req.block_table.append(self.allocate_block(req.request_id, logical))
 
     # --- caching and freeing ------------------------------------------------------------------------------
+    def _cacheable(self, req: Request) -> int:
+        """Positions of the request whose K/V may enter the prefix cache: all it computed, or only its prompt."""
+        if self.cache_generated:
+            return req.num_computed
+        return min(req.num_computed, len(req.prompt_token_ids))
+
     def cache_blocks(self, req: Request) -> None:
         """Put the request's newly filled blocks into the tree and move its lock to the end of its path."""
-        full = min(req.num_computed // self.block_size, len(req.block_table))
+        full = min(self._cacheable(req) // self.block_size, len(req.block_table))
         if full <= req.blocks_in_tree:
             return
         tokens = req.tokens[: full * self.block_size]
@@ -254,7 +264,8 @@ class KVCacheManager:
 
     def _keep_tail(self, req: Request) -> bool:
         """Keep the partly filled block after the request's whole blocks as a tail (before releasing it)."""
-        full, valid = divmod(req.num_computed, self.block_size)
+        computed = self._cacheable(req)
+        full, valid = divmod(computed, self.block_size)
         table = req.block_table
         if not valid or len(table) <= full:
             return False
@@ -268,23 +279,26 @@ class KVCacheManager:
             hashes[0][:full],
             req.cache_salt,
             physical,
-            list(req.tokens[full * self.block_size : req.num_computed]),
+            list(req.tokens[full * self.block_size : computed]),
         )
 
     # --- forks and edits ----------------------------------------------------------------------------------
     def fork(self, parent: Request, child: Request) -> None:
-        """The child shares every block of the parent; a running parent also shares its lock and its rings."""
+        """A running parent's child shares every block, the lock and the rings. Any other child waits with an
+        empty table and matches the cache when admitted, as a new request does (an edited parent waiting for
+        readmission holds its kept prefix, whose whole blocks are in the tree under its lock)."""
+        if parent.status is not Status.RUNNING:
+            return
         for logical, physical in enumerate(parent.block_table):
             self.pool.share(physical, child.request_id, logical)
             child.block_table.append(physical)
-        if parent.status is Status.RUNNING:
-            if parent.lock_node is not None:
-                self.prefix_cache.lock(parent.lock_node, child.request_id)
-                child.lock_node = parent.lock_node
-            child.blocks_in_tree = parent.blocks_in_tree
-            child.matched_before = True
-            child.attached = True
-            self.rings.fork(parent.request_id, child.request_id)
+        if parent.lock_node is not None:
+            self.prefix_cache.lock(parent.lock_node, child.request_id)
+            child.lock_node = parent.lock_node
+        child.blocks_in_tree = parent.blocks_in_tree
+        child.matched_before = True
+        child.attached = True
+        self.rings.fork(parent.request_id, child.request_id)
 
     def truncate(self, req: Request, edited: EditedSequence) -> dict:
         """Carry out an edit: keep the K/V of [0, keep), release the rest, and set the request's new tokens.

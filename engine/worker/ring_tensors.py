@@ -42,6 +42,8 @@ class RingTensors:
         self._dtype = dtype
         self.pool = [self._empty(g, manager.num_rows) for g in self.groups]
         self.snapshots: dict[str, list[torch.Tensor]] = {}
+        # the last forward's ring batch, until the step's commit keeps or drops its snapshots
+        self.forward_batch: RingBatch | None = None
 
     def _empty(self, group: RingGroup, rows: int) -> torch.Tensor:
         s = self.shape
@@ -163,13 +165,15 @@ class RingTensors:
         held = p - torch.remainder(p - r, window)
         return torch.cat([sink, held >= S], dim=1)
 
-    def commit(self, chunks, batch: RingBatch) -> None:
-        """After the forward: the manager advances heads and decides snapshots; keep or drop their tensors."""
-        if not self.manager.enabled:
+    def commit(self, ops: list[RingOp]) -> None:
+        """After the step: keep or drop the snapshots the last forward took, as the manager's commit decided
+        (`RingManager.commit`, called by the engine core)."""
+        batch, self.forward_batch = self.forward_batch, None
+        if not self.manager.enabled or batch is None:
             return
         saved: dict[tuple[int, int], list[torch.Tensor]] = {}
         for gb in batch.groups:
             for seg in gb.segments:
                 for boundary, buf, _, _ in seg.snapshots:
                     saved.setdefault((seg.row, boundary), []).append(buf)
-        self.apply(self.manager.commit(chunks), saved)
+        self.apply(ops, saved)

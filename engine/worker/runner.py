@@ -319,7 +319,9 @@ class ModelRunner:
                 chunks[0].start + chunks[0].num_tokens
             )
         elif self.rings is not None:
-            self.rings.commit(chunks, batch.rings)
+            # the engine core commits the rings' bookkeeping with the step (EngineCore.update_from_output);
+            # the snapshots this forward took wait here for its decisions (RingTensors.commit)
+            self.rings.forward_batch = batch.rings
         return logits
 
     @torch.inference_mode()
