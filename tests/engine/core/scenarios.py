@@ -140,11 +140,13 @@ def _play(scenario: Scenario, submit, step, fork, edit, abort, has_work) -> list
     return errors
 
 
-def run_engine(scenario: Scenario):
+def run_engine(scenario: Scenario, trace_path=None):
     """The scenario through `Engine`: (events, tokens per request in the order they were emitted, refusals)."""
     from engine.engine import Engine, EngineConfig, SamplingParams
 
     engine = Engine(tiny(scenario.model), None, EngineConfig(**scenario.config))
+    if trace_path is not None:
+        engine.add_trace_file(trace_path)
     events: list[dict] = []
     engine.trace.listeners.append(events.append)
     errors = _play(
@@ -158,6 +160,7 @@ def run_engine(scenario: Scenario):
         engine.abort,
         engine.has_unfinished,
     )
+    engine.close()
     tokens = defaultdict(list)
     for event in events:
         if event["type"] == "token_emitted":
