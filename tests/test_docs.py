@@ -61,7 +61,9 @@ def test_relative_links_resolve(page):
         path, _, anchor = target.partition("#")
         dest = (page.parent / path).resolve() if path else page
         if not dest.exists():
-            broken.append(f"{target}: no such file {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}")
+            broken.append(
+                f"{target}: no such file {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}"
+            )
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(f"{target}: no heading #{anchor} in {dest.name}")
     assert not broken, f"{page.relative_to(ROOT)}: broken links:\n" + "\n".join(broken)
