@@ -90,6 +90,14 @@ def test_trace_format_page_is_current():
     )
 
 
+def test_trace_format_page_documents_every_event_type():
+    from engine.trace.schema import EVENT_FIELDS
+
+    page = (ROOT / "docs" / "trace-format.md").read_text(encoding="utf-8")
+    missing = [etype for etype in EVENT_FIELDS if f"**`{etype}`**" not in page]
+    assert not missing, f"docs/trace-format.md lacks {missing}"
+
+
 def test_every_screenshot_is_committed():
     from kvtui.export.screenshots import SHOTS
 

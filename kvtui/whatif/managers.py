@@ -4,9 +4,7 @@
 request runs but never enter the prefix cache (`cache_blocks` and `free` see the request as computed up to
 its prompt at most), since their content is unknown and the next turn's hash ids already carry it.
 
-Token workloads use `KVCacheManager` itself. (A `SimCacheManager` here once answered `can_allocate` without
-counting every evictable block; the engine now stops counting once it has enough, `PrefixCache.has_evictable`,
-with the same answers: a what-if run's figures did not change when the override went.)
+Token workloads use `KVCacheManager` itself, unchanged.
 """
 
 from __future__ import annotations
