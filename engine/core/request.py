@@ -24,7 +24,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     return_logits: bool = False
-    # parallel samples sharing the prompt's blocks (prefix cache issue)
+    # parallel samples sharing the prompt's blocks
     n: int = 1
     # the log-probability of every prompt token (vLLM's name; the first has none): Engine.prompt_logprobs
     prompt_logprobs: bool = False

@@ -355,7 +355,7 @@ def validate_header(header: Any) -> str | None:
 
 
 def schema_text() -> str:
-    """Human-readable schema, printed by `kvtui schema` and mirrored in README."""
+    """The schema as text, printed by `kvtui schema` (docs/trace-format.md comes from the same tables)."""
     out = [
         f"kvtui trace schema version {SCHEMA_VERSION}: JSON Lines, header first, then one event per line.",
         "Every event has seq (int, monotonic), t (float, seconds since start) and type.",

@@ -1,7 +1,7 @@
 """Batch decode that reads each sequence's run of consecutive blocks in place instead of gathering it.
 
-A decode group used to gather every sequence's K/V into one [N, Hkv, L, D] copy per layer: at batch 8 with 512
-tokens of context that copy was a quarter of a SmolLM2 decode step on the CPU. But a sequence's blocks
+Gathering every sequence's K/V of a decode group into one [N, Hkv, L, D] copy per layer costs a quarter of a
+SmolLM2 decode step on the CPU at batch 8 with 512 tokens of context. But a sequence's blocks
 are mostly a few runs of consecutive block ids (a prompt allocated together, ascending or descending as the
 free list gave them); the blocks its decode added come one at a time, from anywhere. So:
     runs        each a view of the pool (no copy); keys are a set to attention (their positions are in them

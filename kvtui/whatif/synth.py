@@ -1,7 +1,7 @@
 """A Mooncake-shaped workload: multi-turn chats under shared system prompts, in the Mooncake JSONL format.
 
-    write_jsonl(mooncake_like(seed=0), "scratch/mooncake_12k.jsonl")
-    python -m kvtui.whatif.synth scratch/mooncake_12k.jsonl [--seed 0] [--requests 12031]
+    write_jsonl(mooncake_like(seed=0), "mooncake_12k.jsonl")
+    python -m kvtui.whatif.synth mooncake_12k.jsonl [--seed 0] [--requests 12031]
 
 Each line: {"timestamp": ms, "input_length": tokens, "output_length": tokens, "hash_ids": [...]}, one id per
 512-token block, the last block partial; ids are consecutive integers in order of first use, and equal leading

@@ -1,6 +1,6 @@
 """panel_linear against torch's two CPU products, on the linear shapes of SmolLM2: GFLOP/s of each, and whether
 the kernel gave MKL's bits. `python -m engine.worker.kernels --bench` prints it (run it with nothing else
-running; this VM's speed drifts, so compare only figures of one run)."""
+running; a VM's speed drifts, so compare only figures of one run)."""
 
 from __future__ import annotations
 

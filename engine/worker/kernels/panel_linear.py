@@ -2,8 +2,8 @@
 
 panel_linear.c multiplies from the weights repacked here into panels of 16 outputs (`pack`) and sums every
 output in the order it is given: fused multiply-adds one product at a time within blocks of k, the blocks'
-sums added to the bias in turn. `mkl_blocks` is the order MKL's sgemm uses on the AMD EPYC measured here
-(scratch emulations in float64, bit for bit on every shape tried): blocks of 192, except that a K between 192
+sums added to the bias in turn. `mkl_blocks` is the order MKL's sgemm uses on an AMD EPYC (float64
+emulations of candidate orders, bit for bit on every shape tried): blocks of 192, except that a K between 192
 and 384 is split into two halves. With that order the kernel's products equal torch's stock linear bit for bit,
 which `matches_stock` checks on the machine it runs on before the engine lets the kernel stand in for MKL.
 """
