@@ -3,7 +3,9 @@
 The model is called on a flattened batch (shape [1, T]) holding prefill chunks and decode tokens of many
 requests. For every layer our function receives Q with all query heads and the new K/V with the KV heads
 only. Full-attention layers write the new K/V into their slots in the pool, then for each request read that
-request's history through its block table and attend: causal inside the chunk, the cached prefix fully visible.
+request's history through its block table and attend: causal inside the chunk, the cached prefix fully visible;
+decodes by the C kernel reading the pool in place where the run plan has it (engine/worker/run_plan.py), else by
+SDPA over one gather of whole blocks.
 Window layers (and every layer with attention sinks) keep K/V in per-request rings instead (engine/worker/ring.py):
 O(W) memory, reading only the last W positions (the current token counts). KV heads are never repeated: SDPA's
 GQA support (or grouped matmuls when the model soft-caps scores) lets each group of query heads read its KV head.

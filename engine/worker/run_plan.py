@@ -33,15 +33,15 @@ FUSED = "fused"
 MODULES = "modules"
 
 _WORDS = {
-    PAGED_DECODE: "the C kernel reads every decode's K/V in place through its block table, one call per layer",
-    SDPA: "whole blocks gathered per group of like context lengths, one SDPA call per group",
-    STOCK: "torch.nn.Linear (the model's own)",
-    FUSED: "norms, rotary and K/V writes in C, no module calls (the modules for a step while a module is hooked)",
-    MODULES: "the model's modules through transformers' forward",
+    PAGED_DECODE: "C kernel, every decode's K/V read in place through its block table",
+    SDPA: "SDPA over whole blocks gathered, one call per group of like context lengths",
+    STOCK: "torch.nn.Linear",
+    FUSED: "norms, rotary and K/V writes in C, no module calls (the modules while one is hooked)",
+    MODULES: "transformers' forward through the model's modules",
 }
 _PREFILL_WORDS = {
-    "cpu": "SDPA is_causal over a chunk's own K/V; a cached prefix gathered, merged by log-sum-exp",
-    "cuda": "SDPA is_causal over a chunk's own K/V; a cached prefix gathered, one call with a lower-right bias",
+    "cpu": "SDPA is_causal over the chunk; a cached prefix gathered, merged by log-sum-exp",
+    "cuda": "SDPA is_causal over the chunk; a cached prefix gathered, one call with a lower-right bias",
 }
 
 
@@ -75,8 +75,8 @@ class RunPlan:
     def describe(self) -> str:
         if self.linears == PANEL:
             linears = (
-                f"the C kernel for 1-{packed_linear.MAX_ROWS} rows, and for prefill-sized forwards in "
-                f"{self.exact_linears} of {self.packed_linears} linears (where it gives MKL's bits; stock there else)"
+                f"C kernel for 1-{packed_linear.MAX_ROWS} rows; prefill-sized in {self.exact_linears} of "
+                f"{self.packed_linears} linears (MKL's bits), stock in the rest"
             )
         else:
             linears = _WORDS[STOCK]
