@@ -47,6 +47,8 @@ _PREFILL_WORDS = {
 
 @dataclass(frozen=True)
 class RunPlan:
+    """What runs decode attention, the linears and a step (the defaults: the reference plan)."""
+
     attention: str = SDPA
     linears: str = STOCK
     step: str = MODULES
@@ -111,13 +113,9 @@ def build(
     attention = wanted.attention
     if attention == PAGED_DECODE and not paged_decode.usable(device, dtype):
         attention = SDPA
-        no_kernel = device.type == "cpu" and dtype == torch.float32
-        why.append(
-            (
-                "decode attention",
-                paged_decode.why_not() if no_kernel else "the kernel takes float32 on the CPU",
-            )
-        )
+        on_target = device.type == "cpu" and dtype == torch.float32
+        reason = paged_decode.why_not() if on_target else "the kernel takes float32 on the CPU"
+        why.append(("decode attention", reason))
     linears = None
     if wanted.linears == PANEL:
         reason = packed_linear.why_not(model)
