@@ -29,12 +29,6 @@ class EngineConfig:
     # reuse the leading tokens of a cached block past the last whole one (a tail, or a longer block): hits to the
     # token. False serves whole blocks only and keeps no tails, as vLLM and SGLang's paged caches do
     partial_hits: bool = True
-    # CPU float32 where MKL is slow (not an Intel CPU) and the engine's own linear kernel cannot give MKL's bits
-    # (its probe at load says so; where it can, as on an AMD EPYC, prefill is fast and exact without this):
-    # prefill-sized forwards through oneDNN's packed weights, 10-25% faster than MKL; their
-    # logits then differ from transformers' stock forward by the two libraries' rounding (Gemma 3 270M: up to
-    # 1.4e-4, over the 1e-4 the exactness tests hold), so it is not the default
-    fast_prefill: bool = False
     # lru | lfu | cost: which cached block goes first when the pool runs out
     eviction: str = "lru"
     # requests in the sliding window of the hit rates

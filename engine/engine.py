@@ -53,9 +53,7 @@ class Engine:
         self.requests: dict[str, Request] = self.core.requests
         self.kv = PagedKV(self.shape, self.cache.pool.num_blocks, self.config.block_size, dtype, device)
         self.rings = RingTensors(self.cache.rings, dtype, device)
-        self.runner = ModelRunner(
-            model, self.kv, self.cache.pool, self.shape.windows, self.rings, self.config.fast_prefill
-        )
+        self.runner = ModelRunner(model, self.kv, self.cache.pool, self.shape.windows, self.rings)
         # sinks change the answer: by how much, as each request finishes
         if self.shape.forced_window is not None:
             self.core.finish_listeners.append(self._sink_divergence)

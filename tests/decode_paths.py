@@ -1,5 +1,6 @@
-"""Both decode attention paths of a CPU float32 engine, for the exactness tests: the C kernel reading the pool in
-place (engine/worker/kernels, where it can be built) and torch's (views of runs, gathers)."""
+"""Both run plans of a CPU float32 engine, for the exactness tests: the one chosen for it (decode attention by the
+C kernel reading the pool in place, where it can be built) and the reference plan that every other device and
+dtype runs (torch's SDPA over gathered blocks, stock linears, the modules). engine/worker/run_plan.py."""
 
 from __future__ import annotations
 
@@ -9,15 +10,26 @@ from tiny_models import random_prompts
 
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.worker.kernels import paged_decode
+from engine.worker.run_plan import PAGED_DECODE, RunPlan
+from engine.worker.runner import ModelRunner
 
-DECODE_PATHS = ["kernel", "torch"]
+DECODE_PATHS = ["kernel", "reference"]
+
+
+def engine_with_plan(model, plan: RunPlan, **config) -> Engine:
+    """An engine on `model` whose runner was built with `plan` (each operation this machine cannot take as
+    planned runs the reference path: engine.runner.plan says what runs)."""
+    engine = Engine.from_model(model, config=EngineConfig(**config))
+    chosen = engine.runner
+    engine.runner = ModelRunner(model, chosen.kv, chosen.pool, chosen.windows, chosen.rings, plan)
+    return engine
 
 
 def paged_engine(model, decode: str, **config) -> Engine:
+    if decode == "reference":
+        return engine_with_plan(model, RunPlan.reference(), **config)
     engine = Engine.from_model(model, config=EngineConfig(**config))
-    if decode == "torch":
-        engine.runner.in_place_decode = False
-    elif not engine.runner.in_place_decode:
+    if engine.runner.plan.attention != PAGED_DECODE:
         pytest.skip(f"no paged decode kernel here: {paged_decode.why_not()}")
     return engine
 

@@ -3,7 +3,9 @@
 The model is called on a flattened batch (shape [1, T]) holding prefill chunks and decode tokens of many
 requests. For every layer our function receives Q with all query heads and the new K/V with the KV heads
 only. Full-attention layers write the new K/V into their slots in the pool, then for each request read that
-request's history through its block table and attend: causal inside the chunk, the cached prefix fully visible.
+request's history through its block table and attend: causal inside the chunk, the cached prefix fully visible;
+decodes by the C kernel reading the pool in place where the run plan has it (engine/worker/run_plan.py), else by
+SDPA over one gather of whole blocks.
 Window layers (and every layer with attention sinks) keep K/V in per-request rings instead (engine/worker/ring.py):
 O(W) memory, reading only the last W positions (the current token counts). KV heads are never repeated: SDPA's
 GQA support (or grouped matmuls when the model soft-caps scores) lets each group of query heads read its KV head.
@@ -17,7 +19,6 @@ import torch
 from transformers import AttentionInterface
 
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment, RingBatch
-from engine.worker.decode_runs import decode_over_runs
 from engine.worker.kernels.paged_decode import paged_decode
 from engine.worker.sdpa import attend, chunk_over_prefix
 
@@ -32,14 +33,10 @@ def _visible(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int | None)
     return allowed
 
 
-def _context(
-    blocks_view: torch.Tensor, blocks: torch.Tensor, length: int, first_slot: int | None
-) -> torch.Tensor:
-    """[1, Hkv, length, D]: the first `length` positions of a sequence from a layer's [Hkv, blocks, size, D]: a
-    view when its blocks are consecutive, else one index_select of whole blocks."""
-    hkv, _, size, dim = blocks_view.shape
-    if first_slot is not None:
-        return blocks_view.view(hkv, -1, dim)[:, first_slot : first_slot + length].unsqueeze(0)
+def _context(blocks_view: torch.Tensor, blocks: torch.Tensor, length: int) -> torch.Tensor:
+    """[1, Hkv, length, D]: the first `length` positions of a sequence from a layer's [Hkv, blocks, size, D], by
+    one index_select of whole blocks."""
+    hkv, _, _, dim = blocks_view.shape
     return blocks_view.index_select(1, blocks).view(hkv, -1, dim)[:, :length].unsqueeze(0)
 
 
@@ -59,8 +56,8 @@ def _prefill(
     k_self, v_self = key[:, :, seg.q_start : seg.q_end], value[:, :, seg.q_start : seg.q_end]
     if window is None and seg.start == 0:
         return attend(q, k_self, v_self, None, scaling, softcap, causal=True)
-    k_pre = _context(k_blocks, seg.blocks, seg.start, seg.first_slot)
-    v_pre = _context(v_blocks, seg.blocks, seg.start, seg.first_slot)
+    k_pre = _context(k_blocks, seg.blocks, seg.start)
+    v_pre = _context(v_blocks, seg.blocks, seg.start)
     if window is None:
         return chunk_over_prefix(q, k_pre, v_pre, k_self, v_self, scaling, softcap)
     allowed = batch.masks.get((seg.q_start, window))
@@ -95,21 +92,11 @@ def _decode(
         k_slots, v_slots = batch.kv.keys(layer), batch.kv.values(layer)
         out = paged_decode(q, k_slots, v_slots, group.blocks, group.lengths, size, scale, window, softcap)
         return out.reshape(n, query.shape[1], query.shape[3])
-    if group.runs is not None and window is None and softcap is None:
-        layer_blocks = batch.kv.layer_blocks(layer)
-        k_slots, v_slots = batch.kv.keys(layer), batch.kv.values(layer)
-        out = decode_over_runs(group.runs, q, k_slots, v_slots, layer_blocks, scaling)
-        return out.reshape(n, query.shape[1], query.shape[3])
-    # one sequence in consecutive blocks: a view of the slab, nothing copied
-    if group.first_slot is not None:
-        k = _context(k_blocks, group.blocks[0], length, group.first_slot)
-        v = _context(v_blocks, group.blocks[0], length, group.first_slot)
     # K and V of every block in one gather (advanced indexing runs on every thread; index_select on one):
     # [2 x Hkv, N x B, size x D] -> [N, Hkv, L, D] each
-    else:
-        both = batch.kv.layer_blocks(layer)[:, group.blocks.reshape(-1)]
-        both = both.view(2, hkv, n, width * size, dim)[:, :, :, :length].transpose(1, 2)
-        k, v = both[0], both[1]
+    both = batch.kv.layer_blocks(layer)[:, group.blocks.reshape(-1)]
+    both = both.view(2, hkv, n, width * size, dim)[:, :, :, :length].transpose(1, 2)
+    k, v = both[0], both[1]
     key = ("decode", id(group), window)
     if key not in batch.masks:
         if window is None and group.uniform:

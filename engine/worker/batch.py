@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.worker.decode_runs import DecodeRuns
 from engine.worker.paged_kv import PagedKV
 
 # the keyword that carries a PagedBatch through model(...) to our attention
@@ -26,14 +25,13 @@ class PrefillSegment:
     start: int
     # [ceil(end / block_size)] the sequence's physical blocks up to the chunk's end
     blocks: torch.Tensor
-    # the blocks are consecutive from this slot: read the prefix as a view
-    first_slot: int | None = None
 
 
 @dataclass
 class DecodeGroup:
-    """One query token per sequence; a group runs in one attention call over its blocks (padded to its longest:
-    the runner groups decodes of similar context lengths)."""
+    """One query token per sequence; a group runs in one attention call over its blocks: the C kernel reads them
+    in place (one group for the step), SDPA pads a group to its longest (the runner groups decodes of similar
+    context lengths)."""
 
     # [N] rows of the flat batch
     q_index: torch.Tensor
@@ -45,10 +43,6 @@ class DecodeGroup:
     longest: int
     # all contexts have the same length (no padding to mask)
     uniform: bool = False
-    # one sequence whose blocks are consecutive from this slot: read a view
-    first_slot: int | None = None
-    # each sequence's run of consecutive blocks read in place, the rest gathered (engine/worker/decode_runs.py)
-    runs: DecodeRuns | None = None
     # [N] positions each query reads (its own included), set when the C kernel reads the group in place
     # (engine/worker/kernels/paged_decode.c): then nothing else above is needed but blocks
     lengths: torch.Tensor | None = None

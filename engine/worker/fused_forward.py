@@ -9,13 +9,14 @@ the rotary embedding ten, the K/V writes two index_puts) and the modules' calls.
     -> add_rms_norm (residual add + post-attention norm) -> gate, up linears -> the model's own activation x up
     -> down linear
 
-with the linears the engine's own (engine/worker/packed_linear.py, through each module's forward) and the norm
-and rotary kernels (engine/worker/kernels/decode_ops.c) doing torch's arithmetic operation for operation. The
-attention of a decode-only step is rope_write (rotary + K/V into the pool) and the C decode kernel; of any
-other step (prefill chunks, with or without decodes) the C rotary and then the engine's paged attention, called
-as the modules call it. The result equals the module path's bit for bit (tests/engine/test_fused_forward.py);
-the norm's sum order is torch's, which `FusedForward.build` checks on this machine against the model's own
-norms before it lets the path run.
+with the linears the run plan's (engine/worker/run_plan.py: the C kernel of packed_linear.py, or the stock
+ones, through each module's forward) and the norm and rotary kernels (engine/worker/kernels/decode_ops.c) doing
+torch's arithmetic operation for operation. The attention of a decode-only step that the C decode kernel reads
+is rope_write (rotary + K/V into the pool) and that kernel, called directly (measured 4% faster a step than
+the route below: SmolLM2, 8 decodes, one thread); of any other step the C rotary and then the engine's paged
+attention, called as the modules call it. The result equals the module path's bit for bit
+(tests/engine/test_fused_forward.py); the norm's sum order is torch's, which `FusedForward.build` checks on
+this machine against the model's own norms before it lets the path run.
 
 Only the architectures whose layers are exactly this (Llama, Mistral, Qwen2), paged in every layer (no
 windows, no rings), take it; anything else runs the modules.
@@ -29,7 +30,7 @@ import torch
 
 from engine.worker.attention import paged_attention
 from engine.worker.batch import BATCH_KWARG, PagedBatch
-from engine.worker.fused_fit import decoder_layers, intercepted, why_not
+from engine.worker.fused_fit import decoder_layers, intercepted
 from engine.worker.kernels import decode_ops
 from engine.worker.kernels.paged_decode import paged_decode
 
@@ -69,10 +70,9 @@ class FusedForward:
         self.modules = list(model.modules())
 
     @classmethod
-    def build(cls, model, windows: tuple[int | None, ...], paged_layers: int) -> FusedForward | None:
-        """The fused path for `model`, or None where it cannot run or would not give the module path's bits."""
-        if why_not(model, windows, paged_layers):
-            return None
+    def build(cls, model) -> FusedForward | None:
+        """The fused path for `model`, a model `fused_fit.why_not` lets through; None where it would not give
+        the module path's bits (its norms' epsilons differ, or the C norm sums otherwise than torch here)."""
         inner = model.model
         decoders = decoder_layers(model)
         norms = [inner.norm] + [

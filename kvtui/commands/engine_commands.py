@@ -77,15 +77,6 @@ def engine_options(func):
         help="Which cached block goes first when the pool is full: least recently used, least "
         "frequently used, or cheapest to recompute.",
     )
-    @click.option(
-        "--fast-prefill",
-        is_flag=True,
-        help="CPU float32 on a CPU that is not Intel's (where MKL is slow), for the linears where kvtui's own "
-        "kernel cannot give MKL's exact bits (it checks at load; where it can, prefill is already fast and exact "
-        "and this changes nothing): prefill through oneDNN, 10-25% faster than MKL; the logits then differ from "
-        "transformers' own forward by the two libraries' rounding (up to 1.4e-4 on Gemma 3, over the 1e-4 "
-        "kvtui otherwise holds).",
-    )
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         return func(*args, **kwargs)
@@ -105,7 +96,6 @@ def engine_config(overrides: dict | None = None, **options):
         "prefix_cache",
         "partial_hits",
         "eviction",
-        "fast_prefill",
     )
     values = {key: options[key] for key in keys}
     # a workload's "engine" section beats the defaults ...
@@ -193,7 +183,6 @@ def generate(prompt, model, max_tokens, temperature, top_p, top_k, seed, raw, tr
         for name, on in (
             ("whole-block hits", not engine.config.partial_hits),
             ("no prefix cache", not engine.config.prefix_cache),
-            ("fast prefill", engine.config.fast_prefill),
         )
         if on
     ]

@@ -1,16 +1,19 @@
 """The fused steps (engine/worker/fused_forward.py) and their C operations (engine/worker/kernels/decode_ops.c):
 the same bits as transformers' modules, and taken only where they fit."""
 
+from dataclasses import replace
+
 import pytest
 import torch
-from decode_paths import assert_outputs_match_no_cache
+from decode_paths import assert_outputs_match_no_cache, engine_with_plan
 from tiny_models import random_prompts, tiny_model
 from torch_threads import torch_threads
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from engine.engine import Engine, EngineConfig, SamplingParams
-from engine.worker import fused_forward
+from engine.worker import fused_fit
 from engine.worker.kernels import decode_ops
+from engine.worker.run_plan import FUSED, MODULES
 
 pytestmark = pytest.mark.skipif(
     not decode_ops.available(), reason=f"no decode_ops kernel: {decode_ops.why_not()}"
@@ -119,10 +122,12 @@ def counted(engine: Engine) -> list[tuple[int, bool]]:
 
 
 def fused_and_modules(model, **config) -> tuple[Engine, Engine]:
-    """Two engines on `model`: its steps fused, and through its modules."""
+    """Two engines on `model`: its steps fused, and through its modules (the same attention and linears)."""
     fused = Engine.from_model(model, config=EngineConfig(**config))
-    modules = Engine.from_model(model, config=EngineConfig(**config))
-    modules.runner.fused = None
+    assert fused.runner.plan.step == FUSED, fused.runner.plan.describe()
+    modules = engine_with_plan(model, replace(fused.runner.plan, step=MODULES), **config)
+    assert modules.runner.plan.attention == fused.runner.plan.attention
+    assert modules.runner.plan.linears == fused.runner.plan.linears
     return fused, modules
 
 
@@ -170,9 +175,8 @@ def test_fused_steps_give_the_modules_logits_to_the_bit(arch, monkeypatch):
 )
 def test_models_the_fused_path_does_not_fit_run_the_modules(arch, overrides, why):
     engine = Engine.from_model(tiny_model(arch, **overrides))
-    assert engine.runner.fused is None
-    windows, paged = engine.runner.windows, len(engine.runner.kv.layer_slot)
-    assert why in fused_forward.why_not(engine.model, windows, paged)
+    assert engine.runner.fused is None and engine.runner.plan.step == MODULES
+    assert why in dict(engine.runner.plan.why)["step"]
 
 
 def test_a_layer_with_more_than_a_llama_layer_runs_the_modules():
@@ -180,7 +184,7 @@ def test_a_layer_with_more_than_a_llama_layer_runs_the_modules():
     # as Qwen3's q_norm: a module the fused layer would skip
     model.model.layers[1].self_attn.q_norm = torch.nn.Identity()
     assert Engine.from_model(model).runner.fused is None
-    assert "beyond a Llama layer" in fused_forward.why_not(model, (None,) * 3, 3)
+    assert "beyond a Llama layer" in fused_fit.why_not(model, (None,) * 3, 3)
 
 
 def test_a_window_with_sinks_runs_the_modules():
@@ -203,11 +207,13 @@ def test_a_norm_that_sums_otherwise_keeps_the_modules():
     assert Engine.from_model(model).runner.fused is not None
 
 
-def test_the_path_is_described():
-    engine = Engine.from_model(tiny_model("llama-gqa"))
-    assert "fused" in engine.runner.decode_paths()
-    engine.runner.fused = None
-    assert "fused" not in engine.runner.decode_paths()
+def test_the_plan_is_described():
+    model = tiny_model("llama-gqa")
+    plan = Engine.from_model(model).runner.plan
+    assert "step               fused: " in plan.describe()
+    modules = engine_with_plan(model, replace(plan, step=MODULES)).runner
+    assert modules.fused is None
+    assert "step               modules: " in modules.plan.describe()
 
 
 def test_a_norm_weight_replaced_after_load_is_the_one_used():
@@ -239,7 +245,6 @@ def test_a_hook_or_a_replaced_forward_sends_the_step_through_the_modules():
 
     hook = mlp.register_forward_hook(doubled)
     assert "forward hook on a LlamaMLP" in fused.runner.fused.intercepted()
-    assert "while it has a forward hook" in fused.runner.decode_paths()
     hooked = fused.generate(prompts, params)
     assert calls
     assert_same_logits(hooked, modules.generate(prompts, params))

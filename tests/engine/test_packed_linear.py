@@ -1,6 +1,6 @@
-"""engine/worker/packed_linear.py: packed copies stand in for a CPU float32 model's linears only inside
-`small(rows)`: for few rows always, for many where the kernel has MKL's bits (or with fast_prefill); and agree
-with the stock path to float32 rounding."""
+"""engine/worker/packed_linear.py: the C kernel's packed copies stand in for a CPU float32 model's linears only
+inside `swapped_in()`: for few rows always, for many where the kernel has MKL's bits; and agree with the stock
+path to float32 rounding."""
 
 from __future__ import annotations
 
@@ -16,39 +16,21 @@ def tiny(dtype=torch.float32):
     return random_model("llama:tiny", dtype, torch.device("cpu"))[0]
 
 
-def test_every_linear_is_packed_and_swapped_in_only_inside_small(monkeypatch):
-    # the rule on an Intel CPU (MKL's own kernels): 2-16 rows, and MKL sums otherwise than the kernel
-    monkeypatch.setattr(packed_linear, "MIN_ROWS", 2)
-    monkeypatch.setattr(packed_linear, "MAX_ROWS", 16)
+def panel_bytes(linears) -> int:
+    # panels of 16 outputs, the last padded with zeros
+    return sum(-(-m.out_features // 16) * 16 * m.in_features * 4 for m in linears)
+
+
+def test_every_linear_is_packed_and_swapped_in_only_inside_a_forward(monkeypatch):
     monkeypatch.setattr(panel_linear, "matches_stock", lambda *args: False)
     model = tiny()
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     packed = PackedLinears(model)
     assert [m for m, _ in packed.entries] == linears
-    # one copy: the kernel's panels, or oneDNN's packed weights where the kernel cannot be built
-    assert packed.nbytes == sum(m.weight.numel() * 4 for m in linears)
-    with packed.small(8):
+    assert packed.nbytes == panel_bytes(linears)
+    with packed.swapped_in():
         assert all("forward" in m.__dict__ for m in linears)
     assert not any("forward" in m.__dict__ for m in linears)
-    # prefill-sized forwards and one row keep the stock path
-    with packed.small(17):
-        assert not any("forward" in m.__dict__ for m in linears)
-    with packed.small(1):
-        assert not any("forward" in m.__dict__ for m in linears)
-    # elsewhere (MKL's generic path): one row too, and prefill with fast_prefill only
-    monkeypatch.setattr(packed_linear, "MIN_ROWS", 1)
-    with packed.small(1):
-        assert all("forward" in m.__dict__ for m in linears)
-    with packed.small(17):
-        assert not any("forward" in m.__dict__ for m in linears)
-    monkeypatch.setattr(packed_linear, "MKL_FAST", False)
-    packed = PackedLinears(model, fast_prefill=True)
-    for rows in (17, 4096):
-        with packed.small(rows):
-            assert all("forward" in m.__dict__ for m in linears)
-    packed.enabled = False
-    with packed.small(1):
-        assert not any("forward" in m.__dict__ for m in linears)
 
 
 def test_prefill_goes_through_the_kernel_where_it_has_mkls_bits(monkeypatch):
@@ -56,35 +38,31 @@ def test_prefill_goes_through_the_kernel_where_it_has_mkls_bits(monkeypatch):
     model = tiny()
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     packed = PackedLinears(model)
-    assert packed.exact_prefill
-    with packed.small(4096):
-        assert all("forward" in m.__dict__ for m in linears)
-    # no copy for oneDNN: the kernel serves every row count
-    assert packed.nbytes == sum(m.weight.numel() * 4 for m in linears)
-    # a layer without MKL's bits takes the stock linear for prefill, through the same swapped forward
+    assert packed.exact_prefill and packed.exact_count == len(linears)
+    # a layer without MKL's bits takes the stock linear for prefill, the kernel for few rows
     first = linears[0]
     monkeypatch.setattr(
         panel_linear, "matches_stock", lambda weight, *args: weight.data_ptr() != first.weight.data_ptr()
     )
     packed = PackedLinears(model)
-    assert not packed.exact_prefill and packed.any_exact
-    x = torch.randn(1, 40, first.in_features)
-    with torch.inference_mode(), packed.small(40):
+    assert not packed.exact_prefill and packed.exact_count == len(linears) - 1
+    kernel = panel_linear.product(panel_linear.pack(first.weight.detach()), first.out_features, None)
+    with torch.inference_mode(), packed.swapped_in():
+        x = torch.randn(1, 40, first.in_features)
         assert torch.equal(first(x), torch.nn.functional.linear(x, first.weight))
+        x = torch.randn(1, packed_linear.MAX_ROWS, first.in_features)
+        assert torch.equal(first(x), kernel(x))
 
 
 @torch.inference_mode()
-def test_packed_outputs_agree_with_the_stock_linear_for_any_row_count(monkeypatch):
-    monkeypatch.setattr(packed_linear, "MIN_ROWS", 1)
-    monkeypatch.setattr(packed_linear, "MKL_FAST", False)
+def test_packed_outputs_agree_with_the_stock_linear_for_any_row_count():
     model = tiny()
-    # 1-16 rows through the C kernel, more through oneDNN's packed weights
-    packed = PackedLinears(model, fast_prefill=True)
+    packed = PackedLinears(model)
     layer = next(m for m in model.modules() if type(m) is torch.nn.Linear)
     for rows in [*range(1, 17), 64, 300]:
         x = torch.randn(1, rows, layer.in_features)
         stock = layer(x)
-        with packed.small(rows):
+        with packed.swapped_in():
             ours = layer(x)
         assert ours.shape == stock.shape
         torch.testing.assert_close(ours, stock, rtol=1e-5, atol=1e-5)
@@ -97,11 +75,12 @@ def test_the_model_forward_agrees_and_other_dtypes_are_left_alone():
     ids = torch.randint(0, model.config.vocab_size, (1, 6))
     stock = model(ids).logits
     packed = PackedLinears(model)
-    with packed.small(6):
+    with packed.swapped_in():
         ours = model(ids).logits
     torch.testing.assert_close(ours, stock, rtol=1e-5, atol=1e-5)
-    # bf16 weights: no packed copy (the stock path is what the engine measured against)
-    assert PackedLinears(tiny(torch.bfloat16)).entries == []
+    # bf16 weights: no packed copy (the plan keeps the stock linears and says why)
+    assert packed_linear.why_not(model) == ""
+    assert "float32" in packed_linear.why_not(tiny(torch.bfloat16))
 
 
 @torch.no_grad()
@@ -116,11 +95,11 @@ def test_weights_changed_after_packing_are_packed_again():
     model.load_state_dict(other.state_dict())
     layer = next(m for m in model.modules() if type(m) is torch.nn.Linear)
     x = torch.randn(1, 8, layer.in_features)
-    with packed.small(8):
+    with packed.swapped_in():
         ours = layer(x)
     torch.testing.assert_close(ours, torch.nn.functional.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
     layer.weight = torch.nn.Parameter(torch.randn_like(layer.weight))
-    with packed.small(8):
+    with packed.swapped_in():
         ours = layer(x)
     torch.testing.assert_close(ours, torch.nn.functional.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
 
@@ -133,27 +112,23 @@ def test_a_bias_changed_in_place_after_packing_is_packed_again():
     packed = PackedLinears(torch.nn.Sequential(layer))
     x = torch.randn(1, 8, 24)
     layer.bias.add_(1.0)
-    with packed.small(8):
+    with packed.swapped_in():
         ours = layer(x)
     torch.testing.assert_close(
         ours, torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5
     )
 
 
-def test_fast_prefill_is_an_engine_option_taken_only_where_mkl_is_slow():
-    from reference import no_cache_logits
-    from tiny_models import random_prompts, tiny_model
+def test_without_the_kernel_the_plan_keeps_the_stock_linears_and_says_why(monkeypatch):
+    from tiny_models import tiny_model
 
-    from engine.engine import Engine, EngineConfig, SamplingParams
+    from engine.engine import Engine
+    from engine.worker.run_plan import STOCK
 
-    model = tiny_model("llama-gqa")
-    assert Engine.from_model(model).runner.linears.fast_prefill is False
-    engine = Engine.from_model(model, config=EngineConfig(fast_prefill=True, max_batched_tokens=64))
-    assert engine.runner.linears.fast_prefill is (not packed_linear.MKL_FAST)
-    # a tiny model's logits stay within the tolerance either way
-    (out,) = engine.generate(random_prompts([40]), SamplingParams(max_tokens=4, return_logits=True))
-    ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)[39:43]
-    assert (out.logits - ref).abs().max().item() <= 1e-4
+    monkeypatch.setattr(panel_linear, "available", lambda: False)
+    runner = Engine.from_model(tiny_model("llama-gqa")).runner
+    assert runner.linears is None and runner.plan.linears == STOCK
+    assert "no panel_linear kernel" in dict(runner.plan.why)["linears"]
 
 
 def test_where_the_probe_passes_the_engines_prefill_is_mkls_to_the_bit():
@@ -161,18 +136,22 @@ def test_where_the_probe_passes_the_engines_prefill_is_mkls_to_the_bit():
     every linear stock (MKL): the kernel changes the speed of prefill, not one bit of its answer. (The logits of
     the last position alone differ: the stock head multiplies 1-3 rows by MKL's small-row path, which sums
     otherwise, where the kernel sums as transformers' forward of the whole prompt does.)"""
+    from dataclasses import replace
+
     import pytest
+    from decode_paths import engine_with_plan
     from tiny_models import random_prompts, tiny_model
     from torch_threads import torch_threads
 
     from engine.engine import Engine, SamplingParams
+    from engine.worker.run_plan import STOCK
 
     model = tiny_model("llama-gqa")
     fast = Engine.from_model(model)
-    if not fast.runner.linears.exact_prefill:
+    if fast.runner.linears is None or not fast.runner.linears.exact_prefill:
         pytest.skip("the kernel does not give this machine's MKL bits (prefill stays stock here)")
-    stock = Engine.from_model(model)
-    stock.runner.linears.enabled = False
+    stock = engine_with_plan(model, replace(fast.runner.plan, linears=STOCK))
+    assert stock.runner.linears is None
     prompts = random_prompts([40, 100])
     params = SamplingParams(max_tokens=1, prompt_logprobs=True)
     with torch_threads(2):

@@ -1,10 +1,14 @@
 """The embedded model (SmolLM2-135M-Instruct, GQA 9:3) through our paged cache: exact against transformers."""
 
+from dataclasses import asdict, replace
+
 import pytest
 import torch
+from decode_paths import engine_with_plan
 from reference import greedy_generate, no_cache_logits
 
 from engine.engine import Engine, EngineConfig, SamplingParams
+from engine.worker.run_plan import MODULES
 
 pytestmark = pytest.mark.smollm2
 
@@ -62,8 +66,8 @@ def test_greedy_tokens_equal_generate_alone_and_batched_eight(engine):
 def test_many_decodes_at_once_keep_the_no_cache_logits(count):
     """8 and 12 sequences of 30-200 tokens decoding together: every linear of a decode step through the few-row
     path (engine/worker/packed_linear.py; 12 rows in two passes of the C kernel where it is built) and
-    attention in place. A real model's logits are large (20-30), so this is where rounding shows: oneDNN's
-    packed product alone moved them 1.0e-4 here, the kernel's blocked sums 6.7e-5, the stock path 6.1e-5."""
+    attention in place. A real model's logits are large (20-30), so this is where rounding shows: the kernel's
+    blocked sums moved them 6.7e-5 here, the stock path 6.1e-5."""
     engine = Engine.load("smollm2", EngineConfig(device="cpu", block_size=16, max_batched_tokens=256))
     generator = torch.Generator().manual_seed(3)
     lengths = [30, 64, 100, 150, 200, 31, 77, 129, 45, 90, 160, 33][:count]
@@ -85,7 +89,8 @@ def test_an_unchunked_prefill_is_transformers_forward_to_the_bit():
     1-3 rows sums otherwise and moved them 3.6e-5). Chunked prefill reads its cached prefix apart and merges
     by log-sum-exp: within rounding, not to the bit."""
     engine = Engine.load("smollm2", EngineConfig(device="cpu", block_size=16, max_batched_tokens=2048))
-    if not engine.runner.linears.exact_prefill:
+    linears = engine.runner.linears
+    if linears is None or not linears.exact_prefill:
         pytest.skip("the linear kernel does not give this machine's MKL bits (prefill stays stock here)")
     from torch_threads import torch_threads
 
@@ -103,13 +108,13 @@ def test_fused_steps_give_the_modules_logits_to_the_bit(engine):
     """Eight chats decoding together through the fused step (engine/worker/fused_forward.py: norms, rotary and
     K/V writes in C, no module calls) and through transformers' modules: the same logits, bit for bit."""
     if engine.runner.fused is None:
-        pytest.skip("no fused steps here (engine/worker/fused_forward.why_not)")
+        pytest.skip(f"no fused steps here: {engine.runner.plan.describe()}")
     prompts = [chat(engine, q) for q in QUESTIONS]
     params = SamplingParams(max_tokens=6, return_logits=True)
     # fresh engines: the fixture's cache holds these prompts from other tests (prefix hits prefill otherwise)
     fused = Engine.from_model(engine.model, config=engine.config).generate(prompts, params)
-    modules = Engine.from_model(engine.model, config=engine.config)
-    modules.runner.fused = None
+    plan = replace(engine.runner.plan, step=MODULES)
+    modules = engine_with_plan(engine.model, plan, **asdict(engine.config))
     for a, b in zip(fused, modules.generate(prompts, params)):
         assert a.token_ids == b.token_ids
         assert torch.equal(a.logits, b.logits), (a.logits - b.logits).abs().max().item()

@@ -1,6 +1,8 @@
 """State kept between steps: device block tables (paged_kv.BlockTables), the cached req.tokens, batched argmax."""
 
+import pytest
 import torch
+from decode_paths import DECODE_PATHS, paged_engine
 from tiny_models import random_prompts, tiny_model
 
 from engine.core.request import Request
@@ -16,11 +18,11 @@ def _request(table):
 
 def test_block_table_tensor_follows_appends_copy_on_write_and_cuts():
     tables, req = BlockTables(torch.device("cpu")), _request([4, 5, 6])
-    assert tables.get(req).tolist() == [4, 5, 6] and tables.first_block(req) == 4
+    assert tables.get(req).tolist() == [4, 5, 6]
     first = tables.known["r"][1]
     # grows past the buffer: a bigger one, old entries kept
     req.block_table += [7] * 20
-    assert tables.get(req).tolist() == [4, 5, 6] + [7] * 20 and tables.first_block(req) is None
+    assert tables.get(req).tolist() == [4, 5, 6] + [7] * 20
     # copy-on-write replaced an entry in place: made again
     req.block_table[1] = 9
     assert tables.get(req).tolist()[:3] == [4, 9, 6]
@@ -29,7 +31,7 @@ def test_block_table_tensor_follows_appends_copy_on_write_and_cuts():
     assert tables.get(req).tolist() == [4, 9]
     req.block_table[:] = [10, 11]
     req.block_table.append(12)
-    assert tables.get(req).tolist() == [10, 11, 12] and tables.first_block(req) == 10
+    assert tables.get(req).tolist() == [10, 11, 12]
     assert first is not tables.known["r"][1]
 
 
@@ -83,13 +85,12 @@ def test_the_runner_samples_each_complete_chunk_with_one_argmax_for_the_step():
     assert not hasattr(rows[0], "greedy")
 
 
-def test_decode_of_one_sequence_in_consecutive_blocks_reads_a_view_and_stays_exact():
+@pytest.mark.parametrize("decode", DECODE_PATHS)
+def test_decode_of_one_sequence_in_consecutive_blocks_stays_exact(decode):
     from reference import no_cache_logits
 
     model = tiny_model("llama-gqa")
-    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, prefix_cache=False))
+    engine = paged_engine(model, decode, block_size=4, num_blocks=64, prefix_cache=False)
     out = engine.generate(random_prompts([13]), SamplingParams(max_tokens=6, return_logits=True))[0]
-    # its table was one run of blocks
-    assert engine.runner.tables.known[out.request_id][2] is not None
     ref = no_cache_logits(model, out.prompt_token_ids + out.token_ids)
     assert (out.logits - ref[12:18]).abs().max().item() <= 1e-4

@@ -15,6 +15,7 @@ import functools
 
 import torch
 
+from engine.worker.kernels import build
 from engine.worker.kernels.build import bind
 
 LANES = 16
@@ -39,6 +40,11 @@ def _kernel():
 
 def available() -> bool:
     return _kernel() is not None
+
+
+def why_not() -> str:
+    """Why the kernel is not available here ('' when it is)."""
+    return "" if available() else build.why_not.get("panel_linear", "")
 
 
 def mkl_blocks(k: int) -> list[int]:
