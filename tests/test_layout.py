@@ -92,7 +92,6 @@ class Block:
         if name.split(".")[0] in BLOCKED:
             raise ImportError(name + " is blocked: this module must not need it")
 sys.meta_path.insert(0, Block())
-sys.path.insert(0, ROOT)
 imported, failed = [], {}
 for package in PACKAGES:
     names = [package] + [package + "." + m.name for m in pkgutil.iter_modules([ROOT + "/" + package.replace(".", "/")])]
@@ -108,7 +107,8 @@ print(json.dumps({"imported": imported, "failed": failed}))
 
 def _import_with_torch_blocked(packages: list[str]) -> dict:
     code = f"BLOCKED = {BLOCKED!r}\nROOT = {str(ROOT)!r}\nPACKAGES = {packages!r}\n" + _IMPORT_ALL
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # run in the repository root: `python -c` puts the working directory first on sys.path
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

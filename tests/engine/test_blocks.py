@@ -1,10 +1,10 @@
 import pytest
-from tiny_models import tiny_model
 
 from engine.core.blocks import BlockCopy, BlockPool, OutOfBlocks, tail_waste
 from engine.engine import Engine, EngineConfig
 from engine.models.loading import describe
 from engine.trace import TraceSink
+from tests.helpers.tiny_models import tiny_model
 
 
 def make_pool(n=4, size=16):

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from reference import greedy_generate, no_cache_logits
-from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.reference import greedy_generate, no_cache_logits
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from decode_paths import assert_decodes_match_no_cache
-from tiny_models import tiny_model
 
 import engine.worker.attention as attention
 import engine.worker.decode_runs as decode_runs
 from engine.engine import Engine, EngineConfig
 from engine.worker.decode_runs import _calls, decode_over_runs, plan_runs, runs_of
+from tests.helpers.decode_paths import assert_decodes_match_no_cache
+from tests.helpers.tiny_models import tiny_model
 
 HKV, GROUPS, DIM, BS, BLOCKS = 2, 3, 8, 4, 64
 CPU = torch.device("cpu")

@@ -1,11 +1,11 @@
 """Edits keep the K/V of [0, m) and recompute from m; the answer equals a cold run on the edited sequence."""
 
 import pytest
-from reference import greedy_generate, no_cache_logits
-from tiny_models import random_prompts, tiny_model
 
 from engine.core.edits import EditError, apply_edit
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.reference import greedy_generate, no_cache_logits
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 BS = 4
 # blocks: [0-3] [4-7] [8-11] [12-15] [16-17]
@@ -198,7 +198,7 @@ def test_an_edit_that_expects_another_token_is_refused_and_changes_nothing():
 
 def test_a_selection_becomes_text_of_another_length_in_one_edit(model):
     """replace with num_replaced: one token becomes three (and three become one) in a single edit event."""
-    from oracle import Witness, differences
+    from tests.helpers.oracle import Witness, differences
 
     engine = make_engine(model)
     witness = Witness(engine)

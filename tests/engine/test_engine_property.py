@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from oracle import Witness, differences
-from reference import greedy_generate
-from tiny_models import tiny_model
 
 from engine.core.edits import EditError
 from engine.core.request import Status
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.oracle import Witness, differences
+from tests.helpers.reference import greedy_generate
+from tests.helpers.tiny_models import tiny_model
 
 EXAMPLES = int(os.environ.get("KVTUI_ENGINE_EXAMPLES", "300"))
 SMALL = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4)

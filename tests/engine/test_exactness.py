@@ -3,13 +3,13 @@
 import pytest
 import torch
 import transformers
-from decode_paths import DECODE_PATHS, paged_engine
-from reference import greedy_generate, no_cache_logits
-from tiny_models import ARCHITECTURES, random_prompts, tiny_model
 
 from engine.core.request import Request
 from engine.core.scheduler import ScheduledChunk
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.decode_paths import DECODE_PATHS, paged_engine
+from tests.helpers.reference import greedy_generate, no_cache_logits
+from tests.helpers.tiny_models import ARCHITECTURES, random_prompts, tiny_model
 
 TOL = 1e-4
 

@@ -3,14 +3,14 @@ the same bits as transformers' modules, and taken only where they fit."""
 
 import pytest
 import torch
-from decode_paths import assert_outputs_match_no_cache
-from tiny_models import random_prompts, tiny_model
-from torch_threads import torch_threads
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.worker import fused_forward
 from engine.worker.kernels import decode_ops
+from tests.helpers.decode_paths import assert_outputs_match_no_cache
+from tests.helpers.tiny_models import random_prompts, tiny_model
+from tests.helpers.torch_threads import torch_threads
 
 pytestmark = pytest.mark.skipif(
     not decode_ops.available(), reason=f"no decode_ops kernel: {decode_ops.why_not()}"

@@ -7,10 +7,10 @@ only the logits they compare (logits_to_keep)."""
 
 import pytest
 import torch
-from reference import greedy_generate, no_cache_logits
 
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.models.loading import stock_attention
+from tests.helpers.reference import greedy_generate, no_cache_logits
 
 pytestmark = pytest.mark.gemma3
 

@@ -2,10 +2,10 @@
 every key it is full attention."""
 
 import torch
-from reference import no_cache_logits
-from tiny_models import random_prompts, tiny_model
 
 from engine.worker.heavy_hitters import heavy_hitter_logprobs, heavy_hitter_mask
+from tests.helpers.reference import no_cache_logits
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 def test_a_budget_larger_than_the_text_is_full_attention():

@@ -8,12 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from model_free import model_free_manager, run_model_free
-
 from engine.core.blocks import BlockCopy
 from engine.core.prefix_cache import NoPrefixCache
 from engine.core.request import Request, SamplingParams, Status
 from engine.core.scheduler import Scheduler
+from tests.helpers.model_free import model_free_manager, run_model_free
 
 BS = 4
 
@@ -136,25 +135,24 @@ def test_the_scheduler_runs_a_workload_with_no_model():
 
 def test_the_manager_and_scheduler_run_where_torch_cannot_be_imported():
     root = Path(__file__).resolve().parents[2]
-    code = f"""
+    code = """
 import sys
 class Block:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in ("torch", "transformers", "numpy"):
-            raise ImportError(f"{{name}} is blocked in this test")
+            raise ImportError(f"{name} is blocked in this test")
 sys.meta_path.insert(0, Block())
-sys.path[:0] = [{str(root)!r}, {str(root / "tests")!r}]
-from model_free import model_free_manager, run_model_free
+from tests.helpers.model_free import model_free_manager, run_model_free
 from engine.core.request import Request, SamplingParams
 from engine.core.scheduler import Scheduler
 manager = model_free_manager(16, 4, policy="lfu")
 scheduler = Scheduler(manager, manager.trace, max_batched_tokens=6, max_num_seqs=3)
-reqs = {{f"r{{i}}": Request(f"r{{i}}", [1, 2, 3, 4, 5, i], SamplingParams(max_tokens=4), 0.0) for i in range(6)}}
+reqs = {f"r{i}": Request(f"r{i}", [1, 2, 3, 4, 5, i], SamplingParams(max_tokens=4), 0.0) for i in range(6)}
 for r in reqs.values():
     scheduler.add(r)
 print(len(run_model_free(manager, scheduler, reqs)), "torch" in sys.modules)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["6", "False"]
 

@@ -141,10 +141,9 @@ def test_a_bias_changed_in_place_after_packing_is_packed_again():
 
 
 def test_fast_prefill_is_an_engine_option_taken_only_where_mkl_is_slow():
-    from reference import no_cache_logits
-    from tiny_models import random_prompts, tiny_model
-
     from engine.engine import Engine, EngineConfig, SamplingParams
+    from tests.helpers.reference import no_cache_logits
+    from tests.helpers.tiny_models import random_prompts, tiny_model
 
     model = tiny_model("llama-gqa")
     assert Engine.from_model(model).runner.linears.fast_prefill is False
@@ -162,10 +161,10 @@ def test_where_the_probe_passes_the_engines_prefill_is_mkls_to_the_bit():
     the last position alone differ: the stock head multiplies 1-3 rows by MKL's small-row path, which sums
     otherwise, where the kernel sums as transformers' forward of the whole prompt does.)"""
     import pytest
-    from tiny_models import random_prompts, tiny_model
-    from torch_threads import torch_threads
 
     from engine.engine import Engine, SamplingParams
+    from tests.helpers.tiny_models import random_prompts, tiny_model
+    from tests.helpers.torch_threads import torch_threads
 
     model = tiny_model("llama-gqa")
     fast = Engine.from_model(model)

@@ -9,15 +9,15 @@ import math
 
 import pytest
 import torch
-from decode_paths import assert_decodes_match_no_cache, assert_outputs_match_no_cache
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_models import random_prompts, tiny_model
-from torch_threads import torch_threads
 
 import engine.worker.attention as attention
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.worker.kernels import paged_decode as kernel
+from tests.helpers.decode_paths import assert_decodes_match_no_cache, assert_outputs_match_no_cache
+from tests.helpers.tiny_models import random_prompts, tiny_model
+from tests.helpers.torch_threads import torch_threads
 
 pytestmark = pytest.mark.skipif(
     not kernel.available(), reason=f"no paged decode kernel here: {kernel.why_not()}"

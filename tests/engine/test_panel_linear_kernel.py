@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch_threads import torch_threads
 
 from engine.models.random_models import random_model
 from engine.worker import packed_linear
 from engine.worker.kernels import panel_linear as kernel
 from engine.worker.packed_linear import PackedLinears
+from tests.helpers.torch_threads import torch_threads
 
 pytestmark = pytest.mark.skipif(not kernel.available(), reason="no panel_linear kernel here (no C compiler?)")
 

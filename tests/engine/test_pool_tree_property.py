@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from model_free import model_free_manager
 
 from engine.core.eviction import POLICIES, priority
 from engine.core.hashing import block_hashes
 from engine.core.tree_node import Node
 from engine.trace import TraceSink
+from tests.helpers.model_free import model_free_manager
 
 EXAMPLES = int(os.environ.get("KVTUI_HYPOTHESIS_EXAMPLES", "1000"))
 

@@ -1,10 +1,10 @@
 """The prefix cache inside the engine: hits are exact, misses are explained, tenants are isolated."""
 
 import pytest
-from reference import greedy_generate, no_cache_logits
-from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.reference import greedy_generate, no_cache_logits
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 BS = 4
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from model_free import model_free_manager
 
 from engine.core.blocks import OutOfBlocks
 from engine.core.eviction import POLICIES, recompute_cost
@@ -11,6 +10,7 @@ from engine.core.hashing import block_hashes
 from engine.core.miss_explainer import PrefixMatch
 from engine.core.radix import RadixCache
 from engine.trace import TraceSink, validate_event
+from tests.helpers.model_free import model_free_manager
 
 BS = 4
 

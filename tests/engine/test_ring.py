@@ -3,14 +3,14 @@
 import pytest
 import torch
 import transformers
-from decode_paths import DECODE_PATHS, paged_engine
-from tiny_models import random_prompts
 
 from engine.core.request import Request
 from engine.core.scheduler import ScheduledChunk
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.models.loading import ModelLoadError, describe, layer_windows, stock_attention
 from kvtui.commands.engine_commands import format_info
+from tests.helpers.decode_paths import DECODE_PATHS, paged_engine
+from tests.helpers.tiny_models import random_prompts
 
 TOL = 1e-4
 SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, max_position_embeddings=512)

@@ -1,9 +1,9 @@
 import pytest
 import torch
-from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, SamplingParams
 from engine.worker.sampling import make_generator, sample
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 def test_greedy_is_argmax_and_top_k_one_is_greedy():

@@ -1,7 +1,7 @@
 import pytest
-from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 def recorded(engine):

@@ -6,11 +6,11 @@ Each test runs on the CPU and, where torch sees one, on a CUDA GPU (tests/gpu/ru
 import pytest
 import torch
 import transformers
-from reference import no_cache_logits
-from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.models.loading import stock_attention
+from tests.helpers.reference import no_cache_logits
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 TOL = 1e-4
 DEVICES = [

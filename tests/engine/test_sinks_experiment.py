@@ -1,8 +1,6 @@
 """`kvtui sinks` (kvtui/commands/sinks_commands.py) on a tiny random model: every method scores every token (the
 recompute baseline its sampled positions), the table and the plot say what they show."""
 
-from tiny_models import random_prompts, tiny_model
-
 from kvtui.commands.sinks_commands import (
     format_plot,
     format_strip,
@@ -10,6 +8,7 @@ from kvtui.commands.sinks_commands import (
     reference_text,
     run_experiment,
 )
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 def test_the_experiment_scores_every_method_and_prints_streamingllm_s_table():

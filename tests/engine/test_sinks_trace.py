@@ -4,7 +4,6 @@ is, sample by sample, what the experiment itself kept; and the command on a tiny
 from pathlib import Path
 
 from click.testing import CliRunner
-from tiny_models import random_prompts, tiny_model
 
 from engine.trace import read_trace
 from kvtui.cli import main
@@ -17,6 +16,7 @@ from kvtui.commands.sinks_trace import (
     write_trace,
 )
 from kvtui.state import CacheState
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 N, W, S, EVERY, LAYER = 80, 16, 2, 3, 1
 

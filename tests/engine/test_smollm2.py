@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from reference import greedy_generate, no_cache_logits
 
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.reference import greedy_generate, no_cache_logits
 
 pytestmark = pytest.mark.smollm2
 
@@ -87,7 +87,7 @@ def test_an_unchunked_prefill_is_transformers_forward_to_the_bit():
     engine = Engine.load("smollm2", EngineConfig(device="cpu", block_size=16, max_batched_tokens=2048))
     if not engine.runner.linears.exact_prefill:
         pytest.skip("the linear kernel does not give this machine's MKL bits (prefill stays stock here)")
-    from torch_threads import torch_threads
+    from tests.helpers.torch_threads import torch_threads
 
     generator = torch.Generator().manual_seed(5)
     prompts = [torch.randint(100, 40000, (n,), generator=generator).tolist() for n in (40, 130, 300)]

@@ -1,13 +1,13 @@
 """State kept between steps: device block tables (paged_kv.BlockTables), the cached req.tokens, batched argmax."""
 
 import torch
-from tiny_models import random_prompts, tiny_model
 
 from engine.core.request import Request
 from engine.core.scheduler import ScheduledChunk
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.worker.paged_kv import BlockTables
 from engine.worker.sampling import sample
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 def _request(table):
@@ -84,7 +84,7 @@ def test_the_runner_samples_each_complete_chunk_with_one_argmax_for_the_step():
 
 
 def test_decode_of_one_sequence_in_consecutive_blocks_reads_a_view_and_stays_exact():
-    from reference import no_cache_logits
+    from tests.helpers.reference import no_cache_logits
 
     model = tiny_model("llama-gqa")
     engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=64, prefix_cache=False))

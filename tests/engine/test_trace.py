@@ -1,10 +1,10 @@
 import json
 
 import pytest
-from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.trace import EVENT_FIELDS, SCHEMA_VERSION, TraceError, parse_trace_lines, read_trace, schema_text
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 class PoolRebuild:

@@ -5,11 +5,11 @@ reported cases one by one, so a regression names itself.
 """
 
 import pytest
-from oracle import Witness, differences
-from tiny_models import random_prompts, tiny_model
 
 from engine.core.request import Status
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.oracle import Witness, differences
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 def make(arch="llama-gqa", **config):

@@ -4,8 +4,8 @@ its last token is always computed, so a fully cached block-aligned prompt loses 
 
 from __future__ import annotations
 
-from model_free import model_free_manager
-from test_kv_cache import BS, prefill, request
+from tests.engine.test_kv_cache import BS, prefill, request
+from tests.helpers.model_free import model_free_manager
 
 
 def cached_after(manager, first: list[int], second: list[int]) -> int:

@@ -25,7 +25,13 @@ import time
 
 import msgspec
 import pytest
-from workload import (
+
+from engine.trace import TraceSink
+from kvtui.sources.attach import Attacher
+from kvtui.sources.endpoints import parse_source
+from kvtui.state.fleet import FleetState
+from kvtui.state.fleet_explain import explain_prompt, parse_query, vllm_hit_tokens
+from tests.integration.workload import (
     QUESTIONS,
     SYSTEM,
     RawRecorder,
@@ -39,12 +45,6 @@ from workload import (
     wire_events,
     workload,
 )
-
-from engine.trace import TraceSink
-from kvtui.sources.attach import Attacher
-from kvtui.sources.endpoints import parse_source
-from kvtui.state.fleet import FleetState
-from kvtui.state.fleet_explain import explain_prompt, parse_query, vllm_hit_tokens
 
 BLOCK = 32
 NONCE = f"Run {time.time_ns() % 100000}. "
@@ -148,7 +148,7 @@ def run(vllm, tokenizer):
         arrivals[name] = (len(recorder.lines), *held)
         return real_send(server, name, ids, salt=salt, max_tokens=max_tokens)
 
-    import workload as wl
+    from tests.integration import workload as wl
 
     wl.send = explained_send
     try:
@@ -369,7 +369,7 @@ def test_a_restart_clears_the_old_blocks_and_bind_receives_the_new_server(vllm, 
     """The server restarts with its PUB socket connecting to a `kvtui attach --bind` address. The attacher of
     the old endpoint sees /metrics go quiet (DOWN?) and then a new process: the old blocks are cleared before
     the new server publishes anything there."""
-    from vllm_server import free_port
+    from tests.integration.vllm_server import free_port
 
     attached = run[0]
     assert attached.worker().resident > 0

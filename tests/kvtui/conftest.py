@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from synthetic import generate
+
+from tests.helpers.synthetic import generate
 
 
 @pytest.fixture(scope="session")

@@ -263,9 +263,9 @@ async def test_live_error_notice_becomes_a_notification():
 @pytest.mark.parametrize("bad", ['{"seq": 0}\n', "not json\n"])
 def test_replay_check_reports_bad_line_number(tmp_path, small_trace, bad):
     from click.testing import CliRunner
-    from synthetic import write_trace
 
     from kvtui.commands.ui_commands import replay as replay_cmd
+    from tests.helpers.synthetic import write_trace
 
     header, events = small_trace
     path = tmp_path / "t.jsonl"
@@ -280,9 +280,9 @@ def test_replay_check_reports_bad_line_number(tmp_path, small_trace, bad):
 
 def test_replay_check_accepts_truncated_last_line(tmp_path, small_trace):
     from click.testing import CliRunner
-    from synthetic import write_trace
 
     from kvtui.commands.ui_commands import replay as replay_cmd
+    from tests.helpers.synthetic import write_trace
 
     header, events = small_trace
     path = tmp_path / "t.jsonl"

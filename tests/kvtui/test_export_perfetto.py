@@ -7,11 +7,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
-from tiny_trace import hybrid_trace
 
 from engine.trace import TraceWriter
 from kvtui.cli import main
 from kvtui.export.perfetto import COUNTERS, build_perfetto
+from tests.helpers.tiny_trace import hybrid_trace
 
 
 def read_back(data: bytes):

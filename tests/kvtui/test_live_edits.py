@@ -127,9 +127,8 @@ async def test_a_dead_engine_is_shown_and_the_prompt_box_says_so(small_trace):
 
 def _slow_tiny_engine():
     """A tiny model whose steps take at least 10 ms: 1000 tokens last 10 s, so the quit lands mid-generation."""
-    from tiny_models import tiny_model
-
     from engine.engine import Engine, EngineConfig
+    from tests.helpers.tiny_models import tiny_model
 
     engine = Engine.from_model(
         tiny_model("llama-gqa"), config=EngineConfig(device="cpu", block_size=16, num_blocks=256)

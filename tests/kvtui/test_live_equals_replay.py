@@ -1,11 +1,11 @@
 """A real engine run reduced live equals the replay of the trace it wrote, and both agree with the engine."""
 
 import pytest
-from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.trace import read_trace
 from kvtui.state import CacheState, replay, state_fingerprint
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 @pytest.mark.parametrize("arch,extra", [("llama-gqa", {}), ("mistral-mqa", {"sliding_window": 3})])

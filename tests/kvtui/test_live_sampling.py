@@ -4,12 +4,12 @@ controller, the engine side through the worker's command handler on a real tiny 
 from __future__ import annotations
 
 import pytest
-from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig
 from kvtui.app import KvtuiApp
 from kvtui.app.feed import EngineWorker, EventFeed, RecordingController
 from kvtui.app.feed_messages import AbortRequest, FeedHeader, SubmitPrompt
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 pytestmark = pytest.mark.anyio
 SIZE = (120, 36)

@@ -6,7 +6,6 @@ import itertools
 from pathlib import Path
 
 import pytest
-from tiny_trace import hybrid_trace
 
 from kvtui.app import KvtuiApp
 from kvtui.app.loader import load_trace
@@ -31,6 +30,7 @@ from kvtui.state.masks import (
 from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import View
 from kvtui.widgets.mask import REGION_STYLE, MaskView
+from tests.helpers.tiny_trace import hybrid_trace
 
 
 def step_end(events, step: int) -> int:

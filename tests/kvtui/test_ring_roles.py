@@ -98,9 +98,9 @@ async def test_the_rings_tab_of_a_sinks_trace_marks_sinks_recent_and_heavy_hitte
 
 def test_the_engine_s_rings_with_attention_sinks_mark_the_sink_slots():
     import torch
-    from tiny_models import random_prompts, tiny_model
 
     from engine import Engine, EngineConfig, SamplingParams
+    from tests.helpers.tiny_models import random_prompts, tiny_model
 
     config = EngineConfig(block_size=4, num_blocks=64, max_batched_tokens=8, sink_tokens=2, window=6)
     engine = Engine.from_model(tiny_model("llama-gqa"), config=config)

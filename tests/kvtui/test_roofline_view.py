@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import tiny_model
-from tiny_trace import hybrid_trace
 
 from engine.engine import Engine, EngineConfig
 from engine.trace.schema import validate_event
@@ -14,6 +12,8 @@ from kvtui.state import replay
 from kvtui.state.roofline import Roofline, RooflineScan
 from kvtui.widgets.base import View
 from kvtui.widgets.roofline import RooflineView
+from tests.helpers.tiny_models import tiny_model
+from tests.helpers.tiny_trace import hybrid_trace
 
 SMOLLM_LIKE = {
     "type": "roofline",

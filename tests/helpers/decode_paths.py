@@ -4,11 +4,11 @@ place (engine/worker/kernels, where it can be built) and torch's (views of runs,
 from __future__ import annotations
 
 import pytest
-from reference import no_cache_logits
-from tiny_models import random_prompts
 
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.worker.kernels import paged_decode
+from tests.helpers.reference import no_cache_logits
+from tests.helpers.tiny_models import random_prompts
 
 DECODE_PATHS = ["kernel", "torch"]
 

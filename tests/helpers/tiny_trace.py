@@ -1,7 +1,7 @@
 """A real trace of our engine on a tiny random hybrid model (2 sliding-window layers W=8, 1 full layer), recorded
 in memory for the UI and export tests: chunked prefill, a shared prefix, an edit, evictions and a preemption.
 
-tests/kvtui/data/hybrid_tiny.jsonl is one such run saved (`python tests/tiny_trace.py OUT`), for snapshots."""
+tests/kvtui/data/hybrid_tiny.jsonl is one such run saved (`python -m tests.helpers.tiny_trace OUT`), for snapshots."""
 
 from __future__ import annotations
 
