@@ -115,7 +115,7 @@ def _import_with_torch_blocked(packages: list[str]) -> dict:
 
 def test_engine_core_and_trace_import_no_torch_at_import_time():
     """Every module of engine/core and engine/trace imports in a process where torch cannot be imported.
-    tests/engine/test_kv_cache.py runs the manager and the scheduler through a workload there too."""
+    tests/engine/core/test_kv_cache.py runs the manager and the scheduler through a workload there too."""
     result = _import_with_torch_blocked([p.replace("/", ".") for p in TORCH_FREE])
     assert not result["failed"], result["failed"]
     modules = [p for folder in TORCH_FREE for p in (ROOT / folder).glob("*.py")]

@@ -3,7 +3,7 @@
 
 After every rule: ref counts equal the number of block tables holding each block, free + used + cached =
 total, the prefix tree never holds a free block, no locked or referenced block is ever evicted, and the
-differential oracle (tests/oracle.py) finds the UI's state, built from the events alone, equal to the engine's
+differential oracle (tests/helpers/oracle.py) finds the UI's state, built from the events alone, equal to the engine's
 own. When an example ends, every request is run to completion and each greedy continuation equals
 transformers' own generate on the sequence it continued from. The models: full attention, a sliding window
 (rings, snapshots, window back-off), and attention sinks. KVTUI_ENGINE_EXAMPLES sets the number of examples.

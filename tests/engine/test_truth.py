@@ -1,6 +1,6 @@
 """Each divergence between the view and the engine that a review found, held fixed: the events say what happened.
 
-The differential oracle (tests/oracle.py) checks all of it after every rule of the stateful test; these pin the
+The differential oracle (tests/helpers/oracle.py) checks all of it after every rule of the stateful test; these pin the
 reported cases one by one, so a regression names itself.
 """
 

@@ -1,4 +1,4 @@
-"""Shared fixtures for the UI tests: small deterministic synthetic traces (see tests/synthetic.py)."""
+"""Shared fixtures for the UI tests: small deterministic synthetic traces (see tests/helpers/synthetic.py)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from engine.trace.reader import MAX_LINE_BYTES, TraceError, parse_trace_lines, read_header, read_trace
 from engine.trace.schema import EVENT_FIELDS, FAST_CHECKS, validate_event
 
-TRACES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "traces").glob("*.jsonl"))
+TRACES = sorted((Path(__file__).resolve().parents[3] / "fixtures" / "traces").glob("*.jsonl"))
 DATA = {path.name: path.read_bytes() for path in TRACES}
 WRONG = ["x", 1.5, None, [], {}, True, -1, 10**30]
 

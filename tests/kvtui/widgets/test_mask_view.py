@@ -165,7 +165,7 @@ def test_gemma3_fixture_past_its_window():
 
     from kvtui.app.loader import load_trace
 
-    trace = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "gemma3_hybrid_window.jsonl"
+    trace = Path(__file__).resolve().parents[3] / "fixtures" / "traces" / "gemma3_hybrid_window.jsonl"
     loaded = load_trace(str(trace))
     lines = mask_lines(loaded.header, loaded.events, step_end(loaded.events, 2))
     assert "story prefill 512..621 (110 queries) · keys 0..621 · 512 cached before this step" in lines[3]
@@ -193,7 +193,7 @@ def test_sink_columns_stay_visible_outside_the_window():
 
     from kvtui.app.loader import load_trace
 
-    trace = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "streaming_sinks.jsonl"
+    trace = Path(__file__).resolve().parents[3] / "fixtures" / "traces" / "streaming_sinks.jsonl"
     loaded = load_trace(str(trace))
     lines = mask_lines(loaded.header, loaded.events, step_end(loaded.events, 5))
     assert lines[4].startswith("  sliding window W=32 + 4 sinks · layers 0, 1, 2,")
@@ -216,8 +216,8 @@ def test_sink_columns_stay_visible_outside_the_window():
     )
 
 
-SINKS_TRACE = Path(__file__).resolve().parent / "data" / "sinks_tiny.jsonl"
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "traces"
+SINKS_TRACE = Path(__file__).resolve().parents[1] / "data" / "sinks_tiny.jsonl"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "traces"
 
 
 def cache_rows(lines: list[str], request_id: str) -> dict[int, str]:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from engine.models.kv_budget import ConfigError, kv_bytes, load_config, shape_from_config
 from kvtui.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SEED = {
     "model_type": "llama",
     "num_hidden_layers": 32,

@@ -16,7 +16,7 @@ from kvtui.widgets.base import View
 from kvtui.widgets.block_table import BlockTableView
 from kvtui.widgets.miss import explain
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 NAMES = ("chat_template_jitter", "multi_turn_chat", "edit_series", "long")
 
 
@@ -165,7 +165,7 @@ def test_ring_resume_and_sink_divergence_are_kept_on_the_request():
 def test_sink_rings_keep_the_first_positions_in_their_own_slots():
     """streaming_sinks: 4 sinks + W=32 on every layer; slot = position for sinks, 4 + position mod 32 after."""
     trace = read_trace(
-        Path(__file__).parents[2] / "fixtures" / "traces" / "streaming_sinks.jsonl", strict=True
+        Path(__file__).parents[3] / "fixtures" / "traces" / "streaming_sinks.jsonl", strict=True
     )
     state = replay(trace.header, trace.events)
     ring = next(iter(state.rings.values()))

@@ -205,7 +205,7 @@ def test_the_memory_note_names_only_the_causes_present_at_that_moment():
     from engine.trace import read_trace
     from kvtui.widgets.charts import memory_lines
 
-    trace = read_trace(str(Path(__file__).parent / "data" / "edit_series.jsonl"))
+    trace = read_trace(str(Path(__file__).parents[1] / "data" / "edit_series.jsonl"))
     events = trace.events
     checked = 0
     for k, event in enumerate(events):

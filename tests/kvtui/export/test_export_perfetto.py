@@ -111,7 +111,7 @@ def test_export_reads_back_with_every_track(tmp_path):
 
 
 def test_export_fixture_trace_and_bad_input(tmp_path):
-    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "edit_series.jsonl"
+    fixture = Path(__file__).resolve().parents[3] / "fixtures" / "traces" / "edit_series.jsonl"
     names, _, tracks = read_back(build_perfetto(*_load(fixture)))
     assert sum(name.startswith("request ") for name in names.values()) >= 2
     bad = tmp_path / "bad.jsonl"

@@ -16,7 +16,7 @@ from kvtui.commands.engine_commands import stats as stats_cmd
 from kvtui.state import replay
 from kvtui.widgets.timeline import latency_summary, latency_values
 
-TRACES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "traces").glob("*.jsonl"))
+TRACES = sorted((Path(__file__).resolve().parents[3] / "fixtures" / "traces").glob("*.jsonl"))
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.stem)

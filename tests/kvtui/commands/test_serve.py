@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from kvtui.cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TRACE = ROOT / "tests" / "kvtui" / "data" / "hybrid_tiny.jsonl"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # without the networking flags this sandbox refuses chromium's connections

@@ -4,7 +4,7 @@ its last token is always computed, so a fully cached block-aligned prompt loses 
 
 from __future__ import annotations
 
-from tests.engine.test_kv_cache import BS, prefill, request
+from tests.engine.core.test_kv_cache import BS, prefill, request
 from tests.helpers.model_free import model_free_manager
 
 

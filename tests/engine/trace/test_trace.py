@@ -144,6 +144,6 @@ def test_schema_text_documents_every_event():
 def test_readme_documents_every_event_type():
     from pathlib import Path
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
     missing = [etype for etype in EVENT_FIELDS if f"`{etype}`" not in readme]
     assert not missing, f"README's trace table lacks {missing}"

@@ -297,7 +297,7 @@ def test_replay_check_accepts_truncated_last_line(tmp_path, small_trace):
 async def test_replay_loads_a_file_in_a_worker_and_opens_at_an_interesting_point():
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent / "data" / "edit_series.jsonl"
+    path = Path(__file__).resolve().parents[1] / "data" / "edit_series.jsonl"
     app = KvtuiApp(
         source=str(path), trace_path=str(path), open_interesting=True, clock=FakeClock(), frame_rate=None
     )

@@ -10,7 +10,7 @@ from engine.trace import read_trace
 from kvtui.app import KvtuiApp
 from kvtui.state.timeline import Timeline
 
-TRACE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "synthetic_small.jsonl"
+TRACE = Path(__file__).resolve().parents[3] / "fixtures" / "traces" / "synthetic_small.jsonl"
 
 
 def make_app(cursor_fraction: float = 0.6) -> KvtuiApp:
@@ -54,7 +54,7 @@ def test_help(snap_compare):
     assert snap_compare(make_app(), press=["question_mark"], terminal_size=(100, 30), run_before=_seek)
 
 
-REAL = Path(__file__).resolve().parent / "data"
+REAL = Path(__file__).resolve().parents[1] / "data"
 
 
 def real_app(name: str) -> KvtuiApp:

@@ -17,7 +17,7 @@ from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import View
 from kvtui.widgets.ring import HEAD_ROWS, LEGEND_ROW, ROWS_PER_RING, RingView
 
-SINKS_TRACE = Path(__file__).resolve().parent / "data" / "sinks_tiny.jsonl"
+SINKS_TRACE = Path(__file__).resolve().parents[1] / "data" / "sinks_tiny.jsonl"
 ROLE_STYLE = {"sink": "sink-slot", "recent": "slot", "heavy": "heavy-slot"}
 GLYPH_ROLE = {"s": "sink", "r": "recent", "h": "heavy"}
 

@@ -63,7 +63,7 @@ def test_gemma3_fixture_rings_stop_growing_at_512():
     from kvtui.app.loader import load_trace
 
     loaded = load_trace(
-        str(Path(__file__).resolve().parents[2] / "fixtures/traces/gemma3_hybrid_window.jsonl")
+        str(Path(__file__).resolve().parents[3] / "fixtures/traces/gemma3_hybrid_window.jsonl")
     )
     state = replay(loaded.header, loaded.events)
     assert {w for w in loaded.header["model"]["windows"]} == {512, None}

@@ -1,5 +1,5 @@
 """SVG snapshots of the panels (attention masks `k`, roofline `l`) on a saved tiny hybrid-model trace
-(tests/kvtui/data/hybrid_tiny.jsonl: 2 window layers W=8 and 1 full layer; see tests/tiny_trace.py)."""
+(tests/kvtui/data/hybrid_tiny.jsonl: 2 window layers W=8 and 1 full layer; see tests/helpers/tiny_trace.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from engine.trace import read_trace
 from kvtui.app import KvtuiApp
 from kvtui.state.timeline import Timeline
 
-TRACE = Path(__file__).resolve().parent / "data" / "hybrid_tiny.jsonl"
+TRACE = Path(__file__).resolve().parents[1] / "data" / "hybrid_tiny.jsonl"
 
 
 def app_at_step(step: int) -> KvtuiApp:

@@ -134,7 +134,7 @@ def test_the_scheduler_runs_a_workload_with_no_model():
 
 
 def test_the_manager_and_scheduler_run_where_torch_cannot_be_imported():
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     code = """
 import sys
 class Block:

@@ -20,7 +20,7 @@ from kvtui.widgets.palette import ROLES, theme_palette
 from kvtui.widgets.scrubber import Scrubber
 from kvtui.widgets.token_strip import TokenStrip
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WIDGET_SOURCES = [
     *sorted((ROOT / "kvtui" / "widgets").glob("*.py")),
     *sorted((ROOT / "kvtui" / "screens").glob("*.py")),

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from kvtui.app import KvtuiApp
 from kvtui.commands.ui_commands import replay as replay_cmd
 
-CHAT = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "chat.jsonl"
+CHAT = Path(__file__).resolve().parents[3] / "fixtures" / "traces" / "chat.jsonl"
 pytestmark = pytest.mark.anyio
 
 
