@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from engine.trace import read_trace
 from engine.trace.metrics import latency_summaries, percentile
 from engine.trace.stats import summarize
-from kvtui.commands.engine_commands import stats as stats_cmd
+from kvtui.commands.trace_commands import stats as stats_cmd
 from kvtui.state import replay
 from kvtui.widgets.timeline import latency_summary, latency_values
 

@@ -8,7 +8,7 @@ from engine.core.request import Request
 from engine.core.scheduler import ScheduledChunk
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.models.loading import ModelLoadError, describe, layer_windows, stock_attention
-from kvtui.commands.engine_commands import format_info
+from kvtui.commands.info_commands import format_info
 from tests.helpers.decode_paths import DECODE_PATHS, paged_engine
 from tests.helpers.tiny_models import random_prompts
 

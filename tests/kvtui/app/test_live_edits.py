@@ -144,7 +144,7 @@ def _slow_tiny_engine():
 
 
 async def test_quitting_mid_generation_stops_the_worker_and_leaves_a_whole_trace(tmp_path):
-    from kvtui.commands.engine_commands import stats
+    from kvtui.commands.trace_commands import stats
 
     trace = tmp_path / "live.jsonl"
     feed = EventFeed()
