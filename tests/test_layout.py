@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# 400 before ruff format; the formatter gives each argument of a long call its own line (about +15%)
-MAX_LINES = 480
+MAX_LINES = 400
 
 
 def _module_name(path: Path) -> str:
@@ -74,7 +73,7 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_no_source_file_is_too_long_to_read_in_one_sitting():
     long = {
         str(p.relative_to(ROOT)): n
-        for package in ("engine", "kvtui")
+        for package in ("engine", "kvtui", "tests")
         for p in (ROOT / package).rglob("*.py")
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
