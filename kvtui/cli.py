@@ -95,15 +95,19 @@ def _register() -> None:
         bench_commands,
         engine_commands,
         export_commands,
+        info_commands,
         proxy_commands,
         serve_commands,
         sinks_commands,
+        trace_commands,
         ui_commands,
         whatif_commands,
     )
 
     for command in (
         engine_commands.COMMANDS
+        + info_commands.COMMANDS
+        + trace_commands.COMMANDS
         + ui_commands.COMMANDS
         + bench_commands.COMMANDS
         + export_commands.COMMANDS

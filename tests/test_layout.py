@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# 400 before ruff format; the formatter gives each argument of a long call its own line (about +15%)
-MAX_LINES = 480
+MAX_LINES = 400
 
 
 def _module_name(path: Path) -> str:
@@ -74,7 +73,7 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_no_source_file_is_too_long_to_read_in_one_sitting():
     long = {
         str(p.relative_to(ROOT)): n
-        for package in ("engine", "kvtui")
+        for package in ("engine", "kvtui", "tests")
         for p in (ROOT / package).rglob("*.py")
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
@@ -92,7 +91,6 @@ class Block:
         if name.split(".")[0] in BLOCKED:
             raise ImportError(name + " is blocked: this module must not need it")
 sys.meta_path.insert(0, Block())
-sys.path.insert(0, ROOT)
 imported, failed = [], {}
 for package in PACKAGES:
     names = [package] + [package + "." + m.name for m in pkgutil.iter_modules([ROOT + "/" + package.replace(".", "/")])]
@@ -108,14 +106,15 @@ print(json.dumps({"imported": imported, "failed": failed}))
 
 def _import_with_torch_blocked(packages: list[str]) -> dict:
     code = f"BLOCKED = {BLOCKED!r}\nROOT = {str(ROOT)!r}\nPACKAGES = {packages!r}\n" + _IMPORT_ALL
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # run in the repository root: `python -c` puts the working directory first on sys.path
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
 def test_engine_core_and_trace_import_no_torch_at_import_time():
     """Every module of engine/core and engine/trace imports in a process where torch cannot be imported.
-    tests/engine/test_kv_cache.py runs the manager and the scheduler through a workload there too."""
+    tests/engine/core/test_kv_cache.py runs the manager and the scheduler through a workload there too."""
     result = _import_with_torch_blocked([p.replace("/", ".") for p in TORCH_FREE])
     assert not result["failed"], result["failed"]
     modules = [p for folder in TORCH_FREE for p in (ROOT / folder).glob("*.py")]

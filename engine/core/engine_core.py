@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from engine.config import EngineConfig
 from engine.core.edits import EditedSequence, EditError, apply_edit
+from engine.core.forks import fork_of
 from engine.core.kv_cache import KVCacheManager
 from engine.core.request import Request, SamplingParams, Status
 from engine.core.scheduler import ScheduledChunk, Scheduler
@@ -302,28 +303,7 @@ class EngineCore:
         # a seeded request's samples must differ from each other, and reproducibly so: seed + k for child k
         seed = None if parent.params.seed is None else parent.params.seed + len(parent.children) + 1
         params = replace(parent.params, n=1, seed=seed)
-        child = Request(
-            child_id,
-            list(parent.prompt_token_ids),
-            params,
-            self.trace.now(),
-            parent.cache_salt,
-            output_token_ids=list(parent.output_token_ids),
-            num_computed=parent.num_computed,
-            num_cached=parent.num_cached,
-            generator=self.new_generator(params),
-            generation_start=parent.generation_start,
-            parent_id=request_id,
-            first_token_time=parent.first_token_time,
-            last_token_time=parent.last_token_time,
-        )
-        child.arrival_time = parent.arrival_time
-        if finished:
-            # a fork of a finished request is a new run from where it stopped, as an edit at its end is:
-            # max_tokens more tokens, TTFT and TPOT from the fork (not across the idle time before it)
-            child.generation_start = len(child.output_token_ids)
-            child.first_token_time = child.last_token_time = None
-            child.arrival_time = self.trace.now()
+        child = fork_of(parent, child_id, params, self.trace.now(), self.new_generator(params), finished)
         self.requests[child_id] = child
         parent.children.append(child_id)
         if self.step_events:

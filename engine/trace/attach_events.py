@@ -7,7 +7,7 @@ The header of an attach trace has `"kind": "attach"` and `config.sources` (every
 block_size and num_blocks are 0 there (workers may differ; each stored block carries its own size), and
 `wall_clock` is the wall-clock time of t=0: `engine_ts - wall_clock` is when a batch happened on the trace's
 clock (a replayed one may be before the attach: negative).
-Torch-free, like trace_schema.py, which merges this table into EVENT_FIELDS.
+Torch-free, like schema.py, which merges this table into EVENT_FIELDS.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ torch's arithmetic operation for operation. The attention of a decode-only step 
 is rope_write (rotary + K/V into the pool) and that kernel, called directly (measured 4% faster a step than
 the route below: SmolLM2, 8 decodes, one thread); of any other step the C rotary and then the engine's paged
 attention, called as the modules call it. The result equals the module path's bit for bit
-(tests/engine/test_fused_forward.py); the norm's sum order is torch's, which `FusedForward.build` checks on
+(tests/engine/worker/test_fused_forward.py); the norm's sum order is torch's, which `FusedForward.build` checks on
 this machine against the model's own norms before it lets the path run.
 
 Only the architectures whose layers are exactly this (Llama, Mistral, Qwen2), paged in every layer (no

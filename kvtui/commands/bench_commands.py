@@ -10,7 +10,7 @@ import click
 from kvtui.bench.vllm_peer import vllm_bench
 from kvtui.commands.attach_commands import attach_bench
 from kvtui.commands.bench_engine_commands import ENGINE_BENCHES
-from kvtui.commands.engine_commands import check_device, engine_config, engine_options, load_engine
+from kvtui.commands.engine_options import check_device, engine_config, engine_options, load_engine
 
 
 def _say(msg: str) -> None:

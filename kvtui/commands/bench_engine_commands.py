@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kvtui.commands.engine_commands import engine_config, engine_options, load_engine
+from kvtui.commands.engine_options import engine_config, engine_options, load_engine
 
 
 def _say(msg: str) -> None:

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from kvtui.commands.engine_commands import engine_config, engine_options
+from kvtui.commands.engine_options import engine_config, engine_options
 from kvtui.commands.output_path import output_file
 from kvtui.commands.publish_option import PublishingFeed, open_publisher, publish_option
 

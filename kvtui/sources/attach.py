@@ -8,7 +8,8 @@ replay endpoint) fetches the missing batches from the publisher's ROUTER with a 
 malformed or oversized messages become events (`attach_gap`, `attach_malformed`): counted and shown, never a
 crash. Events go to a `TraceSink` (engine/trace/writer.py, torch-free): the reducer folds them (a batch listener: a
 message's events at once), the -o file writes them.
-The event types are engine/trace/attach_events.py.
+The event types are engine/trace/attach_events.py; fetching from replay endpoints is kvtui/sources/attach_replay.py,
+polling /metrics kvtui/sources/attach_metrics.py (both mixins of `Attacher`).
 
 With the UI, all of this runs in a process of its own, the collector (kvtui/sources/collector.py), which also
 folds the events; the UI process only draws what the collector sends it. Each event's `t` is when its message
@@ -26,20 +27,19 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import zmq
 
 from kvtui.sources.attach_metrics import MetricsPolling
+from kvtui.sources.attach_replay import ReplayRecovery
 from kvtui.sources.block_events import AllBlocksCleared, KvBlockStored
 from kvtui.sources.endpoints import Source
-from kvtui.sources.sequence import DUPLICATE, GAP, RESTART, SeqTracker
-from kvtui.sources.wire import END_SEQ, Batch, WireError, decode_payload, decode_seq
+from kvtui.sources.sequence import DUPLICATE, GAP, RESTART, Stream
+from kvtui.sources.wire import Batch, WireError, decode_payload, decode_seq
 
 # messages taken from one socket before the others get a turn
 DRAIN_PER_SOCKET = 2000
-# replayed batches received between two calls of the after_messages callbacks
-REPLAY_SERVE_EVERY = 200
 # seconds between two flushes of the -o trace
 FLUSH_EVERY = 0.5
 
@@ -95,17 +95,6 @@ def stamp(batch: Batch, worker: str, wire_seq: int, t: float, text=None) -> None
 
 
 @dataclass
-class Stream:
-    """One publisher's sequence of batches (a source; with --bind, one peer and topic on the bound socket)."""
-
-    source: Source
-    name: str
-    tracker: SeqTracker = field(default_factory=SeqTracker)
-    # rank -> worker id
-    workers: dict = field(default_factory=dict)
-
-
-@dataclass
 class Counters:
     # live messages, and batches fetched from replay endpoints
     messages: int = 0
@@ -118,7 +107,7 @@ class Counters:
     restarts: int = 0
 
 
-class Attacher(MetricsPolling):
+class Attacher(MetricsPolling, ReplayRecovery):
     def __init__(
         self,
         sources: list[Source],
@@ -317,120 +306,6 @@ class Attacher(MetricsPolling):
         # the next /metrics reading is the new process's baseline
         for key in [k for k in self._server_marks if k[0] == stream.source.endpoint]:
             del self._server_marks[key]
-
-    # ------------------------------------------------------------------ replay
-    def _initial_replay(self, source: Source) -> None:
-        """At start: everything still in the publisher's buffer (events are deltas; there is no snapshot)."""
-        stream = self._stream(source, "", source.topic.encode())
-        batches, answered = self._fetch(source, 0)
-        if not answered:
-            return
-        if batches:
-            first = batches[0][0]
-            if first > 0:
-                self._gap_event(stream, "late_join", 0, first, 0, first)
-            for seq, batch in batches:
-                self._apply(stream, seq, batch)
-
-    def _recover(self, stream: Stream, first: int, upto: int, kind: str) -> None:
-        """Batches first .. upto-1 are missing: fetch them, apply those in order, count the rest as lost."""
-        recovered = 0
-        if stream.source.replay:
-            batches, _ = self._fetch(stream.source, first)
-            for seq, batch in batches:
-                if first <= seq < upto and seq > stream.tracker.applied:
-                    self._apply(stream, seq, batch)
-                    recovered += 1
-        self._gap_event(stream, kind, first, upto, recovered, (upto - first) - recovered)
-
-    def _gap_event(self, stream: Stream, kind: str, first: int, got: int, recovered: int, lost: int) -> None:
-        self.counters.gaps += 1
-        self.counters.lost += lost
-        self.sink.emit(
-            "attach_gap",
-            source=stream.source.endpoint,
-            kind=kind,
-            expected=first,
-            got=got,
-            recovered=recovered,
-            lost=lost,
-        )
-
-    def _fetch(self, source: Source, start: int) -> tuple[list[tuple[int, Batch]], bool]:
-        """Ask the replay endpoint for every buffered batch from `start`: ([(seq, batch)], whether it answered)."""
-        dealer = self.ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        out: list[tuple[int, Batch]] = []
-        answered = False
-        try:
-            dealer.connect(source.replay)
-            dealer.send_multipart([b"", start.to_bytes(8, "big")])
-            deadline = time.monotonic() + self.replay_timeout
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not dealer.poll(int(left * 1000)):
-                    what = (
-                        "finish answering" if answered else "answer (is the server up, replay_endpoint set?)"
-                    )
-                    self.notices.put(
-                        (
-                            "warning",
-                            f"{source.name}: the replay endpoint {source.replay} did not "
-                            f"{what} within {self.replay_timeout:g}s",
-                        )
-                    )
-                    break
-                frames = dealer.recv_multipart()
-                answered = True
-                if len(out) % REPLAY_SERVE_EVERY == REPLAY_SERVE_EVERY - 1:
-                    # a long replay: the collector still answers (and hears stop)
-                    self._after()
-                    if self._stop.is_set():
-                        break
-                # a long replay is fine while it flows
-                deadline = time.monotonic() + self.replay_timeout
-                if frames and frames[0] == b"":
-                    frames = frames[1:]
-                if len(frames) == 3:
-                    # [topic, seq, payload] (vLLM >= 0.26, SGLang) -> [seq, payload]
-                    self._check_topic(source, frames[0])
-                    frames = frames[1:]
-                if len(frames) != 2:
-                    self._malformed(source, f"replay reply of {len(frames)} frames", sum(map(len, frames)))
-                    continue
-                if frames[0] == END_SEQ:
-                    break
-                self.counters.replayed += 1
-                try:
-                    out.append((decode_seq(frames[0]), decode_payload(frames[1])))
-                except (WireError, RecursionError) as exc:
-                    self._malformed(source, f"replay: {exc}", len(frames[1]))
-        except zmq.ZMQError as exc:
-            self.notices.put(("warning", f"{source.name}: replay from {source.replay} failed: {exc}"))
-        finally:
-            dealer.close(linger=0)
-        out.sort(key=lambda item: item[0])
-        return out, answered
-
-    def _check_topic(self, source: Source, topic: bytes) -> None:
-        """A replay reply names the server's topic: a subscription that cannot match it receives nothing live."""
-        if not topic or topic.startswith(source.topic.encode()) or source.endpoint in self._topic_told:
-            return
-        self._topic_told.add(source.endpoint)
-        text = topic.decode("utf-8", "replace")
-        self.notices.put(
-            (
-                "warning",
-                f"{source.name}: the server publishes topic {text!r}, not {source.topic!r}: nothing will arrive "
-                f"live (the replay still loaded its buffer); attach with --topic {text} (or topic={text})",
-            )
-        )
-        self.sink.emit(
-            "attach_malformed",
-            source=source.endpoint,
-            reason=f"wrong topic: the server's is {text!r}",
-            size=0,
-        )
 
     # ------------------------------------------------------------------ applying a batch
     def _worker(self, stream: Stream, rank: int | None) -> str:

@@ -10,7 +10,9 @@ right after a replay: no live number yet to go back from); else a duplicate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from kvtui.sources.endpoints import Source
 
 NEXT, GAP, DUPLICATE, RESTART = "next", "gap", "duplicate", "restart"
 
@@ -52,3 +54,14 @@ class SeqTracker:
         self.applied = -1
         self.last_live = None
         self.applied_ts = None
+
+
+@dataclass
+class Stream:
+    """One publisher's sequence of batches (a source; with --bind, one peer and topic on the bound socket)."""
+
+    source: Source
+    name: str
+    tracker: SeqTracker = field(default_factory=SeqTracker)
+    # rank -> worker id
+    workers: dict = field(default_factory=dict)

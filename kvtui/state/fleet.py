@@ -4,7 +4,8 @@ Separate from `CacheState` on purpose: an attached vLLM / SGLang engine publishe
 blocks. What it has: which worker holds which block (keyed by worker, group and hash), the chain of hashes
 (parent_block_hash), the token ids of every stored block, and, from /metrics, KV usage, hit rate, TTFT and
 preemptions. What it lacks and we do not invent: physical block ids, ref counts, locks, block tables and
-requests (`LACKS` says so in the views).
+requests (`LACKS` says so in the views). Each worker's counts are kvtui/state/fleet_workers.py; each source's
+health (gaps, restarts, a server down) and /metrics facts kvtui/state/fleet_sources.py.
 
 Blocks are tree nodes keyed by (group, hash): replicas that compute the same hash for the same prefix (vLLM's
 default SHA-256 and SGLang's hashes are stable across processes) share a node, so a prefix duplicated across
@@ -24,15 +25,14 @@ test holds the two states equal.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 import msgspec
 
 from kvtui.sources.block_events import KvBlockRemoved, KvBlockStored
+from kvtui.state.fleet_sources import FleetSources, SourceCounts
+from kvtui.state.fleet_workers import Worker
 
 GPU = "GPU"
-# seconds of trace time the stored/removed rates average over
-RATE_WINDOW = 5
 # removed nodes remembered for the miss explainer
 GONE_MEMORY = 200_000
 HAS = (
@@ -70,57 +70,7 @@ class HashNode(msgspec.Struct, gc=False):
     copies: dict | None = None
 
 
-@dataclass
-class Worker:
-    worker: str
-    source: str
-    name: str
-    rank: int | None = None
-    # GPU blocks, when the source was told (blocks=)
-    blocks: int | None = None
-    # blocks it holds (any medium); which ones: the nodes whose holders name it
-    held: int = 0
-    # KV-cache group -> blocks held in it
-    held_by_group: dict = field(default_factory=dict)
-    # blocks held on the GPU
-    resident: int = 0
-    # blocks stored (events x hashes)
-    stored: int = 0
-    removed: int = 0
-    cleared: int = 0
-    # extra physical copies of hashes it holds (each removed by a BlockRemoved of its own)
-    copies: int = 0
-    # blocks stored again that it already held, in a re-report (vLLM's kv_cache_report_mode=full)
-    rereported: int = 0
-    block_size: int | None = None
-    # int(t) -> [stored, removed]
-    buckets: dict = field(default_factory=dict)
-
-    def rates(self, now: float) -> tuple[float, float]:
-        """Blocks stored and removed per second over the last RATE_WINDOW seconds of trace time."""
-        start = now - RATE_WINDOW
-        stored = removed = 0
-        for second, (s, r) in self.buckets.items():
-            if second >= start:
-                stored += s
-                removed += r
-        span = min(RATE_WINDOW, max(now, 1e-9))
-        return stored / span, removed / span
-
-
-@dataclass
-class SourceCounts:
-    gaps: int = 0
-    lost: int = 0
-    restarts: int = 0
-    malformed: int = 0
-    # batches lost since the last restart (a restart starts an empty cache: nothing older matters)
-    unseen: int = 0
-    # why its server is taken as down (its /metrics stopped answering), else None
-    down: str | None = None
-
-
-class FleetState:
+class FleetState(FleetSources):
     def __init__(self, header: dict | None = None):
         self.header = header or {}
         self.workers: dict[str, Worker] = {}
@@ -211,7 +161,7 @@ class FleetState:
             # blocks stored / removed per second of trace time (a message's events share t)
             if t != last_t:
                 last_t = t
-                bucket = worker.buckets.get(int(t)) or self._bucket(worker, t)
+                bucket = worker.buckets.get(int(t)) or worker.bucket(t)
             group, hashes, medium = e.group or 0, e.hashes, e.medium or GPU
             n = len(hashes)
             if cls is KvBlockRemoved:
@@ -305,12 +255,6 @@ class FleetState:
             worker = self.workers[wid] = Worker(wid, "", wid)
         return worker
 
-    def _source(self, source: str) -> SourceCounts:
-        counts = self.sources.get(source)
-        if counts is None:
-            counts = self.sources[source] = SourceCounts()
-        return counts
-
     def _on_attach_worker(self, e: dict) -> None:
         worker = self._worker(e["worker"])
         worker.source, worker.name, worker.rank, worker.blocks = (
@@ -376,79 +320,7 @@ class FleetState:
         for child in self.children.pop(key, ()):
             self.orphans[(node.group, child)] = None
 
-    @staticmethod
-    def _bucket(worker: Worker, t: float) -> list:
-        second = int(t)
-        bucket = worker.buckets.get(second)
-        if bucket is None:
-            bucket = worker.buckets[second] = [0, 0]
-            for old in [s for s in worker.buckets if s < second - RATE_WINDOW - 1]:
-                del worker.buckets[old]
-        return bucket
-
-    def _on_attach_gap(self, e: dict) -> None:
-        counts = self._source(e["source"])
-        if e["kind"] == "restart":
-            counts.restarts += 1
-            counts.unseen = 0
-            counts.down = None
-        else:
-            counts.gaps += 1
-            counts.lost += e["lost"]
-            counts.unseen += e["lost"]
-        if e["kind"] == "restart" or e["lost"]:
-            what = (
-                "restarted"
-                if e["kind"] == "restart"
-                else f"{e['kind'].replace('_', ' ')}: {e['lost']} batch(es) lost, {e['recovered']} replayed"
-            )
-            self._note(f"{e['source']} {what} (seq {e['expected']} -> {e['got']})")
-
-    def _on_attach_server(self, e: dict) -> None:
-        counts = self._source(e["source"])
-        counts.down = None if e["up"] else e["reason"]
-        self._note(
-            f"{e['source']}: " + ("/metrics answers again" if e["up"] else f"server down? {e['reason']}")
-        )
-
-    def _on_attach_malformed(self, e: dict) -> None:
-        self._source(e["source"]).malformed += 1
-        self._note(f"{e['source']}: malformed message ({e['reason']})")
-
-    def _on_attach_metrics(self, e: dict) -> None:
-        key = (e["source"], e["rank"])
-        if key in self.metrics:
-            self.metrics_before[key] = self.metrics[key]
-        facts = e["facts"]
-        first = self.metrics_first.get(key)
-        # a new process counts from 0 again: the trace's totals restart with it
-        if first is None or facts.get("prefix_queries", 0.0) < self.metrics[key].get("prefix_queries", 0.0):
-            self.metrics_first[key] = facts
-        self.metrics[key] = facts
-
-    def _note(self, text: str) -> None:
-        self.notes.append(f"{self.t:.2f}s {text}")
-        del self.notes[:-50]
-
     # ------------------------------------------------------------------ reading
-    def facts(self, worker: Worker) -> tuple[dict, dict | None]:
-        """The latest /metrics facts of a worker's server (its rank's samples when labelled), and the ones
-        before them."""
-        for rank in (str(worker.rank) if worker.rank is not None else "", ""):
-            key = (worker.source, rank)
-            if key in self.metrics:
-                return self.metrics[key], self.metrics_before.get(key)
-        return {}, None
-
-    def unseen(self, worker: Worker) -> int:
-        """Batches of the worker's stream lost since its last restart: its view of the cache is incomplete."""
-        counts = self.sources.get(worker.source)
-        return counts.unseen if counts is not None else 0
-
-    def capacity(self, worker: Worker) -> int | None:
-        """GPU blocks of the worker, when known (blocks= option, else vLLM's cache_config_info)."""
-        return worker.blocks or self.facts(worker)[0].get("num_gpu_blocks")
-
     def holders_of(self, key: tuple) -> list[str]:
         """Workers holding block (group, hash); the hash as a u64 int or as the trace's 16 hex digits."""
         group, h = key
@@ -467,7 +339,10 @@ def _only(medium: str) -> frozenset:
     return media
 
 
-_HANDLERS = {name[len("_on_") :]: fn for name, fn in vars(FleetState).items() if name.startswith("_on_")}
+# event type -> handler, FleetSources' too
+_HANDLERS = {
+    name[len("_on_") :]: getattr(FleetState, name) for name in dir(FleetState) if name.startswith("_on_")
+}
 
 
 def replay_fleet(header: dict, events) -> FleetState:

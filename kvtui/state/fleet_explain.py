@@ -27,7 +27,8 @@ may be cached without it knowing (`caveat`).
 from __future__ import annotations
 
 from engine.core.miss_explainer import common_prefix
-from kvtui.state.fleet import FleetState, HashNode, Worker
+from kvtui.state.fleet import FleetState, HashNode
+from kvtui.state.fleet_workers import Worker
 
 
 def explain_prompt(

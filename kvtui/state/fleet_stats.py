@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from kvtui.state.fleet import FleetState, SourceCounts
+from kvtui.state.fleet import FleetState
+from kvtui.state.fleet_sources import SourceCounts
 
 
 def workers_summary(state: FleetState) -> list[dict]:

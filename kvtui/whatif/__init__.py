@@ -11,5 +11,6 @@ with no model (no torch, no K/V memory), under other capacities, block sizes, po
     routers.py    fleet routers (round robin, random, least loaded, Dynamo's kv-aware cost)
     fleet.py      N workers behind a router; duplication, regret, the global-cache comparison
     onepass.py    the bridge to the one-pass LRU curve (curve.py) and the Belady bound (optimal.py)
+    sweep.py      every configuration asked for, the ceiling and the fleet: one report (`kvtui whatif`)
     report.py     the table and the --json object
 """

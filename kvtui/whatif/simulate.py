@@ -10,7 +10,7 @@ their request runs, but their content is unknown and the next turn's ids already
 Time comes from the stated cost model (cost.py): a step lasts per_step + per prefill token + per decode row,
 arrivals join at the first step boundary after they arrive, an idle worker jumps to the next arrival. Runs of
 decode-only steps with nothing else to do are taken at once (engine/core/decode_run.py) unless a trace is
-written. No torch is imported (tests/kvtui/whatif/test_torch_free.py).
+written. No torch is imported (tests/kvtui/whatif/test_simulate.py).
 
 The miss causes (causes.py) are read from the manager's own events as they are emitted.
 """
@@ -35,7 +35,7 @@ from kvtui.whatif.causes import MissLedger
 from kvtui.whatif.cost import CostModel
 from kvtui.whatif.requests import FRESH_BASE, SimRequest
 
-# one full-attention layer of one head (tests/model_free.py's shape): the manager reads only the block counts
+# one full-attention layer of one head (tests/helpers/model_free.py's shape): the manager reads only the block counts
 SHAPE = ModelShape(
     "whatif", layers=1, q_heads=1, kv_heads=1, head_dim=1, dtype="float32", elem_bytes=4, windows=(None,)
 )

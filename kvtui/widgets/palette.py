@@ -28,7 +28,7 @@ The meaning of a colour stays the same in every theme:
 
 Owners (requests by arrival order) cycle through `OWNERS`. The states a block can be in (free, used, shared,
 cached, writing, evicted) and the edit marks (kept, dropped, copied) are told apart in every built-in theme that
-has distinct primary / secondary / success / warning / error colours (tests/kvtui/test_theming.py checks the
+has distinct primary / secondary / success / warning / error colours (tests/kvtui/widgets/test_theming.py checks the
 default theme and others).
 """
 

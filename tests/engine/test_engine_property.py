@@ -3,7 +3,7 @@
 
 After every rule: ref counts equal the number of block tables holding each block, free + used + cached =
 total, the prefix tree never holds a free block, no locked or referenced block is ever evicted, and the
-differential oracle (tests/oracle.py) finds the UI's state, built from the events alone, equal to the engine's
+differential oracle (tests/helpers/oracle.py) finds the UI's state, built from the events alone, equal to the engine's
 own. When an example ends, every request is run to completion and each greedy continuation equals
 transformers' own generate on the sequence it continued from. The models: full attention, a sliding window
 (rings, snapshots, window back-off), and attention sinks. KVTUI_ENGINE_EXAMPLES sets the number of examples.
@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from oracle import Witness, differences
-from reference import greedy_generate
-from tiny_models import tiny_model
 
 from engine.core.edits import EditError
 from engine.core.request import Status
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.oracle import Witness, differences
+from tests.helpers.reference import greedy_generate
+from tests.helpers.tiny_models import tiny_model
 
 EXAMPLES = int(os.environ.get("KVTUI_ENGINE_EXAMPLES", "300"))
 SMALL = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4)

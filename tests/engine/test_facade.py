@@ -4,7 +4,8 @@ import subprocess
 import sys
 
 import torch
-from tiny_models import random_prompts, tiny_model
+
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 def test_the_facade_names_import_from_the_package():

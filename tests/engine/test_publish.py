@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.publish import KvEventPublisher, parse_publish
 from engine.trace import TraceSink
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 pytest.importorskip("zmq")
 

@@ -1,15 +1,15 @@
 """Each divergence between the view and the engine that a review found, held fixed: the events say what happened.
 
-The differential oracle (tests/oracle.py) checks all of it after every rule of the stateful test; these pin the
+The differential oracle (tests/helpers/oracle.py) checks all of it after every rule of the stateful test; these pin the
 reported cases one by one, so a regression names itself.
 """
 
 import pytest
-from oracle import Witness, differences
-from tiny_models import random_prompts, tiny_model
 
 from engine.core.request import Status
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.oracle import Witness, differences
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 def make(arch="llama-gqa", **config):

@@ -1,13 +1,13 @@
 import json
 
 import pytest
-from tiny_models import random_prompts, tiny_model
 
 from engine.engine import Engine, EngineConfig
 from engine.trace import read_trace
 from engine.trace.metrics import percentile, tpot
 from engine.trace.stats import format_stats, summarize
 from engine.workload import WorkloadError, load_workload, run_workload
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 def write(tmp_path, data):

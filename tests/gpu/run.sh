@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, for a lent H200 (bare and offline: torch 2.11, transformers 5.17, no gguf). One script:
 #   1. installs the carried wheels (.whl/, made here by tests/gpu/fetch_wheels.sh) over the image's packages;
-#   2. runs the CUDA tests (tests/engine/test_cuda.py: exactness of the prefix, edit, ring and sinks paths;
-#      tests/engine/test_scoring.py's CUDA cases: prompt log-probabilities on every cache path);
+#   2. runs the CUDA tests (tests/engine/worker/test_cuda.py: exactness of the prefix, edit, ring and sinks paths;
+#      tests/engine/worker/test_scoring.py's CUDA cases: prompt log-probabilities on every cache path);
 #   3. runs `kvtui bench decode` on random:llama:1b in bf16 at batch 1, 8 and 64: decode tok/s and the share
 #      of the HBM bandwidth (4.8 TB/s nominal, about 4.3 TB/s measured copy);
 #   4. `kvtui bench` (engine vs transformers' generate) at 8 concurrent on the same model.
@@ -31,8 +31,8 @@ PY
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv 2>&1 | tee -a "$OUT/summary.txt"
 
 log "CUDA tests"
-timeout 240 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_cuda.py \
-    tests/engine/test_scoring.py -k "cuda or test_cuda" 2>&1 | tee "$OUT/cuda_tests.log" | tail -15
+timeout 240 python3 -m pytest -q -p no:cacheprovider -x tests/engine/worker/test_cuda.py \
+    tests/engine/worker/test_scoring.py -k "cuda or test_cuda" 2>&1 | tee "$OUT/cuda_tests.log" | tail -15
 echo "cuda tests exit ${PIPESTATUS[0]}" | tee -a "$OUT/summary.txt"
 tail -3 "$OUT/cuda_tests.log" >> "$OUT/summary.txt"
 

@@ -5,9 +5,9 @@ With --second-copy, fixtures/attach/vllm_0.32_second_copy.jsonl instead: from a 
 of workload.second_copy (a block-aligned prompt twice: one hash cached in two blocks, evicted apart), each
 arrival, and each request with vLLM's figures (a document's prompt ids left out: nothing explains it).
 
-    .venv/bin/python tests/integration/capture_vllm.py [--second-copy] [OUT]   (starts its own server: ~2 min)
-    KVTUI_VLLM_RUNNING=PORT,EVENTS_PORT,REPLAY_PORT ... capture_vllm.py    (a server already running, started
-                                                                 with buffer_steps=8 and nothing sent yet)
+    .venv/bin/python -m tests.integration.capture_vllm [--second-copy] [OUT]   (its own server: ~2 min)
+    KVTUI_VLLM_RUNNING=PORT,EVENTS_PORT,REPLAY_PORT ... -m tests.integration.capture_vllm   (a server
+        already running, started with buffer_steps=8 and nothing sent yet)
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from vllm_server import VllmServer, model_dir  # noqa: E402
-from workload import (  # noqa: E402
+from tests.integration.vllm_server import VllmServer, model_dir
+from tests.integration.workload import (
     QUESTIONS,
     RawRecorder,
     copies_counter,
@@ -53,7 +51,7 @@ def main(out: Path = OUT) -> None:
         time.sleep(1)
         # before the workload: what the replay buffer has (nothing on a fresh server)
         recorder.replay(server.replay)
-        import workload as wl
+        from tests.integration import workload as wl
 
         def marked(server, name, ids, salt=None, max_tokens=2):
             recorder.mark(name, salt)

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from vllm_server import VllmServer, model_dir, venv_ready  # noqa: E402
+from tests.integration.vllm_server import VllmServer, model_dir, venv_ready
 
 
 def pytest_collection_modifyitems(config, items):

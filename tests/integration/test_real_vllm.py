@@ -16,16 +16,17 @@ One server start for the module (plus the restart): about two minutes each.
 from __future__ import annotations
 
 import asyncio
-import base64
 import http.client
 import json
 import statistics
 import threading
 import time
 
-import msgspec
 import pytest
-from workload import (
+
+from kvtui.state.fleet_explain import parse_query, vllm_hit_tokens
+from tests.integration.attach_harness import BLOCK, Attached, independent_counts
+from tests.integration.workload import (
     QUESTIONS,
     SYSTEM,
     RawRecorder,
@@ -40,89 +41,7 @@ from workload import (
     workload,
 )
 
-from engine.trace import TraceSink
-from kvtui.sources.attach import Attacher
-from kvtui.sources.endpoints import parse_source
-from kvtui.state.fleet import FleetState
-from kvtui.state.fleet_explain import explain_prompt, parse_query, vllm_hit_tokens
-
-BLOCK = 32
 NONCE = f"Run {time.time_ns() % 100000}. "
-
-
-class Attached:
-    """An attacher folding into a FleetState (as `kvtui attach --headless` does), and its notices."""
-
-    def __init__(self, text: str, bind: bool = False):
-        self.sink = TraceSink()
-        self.fleet = FleetState({})
-        self.lock = threading.Lock()
-        self.sink.batch_listeners.append(self._fold)
-        self.source = parse_source(text, bind=bind)
-        self.attacher = Attacher([self.source], self.sink, replay_timeout=5.0, metrics_every=0.5)
-        self.attacher.start()
-        assert self.attacher.ready.wait(30)
-        self.last = time.monotonic()
-
-    def _fold(self, events):
-        with self.lock:
-            self.fleet.apply_all(events)
-            self.last = time.monotonic()
-
-    def settle(self, quiet: float = 0.4, timeout: float = 10) -> None:
-        """Until no event came for `quiet` seconds (the server publishes at the end of each step)."""
-        # at least `quiet` from now: a request's events may arrive just after its answer
-        start = time.monotonic()
-        deadline = start + timeout
-        while time.monotonic() < deadline and time.monotonic() - max(self.last, start) < quiet:
-            time.sleep(0.05)
-
-    def explain(self, ids, **options) -> dict:
-        with self.lock:
-            results = explain_prompt(self.fleet, ids, **options)
-        if not results:
-            # nothing published yet: no worker, nothing cached
-            return {
-                "matched_tokens": 0,
-                "prompt_tokens": len(ids),
-                "block_size": BLOCK,
-                "message": "no worker",
-            }
-        return max(results, key=lambda r: r["matched_tokens"])
-
-    def worker(self):
-        (worker,) = self.fleet.workers.values()
-        return worker
-
-    def stop(self):
-        self.attacher.stop()
-
-
-def independent_counts(lines) -> tuple[int, int]:
-    """Block hashes stored and removed, decoded from the raw frames (the replay answer at the start, then the live
-    stream; each batch once) with plain msgspec, not kvtui's decoder."""
-    stored = removed = 0
-    seen = set()
-    for line in lines:
-        frames = [base64.b64decode(f) for f in line["frames"]]
-        if line["kind"] == "replay":
-            frames = frames[1:]
-            frames = frames[1:] if len(frames) == 3 else frames
-            if frames[0] == b"\xff" * 8:
-                continue
-        else:
-            frames = frames[1:]
-        seq, payload = frames
-        if seq in seen:
-            continue
-        seen.add(seq)
-        ts, events, *_ = msgspec.msgpack.decode(payload)
-        for e in events:
-            tag = e["type"] if isinstance(e, dict) else e[0]
-            hashes = e["block_hashes"] if isinstance(e, dict) else e[1]
-            stored += len(hashes) if tag == "BlockStored" else 0
-            removed += len(hashes) if tag == "BlockRemoved" else 0
-    return stored, removed
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +67,7 @@ def run(vllm, tokenizer):
         arrivals[name] = (len(recorder.lines), *held)
         return real_send(server, name, ids, salt=salt, max_tokens=max_tokens)
 
-    import workload as wl
+    from tests.integration import workload as wl
 
     wl.send = explained_send
     try:
@@ -369,7 +288,7 @@ def test_a_restart_clears_the_old_blocks_and_bind_receives_the_new_server(vllm, 
     """The server restarts with its PUB socket connecting to a `kvtui attach --bind` address. The attacher of
     the old endpoint sees /metrics go quiet (DOWN?) and then a new process: the old blocks are cleared before
     the new server publishes anything there."""
-    from vllm_server import free_port
+    from tests.integration.vllm_server import free_port
 
     attached = run[0]
     assert attached.worker().resident > 0

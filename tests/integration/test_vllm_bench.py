@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 from click.testing import CliRunner
-from torch_threads import torch_threads
 
 from kvtui.cli import main
+from tests.helpers.torch_threads import torch_threads
 
 
 def test_bench_vllm_runs_both_systems_and_their_cached_tokens_are_equal(vllm):

@@ -1,9 +1,10 @@
-"""Shared fixtures for the UI tests: small deterministic synthetic traces (see tests/synthetic.py)."""
+"""Shared fixtures for the UI tests: small deterministic synthetic traces (see tests/helpers/synthetic.py)."""
 
 from __future__ import annotations
 
 import pytest
-from synthetic import generate
+
+from tests.helpers.synthetic import generate
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@
 step's queries and keys with the keys and values written into the paged pool; `rope` the rotary embedding of a
 prefill's rows. engine/worker/fused_forward.py strings them together with the linear and attention kernels. The
 tensors' layout is checked here (the C reads raw memory); the values' equality with transformers' modules is
-checked by fused_forward at load (the norm) and by tests/engine/test_fused_forward.py.
+checked by fused_forward at load (the norm) and by tests/engine/worker/test_fused_forward.py.
 """
 
 from __future__ import annotations

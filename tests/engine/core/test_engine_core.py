@@ -14,7 +14,7 @@ from engine.core.engine_core import EngineCore
 from engine.core.request import SamplingParams
 from engine.models.shape import ModelShape
 from engine.trace.writer import TraceSink
-from tests.engine.core.scenarios import random_scenario, run_core, run_engine
+from tests.helpers.engine_scenarios import random_scenario, run_core, run_engine
 
 SCENARIOS = int(os.environ.get("KVTUI_CORE_SCENARIOS", "60"))
 SHAPE = ModelShape(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from attach_publishers import Publisher, SBatch, SBlockRemoved, SBlockStored, VBatch, VBlockStored
 from click.testing import CliRunner
 
 from kvtui.app.fleet_app import FleetApp
@@ -14,6 +13,14 @@ from kvtui.cli import main
 from kvtui.state.fleet import replay_fleet
 from kvtui.state.fleet_stats import workers_summary
 from kvtui.state.fleet_view import worker_cells
+from tests.kvtui.sources.attach_publishers import (
+    Publisher,
+    SBatch,
+    SBlockRemoved,
+    SBlockStored,
+    VBatch,
+    VBlockStored,
+)
 
 LOOP = "tcp://127.0.0.1:*"
 

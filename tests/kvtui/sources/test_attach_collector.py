@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from attach_publishers import Publisher, SBatch, SBlockRemoved, SBlockStored, VBatch, VBlockStored, wait_for
 
 from kvtui.app.loader import load_trace
 from kvtui.sources.attach import attach_header
@@ -15,6 +14,15 @@ from kvtui.sources.collector_messages import Explained, ViewReady
 from kvtui.sources.endpoints import parse_source
 from kvtui.state.fleet import replay_fleet
 from kvtui.state.fleet_view import fleet_view
+from tests.kvtui.sources.attach_publishers import (
+    Publisher,
+    SBatch,
+    SBlockRemoved,
+    SBlockStored,
+    VBatch,
+    VBlockStored,
+    wait_for,
+)
 
 LOOP = "tcp://127.0.0.1:*"
 

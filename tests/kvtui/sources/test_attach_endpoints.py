@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from attach_publishers import Publisher, SBatch, SBlockStored, VBatch, VBlockStored, wait_for
 from click.testing import CliRunner
 
 from engine.trace import TraceSink
@@ -11,6 +10,14 @@ from kvtui.cli import main
 from kvtui.sources.attach import Attacher
 from kvtui.sources.endpoints import Source, SourceError, parse_source, parse_sources
 from kvtui.state.fleet import FleetState
+from tests.kvtui.sources.attach_publishers import (
+    Publisher,
+    SBatch,
+    SBlockStored,
+    VBatch,
+    VBlockStored,
+    wait_for,
+)
 
 
 def test_source_options_and_dp_expansion():

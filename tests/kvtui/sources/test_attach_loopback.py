@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from attach_publishers import (
+
+from engine.trace import TraceSink
+from kvtui.sources.attach import Attacher
+from kvtui.sources.endpoints import parse_source
+from kvtui.state.fleet import FleetState
+from kvtui.state.fleet_stats import workers_summary
+from tests.kvtui.sources.attach_publishers import (
     OldBlockStored,
     Publisher,
     SBatch,
@@ -14,12 +20,6 @@ from attach_publishers import (
     VBlockStored,
     wait_for,
 )
-
-from engine.trace import TraceSink
-from kvtui.sources.attach import Attacher
-from kvtui.sources.endpoints import parse_source
-from kvtui.state.fleet import FleetState
-from kvtui.state.fleet_stats import workers_summary
 
 LOOP = "tcp://127.0.0.1:*"
 

@@ -7,7 +7,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from attach_publishers import wait_for
 
 from engine.trace import TraceSink
 from kvtui.sources.attach import Attacher
@@ -15,6 +14,7 @@ from kvtui.sources.endpoints import parse_source
 from kvtui.sources.prometheus import histogram_quantile, parse_text, summarize, token_hit_rate
 from kvtui.state.fleet import FleetState
 from kvtui.state.fleet_view import worker_cells
+from tests.kvtui.sources.attach_publishers import wait_for
 
 HERE = Path(__file__).parent
 VLLM = (HERE / "vllm_metrics.prom").read_text()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from attach_publishers import (
+
+from kvtui.sources import wire
+from kvtui.sources.block_events import KvBlockStored
+from kvtui.sources.wire import MAX_PAYLOAD_BYTES, WireError, decode_payload, decode_seq, hash_u64
+from tests.kvtui.sources.attach_publishers import (
     OldBlockRemoved,
     OldBlockStored,
     SAllBlocksCleared,
@@ -16,10 +20,6 @@ from attach_publishers import (
     VBlockRemoved,
     VBlockStored,
 )
-
-from kvtui.sources import wire
-from kvtui.sources.block_events import KvBlockStored
-from kvtui.sources.wire import MAX_PAYLOAD_BYTES, WireError, decode_payload, decode_seq, hash_u64
 
 enc = msgspec.msgpack.encode
 # vLLM's u64 hashes are often >= 2^63

@@ -7,7 +7,6 @@ import json
 import time
 
 import pytest
-from attach_publishers import Publisher, VBatch, VBlockStored, wait_for
 from click.testing import CliRunner
 
 from engine.trace import TraceSink, TraceWriter
@@ -20,6 +19,7 @@ from kvtui.state.fleet import FleetState
 from kvtui.state.fleet_explain import explain_prompt, parse_query
 from kvtui.state.fleet_view import fleet_view, tree_rows
 from kvtui.widgets.fleet_table import fleet_lines, occupancy_bar
+from tests.kvtui.sources.attach_publishers import Publisher, VBatch, VBlockStored, wait_for
 
 LOOP = "tcp://127.0.0.1:*"
 W = "vllm"

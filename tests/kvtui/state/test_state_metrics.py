@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from reducer_events import HEADER, Events
-
 from kvtui.state import History, replay
+from tests.kvtui.state.reducer_events import HEADER, Events
 
 
 def test_hit_rates_rows_keep_cumulative_and_window_rates():

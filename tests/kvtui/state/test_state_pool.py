@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from reducer_events import HEADER, Events, arrive
-
 from kvtui.state import CACHED, FREE, SHARED, USED, WRITING, CacheState, replay
+from tests.kvtui.state.reducer_events import HEADER, Events, arrive
 
 
 def test_allocate_share_release_free_and_cache():

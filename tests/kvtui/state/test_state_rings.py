@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from reducer_events import HEADER, Events
 
 from kvtui.state import replay
+from tests.kvtui.state.reducer_events import HEADER, Events
 
 
 def test_ring_slots_are_position_mod_window():

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from reducer_events import HEADER, Events, arrive
-
 from kvtui.state import replay
+from tests.kvtui.state.reducer_events import HEADER, Events, arrive
 
 
 def test_radix_insert_split_hit_evict():

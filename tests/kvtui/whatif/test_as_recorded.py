@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kvtui.whatif.as_recorded import compare, read_recorded
-from tests.engine.core.scenarios import random_scenario, run_engine
+from tests.helpers.engine_scenarios import random_scenario, run_engine
 
 FIXTURES = sorted(Path("fixtures/traces").glob("*.jsonl"))
 # written by tests/synthetic.py's generator, not by the engine: it has no engine settings to run again

@@ -103,10 +103,11 @@ def test_snapshot_of_the_whatif_view(snap_compare):
 
 @pytest.mark.anyio
 async def test_the_job_runs_in_a_worker_with_progress_and_then_shows_its_summary():
-    from kvtui.commands.whatif_commands import _configs, _run
     from kvtui.whatif.cost import CostModel
     from kvtui.whatif.loaders import load
     from kvtui.whatif.report import summary_event
+    from kvtui.whatif.sweep import run_sweep as _run
+    from kvtui.whatif.sweep import sweep_configs as _configs
 
     loaded = load(WORKLOAD)
     cost = CostModel()

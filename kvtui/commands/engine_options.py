@@ -1,0 +1,121 @@
+"""The options every command that loads a model shares (--model, --device, --dtype, the pool and the cache
+policy), the `EngineConfig` they make, and loading the engine with one line for a model that cannot load."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import click
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_device(ctx, param, value: str | None) -> str | None:
+    """--device: auto, cpu, cuda or cuda:N (whether that GPU exists is checked when the model loads)."""
+    if value is None or re.fullmatch(r"auto|cpu|cuda(:[0-9]+)?", value):
+        return value
+    raise click.BadParameter(f"{value!r} is not a device: use auto, cpu, cuda or cuda:N (N = GPU index)")
+
+
+def engine_options(func):
+    """Options shared by every command that loads a model."""
+
+    @click.option(
+        "--model",
+        "-m",
+        default="smollm2",
+        show_default=True,
+        help="'smollm2' (embedded), 'gemma3' (Gemma 3 270M base: 15 sliding-window layers, W=512, "
+        "and 3 full; plain text, no chat template), a local transformers directory, a .gguf "
+        "file, or a hub id.",
+    )
+    @click.option(
+        "--device",
+        default="auto",
+        show_default=True,
+        callback=check_device,
+        metavar="auto|cpu|cuda[:N]",
+        help="Where the model runs: auto (a GPU if torch sees one), cpu, cuda or cuda:N.",
+    )
+    @click.option(
+        "--dtype",
+        type=click.Choice(DTYPES),
+        default="float32",
+        show_default=True,
+        help="Weights and KV cache precision (bfloat16 halves the KV bytes).",
+    )
+    @click.option("--block-size", default=16, show_default=True, help="Tokens per KV block.")
+    @click.option("--num-blocks", type=int, default=None, help="Blocks in the pool [default: 256 MiB of KV].")
+    @click.option(
+        "--max-batched-tokens",
+        default=512,
+        show_default=True,
+        help="Token budget per step; longer prompts are prefilled in chunks.",
+    )
+    @click.option(
+        "--prefix-cache/--no-prefix-cache",
+        default=True,
+        show_default=True,
+        help="Share cached prefixes between requests (radix tree).",
+    )
+    @click.option(
+        "--partial-hits/--whole-blocks",
+        default=True,
+        show_default=True,
+        help="Reuse the leading tokens of a cached block past the last whole one (hits to the token), or "
+        "serve whole blocks only and keep no tails, as vLLM and SGLang do.",
+    )
+    @click.option(
+        "--eviction",
+        type=click.Choice(["lru", "lfu", "cost"]),
+        default="lru",
+        show_default=True,
+        help="Which cached block goes first when the pool is full: least recently used, least "
+        "frequently used, or cheapest to recompute.",
+    )
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def engine_config(overrides: dict | None = None, **options):
+    from engine.engine import EngineConfig
+
+    keys = (
+        "device",
+        "dtype",
+        "block_size",
+        "num_blocks",
+        "max_batched_tokens",
+        "prefix_cache",
+        "partial_hits",
+        "eviction",
+    )
+    values = {key: options[key] for key in keys}
+    # a workload's "engine" section beats the defaults ...
+    values.update(overrides or {})
+    context = click.get_current_context(silent=True)
+    # ... and an option typed on the command line beats the workload
+    for key in keys:
+        if (
+            context is not None
+            and context.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE
+        ):
+            values[key] = options[key]
+    try:
+        return EngineConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def load_engine(model: str, config):
+    from engine.engine import Engine
+    from engine.models.loading import ModelLoadError
+
+    try:
+        return Engine.load(model, config)
+    except ModelLoadError as exc:
+        raise click.ClickException(str(exc)) from None

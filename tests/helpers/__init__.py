@@ -1,0 +1,1 @@
+"""Shared test helpers: tiny random models, the no-cache reference, the synthetic trace engine, the oracle."""
