@@ -123,6 +123,12 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
     is_flag=True,
     help="Show the curve, the miss causes and the fleet in the terminal UI (a progress bar while it runs).",
 )
+@click.option(
+    "--as-recorded",
+    is_flag=True,
+    help="A kvtui engine trace run again at the engine's own settings, with its arrivals, edits, forks and "
+    "aborts by step: each prefix lookup against the engine's (the twin's accuracy on our own traces).",
+)
 def whatif(
     workload,
     fmt,
@@ -151,6 +157,7 @@ def whatif(
     as_json,
     quiet,
     ui,
+    as_recorded,
 ):
     """What if the cache were different: WORKLOAD (a kvtui trace, a workload JSON, a Mooncake JSONL or a proxy
     request log) through the real scheduler and KV-cache manager with no model.
@@ -170,7 +177,10 @@ def whatif(
       kvtui whatif requests.jsonl --whole-blocks --block-size 32 --capacity 4096b,8192b
                                   a kvtui proxy log at vLLM's granularity: twice the blocks?
       kvtui whatif mooncake.jsonl --capacity 300k,3M,30M --ui
+      kvtui whatif fixtures/traces/concurrent8.jsonl --as-recorded
     """
+    if as_recorded:
+        return _as_recorded(workload, as_json)
     from kvtui.whatif.capacity import CapacityError, parse_capacities
     from kvtui.whatif.loaders import WorkloadFormatError, load
 
@@ -261,3 +271,24 @@ def whatif(
 
 
 COMMANDS = [whatif]
+
+
+def _as_recorded(path: str, as_json: bool) -> None:
+    from kvtui.whatif.as_recorded import compare
+
+    try:
+        result = compare(path)
+    except (ValueError, KeyError) as exc:
+        raise click.ClickException(f"--as-recorded: {exc}") from None
+    if as_json:
+        differ = [{"request_id": r, "engine": a, "replay": b} for r, a, b in result.differ]
+        click.echo(json.dumps({"lookups": result.lookups, "equal": result.equal, "differ": differ}))
+        return
+    click.echo(
+        f"{path}: {result.equal} of {result.lookups} prefix lookups got exactly the engine's hit tokens "
+        "(the engine core at the trace's settings, arrivals, edits, forks and aborts by step)"
+    )
+    for rid, engine_hits, replay_hits in result.differ:
+        click.echo(f"  {rid}: engine {engine_hits} tokens, replay {replay_hits}")
+    if result.differ:
+        raise SystemExit(1)

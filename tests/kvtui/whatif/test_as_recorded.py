@@ -33,3 +33,15 @@ def test_random_engine_traces_with_forks_samples_edits_and_aborts(seed, tmp_path
     run_engine(random_scenario(seed), trace_path=path)
     result = compare(path)
     assert result.differ == [] and result.equal == result.lookups
+
+
+def test_the_command_says_how_many_lookups_match_and_refuses_other_traces():
+    from click.testing import CliRunner
+
+    from kvtui.cli import main
+
+    result = CliRunner().invoke(main, ["whatif", "fixtures/traces/edit_series.jsonl", "--as-recorded"])
+    assert result.exit_code == 0
+    assert "7 of 7 prefix lookups got exactly the engine's hit tokens" in result.output
+    refused = CliRunner().invoke(main, ["whatif", "fixtures/traces/synthetic_small.jsonl", "--as-recorded"])
+    assert refused.exit_code == 1 and "not a trace of kvtui's engine" in refused.output
