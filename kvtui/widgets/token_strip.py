@@ -214,13 +214,12 @@ class TokenStrip(LineView):
         req = self.view.request
         if req is None:
             return
-        self.cursor = max(0, min(req.num_tokens - 1, position))
-        if self.cursor == req.num_tokens - 1:
-            # at the end: follow new tokens
-            self.cursor = None
+        pos = max(0, min(req.num_tokens - 1, position))
+        # at the end: None follows new tokens
+        self.cursor = None if pos == req.num_tokens - 1 else pos
         width = self.content_width()
         for i, line in enumerate(self.layout(width)):
-            if line and line[0][0] <= self.cursor <= line[-1][0]:
+            if line and line[0][0] <= pos <= line[-1][0]:
                 self.scroll_to_row(i + HEADER_ROWS)
                 break
         self.refresh()
