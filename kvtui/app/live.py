@@ -35,6 +35,8 @@ class LiveMixin:
     engine_dead: str | None = None
     # (request, start, count, token id, kind) of the open edit
     _pending_edit: tuple[str, int, int, int, str] | None = None
+    # the leading whitespace of the open edit's first token
+    _edit_lead: str = ""
 
     # ------------------------------------------------------------------ the feed
     def pump(self) -> bool:
@@ -180,10 +182,17 @@ class LiveMixin:
         else:
             what = f"insert before position {start} ({texts[start]!r}) this text"
         self._pending_edit = (*target, kind)
-        # the token's own leading space is offered: typing "ocean" over " sky" gives " ocean", not "theocean"
         first = texts[start]
-        lead = first[: len(first) - len(first.lstrip())]
-        self._open_input(kind, f"{what}; Enter applies, Esc cancels", value=lead)
+        self._edit_lead = first[: len(first) - len(first.lstrip())]
+        self._open_input(kind, f"{what}; Enter applies, Esc cancels")
+
+    def _with_lead(self, typed: str) -> str:
+        """The typed text with the selected token's own leading space when the text has none of its own: typing
+        "ocean" over " sky" gives " ocean", not "theocean", and typing " very" gives " very", not "  very"
+        (a space put in the box for the user would be invisible there)."""
+        if not typed or typed[:1].isspace():
+            return typed
+        return self._edit_lead + typed
 
     def _preview_edit(self, typed: str) -> None:
         """The line above the edit box: what the text around the edit becomes if Enter sends `typed` now."""
@@ -195,19 +204,21 @@ class LiveMixin:
         after = start + count if kind == "replace" else start
         before = "".join(texts[max(0, start - 12) : start])
         rest = "".join(texts[after : after + 12])
-        shown = f"{'…' if start > 12 else ''}{before}{typed}{rest}{'…' if after + 12 < len(texts) else ''}"
+        sent = self._with_lead(typed)
+        shown = f"{'…' if start > 12 else ''}{before}{sent}{rest}{'…' if after + 12 < len(texts) else ''}"
         self.query_one("#edit-preview", TextLine).set(
             Content.assemble(
                 (f"{kind} → ", "bold"),
                 shown.replace("\n", "⏎"),
-                ("   (Enter sends, Esc cancels; the leading space is the token's own)", "dim")
-                if typed[:1].isspace()
+                ("   (Enter sends, Esc cancels; the token's leading space is kept)", "dim")
+                if sent != typed
                 else ("   (Enter sends, Esc cancels)", "dim"),
             )
         )
 
     def _edit_text(self, mode: str, text: str) -> None:
         """The small input was submitted in replace or insert mode: send the edit chosen when it opened."""
+        text = self._with_lead(text)
         target, self._pending_edit = self._pending_edit, None
         if target is None:
             return
