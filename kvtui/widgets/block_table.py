@@ -56,15 +56,10 @@ class BlockTableView(LineView):
                 width,
             )
         if row == 0:
-            blocks = -(-n // bs) if n else 0
-            waste = blocks * bs - n
             return pad(
                 [
                     Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
-                    Segment(
-                        f"{plural(len(table), 'block')} · {plural(n, 'token')} · tail waste {waste} slot{'s' * (waste != 1)}",
-                        bold,
-                    ),
+                    Segment(table_summary(table, n, bs), bold),
                 ],
                 width,
             )
@@ -111,3 +106,18 @@ class BlockTableView(LineView):
             ],
             width,
         )
+
+
+def table_summary(table: list[int], tokens: int, block_size: int) -> str:
+    """Blocks held, tokens, the unfilled slots of the held blocks (tail waste) and the tokens no block holds yet
+    (after an edit, or queued): an edit at position 0 leaves no block and every token still to compute."""
+    fills = [max(0, min(block_size, tokens - i * block_size)) for i, p in enumerate(table) if p >= 0]
+    held = len(fills)
+    text = f"{plural(held, 'block')} · {plural(tokens, 'token')}"
+    if held:
+        waste = held * block_size - sum(fills)
+        text += f" · tail waste {plural(waste, 'slot')}"
+    pending = tokens - sum(fills)
+    if pending:
+        text += f" · {pending} in no block yet (to compute)"
+    return text
