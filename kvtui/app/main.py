@@ -221,9 +221,11 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             play = "at the end (space: play from start)" if self.cursor >= len(tl) else "paused"
         last = state.last_event["type"] if state.last_event else "start"
         chat = " · chat" if self.live and self.chat else ""
+        running = state.step_in_progress
+        step = f"step {running} (in progress)" if running is not None else f"step {max(state.step, 0)}"
         return (
-            f" {mode} {source} {play} {self.speed:g}x · event {self.cursor}/{len(tl)} {last} · step "
-            f"{max(state.step, 0)} · {state.t:.2f}s · {self.view.request_id or '-'}{chat}"
+            f" {mode} {source} {play} {self.speed:g}x · event {self.cursor}/{len(tl)} {last} · {step} · "
+            f"{state.t:.2f}s · {self.view.request_id or '-'}{chat}"
         )
 
     # ------------------------------------------------------------------ the small input (go to, replace, insert)
