@@ -62,11 +62,13 @@ class ChartsView(LineView):
         hits, steps = state.history.hits, state.history.steps
         n_hits, n_steps = state.n_hits, state.n_steps
         out: list[tuple] = []
-        n = (state.hit_rates or {}).get("window", {}).get("n", "N")
+        n = (state.hit_rates or {}).get("window", {}).get("n")
+        # no hit_rates event yet: the window's size is not known
+        window = plural(n, "lookup") if isinstance(n, int) else "N lookups"
         out.append(
             (
                 "head",
-                f"hit rates over time ({plural(n_hits, 'sample')}; windowed = last {plural(n, 'lookup')}; an edit is a new "
+                f"hit rates over time ({plural(n_hits, 'sample')}; windowed = last {window}; an edit is a new "
                 f"lookup, a preempted request's readmission is not)",
             )
         )
