@@ -25,7 +25,12 @@ LIVE_BINDINGS = [
     Binding("ctrl+t", "toggle_chat", "chat/plain prompt", show=False, id="live.chat"),
     Binding("F", "follow", "follow live", show=False, id="live.follow"),
     Binding("s", "abort_request", "stop (abort) request", show=False, id="live.abort"),
+    # a request runs in about 2 s: held, the engine waits between steps while a person looks
+    Binding("h", "hold_engine", "hold/resume engine", id="live.hold"),
+    Binding("n", "engine_step_once", "one engine step (held)", show=False, id="live.step_once"),
 ]
+# shown and working in live mode only
+LIVE_ONLY_ACTIONS = {"hold_engine", "engine_step_once"}
 
 
 class LiveMixin:
@@ -37,6 +42,8 @@ class LiveMixin:
     _pending_edit: tuple[str, int, int, int, str] | None = None
     # the leading whitespace of the open edit's first token
     _edit_lead: str = ""
+    # the engine waits between steps (h); n runs one
+    held: bool = False
 
     # ------------------------------------------------------------------ the feed
     def pump(self) -> bool:
@@ -80,6 +87,30 @@ class LiveMixin:
             self.following = True
             self.playing = False
             self.seek(len(self.timeline))
+
+    # ------------------------------------------------------------------ holding the engine
+    def action_hold_engine(self) -> None:
+        if not self.live or self.engine_dead:
+            return
+        self.held = not self.held
+        self.controller.hold(self.held)
+        self.notify(
+            "engine held between steps: n runs one step, h resumes"
+            if self.held
+            else "engine running (h holds it)",
+            timeout=3,
+        )
+        self.refresh_views()
+
+    def action_engine_step_once(self) -> None:
+        if not self.live or self.engine_dead:
+            return
+        if not self.held:
+            self.notify("n runs one step while the engine is held: h holds it", timeout=3)
+            return
+        # follow, so that the step shows
+        self.action_follow()
+        self.controller.step_once()
 
     # ------------------------------------------------------------------ the prompt
     def action_focus_prompt(self) -> None:

@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from kvtui.app.feed import Controller, EventFeed
-from kvtui.app.live import LIVE_BINDINGS, LiveMixin
+from kvtui.app.live import LIVE_BINDINGS, LIVE_ONLY_ACTIONS, LiveMixin
 from kvtui.app.loading import LoadingMixin
 from kvtui.app.playback import PLAYBACK_BINDINGS, PlaybackMixin
 from kvtui.app.selection import SelectionMixin
@@ -211,6 +211,8 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             )
         if self.live:
             play = "following" if self.following else "paused (F: follow)"
+            if self.held:
+                play += " · engine HELD (n: one step, h: resume)"
             if self.engine_dead:
                 play = "ENGINE STOPPED"
         elif self.playing:
@@ -269,6 +271,12 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             self._goto(text.strip())
         elif mode in ("replace", "insert"):
             self._edit_text(mode, text)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # the footer shows `h hold` in live mode only, and a replay has no engine to hold
+        if action in LIVE_ONLY_ACTIONS and not self.live:
+            return False
+        return True
 
     # ------------------------------------------------------------------ panels, help and palette
     def action_show_panel(self, kind: str) -> None:

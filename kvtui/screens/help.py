@@ -73,6 +73,12 @@ shows the cache exactly as it was after that event.
   position p overwrites p - W.
 - **Copy-on-write**: a fork shares every block (ref count > 1); the first write to a shared block copies it.
 
+## Live mode
+`p` the prompt box (Enter sends) · `h` holds the engine between two steps, so that the pool, the tree and the
+tokens stay as they are while you look (a short request otherwise finishes in about two seconds, before
+sharing or copy-on-write can be seen); `n` then runs one step; `h` again resumes · `F` follows the end again
+after scrubbing back · `r` `i` `d` edit, `f` fork, `s` stop the selected request.
+
 ## The scrubber (bottom)
 The bar is the whole trace, `●` the cursor; click it to seek. The row above marks where things happen:
 `A` a request arrives, `E` an edit, `x` a block evicted, `m` a prompt missed the cache (part of it computed),
