@@ -15,6 +15,8 @@ from kvtui.widgets.token_strip import TokenStrip
 
 # most items drained per frame: a backlog is caught up over several frames
 FEED_BATCH = 50_000
+# seconds an engine error stays on screen (an edit that failed, say): long enough to read, or click it away
+ERROR_NOTICE_S = 30
 
 LIVE_BINDINGS = [
     Binding("r", "begin_edit('replace')", "replace token", show=False, id="edit.replace"),
@@ -64,7 +66,7 @@ class LiveMixin:
                     self.timeline = Timeline(header)
                     self.state, self.cursor = self.timeline.tip, 0
                 case FeedNotice(text, severity):
-                    self.notify(text, severity=severity, timeout=8 if severity == "error" else 4)
+                    self.notify(text, severity=severity, timeout=ERROR_NOTICE_S if severity == "error" else 4)
                 case EngineDied(reason):
                     self._engine_died(reason)
         self._ingest(batch)
@@ -136,7 +138,7 @@ class LiveMixin:
         )
         if self.live:
             self.query_one(PromptBar).stop(reason)
-            self.query_one("#status", TextLine).set(self.status_text())
+            self.query_one("#status", TextLine).set(self.status_text(self.size.width))
 
     def on_prompt_bar_submitted(self, message: PromptBar.Submitted) -> None:
         """A prompt from the prompt bar: send it to the engine and select the request it starts."""

@@ -52,7 +52,7 @@ class LoadingMixin:
 
     def on_kvtui_app_load_progress(self, message: LoadProgress) -> None:
         self.loading = (message.done, message.total, message.events)
-        self.query_one("#status", TextLine).set(self.status_text())
+        self.query_one("#status", TextLine).set(self.status_text(self.size.width))
 
     def on_kvtui_app_loaded(self, message: Loaded) -> None:
         self.loading = None
