@@ -9,7 +9,7 @@ from textual.content import Content
 
 from kvtui.app.feed_messages import EngineDied, FeedEvent, FeedHeader, FeedNotice
 from kvtui.state.timeline import Timeline
-from kvtui.widgets.base import TextLine
+from kvtui.widgets.base import TextLine, join_texts
 from kvtui.widgets.prompt_bar import PromptBar
 from kvtui.widgets.token_strip import TokenStrip
 
@@ -235,8 +235,8 @@ class LiveMixin:
         _rid, start, count, _token, kind = pending
         texts = req.texts
         after = start + count if kind == "replace" else start
-        before = "".join(texts[max(0, start - 12) : start])
-        rest = "".join(texts[after : after + 12])
+        before = join_texts(texts[max(0, start - 12) : start])
+        rest = join_texts(texts[after : after + 12])
         sent = self._with_lead(typed)
         shown = f"{'…' if start > 12 else ''}{before}{sent}{rest}{'…' if after + 12 < len(texts) else ''}"
         self.query_one("#edit-preview", TextLine).set(

@@ -51,6 +51,38 @@ def show_text(text: str) -> str:
     return text.replace("\n", "⏎").replace("\t", "⇥").replace("\r", "␍")
 
 
+# a token that is part of a character carries its bytes as \xe6\x97 (engine/models/text.py)
+_BYTE_RUN = re.compile(r"(?:\\x[0-9a-f]{2})+")
+
+
+def join_texts(texts) -> str:
+    """Tokens' texts joined as the stream text shows them: the bytes of a character split over several tokens
+    (\xe6\x97 then \xa5) become the character (日); bytes that make no character stay escaped."""
+    text = "".join(texts)
+    if "\\x" not in text:
+        return text
+    out, pos = bytearray(), 0
+    for run in _BYTE_RUN.finditer(text):
+        out += text[pos : run.start()].encode()
+        out += bytes.fromhex(run.group().replace("\\x", ""))
+        pos = run.end()
+    out += text[pos:].encode()
+    return out.decode("utf-8", errors="backslashreplace")
+
+
+def character_of(texts: list[str], pos: int) -> str | None:
+    """The character(s) a token that is only bytes belongs to, joined with its neighbours that are only bytes
+    too; None for a token with text of its own."""
+    if not _BYTE_RUN.fullmatch(texts[pos]):
+        return None
+    start, end = pos, pos + 1
+    while start > 0 and _BYTE_RUN.fullmatch(texts[start - 1]):
+        start -= 1
+    while end < len(texts) and _BYTE_RUN.fullmatch(texts[end]):
+        end += 1
+    return join_texts(texts[start:end])
+
+
 def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":

@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.segment import Segment
 from textual.strip import Strip
 
-from kvtui.widgets.base import STATE_ROLE, LineView, pad, plural, show_text
+from kvtui.widgets.base import STATE_ROLE, LineView, join_texts, pad, plural, show_text
 
 HEADER_ROWS = 2
 
@@ -82,7 +82,7 @@ class BlockTableView(LineView):
         ]
         if state.ref[p] > 1:
             segs.append(Segment(f"×{state.ref[p]} ", kind_style))
-        segs.append(Segment(" " + "".join(show_text(t) for t in texts)))
+        segs.append(Segment(" " + show_text(join_texts(texts))))
         return pad(segs, width)
 
     def _kept_row(self, state, req, logical: int, width: int) -> Strip:
@@ -102,7 +102,7 @@ class BlockTableView(LineView):
                 Segment(f"P{p:<8}", palette[STATE_ROLE[kind]]),
                 Segment(f"{bs:>2}/{bs:<3}", dim),
                 Segment(f"n{node_id} ", dim),
-                Segment("".join(show_text(t) for t in texts)),
+                Segment(show_text(join_texts(texts))),
             ],
             width,
         )

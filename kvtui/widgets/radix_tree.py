@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.strip import Strip
 
 from kvtui.state import CacheState
-from kvtui.widgets.base import LineView, fit_segments, fmt_seconds, pad, plural, show_text
+from kvtui.widgets.base import LineView, fit_segments, fmt_seconds, join_texts, pad, plural, show_text
 from kvtui.widgets.palette import Palette
 
 # how long (in events) a node keeps its insert / hit / split mark
@@ -197,13 +197,13 @@ def _node_text(state: CacheState, node, style: Style, palette: Palette) -> list[
                     break
                 same += 1
     if not same:
-        return [Segment("".join(show_text(t) for t in node.texts), style)]
+        return [Segment(show_text(join_texts(node.texts)), style)]
     texts = node.texts
     segs = [Segment(f"…{same}=", palette["dim"])]
     if same < len(texts):
         # the first token that differs from the earlier sibling: the `dropped` role (where reuse stops)
         segs.append(Segment(show_text(texts[same]).replace(" ", "␣") or "∅", palette["dropped"]))
-    segs.append(Segment("".join(show_text(t) for t in texts[same + 1 :]), style))
+    segs.append(Segment(show_text(join_texts(texts[same + 1 :])), style))
     return segs
 
 

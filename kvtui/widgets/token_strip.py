@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.strip import Strip
 
-from kvtui.widgets.base import LineView, fmt_seconds, pad, plural, show_text
+from kvtui.widgets.base import LineView, character_of, fmt_seconds, pad, plural, show_text
 
 MARGIN = 6
 HEADER_ROWS = 3
@@ -177,6 +177,10 @@ class TokenStrip(LineView):
                     palette["bold"],
                 )
             )
+            char = character_of(req.texts, pos)
+            if char is not None:
+                # a token that is a few bytes of a character (CJK, emoji): the character its bytes make
+                segs.append(Segment(f" · bytes of {char!r}", dim))
             start, end = self.selection()
             if end - start > 1:
                 segs.append(
