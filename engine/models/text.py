@@ -52,6 +52,11 @@ class TokenText:
         text = self._cache.get(token_id)
         if text is None:
             text = self.tokenizer.decode([token_id]) if self.tokenizer is not None else f"<{token_id}>"
+            if "\ufffd" in text:
+                # part of a character (a CJK character or an emoji over several tokens): its bytes, as \xe6\x97,
+                # which a viewer can join with its neighbours' (U+FFFD would say nothing)
+                raw = token_bytes(self.tokenizer, token_id)
+                text = raw.decode("utf-8", errors="backslashreplace") if raw is not None else text
             self._cache[token_id] = text
         return text
 
@@ -76,3 +81,38 @@ def _eos_ids(generation_config, tokenizer) -> set[int]:
         elif source:
             ids.update(source)
     return ids
+
+
+def token_bytes(tokenizer, token_id: int) -> bytes | None:
+    """The raw bytes of a byte-level BPE token (GPT-2's alphabet: SmolLM2, Llama 3) or of a byte-fallback piece
+    (`<0xE6>`: SentencePiece); None for any other tokenizer."""
+    piece = tokenizer.convert_ids_to_tokens(token_id)
+    if not isinstance(piece, str):
+        return None
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        try:
+            return bytes([int(piece[3:5], 16)])
+        except ValueError:
+            return None
+    decoder = _byte_decoder()
+    if piece and all(c in decoder for c in piece):
+        return bytes(decoder[c] for c in piece)
+    return None
+
+
+_BYTE_DECODER: dict[str, int] = {}
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, character -> byte: printable bytes stand for themselves, the others are
+    shifted to 256 and up."""
+    if not _BYTE_DECODER:
+        printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+        shifted = 0
+        for b in range(256):
+            if b in printable:
+                _BYTE_DECODER[chr(b)] = b
+            else:
+                _BYTE_DECODER[chr(256 + shifted)] = b
+                shifted += 1
+    return _BYTE_DECODER

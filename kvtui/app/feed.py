@@ -24,6 +24,8 @@ from kvtui.app.feed_messages import (
     FeedItem,
     FeedNotice,
     ForkRequest,
+    HoldEngine,
+    StepOnce,
     StopEngine,
     SubmitPrompt,
 )
@@ -109,6 +111,12 @@ class Controller:
 
     def fork(self, request_id: str, n: int = 1) -> None: ...
 
+    def hold(self, held: bool) -> None:
+        """Stop stepping between two steps (held) so a person can look, or go on."""
+
+    def step_once(self) -> None:
+        """While held: run one engine step."""
+
     def stop(self) -> None: ...
 
 
@@ -132,6 +140,12 @@ class RecordingController(Controller):
 
     def fork(self, request_id, n=1) -> None:
         self.calls.append(("fork", request_id, n))
+
+    def hold(self, held) -> None:
+        self.calls.append(("hold", held))
+
+    def step_once(self) -> None:
+        self.calls.append(("step_once",))
 
 
 class EngineWorker(Controller):
@@ -157,6 +171,9 @@ class EngineWorker(Controller):
         self.engine_factory = engine_factory
         self.commands: queue.Queue = queue.Queue()
         self._stop = threading.Event()
+        # the worker thread's own: held between steps, and the steps asked for while held
+        self._held = False
+        self._steps_asked = 0
         self.dead = None
         self.thread = threading.Thread(target=self._run, name="kvtui-engine", daemon=True)
 
@@ -175,6 +192,12 @@ class EngineWorker(Controller):
 
     def fork(self, request_id, n=1) -> None:
         self.commands.put(ForkRequest(request_id, n))
+
+    def hold(self, held) -> None:
+        self.commands.put(HoldEngine(held))
+
+    def step_once(self) -> None:
+        self.commands.put(StepOnce())
 
     def stop(self) -> None:
         """Stop after the step in flight and wait for the thread (the trace is closed when this returns)."""
@@ -228,9 +251,13 @@ class EngineWorker(Controller):
         finally:
             self._shut_down(engine)
 
+    def _may_step(self, engine) -> bool:
+        return engine.has_unfinished() and (not self._held or self._steps_asked > 0)
+
     def _loop(self, engine) -> None:
         while not self._stop.is_set():
-            busy = engine.has_unfinished()
+            # held: wait for a command (a step asked for, a resume) instead of stepping
+            busy = self._may_step(engine)
             try:
                 command = self.commands.get(block=not busy, timeout=None if not busy else 0)
             except queue.Empty:
@@ -239,7 +266,8 @@ class EngineWorker(Controller):
                 if isinstance(command, StopEngine):
                     return
                 self._execute(engine, command)
-            if engine.has_unfinished() and not self._stop.is_set():
+            if self._may_step(engine) and not self._stop.is_set():
+                self._steps_asked = max(0, self._steps_asked - 1)
                 try:
                     engine.step()
                 except Exception as exc:
@@ -277,6 +305,13 @@ class EngineWorker(Controller):
                     apply_live_edit(engine, request_id, position, text, kind, num_tokens, expected_token)
                 case ForkRequest(request_id, n):
                     engine.fork(request_id, n)
+                case HoldEngine(held):
+                    self._held, self._steps_asked = held, 0
+                case StepOnce():
+                    if not engine.has_unfinished():
+                        self.feed.notice("nothing to step: no request is running or waiting", "warning")
+                    elif self._held:
+                        self._steps_asked += 1
         # out of range, unknown request, a stale view: a notification
         except Exception as exc:
             self.feed.notice(f"{_VERBS.get(type(command), 'command')} failed: {exc}", "error")

@@ -6,7 +6,8 @@ Engine thread -> UI, through the `EventFeed` (a `FeedItem`):
   FeedNotice   something to tell the user (a notification of that severity)
   EngineDied   the worker stopped for good, and why (the prompt box says so)
 UI -> engine thread, through the `EngineWorker`'s command queue (a `Command`):
-  SubmitPrompt, AbortRequest, EditTokens, ForkRequest, StopEngine
+  SubmitPrompt, AbortRequest, EditTokens, ForkRequest, StopEngine, HoldEngine (stop stepping between steps, or
+  go on), StepOnce (one step while held)
 
 msgspec structs, not dataclasses: a frozen struct is built as fast as a tuple (~70 ns against ~250 ns for a
 frozen dataclass), and the engine hands over one `FeedEvent` per trace event. None takes part in a cycle, so
@@ -72,4 +73,12 @@ class StopEngine(msgspec.Struct, frozen=True, gc=False):
     pass
 
 
-Command = SubmitPrompt | AbortRequest | EditTokens | ForkRequest | StopEngine
+class HoldEngine(msgspec.Struct, frozen=True, gc=False):
+    held: bool
+
+
+class StepOnce(msgspec.Struct, frozen=True, gc=False):
+    pass
+
+
+Command = SubmitPrompt | AbortRequest | EditTokens | ForkRequest | StopEngine | HoldEngine | StepOnce

@@ -9,12 +9,14 @@ from textual.content import Content
 
 from kvtui.app.feed_messages import EngineDied, FeedEvent, FeedHeader, FeedNotice
 from kvtui.state.timeline import Timeline
-from kvtui.widgets.base import TextLine
+from kvtui.widgets.base import TextLine, join_texts
 from kvtui.widgets.prompt_bar import PromptBar
 from kvtui.widgets.token_strip import TokenStrip
 
 # most items drained per frame: a backlog is caught up over several frames
 FEED_BATCH = 50_000
+# seconds an engine error stays on screen (an edit that failed, say): long enough to read, or click it away
+ERROR_NOTICE_S = 30
 
 LIVE_BINDINGS = [
     Binding("r", "begin_edit('replace')", "replace token", show=False, id="edit.replace"),
@@ -25,7 +27,12 @@ LIVE_BINDINGS = [
     Binding("ctrl+t", "toggle_chat", "chat/plain prompt", show=False, id="live.chat"),
     Binding("F", "follow", "follow live", show=False, id="live.follow"),
     Binding("s", "abort_request", "stop (abort) request", show=False, id="live.abort"),
+    # a request runs in about 2 s: held, the engine waits between steps while a person looks
+    Binding("h", "hold_engine", "hold/resume engine", id="live.hold"),
+    Binding("n", "engine_step_once", "one engine step (held)", show=False, id="live.step_once"),
 ]
+# shown and working in live mode only
+LIVE_ONLY_ACTIONS = {"hold_engine", "engine_step_once"}
 
 
 class LiveMixin:
@@ -35,6 +42,10 @@ class LiveMixin:
     engine_dead: str | None = None
     # (request, start, count, token id, kind) of the open edit
     _pending_edit: tuple[str, int, int, int, str] | None = None
+    # the leading whitespace of the open edit's first token
+    _edit_lead: str = ""
+    # the engine waits between steps (h); n runs one
+    held: bool = False
 
     # ------------------------------------------------------------------ the feed
     def pump(self) -> bool:
@@ -55,7 +66,7 @@ class LiveMixin:
                     self.timeline = Timeline(header)
                     self.state, self.cursor = self.timeline.tip, 0
                 case FeedNotice(text, severity):
-                    self.notify(text, severity=severity, timeout=8 if severity == "error" else 4)
+                    self.notify(text, severity=severity, timeout=ERROR_NOTICE_S if severity == "error" else 4)
                 case EngineDied(reason):
                     self._engine_died(reason)
         self._ingest(batch)
@@ -78,6 +89,30 @@ class LiveMixin:
             self.following = True
             self.playing = False
             self.seek(len(self.timeline))
+
+    # ------------------------------------------------------------------ holding the engine
+    def action_hold_engine(self) -> None:
+        if not self.live or self.engine_dead:
+            return
+        self.held = not self.held
+        self.controller.hold(self.held)
+        self.notify(
+            "engine held between steps: n runs one step, h resumes"
+            if self.held
+            else "engine running (h holds it)",
+            timeout=3,
+        )
+        self.refresh_views()
+
+    def action_engine_step_once(self) -> None:
+        if not self.live or self.engine_dead:
+            return
+        if not self.held:
+            self.notify("n runs one step while the engine is held: h holds it", timeout=3)
+            return
+        # follow, so that the step shows
+        self.action_follow()
+        self.controller.step_once()
 
     # ------------------------------------------------------------------ the prompt
     def action_focus_prompt(self) -> None:
@@ -103,7 +138,7 @@ class LiveMixin:
         )
         if self.live:
             self.query_one(PromptBar).stop(reason)
-            self.query_one("#status", TextLine).set(self.status_text())
+            self.query_one("#status", TextLine).set(self.status_text(self.size.width))
 
     def on_prompt_bar_submitted(self, message: PromptBar.Submitted) -> None:
         """A prompt from the prompt bar: send it to the engine and select the request it starts."""
@@ -180,10 +215,17 @@ class LiveMixin:
         else:
             what = f"insert before position {start} ({texts[start]!r}) this text"
         self._pending_edit = (*target, kind)
-        # the token's own leading space is offered: typing "ocean" over " sky" gives " ocean", not "theocean"
         first = texts[start]
-        lead = first[: len(first) - len(first.lstrip())]
-        self._open_input(kind, f"{what}; Enter applies, Esc cancels", value=lead)
+        self._edit_lead = first[: len(first) - len(first.lstrip())]
+        self._open_input(kind, f"{what}; Enter applies, Esc cancels")
+
+    def _with_lead(self, typed: str) -> str:
+        """The typed text with the selected token's own leading space when the text has none of its own: typing
+        "ocean" over " sky" gives " ocean", not "theocean", and typing " very" gives " very", not "  very"
+        (a space put in the box for the user would be invisible there)."""
+        if not typed or typed[:1].isspace():
+            return typed
+        return self._edit_lead + typed
 
     def _preview_edit(self, typed: str) -> None:
         """The line above the edit box: what the text around the edit becomes if Enter sends `typed` now."""
@@ -193,21 +235,23 @@ class LiveMixin:
         _rid, start, count, _token, kind = pending
         texts = req.texts
         after = start + count if kind == "replace" else start
-        before = "".join(texts[max(0, start - 12) : start])
-        rest = "".join(texts[after : after + 12])
-        shown = f"{'…' if start > 12 else ''}{before}{typed}{rest}{'…' if after + 12 < len(texts) else ''}"
+        before = join_texts(texts[max(0, start - 12) : start])
+        rest = join_texts(texts[after : after + 12])
+        sent = self._with_lead(typed)
+        shown = f"{'…' if start > 12 else ''}{before}{sent}{rest}{'…' if after + 12 < len(texts) else ''}"
         self.query_one("#edit-preview", TextLine).set(
             Content.assemble(
                 (f"{kind} → ", "bold"),
                 shown.replace("\n", "⏎"),
-                ("   (Enter sends, Esc cancels; the leading space is the token's own)", "dim")
-                if typed[:1].isspace()
+                ("   (Enter sends, Esc cancels; the token's leading space is kept)", "dim")
+                if sent != typed
                 else ("   (Enter sends, Esc cancels)", "dim"),
             )
         )
 
     def _edit_text(self, mode: str, text: str) -> None:
         """The small input was submitted in replace or insert mode: send the edit chosen when it opened."""
+        text = self._with_lead(text)
         target, self._pending_edit = self._pending_edit, None
         if target is None:
             return

@@ -8,6 +8,7 @@ from textual.message import Message
 
 from kvtui.app.loader import BatchRejected, LoadedTrace, TraceError, load_trace, read_header
 from kvtui.state.timeline import Timeline
+from kvtui.state.whatif_labels import relabel, scan_run_length
 from kvtui.widgets.base import TextLine
 
 
@@ -38,10 +39,15 @@ class LoadingMixin:
                 self.post_message(self.Loaded(None, LoadedTrace(header={}, error=error)))
                 return
             timeline = Timeline(header)
+            on_batch = lambda batch: fold(timeline, batch)  # noqa: E731
+            if header.get("kind") == "whatif":
+                # made-up token ids: labels a person can read (#0 #1 #2 for hash ids), not the ids glued
+                run = scan_run_length(path, header)
+                on_batch = lambda batch: fold(timeline, relabel(batch, run))  # noqa: E731
             loaded = load_trace(
                 path,
                 progress=lambda done, total, n: self.post_message(self.LoadProgress(done, total, n)),
-                on_batch=lambda batch: fold(timeline, batch),
+                on_batch=on_batch,
             )
         except OSError as exc:
             self.post_message(
@@ -52,7 +58,7 @@ class LoadingMixin:
 
     def on_kvtui_app_load_progress(self, message: LoadProgress) -> None:
         self.loading = (message.done, message.total, message.events)
-        self.query_one("#status", TextLine).set(self.status_text())
+        self.query_one("#status", TextLine).set(self.status_text(self.size.width))
 
     def on_kvtui_app_loaded(self, message: Loaded) -> None:
         self.loading = None

@@ -21,10 +21,11 @@ from textual.binding import Binding
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from kvtui.app.feed import Controller, EventFeed
-from kvtui.app.live import LIVE_BINDINGS, LiveMixin
+from kvtui.app.live import LIVE_BINDINGS, LIVE_ONLY_ACTIONS, LiveMixin
 from kvtui.app.loading import LoadingMixin
 from kvtui.app.playback import PLAYBACK_BINDINGS, PlaybackMixin
 from kvtui.app.selection import SelectionMixin
+from kvtui.app.status import status_line
 from kvtui.app.tabs import TABS, tab_bindings, tab_label
 from kvtui.screens.help import HelpScreen
 from kvtui.screens.palette import KvtuiCommands, key_display
@@ -39,6 +40,9 @@ from kvtui.widgets.radix_tree import RadixTreeView
 from kvtui.widgets.scrubber import Scrubber
 from kvtui.widgets.timeline import TimelineView
 from kvtui.widgets.token_strip import TokenStrip
+
+# terminal rows under which the prompt bar takes one row instead of three
+COMPACT_BELOW_ROWS = 30
 
 
 class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
@@ -154,6 +158,11 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         # the views have the keys at start (`p` opens the prompt box, as the box's placeholder says)
         self.query_one("#pool-grid").focus()
 
+    def on_resize(self, _event) -> None:
+        # a short terminal gets the one-row prompt box (app.tcss), and the status line refits
+        self.screen_stack[0].set_class(self.size.height < COMPACT_BELOW_ROWS, "compact")
+        self.call_after_refresh(self.refresh_views)
+
     # ------------------------------------------------------------------ frame loop and drawing
     def tick(self) -> None:
         """One frame: drain the live feed, advance playback. Tests call this with an injected clock."""
@@ -183,9 +192,11 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             )
         # a panel covers the tabs: draw only it
         if isinstance(self.screen, PanelScreen):
-            self.screen.update_view(view, self.timeline.events if self.timeline else [], self.status_text())
+            self.screen.update_view(
+                view, self.timeline.events if self.timeline else [], self.status_text(self.size.width)
+            )
             return
-        self.query_one("#status", TextLine).set(self.status_text())
+        self.query_one("#status", TextLine).set(self.status_text(self.size.width))
         tab = TABS.get(self.query_one("#tabs", TabbedContent).active)
         if tab is not None:
             tab.update(self, state, view)
@@ -194,37 +205,8 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             self.cursor, len(tl) if tl else 0, tl.markers if tl else {}
         )
 
-    def status_text(self) -> str:
-        tl, state = self.timeline, self.state
-        mode = "LIVE" if self.live else "replay"
-        source = self.source.rsplit("/", 1)[-1]
-        if self.loading is not None:
-            done, total, n = self.loading
-            return f" loading {source}… {100 * done / max(1, total):.0f}% · {n:,} events"
-        if tl is None or state is None:
-            if self.live and self.engine_dead:
-                return f" kvtui {mode} · {source} · ENGINE STOPPED: {self.engine_dead}"
-            return (
-                f" kvtui {mode} · {source} · waiting for the engine…"
-                if self.live
-                else f" replay {source} · no trace loaded"
-            )
-        if self.live:
-            play = "following" if self.following else "paused (F: follow)"
-            if self.engine_dead:
-                play = "ENGINE STOPPED"
-        elif self.playing:
-            play = "▶ playing"
-            if self.skipped_idle:
-                play += f" (skipped {self.skipped_idle:.1f}s with no events)"
-        else:
-            play = "at the end (space: play from start)" if self.cursor >= len(tl) else "paused"
-        last = state.last_event["type"] if state.last_event else "start"
-        chat = " · chat" if self.live and self.chat else ""
-        return (
-            f" {mode} {source} {play} {self.speed:g}x · event {self.cursor}/{len(tl)} {last} · step "
-            f"{max(state.step, 0)} · {state.t:.2f}s · {self.view.request_id or '-'}{chat}"
-        )
+    def status_text(self, width: int | None = None) -> str:
+        return status_line(self, width)
 
     # ------------------------------------------------------------------ the small input (go to, replace, insert)
     def _open_input(self, mode: str, placeholder: str, value: str = "") -> None:
@@ -267,6 +249,12 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
             self._goto(text.strip())
         elif mode in ("replace", "insert"):
             self._edit_text(mode, text)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # the footer shows `h hold` in live mode only, and a replay has no engine to hold
+        if action in LIVE_ONLY_ACTIONS and not self.live:
+            return False
+        return True
 
     # ------------------------------------------------------------------ panels, help and palette
     def action_show_panel(self, kind: str) -> None:

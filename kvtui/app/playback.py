@@ -8,9 +8,10 @@ from textual.binding import Binding
 from kvtui.widgets.scrubber import Scrubber
 
 SPEEDS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0)
-# playing skips a stretch with no event longer than this many seconds on screen (a long prefill's forward):
-# the status line says how much was skipped
-IDLE_SKIP_S = 0.5
+# playing shortens a stretch of trace time with no event (a long prefill's forward, a pause between users) to
+# this many trace seconds, then plays it at the speed chosen: 1 s on screen at 1x, 10 s at 0.1x, so the speed
+# keys change what a person sees; the status line says how much was skipped
+IDLE_KEEP_S = 1.0
 
 PLAYBACK_BINDINGS = [
     Binding("space", "toggle_play", "play/pause", id="replay.play"),
@@ -41,14 +42,15 @@ class PlaybackMixin:
     skipped_idle: float = 0.0
 
     def _skip_idle(self) -> None:
-        """Playing: when the next event is further ahead than IDLE_SKIP_S on screen, go straight to it."""
+        """Playing: when the next event is more than IDLE_KEEP_S of trace time ahead, skip to IDLE_KEEP_S before
+        it."""
         tl = self.timeline
         if self.cursor >= len(tl):
             return
         gap = tl.events[self.cursor]["t"] - self.play_t
-        if gap > IDLE_SKIP_S * self.speed:
-            self.skipped_idle += gap
-            self.play_t += gap
+        if gap > IDLE_KEEP_S:
+            self.skipped_idle += gap - IDLE_KEEP_S
+            self.play_t += gap - IDLE_KEEP_S
 
     def seek(self, k: int, refresh: bool = True) -> None:
         tl = self.timeline

@@ -15,7 +15,16 @@ class SelectionMixin:
     """The part of `KvtuiApp` that moves between tabs and requests."""
 
     def action_show_tab(self, tab: str) -> None:
-        self.query_one("#tabs", TabbedContent).active = tab
+        tabs = self.query_one("#tabs", TabbedContent)
+        # a hidden tab (what-if on a trace not made by `kvtui whatif -o`) made active breaks the tab bar's arrows
+        if not tabs.get_tab(tab).display:
+            self.notify(
+                f"no '{TABS[tab].title}' tab for this trace (it shows for a trace written by kvtui whatif -o)",
+                severity="warning",
+                timeout=3,
+            )
+            return
+        tabs.active = tab
         self.focus_tab()
         self.refresh_views()
 

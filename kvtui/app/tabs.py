@@ -17,6 +17,7 @@ from textual.widgets import Static
 from kvtui.app.whatif_app import compose_tab as compose_whatif
 from kvtui.app.whatif_app import request_misses
 from kvtui.app.whatif_app import update_tab as update_whatif
+from kvtui.state.roofline import RooflineScan
 from kvtui.widgets.base import TextLine, View, update_if_changed
 from kvtui.widgets.block_pool import BlockPoolView, block_details, edit_summary, pool_legend
 from kvtui.widgets.block_table import BlockTableView
@@ -24,7 +25,7 @@ from kvtui.widgets.charts import ChartsView
 from kvtui.widgets.miss import explain
 from kvtui.widgets.radix_tree import RadixTreeView
 from kvtui.widgets.ring import RingView
-from kvtui.widgets.timeline import TimelineView, latency_summary, request_summary
+from kvtui.widgets.timeline import TimelineView, latency_summary, request_summary, timing_note
 from kvtui.widgets.token_strip import TokenStrip
 
 if TYPE_CHECKING:
@@ -67,12 +68,22 @@ def _update_pool(app: App, state: CacheState | None, view: View) -> None:
 
 def _compose_requests() -> ComposeResult:
     yield TextLine(id="latency")
+    yield TextLine(id="timing-note")
     yield TextLine(id="request-summary")
     yield TimelineView(id="lanes")
 
 
 def _update_requests(app: App, state: CacheState | None, view: View) -> None:
     app.query_one("#latency", TextLine).set(latency_summary(state))
+    timeline = getattr(app, "timeline", None)
+    if timeline is not None and state is not None:
+        # one scan per app, extended as a live trace grows
+        scan = app.__dict__.setdefault("_timing_scan", RooflineScan())
+        scan.update(timeline.events)
+        note = timing_note(scan.upto(state.index), scan.roofline)
+    else:
+        note = ""
+    app.query_one("#timing-note", TextLine).set(note)
     app.query_one("#request-summary", TextLine).set(request_summary(view.request))
     app.query_one("#lanes", TimelineView).update_view(view)
 

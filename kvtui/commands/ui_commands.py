@@ -59,6 +59,8 @@ def live(model, max_tokens, save_trace, publish, **options):
         worker.stop()
         if publisher is not None:
             publisher.close()
+    # a crash in the UI (Textual prints its traceback) is not a success
+    sys.exit(app.return_code or 0)
 
 
 @click.command()
@@ -109,7 +111,9 @@ def replay(trace, check, from_start):
         return replay_attach(trace, header)
     from kvtui.app import KvtuiApp
 
-    KvtuiApp(source=trace, trace_path=trace, open_interesting=not from_start).run()
+    app = KvtuiApp(source=trace, trace_path=trace, open_interesting=not from_start)
+    app.run()
+    sys.exit(app.return_code or 0)
 
 
 COMMANDS = [live, replay]

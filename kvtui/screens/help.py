@@ -56,8 +56,12 @@ shows the cache exactly as it was after that event.
   and reused. Bytes = 2 x layers x kv_heads x head_dim x bytes_per_elem x tokens (KV heads, not query heads).
 - **Paging**: fixed blocks of `block_size` tokens; a request's block table maps logical -> physical blocks;
   only the last block of a sequence wastes slots (tail waste).
-- **Prefix cache**: reuse needs the identical token-id prefix from position 0, matched in whole blocks; a
-  token equal again after the first difference is never a hit. The last prompt token is always computed.
+- **Prefix cache**: reuse needs the identical token-id prefix from position 0; a token equal again after the
+  first difference is never a hit. The radix tree matches whole blocks; the default engine then also reuses
+  the first tokens of a partly filled cached block (the tail a request left, or the next block up to the first
+  difference), copied before the request writes into it (the miss explainer says how many). With
+  `--whole-blocks` only whole blocks are reused, as vLLM and SGLang do. The last prompt token is always
+  computed.
 - **Hit rates**: token = hit tokens / prompt tokens that could match; request = requests with any hit /
   requests; block = block hits / block lookups. Cumulative and over a window of recent requests.
 - **TTFT** = queueing + prefill + sampling up to the first token. **TPOT** = (t_last - t_first) / (n - 1),
@@ -69,11 +73,24 @@ shows the cache exactly as it was after that event.
   position p overwrites p - W.
 - **Copy-on-write**: a fork shares every block (ref count > 1); the first write to a shared block copies it.
 
+## Live mode
+`p` the prompt box (Enter sends) · `h` holds the engine between two steps, so that the pool, the tree and the
+tokens stay as they are while you look (a short request otherwise finishes in about two seconds, before
+sharing or copy-on-write can be seen); `n` then runs one step; `h` again resumes · `F` follows the end again
+after scrubbing back · `r` `i` `d` edit, `f` fork, `s` stop the selected request.
+
+## The scrubber (bottom)
+The bar is the whole trace, `●` the cursor; click it to seek. The row above marks where things happen:
+`A` a request arrives, `E` an edit, `x` a block evicted, `m` a prompt missed the cache (part of it computed),
+`P` a request preempted. Where several share a column the first in P E x m A shows. `a` `e` `x` `m` jump to
+the next one of a kind, shift (`A` `E` `X` `M`) to the previous.
+
 ## Replay controls
 `space` play/pause · `.` / `,` one event forward/back · `>` / `<` one engine step forward/back ·
-`+` / `-` speed · `g` go to a percentage or `#event` · `home`/`end` start/end (in the scrubber) ·
-`a` `e` `x` `m` next arrival / edit / eviction / miss, shift for previous · `[` `]` previous/next request ·
-click the scrubber to seek · `ctrl+p` command palette (every key is there) · `q` quit.
+`+` / `-` speed (a stretch with no event plays as one second of trace time) · `g` go to a percentage or
+`#event` · `ctrl+home` / `ctrl+end` (or `G`) start/end · `a` `e` `x` `m` next arrival / edit / eviction /
+miss, shift for previous · `[` `]` previous/next request · `ctrl+p` command palette (every key is there) ·
+`q` quit.
 """
 
 

@@ -71,6 +71,12 @@ class CacheState(PoolReducer, RequestsReducer, TreeReducer, RingsReducer, Metric
         self.t = event["t"]
         self.last_event = event
 
+    @property
+    def step_in_progress(self) -> int | None:
+        """The engine step whose chunks are applied but whose `step` event (written when it ends) is not yet:
+        the step the attention masks show. None between steps."""
+        return self._writing_step if self._writing_step > self.step else None
+
     def apply_all(self, events) -> None:
         apply = self.apply
         for event in events:

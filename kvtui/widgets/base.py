@@ -7,8 +7,10 @@ builds one line as a `Strip` from the state, so only visible lines are ever buil
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -49,6 +51,38 @@ def show_text(text: str) -> str:
     return text.replace("\n", "⏎").replace("\t", "⇥").replace("\r", "␍")
 
 
+# a token that is part of a character carries its bytes as \xe6\x97 (engine/models/text.py)
+_BYTE_RUN = re.compile(r"(?:\\x[0-9a-f]{2})+")
+
+
+def join_texts(texts) -> str:
+    """Tokens' texts joined as the stream text shows them: the bytes of a character split over several tokens
+    (\xe6\x97 then \xa5) become the character (日); bytes that make no character stay escaped."""
+    text = "".join(texts)
+    if "\\x" not in text:
+        return text
+    out, pos = bytearray(), 0
+    for run in _BYTE_RUN.finditer(text):
+        out += text[pos : run.start()].encode()
+        out += bytes.fromhex(run.group().replace("\\x", ""))
+        pos = run.end()
+    out += text[pos:].encode()
+    return out.decode("utf-8", errors="backslashreplace")
+
+
+def character_of(texts: list[str], pos: int) -> str | None:
+    """The character(s) a token that is only bytes belongs to, joined with its neighbours that are only bytes
+    too; None for a token with text of its own."""
+    if not _BYTE_RUN.fullmatch(texts[pos]):
+        return None
+    start, end = pos, pos + 1
+    while start > 0 and _BYTE_RUN.fullmatch(texts[start - 1]):
+        start -= 1
+    while end < len(texts) and _BYTE_RUN.fullmatch(texts[end]):
+        end += 1
+    return join_texts(texts[start:end])
+
+
 def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
@@ -68,6 +102,33 @@ def fmt_seconds(s: float | None) -> str:
 def pad(segments: list[Segment], width: int) -> Strip:
     """A strip of exactly `width` cells (runs of one style merged: fewer segments, faster paints)."""
     return Strip(list(Segment.simplify(segments))).adjust_cell_length(width).crop(0, width)
+
+
+def wrap_segments(segments: list[Segment], width: int, indent: str = "") -> list[Strip]:
+    """Styled text wrapped at spaces into strips of `width` cells (a word longer than a line is cut)."""
+    lines: list[list[Segment]] = [[]]
+    used = 0
+    for seg in segments:
+        for word in re.findall(r"\S+\s*|\s+", seg.text):
+            if used and used + cell_len(word.rstrip()) > width:
+                lines.append([Segment(indent)] if indent else [])
+                used = len(indent)
+                word = word.lstrip() if not used else word
+            lines[-1].append(Segment(word, seg.style))
+            used += cell_len(word)
+    return [pad(line, width) for line in lines]
+
+
+def fit_segments(segments: list[Segment], width: int) -> Strip:
+    """One row of `width` cells; text that does not fit ends at the last whole word, with "…" (never mid-word)."""
+    strip = Strip(list(Segment.simplify(segments)))
+    if strip.cell_length <= width:
+        return pad(segments, width)
+    text = "".join(seg.text for seg in segments)
+    cut = text.rfind(" ", 0, width)
+    cut = cut if cut > width // 2 else width - 1
+    style = segments[-1].style if segments else None
+    return pad([*strip.crop(0, cell_len(text[:cut])), Segment("…", style)], width)
 
 
 class Themed:

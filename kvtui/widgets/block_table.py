@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.segment import Segment
 from textual.strip import Strip
 
-from kvtui.widgets.base import STATE_ROLE, LineView, pad, plural, show_text
+from kvtui.widgets.base import STATE_ROLE, LineView, join_texts, pad, plural, show_text
 
 HEADER_ROWS = 2
 
@@ -56,15 +56,10 @@ class BlockTableView(LineView):
                 width,
             )
         if row == 0:
-            blocks = -(-n // bs) if n else 0
-            waste = blocks * bs - n
             return pad(
                 [
                     Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
-                    Segment(
-                        f"{plural(len(table), 'block')} · {plural(n, 'token')} · tail waste {waste} slot{'s' * (waste != 1)}",
-                        bold,
-                    ),
+                    Segment(table_summary(table, n, bs), bold),
                 ],
                 width,
             )
@@ -87,7 +82,7 @@ class BlockTableView(LineView):
         ]
         if state.ref[p] > 1:
             segs.append(Segment(f"×{state.ref[p]} ", kind_style))
-        segs.append(Segment(" " + "".join(show_text(t) for t in texts)))
+        segs.append(Segment(" " + show_text(join_texts(texts))))
         return pad(segs, width)
 
     def _kept_row(self, state, req, logical: int, width: int) -> Strip:
@@ -107,7 +102,22 @@ class BlockTableView(LineView):
                 Segment(f"P{p:<8}", palette[STATE_ROLE[kind]]),
                 Segment(f"{bs:>2}/{bs:<3}", dim),
                 Segment(f"n{node_id} ", dim),
-                Segment("".join(show_text(t) for t in texts)),
+                Segment(show_text(join_texts(texts))),
             ],
             width,
         )
+
+
+def table_summary(table: list[int], tokens: int, block_size: int) -> str:
+    """Blocks held, tokens, the unfilled slots of the held blocks (tail waste) and the tokens no block holds yet
+    (after an edit, or queued): an edit at position 0 leaves no block and every token still to compute."""
+    fills = [max(0, min(block_size, tokens - i * block_size)) for i, p in enumerate(table) if p >= 0]
+    held = len(fills)
+    text = f"{plural(held, 'block')} · {plural(tokens, 'token')}"
+    if held:
+        waste = held * block_size - sum(fills)
+        text += f" · tail waste {plural(waste, 'slot')}"
+    pending = tokens - sum(fills)
+    if pending:
+        text += f" · {pending} in no block yet (to compute)"
+    return text

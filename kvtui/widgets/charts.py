@@ -8,6 +8,8 @@ cached (evictable) and free, and the byte arithmetic: formula bytes for the toke
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.segment import Segment
 from textual.strip import Strip
 
@@ -48,25 +50,36 @@ class ChartsView(LineView):
     _cache_key: tuple | None = None
     _cache: list[tuple] = []
 
-    def lines(self) -> list[tuple]:
-        """(kind, args) per row: ("head", text) | ("spark", label, values, top, value_text, role) | ("text", s)."""
+    def lines(self, width: int) -> list[tuple]:
+        """(kind, args) per row: ("head", text) | ("spark", label, values, top, value_text, role) | ("text", s);
+        a heading or a text line too wide for `width` wraps at spaces onto rows of its own."""
         state = self.view.state
         if state is None:
             return [("text", "no trace yet")]
-        key = (id(state), state.index)
+        key = (id(state), state.index, width)
         if key != self._cache_key:
-            self._cache, self._cache_key = self._build(state), key
+            rows = []
+            for row in self._build(state):
+                if row[0] in ("head", "text") and len(row[1]) > width:
+                    rows += [
+                        (row[0], part) for part in textwrap.wrap(row[1], width, subsequent_indent="    ")
+                    ]
+                else:
+                    rows.append(row)
+            self._cache, self._cache_key = rows, key
         return self._cache
 
     def _build(self, state: CacheState) -> list[tuple]:
         hits, steps = state.history.hits, state.history.steps
         n_hits, n_steps = state.n_hits, state.n_steps
         out: list[tuple] = []
-        n = (state.hit_rates or {}).get("window", {}).get("n", "N")
+        n = (state.hit_rates or {}).get("window", {}).get("n")
+        # no hit_rates event yet: the window's size is not known
+        window = plural(n, "lookup") if isinstance(n, int) else "N lookups"
         out.append(
             (
                 "head",
-                f"hit rates over time ({plural(n_hits, 'sample')}; windowed = last {plural(n, 'lookup')}; an edit is a new "
+                f"hit rates over time ({plural(n_hits, 'sample')}; windowed = last {window}; an edit is a new "
                 f"lookup, a preempted request's readmission is not)",
             )
         )
@@ -118,10 +131,10 @@ class ChartsView(LineView):
         return out
 
     def row_count(self, width: int) -> int:
-        return len(self.lines())
+        return len(self.lines(width))
 
     def render_row(self, row: int, width: int) -> Strip:
-        lines = self.lines()
+        lines = self.lines(width)
         palette = self.palette()
         kind, *args = lines[row]
         if kind == "head":

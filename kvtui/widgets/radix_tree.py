@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.strip import Strip
 
 from kvtui.state import CacheState
-from kvtui.widgets.base import LineView, fmt_seconds, pad, plural, show_text
+from kvtui.widgets.base import LineView, fit_segments, fmt_seconds, join_texts, pad, plural, show_text
 from kvtui.widgets.palette import Palette
 
 # how long (in events) a node keeps its insert / hit / split mark
@@ -74,7 +74,7 @@ class RadixTreeView(LineView):
             return pad([Segment("no trace yet", dim)], width)
         rows = self.rows()
         if row == 0:
-            return pad(self._header(state, rows), width)
+            return fit_segments(self._header(state, rows), width)
         row -= 1
         if row < len(rows):
             return self._node_row(state, row, width)
@@ -128,9 +128,6 @@ class RadixTreeView(LineView):
                 palette["heading"],
             )
         ]
-        if any(_sibling_before(state, node_id) for _, node_id in rows):
-            # the notation of a node that parts from its earlier sibling, said where it is seen
-            segs.append(Segment(" · …N=: the first N tokens equal its first sibling's", palette["dim"]))
         node = self.selected(state)
         if node is not None:
             segs.append(
@@ -141,6 +138,10 @@ class RadixTreeView(LineView):
                     palette["dim"],
                 )
             )
+        if any(_sibling_before(state, node_id) for _, node_id in rows):
+            # the notation of a node that parts from its earlier sibling, said where it is seen (last: the
+            # selected node's line matters more on a narrow screen)
+            segs.append(Segment(" · …N=: the first N tokens equal its first sibling's", palette["dim"]))
         return segs
 
     def selected(self, state: CacheState | None = None):
@@ -196,13 +197,13 @@ def _node_text(state: CacheState, node, style: Style, palette: Palette) -> list[
                     break
                 same += 1
     if not same:
-        return [Segment("".join(show_text(t) for t in node.texts), style)]
+        return [Segment(show_text(join_texts(node.texts)), style)]
     texts = node.texts
     segs = [Segment(f"…{same}=", palette["dim"])]
     if same < len(texts):
         # the first token that differs from the earlier sibling: the `dropped` role (where reuse stops)
         segs.append(Segment(show_text(texts[same]).replace(" ", "␣") or "∅", palette["dropped"]))
-    segs.append(Segment("".join(show_text(t) for t in texts[same + 1 :]), style))
+    segs.append(Segment(show_text(join_texts(texts[same + 1 :])), style))
     return segs
 
 

@@ -18,7 +18,7 @@ from textual.strip import Strip
 
 from kvtui.state import Ring
 from kvtui.state.ring_memory import ring_memory
-from kvtui.widgets.base import LineView, fmt_bytes, pad, plural
+from kvtui.widgets.base import LineView, fit_segments, fmt_bytes, pad, plural
 
 # a ring's title, its head marker, its slots, the map of held positions, its last write
 ROWS_PER_RING = 5
@@ -71,7 +71,7 @@ class RingView(LineView):
         palette = self.palette()
         dim, bold = palette["dim"], palette["bold"]
         if row == 0:
-            return pad([Segment(self._heading(), palette["heading"])], width)
+            return fit_segments([Segment(self._heading(), palette["heading"])], width)
         if row == LEGEND_ROW:
             return self._legend_row(width)
         if row < HEAD_ROWS:
@@ -114,7 +114,7 @@ class RingView(LineView):
                 head = f" head→slot {ring.head}"
                 counts = f" writes {ring.writes} overwrites {ring.overwrites}"
                 around = "around the head"
-            return pad(
+            return fit_segments(
                 [
                     Segment(f"{ring.request_id}", style),
                     Segment(
@@ -149,7 +149,7 @@ class RingView(LineView):
             return pad(segs, width)
         if part == 3:
             return self._map_row(ring, width)
-        return pad([Segment(self._summary(ring), dim)], width)
+        return fit_segments([Segment(self._summary(ring), dim)], width)
 
     def _heading(self) -> str:
         state = self.view.state
@@ -244,36 +244,38 @@ class RingView(LineView):
         if memory is None or not memory.context:
             return pad([], width)
         if row == 1:
-            ratio = f" ({memory.full_bytes / memory.ring_bytes:.1f}x)" if memory.ring_bytes else ""
-            return pad(
+            ratio = f"{memory.full_bytes / memory.ring_bytes:.1f}x; " if memory.ring_bytes else ""
+            return fit_segments(
                 [
-                    Segment(f"{req.request_id} at {plural(memory.context, 'token')}: ", palette["bold"]),
+                    Segment(f"{req.request_id} at {plural(memory.context, 'token')}, ", palette["bold"]),
                     Segment(
-                        f"full attention would hold {fmt_bytes(memory.full_bytes)}{ratio} on the "
-                        f"{memory.window_layers} window layers, rings {fmt_bytes(memory.ring_bytes)} "
-                        f"(saved {fmt_bytes(memory.saved)}"
-                        + (
-                            f"; the {memory.full_layers} full layers page {fmt_bytes(memory.paged_bytes)})"
-                            if memory.full_layers
-                            else ")"
-                        ),
+                        f"{memory.window_layers} window layers: rings {fmt_bytes(memory.ring_bytes)}, full "
+                        f"attention would hold {fmt_bytes(memory.full_bytes)} ({ratio}saved {fmt_bytes(memory.saved)})",
                         dim,
                     ),
                 ],
                 width,
             )
-        room = max(10, width - 30)
+        # the full layers' paging goes after the full-attention bar (the line above has no room for it)
+        note = (
+            f" · the {memory.full_layers} full layers page {fmt_bytes(memory.paged_bytes)}"
+            if memory.full_layers
+            else ""
+        )
+        # both bars on one scale
+        room = max(10, width - 30 - len(note))
+        note = note if row == 3 else ""
         top = max(memory.full_bytes, memory.ring_bytes) or 1
         label, value, role = (
             ("rings", memory.ring_bytes, "ring-bar")
             if row == 2
             else ("full attention", memory.full_bytes, "full-bar")
         )
-        return pad(
+        return fit_segments(
             [
                 Segment(f" {label:<15}", dim),
                 Segment("█" * max(1, round(room * value / top)), palette[role]),
-                Segment(f" {fmt_bytes(value)}", dim),
+                Segment(f" {fmt_bytes(value)}{note}", dim),
             ],
             width,
         )

@@ -13,11 +13,13 @@ from textual.strip import Strip
 
 from engine.trace.metrics import percentile
 from kvtui.state.roofline import RooflineScan, StepPoint, log_position
-from kvtui.widgets.base import BuiltLinesView, fmt_bytes, fmt_seconds, pad, plural
+from kvtui.widgets.base import BuiltLinesView, fmt_bytes, fmt_seconds, pad, plural, wrap_segments
 
 CHART_ROWS = 14
 # y-axis label cells
 LABEL = 9
+# cells of a text line's label ("memory floor "): its wrapped rows start under the text
+LABEL_TEXT = 13
 # a step's kind is its colour role (kvtui/widgets/palette.py), drawn bold
 KIND_ROLE = {"decode": "decode", "prefill": "prefill", "mixed": "mixed"}
 KIND_GLYPH = {"decode": "●", "prefill": "▲", "mixed": "◆"}
@@ -62,78 +64,58 @@ class RooflineView(BuiltLinesView):
     def _build(self, points: list[StepPoint], width: int) -> list[Strip]:
         roof = self.scan.roofline
         palette = self.palette()
-        dim, bold = palette["dim"], palette["bold"]
-        out = [
-            pad(
-                [
-                    Segment("prefill vs decode on this machine's roofline", palette["heading"]),
-                    Segment(" · x: tokens in the step (log) · y: the step's time (log)", dim),
-                ],
-                width,
-            )
+        dim, heading, bold = palette["dim"], palette["heading"], palette["bold"]
+        # each line wraps at spaces (under its label) rather than being cut at the edge
+        text: list[list[Segment]] = [
+            [
+                Segment("prefill vs decode on this machine's roofline", heading),
+                Segment(" · x: tokens in the step (log) · y: the step's time (log)", dim),
+            ]
         ]
         if roof is None:
-            out.append(
-                pad(
-                    [
-                        Segment(
-                            "no roofline event in this trace (recorded before kvtui measured the machine):"
-                            " steps only",
-                            dim,
-                        )
-                    ],
-                    width,
-                )
-            )
-        else:
-            out.append(
-                pad(
-                    [
-                        Segment("memory floor ", bold),
-                        Segment(
-                            f"{fmt_bytes(roof.weight_bytes)} of weights / {_si(roof.mem_bandwidth, 'B/s')} = "
-                            f"{_time(roof.memory_floor)} per step, whatever the tokens ({roof.device} {roof.dtype})"
-                        ),
-                    ],
-                    width,
-                )
-            )
-            out.append(
-                pad(
-                    [
-                        Segment("compute      ", bold),
-                        Segment(
-                            f"{_si(roof.flops_per_token, 'FLOP')} per token / {_si(roof.peak_flops, 'FLOP/s')} = "
-                            f"{_time(roof.per_token)} per token · ridge at {roof.ridge:,.0f} tokens per step"
-                        ),
-                    ],
-                    width,
-                )
-            )
-        out.append(pad([Segment("measured     ", bold), Segment(self._summary(points, roof))], width))
-        out.append(pad([Segment("per request  ", bold), Segment(self._requests())], width))
-        out.append(
-            pad(
+            text.append(
                 [
                     Segment(
-                        "decode steps read every weight once however long the context: TPOT stays flat.", dim
-                    )
-                ],
-                width,
-            )
-        )
-        out.append(
-            pad(
-                [
-                    Segment(
-                        "a T-token prefill costs T x the compute per token past the ridge: TTFT grows "
-                        "with the prompt.",
+                        "no roofline event in this trace (recorded before kvtui measured the machine): steps only",
                         dim,
                     )
-                ],
-                width,
+                ]
             )
+        else:
+            text.append(
+                [
+                    Segment("memory floor ", bold),
+                    Segment(
+                        f"{fmt_bytes(roof.weight_bytes)} of weights / {_si(roof.mem_bandwidth, 'B/s')} = "
+                        f"{_time(roof.memory_floor)} per step, whatever the tokens ({roof.device} {roof.dtype})"
+                    ),
+                ]
+            )
+            text.append(
+                [
+                    Segment("compute      ", bold),
+                    Segment(
+                        f"{_si(roof.flops_per_token, 'FLOP')} per token / {_si(roof.peak_flops, 'FLOP/s')} = "
+                        f"{_time(roof.per_token)} per token · ridge at {roof.ridge:,.0f} tokens per step"
+                    ),
+                ]
+            )
+        text.append([Segment("measured     ", bold), Segment(self._summary(points, roof))])
+        text.append([Segment("per request  ", bold), Segment(self._requests())])
+        text.append(
+            [Segment("decode steps read every weight once however long the context: TPOT stays flat.", dim)]
         )
+        text.append(
+            [
+                Segment(
+                    "a T-token prefill costs T x the compute per token past the ridge: TTFT grows with the prompt.",
+                    dim,
+                )
+            ]
+        )
+        out = [
+            strip for segments in text for strip in wrap_segments(segments, width, indent=" " * LABEL_TEXT)
+        ]
         out += self._chart(points, roof, width)
         return out
 

@@ -14,6 +14,7 @@ from textual.message import Message
 
 from engine.trace.metrics import PERCENTILES, latency_summaries
 from kvtui.state import CacheState, RequestRecord
+from kvtui.state.roofline import Roofline, StepPoint
 from kvtui.widgets.base import fmt_seconds, plural
 from kvtui.widgets.lanes import Cell, LanesView, column, paint
 from kvtui.widgets.palette import Palette, markup, owner_markup, theme_palette
@@ -132,6 +133,31 @@ def quantiles_line(named: list[tuple[str, dict]]) -> Content:
         values_text = " ".join(f"p{q} {fmt_seconds(found[f'p{q}'])}" for q in PERCENTILES)
         parts += [(f"{name} ", markup("bold")), values_text, (f" (n={found['n']})   ", markup("dim"))]
     return Content.assemble(*parts)
+
+
+# decode steps this many times the memory floor or more: more than Python and attention explain
+BUSY_RATIO = 50
+
+
+def timing_note(points: list[StepPoint], roof: Roofline | None) -> str:
+    """Why the trace's TTFT and TPOT are what they are: its decode steps against the roofline the engine
+    measured on the recording machine when the trace started (a TPOT is about one decode step)."""
+    decode = sorted(p.duration for p in points if p.kind == "decode")
+    if not decode:
+        return ""
+    median = decode[len(decode) // 2]
+    if roof is None or roof.memory_floor <= 0:
+        return (
+            f"decode steps took {fmt_seconds(median)} (median) as recorded; no roofline event to compare with"
+        )
+    ratio = median / roof.memory_floor
+    head = (
+        f"decode steps: {fmt_seconds(median)} median = {ratio:.0f}x this machine's "
+        f"{fmt_seconds(roof.memory_floor)} floor (reading the weights once)"
+    )
+    if ratio >= BUSY_RATIO:
+        return head + ": it was busy with other work while recording, so TTFT/TPOT are the recording's"
+    return head + "; Python per layer and attention add the rest · l: roofline"
 
 
 def request_summary(req: RequestRecord | None) -> Content:

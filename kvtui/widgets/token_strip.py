@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.strip import Strip
 
-from kvtui.widgets.base import LineView, fmt_seconds, pad, plural, show_text
+from kvtui.widgets.base import LineView, character_of, fmt_seconds, pad, plural, show_text
 
 MARGIN = 6
 HEADER_ROWS = 3
@@ -177,6 +177,10 @@ class TokenStrip(LineView):
                     palette["bold"],
                 )
             )
+            char = character_of(req.texts, pos)
+            if char is not None:
+                # a token that is a few bytes of a character (CJK, emoji): the character its bytes make
+                segs.append(Segment(f" · bytes of {char!r}", dim))
             start, end = self.selection()
             if end - start > 1:
                 segs.append(
@@ -214,13 +218,12 @@ class TokenStrip(LineView):
         req = self.view.request
         if req is None:
             return
-        self.cursor = max(0, min(req.num_tokens - 1, position))
-        if self.cursor == req.num_tokens - 1:
-            # at the end: follow new tokens
-            self.cursor = None
+        pos = max(0, min(req.num_tokens - 1, position))
+        # at the end: None follows new tokens
+        self.cursor = None if pos == req.num_tokens - 1 else pos
         width = self.content_width()
         for i, line in enumerate(self.layout(width)):
-            if line and line[0][0] <= self.cursor <= line[-1][0]:
+            if line and line[0][0] <= pos <= line[-1][0]:
                 self.scroll_to_row(i + HEADER_ROWS)
                 break
         self.refresh()

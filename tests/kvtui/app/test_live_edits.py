@@ -53,9 +53,9 @@ async def test_shift_arrows_select_a_range_and_the_box_says_what_goes(small_trac
         assert app.input_mode == "replace"
         selected = "".join(req.texts[1:4])
         assert f"replace {selected!r} (positions 1-3, 3 tokens)" in small.placeholder, small.placeholder
-        # the first selected token's own leading space is offered
+        # the box starts empty; the first selected token's own leading space goes with typed text that has none
         lead = " " if req.texts[1].startswith(" ") else ""
-        assert small.value == lead
+        assert small.value == ""
         await pilot.press(*"a much longer replacement text", "enter")
         assert controller.calls[-1] == (
             "edit",
@@ -174,7 +174,7 @@ async def test_quitting_mid_generation_stops_the_worker_and_leaves_a_whole_trace
     assert result.exit_code == 0 and "all" in result.output and "warning" not in result.output, result.output
 
 
-async def test_replace_offers_the_tokens_leading_space_and_shows_the_result_before_it_is_sent(small_trace):
+async def test_replace_keeps_the_tokens_leading_space_and_shows_the_result_before_it_is_sent(small_trace):
     from kvtui.widgets.base import TextLine
 
     header, events = small_trace
@@ -196,7 +196,8 @@ async def test_replace_offers_the_tokens_leading_space_and_shows_the_result_befo
         app.query_one("#token-strip").set_cursor(m)
         await pilot.press("r")
         texts = app.view.request.texts
-        assert app.query_one("#small-input").value == " "
+        # nothing invisible in the box
+        assert app.query_one("#small-input").value == ""
         await pilot.press(*"ocean")
         preview = app.query_one("#edit-preview", TextLine)
         assert preview.display
@@ -205,3 +206,8 @@ async def test_replace_offers_the_tokens_leading_space_and_shows_the_result_befo
         await pilot.press("enter")
         assert controller.calls[-1][:5] == ("edit", rid, m, " ocean", "replace")
         assert not preview.display
+        # the reported case: typing the space oneself gives one space, not two
+        await pilot.press("r", *" very")
+        assert "  very" not in str(preview.render()) and " very" in str(preview.render())
+        await pilot.press("enter")
+        assert controller.calls[-1][:5] == ("edit", rid, m, " very", "replace")

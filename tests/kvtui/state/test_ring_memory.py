@@ -79,5 +79,5 @@ def test_gemma3_fixture_rings_stop_growing_at_512():
     view.DEFAULT_WIDTH = 200
     line = view.render_line(2).text
     assert f"story at {context} tokens" in line and "full attention would hold" in line
-    # its 3 full layers page their K/V beside the rings
-    assert "; the 3 full layers page " in line
+    # its 3 full layers page their K/V beside the rings: said after the full-attention bar (row 4)
+    assert "· the 3 full layers page " in view.render_line(4).text

@@ -88,7 +88,7 @@ async def test_the_rings_tab_of_a_sinks_trace_marks_sinks_recent_and_heavy_hitte
         assert f"head→slot {view.rings()[1].head}" in view.render_line(HEAD_ROWS + ROWS_PER_RING).text
         # every layer of a sinks trace is a window layer: no "the 0 full layers page 0 B"
         memory = view.render_line(LEGEND_ROW + 1).text
-        assert "window layers, rings" in memory and "full layers" not in memory
+        assert "window layers: rings" in memory and "full layers" not in view.render_line(LEGEND_ROW + 3).text
         assert check_roles(view) == {"sink", "recent", "heavy"}
         # a step back: the caches as they were one sample earlier, still each slot in its role
         await pilot.press("less_than_sign")

@@ -105,10 +105,13 @@ def test_render_names_the_floor_the_slope_and_every_step():
     )
     steps = [ev for ev in events if ev["type"] == "step"]
     assert text[3].startswith(f"measured     {len(steps)} steps · decode: median")
+    # a line too long for the width goes on under its label, whole words only
+    per_request = next(i for i, line in enumerate(text) if line.startswith("per request  "))
+    assert per_request > 3 and all(line.startswith(" " * 13) for line in text[4:per_request])
     finished = [ev for ev in events if ev["type"] == "request_finished"]
     shortest = min(finished, key=lambda ev: (ev["num_prompt_tokens"], ev["request_id"]))
-    assert text[4].startswith(f"per request  {shortest['num_prompt_tokens']} prompt tokens: TTFT ")
-    chart = "\n".join(text[7:])
+    assert text[per_request].startswith(f"per request  {shortest['num_prompt_tokens']} prompt tokens: TTFT ")
+    chart = "\n".join(text[per_request + 3 :])
     assert "─" in chart and "╱" in chart and "●" in chart and "▲" in chart
     n = steps[-1]["num_tokens"]
     assert f"(step {steps[-1]['step']}: {n} token{'s' * (n != 1)}," in text[-1]
