@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from tiny_models import random_prompts, tiny_model
-
 from engine.engine import Engine, EngineConfig, SamplingParams
 from kvtui.state import CacheState
 from kvtui.widgets.base import View
 from kvtui.widgets.block_table import BlockTableView, table_summary
+from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
 def _header(state: CacheState, rid: str) -> str:

@@ -1,4 +1,4 @@
-"""Crashes the UI fuzz test (tests/ui_fuzz.py) found, each pinned by the keys that reached it."""
+"""Crashes the UI fuzz test (tests/helpers/ui_fuzz.py) found, each pinned by the keys that reached it."""
 
 from __future__ import annotations
 

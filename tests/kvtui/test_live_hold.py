@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from tiny_models import tiny_model
 
 from engine.engine import Engine, EngineConfig
 from kvtui.app import KvtuiApp
 from kvtui.app.feed import EngineWorker, EventFeed, RecordingController
 from kvtui.app.feed_messages import FeedEvent, FeedHeader
 from kvtui.screens.help import CONCEPTS
+from tests.helpers.tiny_models import tiny_model
 
 pytestmark = pytest.mark.anyio
 

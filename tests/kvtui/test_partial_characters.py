@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from tiny_models import tiny_model
 
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.models.text import TokenText
@@ -15,6 +14,7 @@ from kvtui.widgets.base import View
 from kvtui.widgets.block_table import BlockTableView
 from kvtui.widgets.radix_tree import RadixTreeView
 from kvtui.widgets.token_strip import TokenStrip
+from tests.helpers.tiny_models import tiny_model
 
 pytestmark = pytest.mark.smollm2
 TEXT = "日本語の本 🙂"

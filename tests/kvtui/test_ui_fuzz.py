@@ -1,4 +1,4 @@
-"""Random keys on every app and view (tests/ui_fuzz.py): no key sequence may crash or end the app.
+"""Random keys on every app and view (tests/helpers/ui_fuzz.py): no key sequence may crash or end the app.
 
 The short run here presses a few hundred keys in all. The long run, by hand, at low priority:
 
@@ -13,7 +13,16 @@ from __future__ import annotations
 import os
 
 import pytest
-from ui_fuzz import ATTACH, TRACES, attach_target, fuzz, live_target, mooncake_whatif_trace, replay_target
+
+from tests.helpers.ui_fuzz import (
+    ATTACH,
+    TRACES,
+    attach_target,
+    fuzz,
+    live_target,
+    mooncake_whatif_trace,
+    replay_target,
+)
 
 pytestmark = pytest.mark.anyio
 

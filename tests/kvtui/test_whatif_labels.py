@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from ui_fuzz import mooncake_whatif_trace
 
 from kvtui.app import KvtuiApp
 from kvtui.state.whatif_labels import label, run_length
 from kvtui.whatif.requests import FRESH_BASE, HASH_BASE, hash_id_tokens
 from kvtui.widgets.radix_tree import RadixTreeView
+from tests.helpers.ui_fuzz import mooncake_whatif_trace
 
 pytestmark = pytest.mark.anyio
 

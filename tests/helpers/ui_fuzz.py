@@ -21,7 +21,7 @@ from pathlib import Path
 from textual.app import App
 from textual.binding import Binding
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "fixtures" / "traces"
 ATTACH = ROOT / "fixtures" / "attach"
 
@@ -264,13 +264,12 @@ def char_tokenizer():
 
 def live_target() -> Target:
     """`kvtui live` on a tiny random model with a character tokenizer and a small pool (evictions come soon)."""
-    from tiny_models import tiny_model
-
     from engine.engine import Engine, EngineConfig
     from kvtui.app import KvtuiApp
     from kvtui.app.feed import EngineWorker, EventFeed
     from kvtui.screens.help import HelpScreen
     from kvtui.screens.panel import PanelScreen
+    from tests.helpers.tiny_models import tiny_model
 
     tokenizer = char_tokenizer()
 
