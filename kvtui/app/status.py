@@ -4,17 +4,13 @@ parentheses, the source's length), never the step or the request."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.cells import cell_len
-
-if TYPE_CHECKING:
-    from kvtui.app.main import KvtuiApp
 
 SOURCE_SHORT = 24
 
 
-def status_line(app: KvtuiApp, width: int | None = None) -> str:
+def status_line(app, width: int | None = None) -> str:
+    # app: the KvtuiApp (not imported: the app imports this module)
     tl, state = app.timeline, app.state
     mode = "LIVE" if app.live else "replay"
     source = app.source.rsplit("/", 1)[-1]
