@@ -46,7 +46,7 @@ def status_line(app, width: int | None = None) -> str:
     return next((c for c in candidates if cell_len(c) <= width), candidates[-1])
 
 
-def _play(app: KvtuiApp) -> tuple[str, str]:
+def _play(app) -> tuple[str, str]:
     """What playback (or the live feed) is doing: in full, and without the hints."""
     if app.live:
         play = short = "following" if app.following else "paused"
