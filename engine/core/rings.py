@@ -57,6 +57,13 @@ class RingState:
     head: int = 0
     # chained hash at each snapshot boundary, in order
     keys: list[str] = field(default_factory=list)
+    # one past the last position written into the row: an edit that moves the head back does not unwrite the
+    # positions after it, and they may have overwritten the slots an earlier restart point needs
+    written: int = 0
+
+    def wrote(self, end: int) -> None:
+        """Positions up to `end` were computed into the row: the head and what the row holds are both there."""
+        self.head = self.written = end
 
 
 @dataclass(frozen=True)
@@ -183,7 +190,7 @@ class RingManager:
             return
         child = self.state(child_id)
         self.pending.append(RowCopy(parent.row, child.row))
-        child.head, child.keys = parent.head, list(parent.keys)
+        child.head, child.keys, child.written = parent.head, list(parent.keys), parent.written
         self.trace.emit(
             "ring_resume",
             request_id=child_id,
@@ -197,8 +204,10 @@ class RingManager:
     def _resumable_in_ring(self, state: RingState | None, position: int) -> bool:
         if state is None or position > state.head:
             return False
-        never_wrapped = all(state.head <= self.sinks + g.window for g in self.groups)
-        return position >= state.head - 1 or never_wrapped
+        never_wrapped = all(state.written <= self.sinks + g.window for g in self.groups)
+        # restarting at p reads the W - 1 positions before it: intact only if no position written after them
+        # came round to their slots
+        return position >= state.written - 1 or never_wrapped
 
     def resume(self, request, position: int, tokens: list[int] | None = None) -> int:
         """Make the rings ready to compute from the largest exact restart point <= position; return that point.
@@ -224,7 +233,8 @@ class RingManager:
                     self._restore(rid, keys[: i + 1])
                     break
             else:
-                self.state(rid).head, self.state(rid).keys = 0, []
+                self.state(rid).keys = []
+                self.state(rid).wrote(0)
         self.trace.emit(
             "ring_resume",
             request_id=rid,
@@ -240,7 +250,8 @@ class RingManager:
         state = self.state(request_id)
         self.snapshots.move_to_end(keys[-1])
         self.pending.append(SnapshotRestore(keys[-1], state.row))
-        state.head, state.keys = len(keys) * self.interval, list(keys)
+        state.keys = list(keys)
+        state.wrote(len(keys) * self.interval)
         self.stats["snapshot_hits"] += 1
 
     def chain(self, tokens: list[int], upto: int, salt: str | None, keys: Sequence[str] = ()) -> list[str]:
@@ -253,7 +264,8 @@ class RingManager:
         else goes through `resume`); a chunk from 0 starts afresh."""
         state = self.state(request.request_id)
         if start == 0:
-            state.head, state.keys = 0, []
+            state.keys = []
+            state.wrote(0)
         elif start != state.head:
             raise RuntimeError(
                 f"request {request.request_id}: its window-layer ring is at position {state.head} but the "
@@ -287,7 +299,7 @@ class RingManager:
                 state.keys = self.chain(req.tokens, bounds[-1], req.cache_salt, state.keys)
             for b in bounds:
                 self._save(SnapshotSave(state.keys[b // self.interval - 1], state.row, b, end), ops)
-            state.head = end
+            state.wrote(end)
             for g, grp in enumerate(self.groups):
                 W, S = grp.window, self.sinks
                 before = range(max(S, start - W), start)

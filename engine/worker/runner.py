@@ -275,7 +275,7 @@ class ModelRunner:
             self.model_seconds.append(time.perf_counter() - started)
         if self.rings is not None and probe:
             # the probe's own ring row continues there next (no commit: no snapshot, no event)
-            self.rings.manager.states[chunks[0].request.request_id].head = (
+            self.rings.manager.states[chunks[0].request.request_id].wrote(
                 chunks[0].start + chunks[0].num_tokens
             )
         elif self.rings is not None:

@@ -318,3 +318,28 @@ def test_preempted_requests_free_their_rings_and_recompute_exactly():
         not rings.states
         and len(rings.free_rows) * rings.bytes_per_request() == rings.nbytes == engine.rings.nbytes
     )
+
+
+def test_two_edits_without_a_step_between_restart_where_the_ring_still_holds_the_window():
+    """The first edit moves the ring's head back one position without unwriting the position after it, which
+    overwrote a slot; a second edit one position further back must not restart in the ring."""
+    from tests.helpers.reference import greedy_generate
+    from tests.helpers.tiny_models import tiny_model
+
+    small = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4)
+    model = tiny_model("mistral-mqa", sliding_window=3, num_key_value_heads=1, **small)
+    engine = Engine.from_model(model, config=EngineConfig(block_size=3, num_blocks=9, max_batched_tokens=5))
+    events = []
+    engine.trace.listeners.append(events.append)
+    rid = engine.submit([10, 11, 12, 13, 14, 3, 4, 3], SamplingParams(max_tokens=3))
+    for _ in range(3):
+        engine.step()
+    # the first generated token (position 8) replaced, then deleted
+    engine.edit(rid, 8, [3], "replace")
+    engine.edit(rid, 8, 1, "delete")
+    resume = [e for e in events if e["type"] == "ring_resume"][-1]
+    assert resume["wanted"] == 7 and resume["source"] != "ring"
+    while engine.has_unfinished():
+        engine.step()
+    req = engine.requests[rid]
+    assert req.output_token_ids == greedy_generate(model, req.prompt_token_ids, 3)
