@@ -1,5 +1,5 @@
 """Token labels for a trace written by `kvtui whatif -o`, whose token ids are made up (kvtui/whatif/requests.py)
-and whose texts were those ids as decimals: glued together in a tree node they read 1099511627776109951...
+and whose texts are those ids as decimals: glued together in a tree node they would read 109951162777610995...
 
 A hash-id (Mooncake) prompt is runs of B ids, one run per hash id h: HASH_BASE + h*B + j for j < B. Its first
 token is labelled `#h ` and the others have no text, so a node reads `#0 #1 #2 `. A generated token of unknown

@@ -24,7 +24,7 @@ async def test_replayed_tree_nodes_show_hash_ids(tmp_path):
         await pilot.pause()
         tree = app.query_one("#radix", RadixTreeView)
         rows = [tree.render_line(y).text for y in range(1, 1 + len(tree.rows()))]
-        # the shared prefix of the workload: hash ids 0, 1, 2 (it read 1099511627776109951...)
+        # the shared prefix of the workload: hash ids 0, 1, 2, one label each, no made-up id digits
         assert re.search(r"#0 \s", rows[0]) and re.search(r"#1 \s", rows[1]), rows[:3]
         assert not any(re.search(r"\d{8}", row.split(" n")[0]) for row in rows), rows
 
