@@ -47,13 +47,19 @@ def run_length(header: dict, prompts) -> int:
 
 
 def scan_run_length(path: str, header: dict) -> int:
-    """B of a what-if trace file, read from its request_arrived lines only."""
-    with open(path, encoding="utf-8") as f:
-        prompts = [
-            json.loads(line).get("prompt_token_ids") or []
-            for line in f
-            if '"request_arrived"' in line and line.rstrip().endswith("}")
-        ]
+    """B of a what-if trace file, read from its request_arrived lines only (a line that does not parse is the
+    loader's to report: skipped here)."""
+    prompts = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if '"request_arrived"' not in line:
+                continue
+            try:
+                ids = json.loads(line).get("prompt_token_ids")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+                prompts.append(ids)
     return run_length(header, prompts)
 
 

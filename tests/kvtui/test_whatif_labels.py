@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from ui_fuzz import mooncake_whatif_trace
 
 from kvtui.app import KvtuiApp
-from kvtui.state.whatif_labels import label, run_length
+from kvtui.state.whatif_labels import label, run_length, scan_run_length
 from kvtui.whatif.requests import FRESH_BASE, HASH_BASE, hash_id_tokens
 from kvtui.widgets.radix_tree import RadixTreeView
 
@@ -39,3 +40,10 @@ def test_labels_and_the_run_length():
     assert run_length({"block_size": 16}, [prompt, hash_id_tokens([4, 9], 20, b)]) == 16
     assert run_length({"block_size": 32}, [prompt, hash_id_tokens([3], 5, b)]) == 16
     assert run_length({"block_size": 16}, [[HASH_BASE, HASH_BASE + 1]]) == 16
+
+
+def test_a_broken_arrival_line_is_left_to_the_loader(tmp_path):
+    path = tmp_path / "sim.jsonl"
+    good = {"type": "request_arrived", "prompt_token_ids": hash_id_tokens([3, 5], 20, 16)}
+    path.write_text('{"type": "header"}\n{"type": "request_arrived", "prompt_tok\n' + json.dumps(good) + "\n")
+    assert scan_run_length(str(path), {"block_size": 16}) == 16
