@@ -39,11 +39,12 @@ class LoadingMixin:
                 self.post_message(self.Loaded(None, LoadedTrace(header={}, error=error)))
                 return
             timeline = Timeline(header)
-            on_batch = lambda batch: fold(timeline, batch)  # noqa: E731
-            if header.get("kind") == "whatif":
-                # made-up token ids: labels a person can read (#0 #1 #2 for hash ids), not the ids glued
-                run = scan_run_length(path, header)
-                on_batch = lambda batch: fold(timeline, relabel(batch, run))  # noqa: E731
+            # made-up token ids (kvtui whatif -o): labels a person can read (#0 #1 #2 for hash ids)
+            run = scan_run_length(path, header) if header.get("kind") == "whatif" else None
+
+            def on_batch(batch: list[dict]) -> None:
+                fold(timeline, batch if run is None else relabel(batch, run))
+
             loaded = load_trace(
                 path,
                 progress=lambda done, total, n: self.post_message(self.LoadProgress(done, total, n)),

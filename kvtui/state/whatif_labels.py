@@ -1,5 +1,5 @@
 """Token labels for a trace written by `kvtui whatif -o`, whose token ids are made up (kvtui/whatif/requests.py)
-and whose texts were those ids as decimals: glued together in a tree node they read 1099511627776109951...
+and whose texts are those ids as decimals: glued together in a tree node they would read 109951162777610995...
 
 A hash-id (Mooncake) prompt is runs of B ids, one run per hash id h: HASH_BASE + h*B + j for j < B. Its first
 token is labelled `#h ` and the others have no text, so a node reads `#0 #1 #2 `. A generated token of unknown
@@ -47,13 +47,19 @@ def run_length(header: dict, prompts) -> int:
 
 
 def scan_run_length(path: str, header: dict) -> int:
-    """B of a what-if trace file, read from its request_arrived lines only."""
-    with open(path, encoding="utf-8") as f:
-        prompts = [
-            json.loads(line).get("prompt_token_ids") or []
-            for line in f
-            if '"request_arrived"' in line and line.rstrip().endswith("}")
-        ]
+    """B of a what-if trace file, read from its request_arrived lines only (a line that does not parse is the
+    loader's to report: skipped here)."""
+    prompts = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if '"request_arrived"' not in line:
+                continue
+            try:
+                ids = json.loads(line).get("prompt_token_ids")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+                prompts.append(ids)
     return run_length(header, prompts)
 
 

@@ -76,6 +76,8 @@ class Target:
     screens: tuple[type, ...] = ()
     # seconds to wait for the app to have something to show
     ready_timeout: float = 30.0
+    # keys drawn more often than the others (live: open the prompt box and send, hold and step)
+    boost: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,14 +105,14 @@ def key_pool(app: App, screens: tuple[type, ...]) -> list[str]:
     return sorted(binding_keys(classes) | set(GENERIC_KEYS))
 
 
-def _choose(rng: random.Random, pool: list[str], app: App) -> str:
+def _choose(rng: random.Random, pool: list[str], app: App, boost: dict[str, float]) -> str:
     """A key from the pool, or (half the time) one the focused widget binds: a view's own keys get exercised
     in the state the previous keys left, not only right after a tab switch."""
     if rng.random() < LOCAL_SHARE and app.focused is not None:
         local = sorted(binding_keys([type(app.focused), type(app.screen)]) & set(pool))
         if local:
             pool = local
-    weights = [QUIT_WEIGHT if key in QUIT_KEYS else 1.0 for key in pool]
+    weights = [QUIT_WEIGHT if key in QUIT_KEYS else boost.get(key, 1.0) for key in pool]
     return rng.choices(pool, weights)[0]
 
 
@@ -154,7 +156,7 @@ async def run_session(
             await _wait_ready(app, pilot, target.ready_timeout)
             pool = key_pool(app, target.screens)
             while len(keys) < budget and not quits:
-                keys.append(_choose(rng, pool, app))
+                keys.append(_choose(rng, pool, app, target.boost))
                 await pilot.press(keys[-1])
                 if quits or app._exception is not None:
                     break
@@ -292,4 +294,6 @@ def live_target() -> Target:
         worker.start()
         return app
 
-    return Target("live-tiny", make, screens=(HelpScreen, PanelScreen), ready_timeout=60.0)
+    # without a nudge a random walk seldom opens the prompt box and sends before leaving it: no request runs
+    boost = {"p": 10.0, "enter": 6.0, "h": 2.0, "n": 3.0}
+    return Target("live-tiny", make, screens=(HelpScreen, PanelScreen), ready_timeout=60.0, boost=boost)

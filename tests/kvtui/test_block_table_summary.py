@@ -29,7 +29,7 @@ def test_an_edit_at_position_0_leaves_no_block_and_no_tail_waste():
     state = CacheState(engine.trace.header)
     state.apply_all(events)
     n = state.requests[rid].num_tokens
-    # the reported line was "0 blocks · 125 tokens · tail waste 3 slots"
+    # no block held: no tail waste, and every token is still to compute
     assert _header(state, rid) == f"{rid} 0 blocks · {n} tokens · {n} in no block yet (to compute)"
 
 

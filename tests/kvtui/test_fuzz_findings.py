@@ -1,4 +1,4 @@
-"""Crashes the UI fuzz test (tests/helpers/ui_fuzz.py) found, each pinned by the keys that reached it."""
+"""States random keys reach (tests/helpers/ui_fuzz.py), each pinned here by the keys that lead to it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _app(trace) -> KvtuiApp:
 
 
 async def test_metrics_before_the_first_hit_rates_event(small_trace):
-    # ValueError in plural(): the window's size was the string "N" until a hit_rates event
+    # before the first hit_rates event the window's size is not known
     app = _app(small_trace)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("ctrl+home", "4")
@@ -27,7 +27,7 @@ async def test_metrics_before_the_first_hit_rates_event(small_trace):
 
 
 async def test_the_hidden_whatif_tab_cannot_be_shown(small_trace):
-    # `7` made the hidden tab active; the tab bar's arrows then raised "ContentTab ... is not in list"
+    # the what-if tab is hidden on this trace: `7` says so, and the tab bar's arrows never reach it
     app = _app(small_trace)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("3", "7")

@@ -1,4 +1,4 @@
-"""The reported crash (an arrow key at the last token) and what a crash in the UI does to the exit status."""
+"""An arrow key at the last token, and what a crash in the UI does to the exit status."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ TRACE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "edit_seri
 
 
 async def test_arrows_at_the_last_token_keep_the_cursor_there():
-    # the reported crash: `6`, then → or ↓ at the last token (TypeError in set_cursor)
+    # `6`, then → or ↓ at the last token: the cursor stays there
     app = KvtuiApp(source=str(TRACE), trace_path=str(TRACE), open_interesting=True, frame_rate=None)
     async with app.run_test(size=(120, 40)) as pilot:
         await app.workers.wait_for_complete()

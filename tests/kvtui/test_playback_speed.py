@@ -42,6 +42,6 @@ async def test_slower_speed_plays_longer_and_gaps_are_shortened_not_removed():
     assert parsed.events[-1]["t"] > 120
     at_1x = await _screen_seconds_to_play(parsed, [], 0.25)
     at_tenth = await _screen_seconds_to_play(parsed, ["minus"] * 3, 1.0)
-    # each quiet stretch keeps a second of trace time: about 23 s at 1x (it was 2.5 s at any speed)
+    # each quiet stretch keeps a second of trace time: about 23 s at 1x, ten times that at 0.1x
     assert 15 < at_1x < 40, at_1x
     assert at_tenth > 8 * at_1x, (at_1x, at_tenth)

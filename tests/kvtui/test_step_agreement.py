@@ -28,7 +28,7 @@ async def test_mask_panel_and_status_line_agree_on_the_step(small_trace):
         assert isinstance(app.screen, PanelScreen)
         heading = "".join(seg.text for seg in app.screen.body.render_row(0, 120))
         assert f"of engine step {k} " in heading
-        # the status line said "step k-1": the last step that had ended
+        # the step under way, not the last one that ended (k-1)
         assert f"step {k} (in progress)" in app.status_text()
         # once the step's own event is applied, both say k and the step has ended
         app.seek(next(i + 1 for i in range(cursor, len(events)) if events[i]["type"] == "step"))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from kvtui.app import KvtuiApp
-from kvtui.state.whatif_labels import label, run_length
+from kvtui.state.whatif_labels import label, run_length, scan_run_length
 from kvtui.whatif.requests import FRESH_BASE, HASH_BASE, hash_id_tokens
 from kvtui.widgets.radix_tree import RadixTreeView
 from tests.helpers.ui_fuzz import mooncake_whatif_trace
@@ -24,7 +25,7 @@ async def test_replayed_tree_nodes_show_hash_ids(tmp_path):
         await pilot.pause()
         tree = app.query_one("#radix", RadixTreeView)
         rows = [tree.render_line(y).text for y in range(1, 1 + len(tree.rows()))]
-        # the shared prefix of the workload: hash ids 0, 1, 2 (it read 1099511627776109951...)
+        # the shared prefix of the workload: hash ids 0, 1, 2, one label each, no made-up id digits
         assert re.search(r"#0 \s", rows[0]) and re.search(r"#1 \s", rows[1]), rows[:3]
         assert not any(re.search(r"\d{8}", row.split(" n")[0]) for row in rows), rows
 
@@ -39,3 +40,10 @@ def test_labels_and_the_run_length():
     assert run_length({"block_size": 16}, [prompt, hash_id_tokens([4, 9], 20, b)]) == 16
     assert run_length({"block_size": 32}, [prompt, hash_id_tokens([3], 5, b)]) == 16
     assert run_length({"block_size": 16}, [[HASH_BASE, HASH_BASE + 1]]) == 16
+
+
+def test_a_broken_arrival_line_is_left_to_the_loader(tmp_path):
+    path = tmp_path / "sim.jsonl"
+    good = {"type": "request_arrived", "prompt_token_ids": hash_id_tokens([3, 5], 20, 16)}
+    path.write_text('{"type": "header"}\n{"type": "request_arrived", "prompt_tok\n' + json.dumps(good) + "\n")
+    assert scan_run_length(str(path), {"block_size": 16}) == 16

@@ -206,7 +206,7 @@ async def test_replace_keeps_the_tokens_leading_space_and_shows_the_result_befor
         await pilot.press("enter")
         assert controller.calls[-1][:5] == ("edit", rid, m, " ocean", "replace")
         assert not preview.display
-        # the reported case: typing the space oneself gives one space, not two
+        # a space typed first is the only one
         await pilot.press("r", *" very")
         assert "  very" not in str(preview.render()) and " very" in str(preview.render())
         await pilot.press("enter")
