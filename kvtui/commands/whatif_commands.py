@@ -48,8 +48,18 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
     type=click.Choice(["trace", "workload", "mooncake", "proxy-log"]),
     help="Override the format detected from the content.",
 )
-@click.option("--trace-block-size", default=512, show_default=True, help="Tokens per hash id (Mooncake).")
-@click.option("--tokenizer", help="tokenizer.json or directory for a workload JSON with text prompts.")
+@click.option(
+    "--trace-block-size",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="Tokens per hash id (Mooncake).",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(exists=True),
+    help="tokenizer.json or directory for a workload JSON with text prompts.",
+)
 @click.option(
     "--capacity",
     "capacities",
@@ -95,27 +105,61 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
     help="Write the simulated run of the first configuration (the current one) as a kvtui trace; "
     "the others are in its what-if summary.",
 )
-@click.option("--workers", default=1, show_default=True, help="Workers in a fleet (one capacity each).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Workers in a fleet (one capacity each).",
+)
 @click.option(
     "--router",
     type=click.Choice(["round_robin", "random", "least_loaded", "kv_aware"]),
     default="kv_aware",
     show_default=True,
 )
-@click.option("--overlap-weight", default=1.0, show_default=True, help="kv_aware: weight of prefill blocks.")
-@click.option("--router-temperature", default=0.0, show_default=True, help="kv_aware: softmax temperature.")
+@click.option(
+    "--overlap-weight",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="kv_aware: weight of prefill blocks.",
+)
+@click.option(
+    "--router-temperature",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="kv_aware: softmax temperature.",
+)
 @click.option("--seed", default=0, show_default=True)
-@click.option("--step-ms", default=COST.per_step * 1e3, show_default=True, help="Cost model: ms per step.")
+@click.option(
+    "--step-ms",
+    type=click.FloatRange(min=0),
+    default=COST.per_step * 1e3,
+    show_default=True,
+    help="Cost model: ms per step.",
+)
 @click.option(
     "--prefill-us",
+    type=click.FloatRange(min=0),
     default=COST.per_prefill_token * 1e6,
     show_default=True,
     help="Cost model: us per prefill token.",
 )
 @click.option(
-    "--decode-ms", default=COST.per_decode_row * 1e3, show_default=True, help="Cost model: ms per decode row."
+    "--decode-ms",
+    type=click.FloatRange(min=0),
+    default=COST.per_decode_row * 1e3,
+    show_default=True,
+    help="Cost model: ms per decode row.",
 )
-@click.option("--per-request", default=0, help="Show the N requests with the most missed tokens and why.")
+@click.option(
+    "--per-request",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Show the N requests with the most missed tokens and why.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (keys in kvtui/whatif/report.py).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option(
