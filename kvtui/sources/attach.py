@@ -9,7 +9,8 @@ malformed or oversized messages become events (`attach_gap`, `attach_malformed`)
 crash. Events go to a `TraceSink` (engine/trace/writer.py, torch-free): the reducer folds them (a batch listener: a
 message's events at once), the -o file writes them.
 The event types are engine/trace/attach_events.py; fetching from replay endpoints is kvtui/sources/attach_replay.py,
-polling /metrics kvtui/sources/attach_metrics.py (both mixins of `Attacher`).
+polling /metrics kvtui/sources/attach_metrics.py, telling a silent source kvtui/sources/attach_silence.py (mixins
+of `Attacher`).
 
 With the UI, all of this runs in a process of its own, the collector (kvtui/sources/collector.py), which also
 folds the events; the UI process only draws what the collector sends it. Each event's `t` is when its message
@@ -33,6 +34,7 @@ import zmq
 
 from kvtui.sources.attach_metrics import MetricsPolling
 from kvtui.sources.attach_replay import ReplayRecovery
+from kvtui.sources.attach_silence import SilenceWatch
 from kvtui.sources.block_events import AllBlocksCleared, KvBlockStored
 from kvtui.sources.endpoints import Source
 from kvtui.sources.sequence import DUPLICATE, GAP, RESTART, Stream
@@ -107,7 +109,7 @@ class Counters:
     restarts: int = 0
 
 
-class Attacher(MetricsPolling, ReplayRecovery):
+class Attacher(MetricsPolling, ReplayRecovery, SilenceWatch):
     def __init__(
         self,
         sources: list[Source],
@@ -179,6 +181,7 @@ class Attacher(MetricsPolling, ReplayRecovery):
             self.notices.put(("error", self.failed))
             self.ready.set()
             return
+        self._watch_open()
         for source in self.sources:
             if source.replay and not source.bind:
                 self._initial_replay(source)
@@ -197,6 +200,7 @@ class Attacher(MetricsPolling, ReplayRecovery):
                     if sock in self._sockets:
                         self._drain(sock, self._sockets[sock])
                 self._emit_metrics()
+                self._watch_silence()
                 self._after()
                 now = time.monotonic()
                 if now - flushed >= FLUSH_EVERY:
@@ -205,6 +209,7 @@ class Attacher(MetricsPolling, ReplayRecovery):
                     flushed = now
         finally:
             self.sink.flush()
+            self._watch_close()
             for sock in self._sockets:
                 sock.close(linger=0)
 
