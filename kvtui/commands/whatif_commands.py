@@ -9,6 +9,7 @@ import json
 
 import click
 
+from kvtui.commands.output_path import output_file
 from kvtui.whatif.cost import CostModel
 from kvtui.whatif.sweep import run_sweep, sweep_configs
 
@@ -102,6 +103,7 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
     "--output",
     "trace_out",
     type=click.Path(dir_okay=False),
+    callback=output_file,
     help="Write the simulated run of the first configuration (the current one) as a kvtui trace; "
     "the others are in its what-if summary.",
 )
@@ -234,7 +236,11 @@ def whatif(
         raise click.ClickException(str(exc)) from None
     loaded = loaded.slice(*_slice(request_slice))
     if not loaded.requests:
-        raise click.ClickException("no requests to run (check --requests)")
+        raise click.ClickException(
+            f"no requests to run (check --requests {request_slice})"
+            if request_slice
+            else f"{workload}: no requests in it"
+        )
     hash_ids = loaded.hash_ids
     sizes = _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size if hash_ids else 16]
     policies = [p.strip() for p in evictions.split(",") if p.strip()]

@@ -25,6 +25,7 @@ workers of that source.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -54,6 +55,11 @@ def load_tokenizer(name: str):
         raise ValueError(
             '--tokenizer needs transformers: pip install "kvtui[engine]" (or run ./install.sh)'
         ) from None
+    files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    if os.path.isdir(name) and not any(os.path.exists(os.path.join(name, f)) for f in files):
+        raise ValueError(
+            f"tokenizer {name!r}: a directory without tokenizer.json: give a model directory or hub id"
+        )
     try:
         return AutoTokenizer.from_pretrained(name)
     # no such directory, no hub: one line
