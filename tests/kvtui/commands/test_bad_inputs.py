@@ -152,3 +152,31 @@ def nothing_starts(monkeypatch):
 def test_a_bad_input_is_one_line_and_a_non_zero_exit(tmp_path, nothing_starts, args, message):
     files = {**write_files(tmp_path, FILES), "tmp": str(tmp_path)}
     assert_one_line_error(CliRunner().invoke(main, fill(args, files)), message)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_pool_that_does_not_fit_in_memory_is_one_line(monkeypatch, device):
+    import engine.engine
+
+    def out_of_memory(*args, **kwargs):
+        # torch's words on the CPU, and what CUDA's OutOfMemoryError (a RuntimeError) says
+        raise RuntimeError(
+            "DefaultCPUAllocator: can't allocate memory"
+            if device == "cpu"
+            else "CUDA out of memory. Tried to allocate 3.00 TiB"
+        )
+
+    monkeypatch.setattr(engine.engine.Engine, "load", out_of_memory)
+    result = CliRunner().invoke(main, ["generate", "hi", "--num-blocks", "4000000", "--device", device])
+    assert_one_line_error(result, f"4000000 blocks of 16 tokens do not fit in memory on {device}")
+
+
+def test_another_runtime_error_while_loading_is_not_called_memory(monkeypatch):
+    import engine.engine
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(engine.engine.Engine, "load", broken)
+    result = CliRunner().invoke(main, ["generate", "hi"])
+    assert isinstance(result.exception, RuntimeError) and "fit in memory" not in result.output
