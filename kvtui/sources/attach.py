@@ -154,6 +154,9 @@ class Attacher(MetricsPolling, ReplayRecovery, SilenceWatch):
         # (source endpoint, rank) -> (prefix queries, process start time) of the last /metrics reading
         self._server_marks: dict[tuple, tuple] = {}
         self._topic_told: set[str] = set()
+        # the silence watch's: a monitor per SUB socket, and the endpoints a connection was made at
+        self._monitors: dict[zmq.Socket, Source] = {}
+        self._peered: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -185,6 +188,7 @@ class Attacher(MetricsPolling, ReplayRecovery, SilenceWatch):
         except zmq.ZMQError as exc:
             self.failed = f"cannot open the sockets: {exc}"
             self.notices.put(("error", self.failed))
+            self._watch_close()
             self.ready.set()
             return
         self._watch_open()
@@ -227,6 +231,7 @@ class Attacher(MetricsPolling, ReplayRecovery, SilenceWatch):
             sock.setsockopt(zmq.RCVHWM, 0)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SUBSCRIBE, source.topic.encode())
+            self._watch_socket(sock, source)
             if source.bind:
                 sock.bind(source.endpoint)
             else:

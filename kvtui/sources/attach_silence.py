@@ -19,24 +19,26 @@ _PEER_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_ACCEPTED
 
 
 class SilenceWatch:
-    """Needs from the attacher: sources, notices, _sockets (SUB socket -> Source) and _streams (Stream by
-    key)."""
+    """Needs from the attacher: sources, notices, _sockets (SUB socket -> Source), _streams (Stream by key),
+    _monitors (monitor socket -> Source, empty) and _peered (an empty set)."""
+
+    def _watch_socket(self, sock: zmq.Socket, source: Source) -> None:
+        """Before `sock` connects or binds: a connection made at once is seen too."""
+        self._monitors[sock.get_monitor_socket(_PEER_EVENTS)] = source
 
     def _watch_open(self) -> None:
-        self._monitors: dict[zmq.Socket, Source] = {
-            sock.get_monitor_socket(_PEER_EVENTS): source for sock, source in self._sockets.items()
-        }
-        # endpoints a server connected to, or that we connected to, at least once
-        self._peered: set[str] = set()
         self._watch_from = time.monotonic()
         self._silence_told = False
 
-    def _watch_silence(self) -> None:
-        """Note connections; once SILENT_AFTER has passed, tell each source that sent nothing."""
+    def _note_peers(self) -> None:
         for monitor, source in self._monitors.items():
             while monitor.poll(0):
                 recv_monitor_message(monitor, zmq.NOBLOCK)
                 self._peered.add(source.endpoint)
+
+    def _watch_silence(self) -> None:
+        """Note connections; once SILENT_AFTER has passed, tell each source that sent nothing."""
+        self._note_peers()
         if self._silence_told or time.monotonic() - self._watch_from < SILENT_AFTER:
             return
         self._silence_told = True
@@ -44,6 +46,8 @@ class SilenceWatch:
             self.notices.put(("warning", self.silence_text(source, SILENT_AFTER)))
 
     def _watch_close(self) -> None:
+        # a connection made since the last look still counts in what silence_text says after the stop
+        self._note_peers()
         for sock in self._sockets:
             sock.disable_monitor()
         for monitor in self._monitors:

@@ -50,8 +50,9 @@ def test_headless_connected_to_a_silent_server_names_topic_and_idle(tmp_path):
     pub.setsockopt(zmq.LINGER, 0)
     port = pub.bind_to_random_port("tcp://127.0.0.1")
     try:
+        # a loopback connection takes milliseconds: two seconds leave room for a loaded machine
         result = CliRunner().invoke(
-            main, ["attach", f"tcp://127.0.0.1:{port}", "--topic", "kv", "--headless", "--duration", "1"]
+            main, ["attach", f"tcp://127.0.0.1:{port}", "--topic", "kv", "--headless", "--duration", "2"]
         )
     finally:
         pub.close()
