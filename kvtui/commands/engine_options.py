@@ -120,6 +120,10 @@ def engine_config(overrides: dict | None = None, **options):
             and context.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE
         ):
             values[key] = options[key]
+    # a workload's engine section is held to the options' ranges too
+    for key, most in (("block_size", MAX_BLOCK_SIZE), ("num_blocks", MAX_NUM_BLOCKS)):
+        if isinstance(values[key], int) and values[key] > most:
+            raise click.UsageError(f"{key} {values[key]} is more than {most}: give a smaller one")
     try:
         return EngineConfig(**values)
     except (TypeError, ValueError) as exc:

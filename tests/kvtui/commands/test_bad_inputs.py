@@ -180,3 +180,19 @@ def test_another_runtime_error_while_loading_is_not_called_memory(monkeypatch):
     monkeypatch.setattr(engine.engine.Engine, "load", broken)
     result = CliRunner().invoke(main, ["generate", "hi"])
     assert isinstance(result.exception, RuntimeError) and "fit in memory" not in result.output
+
+
+@pytest.mark.parametrize(
+    "engine, message",
+    [
+        ({"block_size": 999999}, "block_size 999999 is more than 4096"),
+        ({"num_blocks": 100000000}, "num_blocks 100000000 is more than 4194304"),
+        ({"num_blocks": 0}, "num_blocks must be at least 1 (got 0)"),
+    ],
+)
+def test_a_workloads_engine_section_is_held_to_the_same_ranges(tmp_path, nothing_starts, engine, message):
+    workload = json.loads(Path(WORKLOAD).read_text())
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({**workload, "engine": engine}))
+    result = CliRunner().invoke(main, ["record", "-w", str(path), "-o", str(tmp_path / "t.jsonl")])
+    assert_one_line_error(result, message)
