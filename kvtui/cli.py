@@ -9,6 +9,8 @@ import click
 
 from kvtui import __version__
 
+COMMANDLINE = click.core.ParameterSource.COMMANDLINE
+
 # what `pip install "kvtui[engine]"` adds (plus what transformers brings): viewing needs none of them
 ENGINE_MODULES = (
     "torch",
@@ -71,13 +73,14 @@ def _check_engine_first(command: click.Command) -> None:
 )
 @click.version_option(__version__, prog_name="kvtui")
 @click.pass_context
-def main(ctx: click.Context) -> None:
+def main(ctx: click.Context, **live_options) -> None:
     """kvtui - see what your KV cache keeps, shares and throws away.
 
     \b
-    Run with no command to open the live UI on the embedded SmolLM2 model.
+    Run with no command to open the live UI on the embedded SmolLM2 model; the options below are live's.
     Examples:
       kvtui                                   live UI, embedded model
+      kvtui --model gemma3                    live UI, Gemma 3 270M (sliding-window layers)
       kvtui generate "Why is the sky blue?"   stream text, print TTFT/TPOT
       kvtui record --workload fixtures/workloads/concurrent8.json --out t.jsonl
       kvtui replay t.jsonl                    watch a recorded trace
@@ -86,7 +89,15 @@ def main(ctx: click.Context) -> None:
       kvtui schema                            the trace file format
     """
     if ctx.invoked_subcommand is None:
-        ctx.invoke(main.get_command(ctx, "live"))
+        ctx.invoke(main.get_command(ctx, "live"), **live_options)
+        return
+    typed = [p.opts[0] for p in ctx.command.params if ctx.get_parameter_source(p.name) is COMMANDLINE]
+    if typed:
+        sub = ctx.invoked_subcommand
+        raise click.UsageError(
+            f"options before `{sub}` are live's ({', '.join(typed)}); put `{sub}`'s own options after its "
+            f"name (see `kvtui {sub} --help`)"
+        )
 
 
 def _register() -> None:
@@ -120,6 +131,8 @@ def _register() -> None:
         main.add_command(command)
     for name in NEEDS_ENGINE:
         _check_engine_first(main.commands[name])
+    # `kvtui --model gemma3` is `kvtui live --model gemma3`
+    main.params.extend(p for p in main.commands["live"].params if p.name != "help")
 
 
 _register()

@@ -46,14 +46,68 @@ def _field(config: dict, key: str):
     return None
 
 
+_JSON_KINDS = {
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+# fields the arithmetic reads: None (absent) or a whole number of at least this
+_COUNTS = {
+    "num_hidden_layers": 1,
+    "n_layer": 1,
+    "num_layers": 1,
+    "n_layers": 1,
+    "num_attention_heads": 1,
+    "n_head": 1,
+    "num_heads": 1,
+    "n_heads": 1,
+    "num_key_value_heads": 1,
+    "num_kv_heads": 1,
+    "head_dim": 1,
+    "hidden_size": 1,
+    "n_embd": 1,
+    "d_model": 1,
+    "dim": 1,
+    "sliding_window": 0,
+    "sliding_window_pattern": 1,
+    "max_window_layers": 0,
+}
+
+
+def _check_fields(config: dict, name: str) -> None:
+    """A field of the wrong kind or sign ("num_hidden_layers": -4 or "abc") is named, not computed with."""
+    for key, least in _COUNTS.items():
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(
+                f"{name or 'config'}: {key} is {value!r}, not a whole number of at least {least}: fix the config"
+            )
+    types = config.get("layer_types")
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        raise ConfigError(
+            f"{name or 'config'}: layer_types is {types!r}, not a list of names: fix the config"
+        )
+
+
 def shape_from_config(config: dict, name: str = "") -> ModelShape:
     """Read the KV shape from a config.json dict (a multimodal config's text_config when it has one)."""
+    if not isinstance(config, dict):
+        kind = _JSON_KINDS.get(type(config), type(config).__name__)
+        raise ConfigError(
+            f"{name or 'config'}: a JSON {kind}, not an object of fields: give a model's config.json"
+        )
     outer = config
     if isinstance(config.get("text_config"), dict):
         config = {
             **config["text_config"],
             "model_type": config["text_config"].get("model_type", config.get("model_type", "")),
         }
+    _check_fields(config, name)
     layers, q_heads = _field(config, "num_hidden_layers"), _field(config, "num_attention_heads")
     if not layers or not q_heads:
         raise ConfigError(
@@ -71,6 +125,11 @@ def shape_from_config(config: dict, name: str = "") -> ModelShape:
         if not hidden:
             raise ConfigError(f"{name or 'config'}: neither head_dim nor hidden_size is given")
         head_dim = hidden // q_heads
+        if head_dim < 1:
+            raise ConfigError(
+                f"{name or 'config'}: hidden_size {hidden} is smaller than {q_heads} attention heads: fix the "
+                "config or give head_dim"
+            )
     if config.get("kv_lora_rank"):
         raise ConfigError(
             f"{name or 'config'}: multi-head latent attention (kv_lora_rank) caches a compressed "
@@ -159,7 +218,7 @@ def kv_bytes(
 
 
 def human(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, size in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             value = n / size
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.2f} {unit}"

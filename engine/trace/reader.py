@@ -67,6 +67,18 @@ class TraceFile:
     unknown_types: dict[str, int] = field(default_factory=dict)
 
 
+def skipped_warnings(loaded: TraceFile, source: str) -> list[str]:
+    """What the tolerant reader skipped without stopping, one line each: replay's notices, stats' and export's
+    warnings (a bad line that stopped the reading is the caller's to say)."""
+    out = []
+    if loaded.truncated_tail:
+        out.append(f"{source}: the last line is incomplete (the writer stopped mid-line); ignored")
+    if loaded.unknown_types:
+        kinds = ", ".join(f"{k} ({n})" for k, n in sorted(loaded.unknown_types.items()))
+        out.append(f"{source}: event types this kvtui does not know were skipped: {kinds}")
+    return out
+
+
 def read_trace(
     path: str | Path,
     *,

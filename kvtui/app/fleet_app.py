@@ -23,6 +23,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane, TextArea
 
+from kvtui.sources.attach_silence import SILENT_AFTER
 from kvtui.sources.collector_messages import CollectorNotice, Explained, ViewReady
 from kvtui.state.fleet import FleetState, replay_fleet
 from kvtui.state.fleet_explain import QueryError, parse_query
@@ -257,6 +258,15 @@ class FleetApp(App):
             c = self.collector.counters
             replayed = f" ({c.get('replayed', 0):,} replayed)" if c.get("replayed") else ""
             received = f" · {c['messages']:,} messages{replayed}, {c['blocks']:,} block hashes received"
+            # the notice that says why fades: the status line keeps the hint
+            if (
+                not c["messages"]
+                and not c.get("replayed")
+                and time.monotonic() - self.started >= SILENT_AFTER
+            ):
+                received += (
+                    " · nothing yet: wrong address or topic, events off, or an idle server? (see notices)"
+                )
         return (
             f" {mode} · {self.source} · event {view.index:,}{total} · {view.t:.2f}s · "
             f"{len(view.workers)} workers · {view.nodes:,} blocks known{received}"

@@ -8,9 +8,18 @@ every field of every event (engine/trace/reader.py).
 
 from __future__ import annotations
 
-from engine.trace.reader import Batch, BatchRejected, Progress, TraceError, TraceFile, read_header, read_trace
+from engine.trace.reader import (
+    Batch,
+    BatchRejected,
+    Progress,
+    TraceError,
+    TraceFile,
+    read_header,
+    read_trace,
+    skipped_warnings,
+)
 
-__all__ = ["BatchRejected", "LoadedTrace", "TraceError", "load_trace", "read_header"]
+__all__ = ["BatchRejected", "LoadedTrace", "TraceError", "load_trace", "read_header", "skipped_warnings"]
 
 # the reader's result (header, events, error, truncated_tail, unknown_types)
 LoadedTrace = TraceFile

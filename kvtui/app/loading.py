@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual import work
 from textual.message import Message
 
-from kvtui.app.loader import BatchRejected, LoadedTrace, TraceError, load_trace, read_header
+from kvtui.app.loader import BatchRejected, LoadedTrace, TraceError, load_trace, read_header, skipped_warnings
 from kvtui.state.timeline import Timeline
 from kvtui.state.whatif_labels import relabel, scan_run_length
 from kvtui.widgets.base import TextLine
@@ -71,17 +71,8 @@ class LoadingMixin:
                 severity="error",
                 timeout=10,
             )
-        if loaded.truncated_tail:
-            self.notify(
-                f"{source}: the last line is incomplete (the writer stopped mid-line); ignored",
-                severity="warning",
-                timeout=6,
-            )
-        if loaded.unknown_types:
-            kinds = ", ".join(f"{k} ({n})" for k, n in sorted(loaded.unknown_types.items()))
-            self.notify(
-                f"event types this kvtui does not know were skipped: {kinds}", severity="warning", timeout=6
-            )
+        for text in skipped_warnings(loaded, source):
+            self.notify(text, severity="warning", timeout=6)
         if message.timeline is None:
             return
         self.timeline = message.timeline

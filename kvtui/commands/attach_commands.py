@@ -35,6 +35,9 @@ Examples:
   kvtui replay fleet.jsonl                               the same views, from the recording
   kvtui attach tcp://127.0.0.1:5557 --requests requests.jsonl    tab 4: kvtui proxy's requests as lanes
 
+A source that sends nothing for 5 s is said, with what it most likely means (nothing at that address, or a
+server there that publishes no events the topic matches); the UI's status line keeps the hint.
+
 What an attached engine publishes is a hash space: blocks by hash per worker, the chain of parent hashes and
 the token ids of each block. It has no physical block ids, ref counts, locks or requests; the views say so.
 """
@@ -78,7 +81,12 @@ the token ids of each block. It has no physical block ids, ref counts, locks or 
     callback=output_file,
     help="Record the normalised event stream to this trace (kvtui replay / stats read it).",
 )
-@click.option("--headless", is_flag=True, help="No UI: receive (and record), then print a summary.")
+@click.option(
+    "--headless",
+    is_flag=True,
+    help="No UI: receive (and record), then print a summary. A source silent for 5 s is warned about; when "
+    "nothing arrived from any source (no event, no replayed batch), it ends with that reason and exit status 1.",
+)
 @click.option(
     "--duration",
     type=float,
@@ -93,7 +101,13 @@ the token ids of each block. It has no physical block ids, ref counts, locks or 
     "every worker (token ids '1 2 3', or text with "
     "--tokenizer; '[salt=S] [lora=L] [group=G] | PROMPT').",
 )
-@click.option("--replay-timeout", default=2.0, show_default=True, help="Seconds to wait for a replay answer.")
+@click.option(
+    "--replay-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="Seconds to wait for a replay answer.",
+)
 @click.option(
     "--requests",
     "requests_log",
@@ -143,10 +157,16 @@ def attach(
             sink.add_writer(TraceWriter(out))
         sink.set_header(anchored(header, sink))
         attacher = Attacher(parsed, sink, tokenizer=tok, replay_timeout=replay_timeout)
-        _headless(attacher, sink, duration, queries)
+        seconds = _headless(attacher, sink, duration, queries)
         sink.close()
         if attacher.failed:
             raise click.ClickException(attacher.failed)
+        silent = attacher.silent_sources()
+        # nothing at all arrived: a wrong address or topic, events off, or an idle server, never a success
+        if len(silent) == len(parsed):
+            if out:
+                click.echo(f"wrote {out} (no events)", err=True)
+            raise click.ClickException("; ".join(attacher.silence_text(s, seconds) for s in silent))
     else:
         _ui(parsed, header, out, tokenizer, tok, duration, replay_timeout, requests_log)
     if out:
@@ -171,7 +191,8 @@ def _query(text: str, tokenizer):
         raise click.UsageError(f"--explain {text!r}: {exc}") from None
 
 
-def _headless(attacher, sink, duration, queries) -> None:
+def _headless(attacher, sink, duration, queries) -> float:
+    """Receive until the duration is over (or Ctrl-C), then print the summary: the seconds it received for."""
     from kvtui.state.fleet import FleetState
     from kvtui.state.fleet_explain import explain_prompt
     from kvtui.state.fleet_stats import workers_summary
@@ -191,9 +212,10 @@ def _headless(attacher, sink, duration, queries) -> None:
     except KeyboardInterrupt:
         pass
     attacher.stop()
+    seconds = time.monotonic() - started
     c = attacher.counters
     click.echo(
-        f"attached {time.monotonic() - started:.1f}s: {c.messages} live messages, {c.replayed} replayed, "
+        f"attached {seconds:.1f}s: {c.messages} live messages, {c.replayed} replayed, "
         f"{c.events} events, "
         f"{c.blocks} block hashes; {c.gaps} gaps ({c.lost} batches lost), {c.restarts} restarts, "
         f"{c.malformed} malformed"
@@ -208,6 +230,7 @@ def _headless(attacher, sink, duration, queries) -> None:
         click.echo(f"explain {text!r} ({len(ids)} tokens):")
         for result in explain_prompt(fleet, ids, **options):
             click.echo(f"  {result['message']}")
+    return seconds
 
 
 def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeout, requests_log=None) -> None:

@@ -10,7 +10,13 @@ import click
 from kvtui.bench.vllm_peer import vllm_bench
 from kvtui.commands.attach_commands import attach_bench
 from kvtui.commands.bench_engine_commands import ENGINE_BENCHES
-from kvtui.commands.engine_options import check_device, engine_config, engine_options, load_engine
+from kvtui.commands.engine_options import (
+    MAX_NUM_BLOCKS,
+    check_device,
+    engine_config,
+    engine_options,
+    load_engine,
+)
 
 
 def _say(msg: str) -> None:
@@ -19,10 +25,34 @@ def _say(msg: str) -> None:
 
 @click.group(invoke_without_command=True, short_help="Engine vs generate, cache, UI benchmarks.")
 @engine_options
-@click.option("--prompt-tokens", default=64, show_default=True, help="Prompt length of each request.")
-@click.option("--max-tokens", default=32, show_default=True, help="Tokens generated per request.")
-@click.option("--concurrent", default=8, show_default=True, help="Requests in the concurrent scenario.")
-@click.option("--repeats", default=1, show_default=True, help="Runs of each scenario (best is reported).")
+@click.option(
+    "--prompt-tokens",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Prompt length of each request.",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Tokens generated per request.",
+)
+@click.option(
+    "--concurrent",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Requests in the concurrent scenario.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs of each scenario (best is reported).",
+)
 @click.option(
     "--cache",
     "cache_bench",
@@ -194,6 +224,9 @@ def _size(ctx, param, value: str) -> tuple[int, int]:
         width, height = (int(x) for x in value.lower().split("x"))
     except ValueError:
         raise click.BadParameter(f"{value!r}: give columns x rows, e.g. 200x60") from None
+    # the smallest terminal the app lays out in
+    if width < 40 or height < 12:
+        raise click.BadParameter(f"{value!r}: give at least 40x12 (columns x rows)")
     return width, height
 
 
@@ -213,10 +246,28 @@ def _size(ctx, param, value: str) -> tuple[int, int]:
     metavar="auto|cpu|cuda[:N]",
     help="Where the model runs: auto, cpu, cuda or cuda:N.",
 )
-@click.option("--seconds", type=float, default=20.0, show_default=True, help="How long to measure.")
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=20.0,
+    show_default=True,
+    help="How long to measure.",
+)
 @click.option("--size", default="200x60", show_default=True, callback=_size, help="Terminal size, COLSxROWS.")
-@click.option("--max-tokens", type=int, default=256, show_default=True, help="Tokens generated per prompt.")
-@click.option("--num-blocks", type=int, default=256, show_default=True, help="Blocks in the pool.")
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Tokens generated per prompt.",
+)
+@click.option(
+    "--num-blocks",
+    type=click.IntRange(1, MAX_NUM_BLOCKS),
+    default=256,
+    show_default=True,
+    help="Blocks in the pool.",
+)
 def live_bench(model, device, seconds, size, max_tokens, num_blocks):
     """Frame times of the live app (headless) while the real engine decodes four prompts flat out.
 
@@ -269,8 +320,13 @@ def live_bench(model, device, seconds, size, max_tokens, num_blocks):
 def whatif_bench(workload, capacities, repeats, kvsim, seed, check, optimal):
     """The whole LRU hit-rate curve in one pass against kvcache-simulator's LRU sweep (PyPI, C++ backend) at
     the same capacities on the same Mooncake-format workload, timed in the same run, with agreement figures."""
-    from kvtui.bench.whatif import run
+    from kvtui.bench.whatif import read_mooncake, run
 
+    if workload is not None:
+        try:
+            read_mooncake(workload)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
     run(workload, capacities, repeats, kvsim, seed, check, optimal, echo=click.echo)
 
 
@@ -284,7 +340,13 @@ bench.add_command(vllm_bench)
 
 
 @bench.command("proxy", short_help="The latency kvtui proxy adds to a request (p50, against a direct one).")
-@click.option("--requests", default=300, show_default=True, help="Requests each way (direct, proxied).")
+@click.option(
+    "--requests",
+    type=click.IntRange(min=1),
+    default=300,
+    show_default=True,
+    help="Requests each way (direct, proxied).",
+)
 def proxy_bench(requests):
     """The p50 latency kvtui proxy adds: a loopback upstream that answers at once, the same request sent direct
     and through the proxy, interleaved. Run it with nothing else busy (the load average is printed)."""

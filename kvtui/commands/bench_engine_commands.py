@@ -218,8 +218,15 @@ def prefix_bench(model, workloads, repeats, threads, **options):
       kvtui bench prefix
       kvtui bench prefix --workload fixtures/workloads/shared_system_8users.json --repeats 5
     """
+    from engine.workload import WorkloadError, load_workload
     from kvtui.bench.prefix import DEFAULT_WORKLOADS, format_prefix, run_prefix
 
+    # a bad workload is said before the model loads
+    for path in workloads:
+        try:
+            load_workload(path)
+        except WorkloadError as exc:
+            raise click.ClickException(str(exc)) from None
     _threads(threads)
     engine = load_engine(model, engine_config({"prefix_cache": True}, **options))
     click.echo(format_prefix(run_prefix(engine, workloads or DEFAULT_WORKLOADS, repeats, progress=_say)))
@@ -240,14 +247,14 @@ def prefix_bench(model, workloads, repeats, threads, **options):
 )
 @click.option(
     "--peak-tbs",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="The memory's peak bandwidth in TB/s [default: on CUDA 4.8, the H200's HBM3e; on the CPU none, and a "
     "copy's bandwidth is measured in the run instead].",
 )
 @click.option(
     "--copy-tbs",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="A measured device-copy bandwidth in TB/s to compare with as well (H200: about 4.3; on the CPU "
     "measured in the run when no --peak-tbs is given).",

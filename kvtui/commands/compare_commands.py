@@ -10,7 +10,7 @@ import click
 @click.option(
     "--position",
     "-p",
-    type=int,
+    type=click.IntRange(min=0),
     default=None,
     help="m: the token to replace, counted in the causal model's tokens of TEXT [default: the middle].",
 )
@@ -29,7 +29,7 @@ import click
     show_default=True,
     help="The causal model: 'smollm2', 'gemma3', a local directory, a .gguf file or a hub id.",
 )
-@click.option("--width", default=32, show_default=True, help="Width of the bars.")
+@click.option("--width", type=click.IntRange(min=1), default=32, show_default=True, help="Width of the bars.")
 def compare_edit(text, position, replacement, model, width):
     """Replace token m of TEXT; per position, how much each model's hidden states changed.
 

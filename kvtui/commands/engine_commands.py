@@ -14,11 +14,13 @@ from kvtui.commands.publish_option import open_publisher, publish_option
 @click.command()
 @click.argument("prompt")
 @engine_options
-@click.option("--max-tokens", default=128, show_default=True)
-@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--top-p", default=1.0, show_default=True)
-@click.option("--top-k", default=0, show_default=True, help="0 = off.")
-@click.option("--seed", type=int, default=None)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option(
+    "--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True, help="0 = greedy."
+)
+@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True, help="0 = off.")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=None)
 @click.option("--raw", is_flag=True, help="Send the prompt as plain text instead of a chat user message.")
 @click.option(
     "--trace",

@@ -9,6 +9,9 @@ import re
 import click
 
 DTYPES = ("float32", "bfloat16", "float16")
+# past these a pool is a typo: one block of more tokens, or more block ids than any GPU's cache holds
+MAX_BLOCK_SIZE = 4096
+MAX_NUM_BLOCKS = 2**22
 
 
 def check_device(ctx, param, value: str | None) -> str | None:
@@ -45,10 +48,22 @@ def engine_options(func):
         show_default=True,
         help="Weights and KV cache precision (bfloat16 halves the KV bytes).",
     )
-    @click.option("--block-size", default=16, show_default=True, help="Tokens per KV block.")
-    @click.option("--num-blocks", type=int, default=None, help="Blocks in the pool [default: 256 MiB of KV].")
+    @click.option(
+        "--block-size",
+        type=click.IntRange(1, MAX_BLOCK_SIZE),
+        default=16,
+        show_default=True,
+        help="Tokens per KV block.",
+    )
+    @click.option(
+        "--num-blocks",
+        type=click.IntRange(1, MAX_NUM_BLOCKS),
+        default=None,
+        help="Blocks in the pool [default: 256 MiB of KV].",
+    )
     @click.option(
         "--max-batched-tokens",
+        type=click.IntRange(min=1),
         default=512,
         show_default=True,
         help="Token budget per step; longer prompts are prefilled in chunks.",
@@ -105,6 +120,10 @@ def engine_config(overrides: dict | None = None, **options):
             and context.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE
         ):
             values[key] = options[key]
+    # a workload's engine section is held to the options' ranges too
+    for key, most in (("block_size", MAX_BLOCK_SIZE), ("num_blocks", MAX_NUM_BLOCKS)):
+        if isinstance(values[key], int) and values[key] > most:
+            raise click.UsageError(f"{key} {values[key]} is more than {most}: give a smaller one")
     try:
         return EngineConfig(**values)
     except (TypeError, ValueError) as exc:
@@ -119,3 +138,12 @@ def load_engine(model: str, config):
         return Engine.load(model, config)
     except ModelLoadError as exc:
         raise click.ClickException(str(exc)) from None
+    # torch's out-of-memory errors are RuntimeErrors that say "allocate"
+    except (MemoryError, RuntimeError) as exc:
+        if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
+            raise
+        blocks = f"{config.num_blocks} blocks" if config.num_blocks else "the pool"
+        raise click.ClickException(
+            f"{blocks} of {config.block_size} tokens do not fit in memory on {config.device}: give a smaller "
+            "--num-blocks or --block-size"
+        ) from None

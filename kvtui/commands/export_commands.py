@@ -26,7 +26,7 @@ def export(trace, perfetto_out):
     the three hit rates, tokens per step) and an evictions track. Open it at https://ui.perfetto.dev
     ("Open trace file"), or with Perfetto's trace_processor.
     """
-    from kvtui.app.loader import load_trace
+    from kvtui.app.loader import load_trace, skipped_warnings
     from kvtui.export.perfetto import build_perfetto
 
     loaded = load_trace(trace)
@@ -38,6 +38,8 @@ def export(trace, perfetto_out):
             f"{len(loaded.events)} events before it",
             err=True,
         )
+    for text in skipped_warnings(loaded, trace):
+        click.echo(f"warning: {text}", err=True)
     data = build_perfetto(loaded.header, loaded.events, title=f"kvtui {trace.rsplit('/', 1)[-1]}")
     try:
         with open(perfetto_out, "wb") as handle:

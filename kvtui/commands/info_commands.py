@@ -7,6 +7,9 @@ import click
 
 from kvtui.commands.engine_options import engine_config, engine_options, load_engine
 
+# a thousand times the longest context windows: past it a count is a typo, and its bytes mean nothing
+MAX_TOKENS = 10**10
+
 
 @click.command()
 @engine_options
@@ -51,6 +54,11 @@ def config_info(source: str, tokens: str, dtype: str, block_size: int) -> str:
         raise click.BadParameter(
             f"{tokens!r}: give a token count or a comma list of them", param_hint="--tokens"
         ) from None
+    if max(counts) > MAX_TOKENS:
+        raise click.BadParameter(
+            f"{max(counts)} tokens is more than any KV cache holds: give at most {MAX_TOKENS:,} per sequence",
+            param_hint="--tokens",
+        )
     context = click.get_current_context(silent=True)
     typed = (
         context is not None

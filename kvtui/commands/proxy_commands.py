@@ -50,8 +50,10 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
     from kvtui.sources.proxy_log import LockedFleet, summary_line
 
     host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise click.UsageError(f"--listen {listen!r}: give HOST:PORT (e.g. 127.0.0.1:8001)")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise click.UsageError(
+            f"--listen {listen!r}: give HOST:PORT with a port of 0-65535 (e.g. 127.0.0.1:8001)"
+        )
     if log_path and not os.path.isdir(os.path.dirname(os.path.abspath(log_path))):
         raise click.UsageError(
             f"--log {log_path}: the directory {os.path.dirname(log_path)!r} does not exist"
@@ -79,6 +81,8 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
         raise click.UsageError(str(exc)) from None
     if not quiet:
         server.on_record.append(lambda record: click.echo(summary_line(record)))
+    # a client's 502 is said even with --quiet
+    server.on_problem.append(lambda text: click.echo(f"kvtui proxy: {text}", err=True))
 
     async def run():
         try:
@@ -86,6 +90,16 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") from None
         click.echo(f"kvtui proxy: http://{server.host}:{server.port} -> {upstream}", err=True)
+        try:
+            _, probe = await asyncio.wait_for(asyncio.open_connection(server.up_host, server.up_port), 3)
+            probe.close()
+        # the server may come up later: a warning, and each request meanwhile gets a 502 with the reason
+        except (OSError, asyncio.TimeoutError) as exc:
+            click.echo(
+                f"kvtui proxy: warning: nothing answers at {server.upstream} ({os.strerror(exc.errno) if getattr(exc, 'errno', None) else 'no answer'}); "
+                "requests get 502 until vLLM is up there",
+                err=True,
+            )
         await server.serve_forever()
 
     if attacher is not None:

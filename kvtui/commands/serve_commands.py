@@ -42,6 +42,11 @@ def serve(host, port, public_url, args):
       kvtui serve --host 0.0.0.0 replay t.jsonl          reachable from other machines (no authentication)
     """
     args, host, port, public_url = _own_options(tuple(args), host, port, public_url)
+    if public_url is not None and not public_url.startswith(("http://", "https://")):
+        raise click.BadParameter(
+            f"{public_url!r}: give the URL the browser opens, http(s)://HOST[:PORT][/PATH]",
+            param_hint="--public-url",
+        )
     args = args or ("live",)
     if args[0] not in UI_COMMANDS:
         raise click.UsageError(f"kvtui serve serves a UI command: 'live' or 'replay TRACE', not {args[0]!r}")

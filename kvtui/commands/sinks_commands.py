@@ -21,6 +21,7 @@ from pathlib import Path
 
 import click
 
+from kvtui.commands.engine_options import check_device
 from kvtui.commands.output_path import output_file
 from kvtui.commands.sinks_trace import (
     default_every,
@@ -213,7 +214,14 @@ def format_strip(run, n: int, sinks_count: int, width: int = 96) -> str:
 @click.option(
     "--model", "-m", default="smollm2", show_default=True, help="smollm2, gemma3, or any model kvtui loads."
 )
-@click.option("--device", default="cpu", show_default=True)
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    callback=check_device,
+    metavar="auto|cpu|cuda[:N]",
+    help="Where the model runs.",
+)
 @click.option(
     "--window",
     "-W",

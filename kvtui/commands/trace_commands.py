@@ -29,11 +29,11 @@ def stats(trace_file, as_json):
     """
     import json
 
-    from engine.trace import read_trace
+    from engine.trace.reader import read_trace, skipped_warnings
     from engine.trace.stats import format_stats, stats_json, summarize
 
     try:
-        # the reader replay uses
+        # the reader replay uses, and its warnings
         trace = read_trace(trace_file, allow_unknown=True)
     except OSError as exc:
         raise click.ClickException(f"{trace_file}: cannot read it ({exc.strerror or exc})") from None
@@ -44,6 +44,8 @@ def stats(trace_file, as_json):
             f"warning: {trace_file}: {trace.error}; summarising the {len(trace.events)} events before it",
             err=True,
         )
+    for text in skipped_warnings(trace, trace_file):
+        click.echo(f"warning: {text}", err=True)
     summary = summarize(trace.header, trace.events)
     workers = totals = None
     # recorded by `kvtui attach -o`: one summary per worker, totals from the fleet (no requests: null)

@@ -29,7 +29,13 @@ def _check_model_path(model: str) -> None:
 
 @click.command()
 @engine_options
-@click.option("--max-tokens", type=int, default=64, show_default=True, help="Tokens to generate per prompt.")
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Tokens to generate per prompt.",
+)
 @click.option(
     "--save-trace",
     type=click.Path(dir_okay=False),
@@ -43,8 +49,6 @@ def live(model, max_tokens, save_trace, publish, **options):
     from kvtui.app import KvtuiApp
     from kvtui.app.feed import EngineWorker, EventFeed
 
-    if max_tokens < 1:
-        raise click.UsageError(f"--max-tokens must be at least 1 (got {max_tokens})")
     _check_model_path(model)
     config = engine_config(**options)
     publisher = open_publisher(publish) if publish else None

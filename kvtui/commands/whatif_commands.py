@@ -9,6 +9,7 @@ import json
 
 import click
 
+from kvtui.commands.output_path import output_file
 from kvtui.whatif.cost import CostModel
 from kvtui.whatif.sweep import run_sweep, sweep_configs
 
@@ -48,8 +49,18 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
     type=click.Choice(["trace", "workload", "mooncake", "proxy-log"]),
     help="Override the format detected from the content.",
 )
-@click.option("--trace-block-size", default=512, show_default=True, help="Tokens per hash id (Mooncake).")
-@click.option("--tokenizer", help="tokenizer.json or directory for a workload JSON with text prompts.")
+@click.option(
+    "--trace-block-size",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="Tokens per hash id (Mooncake).",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(exists=True),
+    help="tokenizer.json or directory for a workload JSON with text prompts.",
+)
 @click.option(
     "--capacity",
     "capacities",
@@ -92,30 +103,65 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
     "--output",
     "trace_out",
     type=click.Path(dir_okay=False),
+    callback=output_file,
     help="Write the simulated run of the first configuration (the current one) as a kvtui trace; "
     "the others are in its what-if summary.",
 )
-@click.option("--workers", default=1, show_default=True, help="Workers in a fleet (one capacity each).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Workers in a fleet (one capacity each).",
+)
 @click.option(
     "--router",
     type=click.Choice(["round_robin", "random", "least_loaded", "kv_aware"]),
     default="kv_aware",
     show_default=True,
 )
-@click.option("--overlap-weight", default=1.0, show_default=True, help="kv_aware: weight of prefill blocks.")
-@click.option("--router-temperature", default=0.0, show_default=True, help="kv_aware: softmax temperature.")
+@click.option(
+    "--overlap-weight",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="kv_aware: weight of prefill blocks.",
+)
+@click.option(
+    "--router-temperature",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="kv_aware: softmax temperature.",
+)
 @click.option("--seed", default=0, show_default=True)
-@click.option("--step-ms", default=COST.per_step * 1e3, show_default=True, help="Cost model: ms per step.")
+@click.option(
+    "--step-ms",
+    type=click.FloatRange(min=0),
+    default=COST.per_step * 1e3,
+    show_default=True,
+    help="Cost model: ms per step.",
+)
 @click.option(
     "--prefill-us",
+    type=click.FloatRange(min=0),
     default=COST.per_prefill_token * 1e6,
     show_default=True,
     help="Cost model: us per prefill token.",
 )
 @click.option(
-    "--decode-ms", default=COST.per_decode_row * 1e3, show_default=True, help="Cost model: ms per decode row."
+    "--decode-ms",
+    type=click.FloatRange(min=0),
+    default=COST.per_decode_row * 1e3,
+    show_default=True,
+    help="Cost model: ms per decode row.",
 )
-@click.option("--per-request", default=0, help="Show the N requests with the most missed tokens and why.")
+@click.option(
+    "--per-request",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Show the N requests with the most missed tokens and why.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (keys in kvtui/whatif/report.py).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 @click.option(
@@ -190,7 +236,11 @@ def whatif(
         raise click.ClickException(str(exc)) from None
     loaded = loaded.slice(*_slice(request_slice))
     if not loaded.requests:
-        raise click.ClickException("no requests to run (check --requests)")
+        raise click.ClickException(
+            f"no requests to run (check --requests {request_slice})"
+            if request_slice
+            else f"{workload}: no requests in it"
+        )
     hash_ids = loaded.hash_ids
     sizes = _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size if hash_ids else 16]
     policies = [p.strip() for p in evictions.split(",") if p.strip()]

@@ -9,7 +9,8 @@ malformed or oversized messages become events (`attach_gap`, `attach_malformed`)
 crash. Events go to a `TraceSink` (engine/trace/writer.py, torch-free): the reducer folds them (a batch listener: a
 message's events at once), the -o file writes them.
 The event types are engine/trace/attach_events.py; fetching from replay endpoints is kvtui/sources/attach_replay.py,
-polling /metrics kvtui/sources/attach_metrics.py (both mixins of `Attacher`).
+polling /metrics kvtui/sources/attach_metrics.py, telling a silent source kvtui/sources/attach_silence.py (mixins
+of `Attacher`).
 
 With the UI, all of this runs in a process of its own, the collector (kvtui/sources/collector.py), which also
 folds the events; the UI process only draws what the collector sends it. Each event's `t` is when its message
@@ -24,6 +25,7 @@ workers of that source.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -33,6 +35,7 @@ import zmq
 
 from kvtui.sources.attach_metrics import MetricsPolling
 from kvtui.sources.attach_replay import ReplayRecovery
+from kvtui.sources.attach_silence import SilenceWatch
 from kvtui.sources.block_events import AllBlocksCleared, KvBlockStored
 from kvtui.sources.endpoints import Source
 from kvtui.sources.sequence import DUPLICATE, GAP, RESTART, Stream
@@ -52,6 +55,11 @@ def load_tokenizer(name: str):
         raise ValueError(
             '--tokenizer needs transformers: pip install "kvtui[engine]" (or run ./install.sh)'
         ) from None
+    files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    if os.path.isdir(name) and not any(os.path.exists(os.path.join(name, f)) for f in files):
+        raise ValueError(
+            f"tokenizer {name!r}: a directory without tokenizer.json: give a model directory or hub id"
+        )
     try:
         return AutoTokenizer.from_pretrained(name)
     # no such directory, no hub: one line
@@ -107,7 +115,7 @@ class Counters:
     restarts: int = 0
 
 
-class Attacher(MetricsPolling, ReplayRecovery):
+class Attacher(MetricsPolling, ReplayRecovery, SilenceWatch):
     def __init__(
         self,
         sources: list[Source],
@@ -146,6 +154,9 @@ class Attacher(MetricsPolling, ReplayRecovery):
         # (source endpoint, rank) -> (prefix queries, process start time) of the last /metrics reading
         self._server_marks: dict[tuple, tuple] = {}
         self._topic_told: set[str] = set()
+        # the silence watch's: a monitor per SUB socket, and the endpoints a connection was made at
+        self._monitors: dict[zmq.Socket, Source] = {}
+        self._peered: set[str] = set()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -177,8 +188,10 @@ class Attacher(MetricsPolling, ReplayRecovery):
         except zmq.ZMQError as exc:
             self.failed = f"cannot open the sockets: {exc}"
             self.notices.put(("error", self.failed))
+            self._watch_close()
             self.ready.set()
             return
+        self._watch_open()
         for source in self.sources:
             if source.replay and not source.bind:
                 self._initial_replay(source)
@@ -197,6 +210,7 @@ class Attacher(MetricsPolling, ReplayRecovery):
                     if sock in self._sockets:
                         self._drain(sock, self._sockets[sock])
                 self._emit_metrics()
+                self._watch_silence()
                 self._after()
                 now = time.monotonic()
                 if now - flushed >= FLUSH_EVERY:
@@ -205,6 +219,7 @@ class Attacher(MetricsPolling, ReplayRecovery):
                     flushed = now
         finally:
             self.sink.flush()
+            self._watch_close()
             for sock in self._sockets:
                 sock.close(linger=0)
 
@@ -216,6 +231,7 @@ class Attacher(MetricsPolling, ReplayRecovery):
             sock.setsockopt(zmq.RCVHWM, 0)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SUBSCRIBE, source.topic.encode())
+            self._watch_socket(sock, source)
             if source.bind:
                 sock.bind(source.endpoint)
             else:

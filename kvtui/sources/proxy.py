@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -47,6 +48,10 @@ from kvtui.sources.proxy_http import (
 COMPLETION_PATHS = ("/v1/completions", "/v1/chat/completions")
 # the largest request head
 MAX_HEAD = 1 << 20
+
+
+class _NoAnswer(Exception):
+    """The upstream ended the connection before the head of its answer."""
 
 
 # ------------------------------------------------------------------------------------------------ the proxy
@@ -67,8 +72,15 @@ class Proxy:
         if not upstream.startswith("http://"):
             raise ValueError(f"--upstream {upstream!r}: give the server's http://HOST:PORT")
         hostport = upstream[len("http://") :].split("/", 1)[0]
-        self.up_host, _, up_port = hostport.rpartition(":")
-        self.up_port = int(up_port or 80)
+        self.up_host, sep, up_port = hostport.rpartition(":")
+        if not sep:
+            self.up_host, up_port = hostport, "80"
+        if not self.up_host or not up_port.isdigit() or not 0 < int(up_port) < 65536:
+            raise ValueError(
+                f"--upstream {upstream!r}: give the server's http://HOST:PORT (a port of 1-65535)"
+            )
+        self.up_port = int(up_port)
+        self.upstream = f"http://{self.up_host}:{self.up_port}"
         self.host, self.port = host, port
         # a file object (one JSON line per request) or None
         self.log = log
@@ -76,6 +88,8 @@ class Proxy:
         self.explain = explain
         self.stats = ProxyStats()
         self.on_record = []
+        # called with one line when a client got a 502 (the upstream could not be reached or said nothing)
+        self.on_problem = []
         self._server: asyncio.base_events.Server | None = None
         self._next_id = 0
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -109,10 +123,15 @@ class Proxy:
                     return
                 arrival, t_in = time.time(), time.perf_counter()
                 head = parse_head(raw)
-                if up_writer is None or up_writer.is_closing():
-                    up_reader, up_writer = await asyncio.open_connection(
-                        self.up_host, self.up_port, limit=MAX_HEAD
-                    )
+                # a connection the upstream closed while idle (its keep-alive ran out) is opened again
+                if up_writer is None or up_writer.is_closing() or up_reader.at_eof():
+                    try:
+                        up_reader, up_writer = await asyncio.open_connection(
+                            self.up_host, self.up_port, limit=MAX_HEAD
+                        )
+                    except OSError as exc:
+                        why = f"cannot reach the upstream {self.upstream} ({os.strerror(exc.errno) if exc.errno else exc}): is vLLM running?"
+                        return await self._bad_gateway(reader, writer, head, why)
                 if "100-continue" in head.get("expect").lower():
                     # the client (curl, for a body over 1 KiB) waits for the server's go-ahead: relay it
                     up_writer.write(raw)
@@ -137,7 +156,11 @@ class Proxy:
                 record = None
                 if method == "POST" and path in COMPLETION_PATHS:
                     record = self._start_record(path, head, body, arrival)
-                keep = await self._answer(up_reader, writer, record, t_out, method)
+                try:
+                    keep = await self._answer(up_reader, writer, record, t_out, method)
+                except _NoAnswer:
+                    why = f"the upstream {self.upstream} closed the connection without answering"
+                    return await self._bad_gateway(None, writer, head, why)
                 if not keep or "close" in head.get("connection").lower():
                     return
         except (ConnectionError, asyncio.IncompleteReadError, HttpError, ValueError):
@@ -147,8 +170,27 @@ class Proxy:
             if up_writer is not None:
                 up_writer.close()
 
+    async def _bad_gateway(self, reader, writer, head: Head, why: str) -> None:
+        """Answer 502 with the reason (as an OpenAI error object) and tell on_problem; the connection ends."""
+        if reader is not None and "100-continue" not in head.get("expect").lower():
+            # read what the client sends, so that closing does not reset the connection under the answer
+            await _read_raw_body(reader, head)
+        body = json.dumps({"error": {"message": why, "type": "bad_gateway", "code": 502}}).encode()
+        writer.write(
+            b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        for callback in self.on_problem:
+            callback(f"502 for {head.first.rsplit(' ', 1)[0]}: {why}")
+
     async def _answer(self, up_reader, writer, record, t_out: float, method: str) -> bool:
-        raw = await up_reader.readuntil(b"\r\n\r\n")
+        try:
+            raw = await up_reader.readuntil(b"\r\n\r\n")
+        # nothing of an answer came: the client can still be told why
+        except (asyncio.IncompleteReadError, ConnectionError):
+            raise _NoAnswer from None
         head = parse_head(raw)
         writer.write(raw)
         sse = "text/event-stream" in head.get("content-type")

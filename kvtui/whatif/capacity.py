@@ -18,6 +18,8 @@ BYTE_SUFFIX = {
     "gib": 2**30,
     "tib": 2**40,
 }
+# the simulator keeps a list entry per block: past this a sweep needs gigabytes before its first step
+MAX_BLOCKS = 10**7
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -50,6 +52,11 @@ def parse_capacity(text: str, block_size: int, bytes_per_token: float | None = N
     blocks = int(tokens // block_size)
     if blocks < 1:
         raise CapacityError(f"capacity {text!r} is less than one block of {block_size} tokens")
+    if blocks > MAX_BLOCKS:
+        raise CapacityError(
+            f"capacity {text!r} is {blocks:,} blocks of {block_size} tokens: give at most {MAX_BLOCKS:,} blocks "
+            "(a cache larger than the workload's tokens gives the ceiling anyway)"
+        )
     return blocks * block_size
 
 

@@ -137,6 +137,9 @@ def run_sweep(
                 )
                 if bs == first.block_size:
                     optimal.append({"capacity_tokens": cap, "token_hit_rate": o / prompt if prompt else 0.0})
+                # no simulation ran: the current configuration's misses are the one-pass split
+                if method == "one-pass" and (cap, bs) == (first.capacity_tokens, first.block_size):
+                    first_misses = dict(points[-1]["misses"])
         notes.append(
             "one-pass: LRU over whole prompt blocks, requests one at a time in arrival order, no "
             "pinning, generated tokens and partial blocks never cached (kvtui/whatif/curve.py)"

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from kvtui.cli import main
+from tests.helpers.bad_input import assert_one_line_error as _assert_one_line_error
 
 CHAT = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "chat.jsonl"
 WORKLOAD = str(Path(__file__).resolve().parents[2] / "fixtures" / "workloads" / "chat.json")
@@ -63,7 +64,7 @@ CASES = [
     (["generate", "hi", "--device", "cudax"], "'cudax' is not a device"),
     (["generate", "hi", "--device", "cuda:x"], "use auto, cpu, cuda or cuda:N"),
     (["generate", "hi", "--dtype", "float8"], "'float8' is not one of"),
-    (["generate", "hi", "--block-size", "0"], "block_size must be at least 1"),
+    (["generate", "hi", "--block-size", "0"], "0 is not in the range 1<=x<=4096"),
     (["generate", "hi", "--eviction", "random"], "'random' is not one of"),
     (["generate", "hi", "--model", "{empty_dir}"], "without config.json"),
     (["generate", "hi", "--model", "{model.gguf}"], "not a readable GGUF file"),
@@ -93,16 +94,6 @@ def _invoke(args: list[str], tmp_path: Path):
     for name, path in files.items():
         args = [arg.replace("{" + name + "}", path) for arg in args]
     return CliRunner().invoke(main, args)
-
-
-def _assert_one_line_error(result, message: str) -> None:
-    assert result.exit_code not in (0, None), result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
-    said = [line for line in result.output.splitlines() if message in line]
-    # the message is one line
-    assert len(said) == 1, result.output
-    assert len([line for line in result.output.splitlines() if line.startswith("Error")]) <= 1
 
 
 @pytest.mark.parametrize("args, message", CASES, ids=lambda v: " ".join(v) if isinstance(v, list) else None)

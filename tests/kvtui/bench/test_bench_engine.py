@@ -20,8 +20,11 @@ def test_long_context_table_has_a_ratio_per_row():
     out = _run("long", "--lengths", "64,96", "--decode-after", "64", "--decode-tokens", "2", "--repeats", "1")
     rows = [line for line in out.splitlines() if line.startswith(("prefill", "decode"))]
     assert [r.split()[0] for r in rows] == ["prefill", "prefill", "decode"]
-    # the ratio column
-    assert all(float(r.split()[-2]) > 0 for r in rows)
+    # the ratio column: the median of the repeats' ratios lies in their printed range (rounding keeps the order;
+    # a ratio itself can round to 0.00 on a loaded machine)
+    for r in rows:
+        ratio, (low, high) = float(r.split()[-2]), r.split()[-1].split("-")
+        assert float(low) <= ratio <= float(high)
 
 
 def test_overhead_reports_step_model_and_share_per_context():
@@ -59,10 +62,11 @@ def test_decode_on_the_cpu_compares_with_a_copy_measured_in_the_run_not_a_gpus_p
     head = next(line for line in out.splitlines() if line.startswith("batch context"))
     assert "of copy" in head and "of peak" not in head
     copy = float(out.split("measured copy ")[1].split()[0])
-    # a CPU's memory: somewhere between a slow laptop's and a many-channel server's
-    assert 1e-3 < copy < 2.0
+    # a copy measured on this CPU, not a GPU's peak (4.8 TB/s); a loaded machine only makes it slower
+    assert 0 < copy < 2.0
     (row,) = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
-    assert 0 < float(row[6].rstrip("%")) <= 100 * 10
+    # a tiny model's share is a few tenths of a percent: printed to 0.1% it may read 0.0% under load
+    assert 0 <= float(row[6].rstrip("%")) <= 100 * 10
 
 
 def test_prefix_bench_runs_a_workload_with_the_cache_on_and_off(tmp_path):

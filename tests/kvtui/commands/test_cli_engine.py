@@ -92,9 +92,9 @@ def test_unreachable_hub_id_is_a_clear_error():
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--max-batched-tokens", "0"], "at least 1"),
+        (["--max-batched-tokens", "0"], "0 is not in the range x>=1"),
         (["--device", "tpu"], "is not a device"),
-        (["--num-blocks", "0"], "at least 1"),
+        (["--num-blocks", "0"], "0 is not in the range 1<=x<=4194304"),
     ],
 )
 def test_bad_engine_options_are_errors_not_tracebacks(args, message):

@@ -114,9 +114,9 @@ def test_a_collector_that_dies_is_told_not_waited_for():
     # no view will come: asking is harmless
     client.ask(False)
     started = time.monotonic()
-    client.stop(timeout=5)
-    # nothing to wait for
-    assert time.monotonic() - started < 1.0
+    client.stop(timeout=60)
+    # nothing to wait for: a wait would take the whole timeout, a loaded machine a few seconds at most
+    assert time.monotonic() - started < 30
 
 
 def test_a_collector_that_cannot_start_says_why():
