@@ -10,7 +10,7 @@ import json
 import click
 
 from kvtui.whatif.cost import CostModel
-from kvtui.whatif.sweep import run_sweep, sweep_configs
+from kvtui.whatif.sweep import SweepOptions, run_sweep, sweep_configs
 
 COST = CostModel()
 LARGE_TRACE_REQUESTS = 2000
@@ -98,9 +98,10 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
 @click.option("--workers", default=1, show_default=True, help="Workers in a fleet (one capacity each).")
 @click.option(
     "--router",
-    type=click.Choice(["round_robin", "random", "least_loaded", "kv_aware"]),
     default="kv_aware",
     show_default=True,
+    help="round_robin, random, least_loaded, kv_aware, longest_prefix; a list compares them on the same "
+    "arrivals.",
 )
 @click.option("--overlap-weight", default=1.0, show_default=True, help="kv_aware: weight of prefill blocks.")
 @click.option("--router-temperature", default=0.0, show_default=True, help="kv_aware: softmax temperature.")
@@ -114,6 +115,18 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
 )
 @click.option(
     "--decode-ms", default=COST.per_decode_row * 1e3, show_default=True, help="Cost model: ms per decode row."
+)
+@click.option(
+    "--target",
+    "target_text",
+    help="Shares of the ceiling, a list (80%,90%): the smallest capacity reaching each (bytes with --kv-config).",
+)
+@click.option("--jobs", default=1, show_default=True, help="Simulated runs side by side on this many cores.")
+@click.option("--ray", "ray_address", help="Run the simulated configurations on a Ray cluster (kvtui[ray]).")
+@click.option(
+    "--optimal/--no-optimal",
+    default=None,
+    help="Belady's bound at each capacity (default: unless the workload has over 5M block references).",
 )
 @click.option("--per-request", default=0, help="Show the N requests with the most missed tokens and why.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (keys in kvtui/whatif/report.py).")
@@ -153,6 +166,10 @@ def whatif(
     step_ms,
     prefill_us,
     decode_ms,
+    target_text,
+    jobs,
+    ray_address,
+    optimal,
     per_request,
     as_json,
     quiet,
@@ -172,7 +189,8 @@ def whatif(
     Examples:
       kvtui whatif trace.jsonl --capacity 1k,4k,16k
       kvtui whatif mooncake.jsonl --capacity 100k,1M,10M --eviction lru,lfu --json
-      kvtui whatif mooncake.jsonl --capacity 1M --workers 4 --router kv_aware
+      kvtui whatif mooncake.jsonl --capacity 1M --workers 4 --router kv_aware,round_robin
+      kvtui whatif mooncake.jsonl --method one-pass --target 80%,90% --kv-config config.json
       kvtui whatif mooncake.jsonl --capacity 1M --requests 0:200 -o sim.jsonl   (then: kvtui replay sim.jsonl)
       kvtui whatif requests.jsonl --whole-blocks --block-size 32 --capacity 4096b,8192b
                                   a kvtui proxy log at vLLM's granularity: twice the blocks?
@@ -181,15 +199,36 @@ def whatif(
     """
     if as_recorded:
         return _as_recorded(workload, as_json)
+    from kvtui.whatif.answers import parse_targets
     from kvtui.whatif.capacity import CapacityError, parse_capacities
-    from kvtui.whatif.loaders import WorkloadFormatError, load
+    from kvtui.whatif.loaders import WorkloadFormatError, detect_format, load
+    from kvtui.whatif.routers import ROUTERS
 
+    routers = [r.strip() for r in router.split(",") if r.strip()]
+    for name in routers or [router]:
+        if name not in ROUTERS:
+            raise click.BadParameter(f"{name!r}: choose from {', '.join(ROUTERS)}", param_hint="--router")
     try:
-        loaded = load(workload, fmt, trace_block_size, tokenizer)
+        targets = parse_targets(target_text) if target_text else []
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target") from None
+    if jobs < 1:
+        raise click.BadParameter(f"{jobs}: give at least 1", param_hint="--jobs")
+    start, stop = _slice(request_slice)
+    try:
+        fmt = fmt or detect_format(workload)
+    except WorkloadFormatError as exc:
+        raise click.ClickException(str(exc)) from None
+    streamed = method == "one-pass" and workers == 1 and not trace_out and not ui and _streamable(fmt)
+    ones = None
+    try:
+        if streamed:
+            loaded, ones = _stream(workload, fmt, trace_block_size, block_sizes, start, stop, quiet)
+        if ones is None:
+            loaded = load(workload, fmt, trace_block_size, tokenizer).slice(start, stop)
     except (WorkloadFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    loaded = loaded.slice(*_slice(request_slice))
-    if not loaded.requests:
+    if not loaded.num_requests:
         raise click.ClickException("no requests to run (check --requests)")
     hash_ids = loaded.hash_ids
     sizes = _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size if hash_ids else 16]
@@ -218,29 +257,38 @@ def whatif(
         raise click.ClickException("-o writes one worker's run: leave out --workers")
     if trace_out and method == "one-pass":
         raise click.ClickException("-o writes the simulated run: use --method simulated or both")
-    if trace_out and len(loaded.requests) > LARGE_TRACE_REQUESTS and not request_slice:
+    if trace_out and loaded.num_requests > LARGE_TRACE_REQUESTS and not request_slice:
         raise click.ClickException(
-            f"{len(loaded.requests):,} requests make a trace too big to replay: write a "
+            f"{loaded.num_requests:,} requests make a trace too big to replay: write a "
             f"slice with --requests A:B (up to {LARGE_TRACE_REQUESTS} requests)"
         )
+    opts = SweepOptions(
+        method=method,
+        trace_out=trace_out,
+        workers=workers,
+        routers=tuple(routers),
+        overlap_weight=overlap_weight,
+        temperature=router_temperature,
+        seed=seed,
+        per_request=per_request,
+        cost=cost,
+        quiet=quiet,
+        jobs=jobs,
+        ray=ray_address,
+        targets=tuple(targets),
+        bytes_per_token=bytes_per_token,
+        optimal=optimal,
+    )
 
     def job(make_progress=None) -> dict:
-        report = run_sweep(
-            loaded,
-            configs,
-            method,
-            hash_ids,
-            trace_out,
-            workers,
-            router,
-            overlap_weight,
-            router_temperature,
-            seed,
-            per_request,
-            cost,
-            quiet,
-            make_progress,
-        )
+        from dataclasses import replace
+
+        from kvtui.whatif.jobs import JobsError
+
+        try:
+            report = run_sweep(loaded, configs, replace(opts, make_progress=make_progress), ones)
+        except JobsError as exc:
+            raise click.ClickException(str(exc)) from None
         misses = report.pop("current_misses")
         if trace_out:
             from kvtui.whatif.report import append_summary, summary_event
@@ -256,8 +304,15 @@ def whatif(
             report, misses = job(make_progress)
             return summary_event(report, report["current"], misses)
 
-        stages = 1 + (len(configs) if method != "one-pass" else 0) + (method != "simulated") + (workers > 1)
-        WhatIfApp(ui_job, source=loaded.name, requests=len(loaded.requests), stages=stages).run()
+        simulated_ceiling = method != "one-pass" and not hash_ids
+        stages = (
+            1
+            + simulated_ceiling
+            + (len(configs) if method != "one-pass" else 0)
+            + (method != "simulated")
+            + (workers > 1)
+        )
+        WhatIfApp(ui_job, source=loaded.name, requests=loaded.num_requests, stages=stages).run()
         return
     report, _ = job()
     if as_json:
@@ -271,6 +326,28 @@ def whatif(
 
 
 COMMANDS = [whatif]
+
+
+def _streamable(fmt: str) -> bool:
+    from kvtui.whatif.stream import STREAMED_FORMATS
+
+    return fmt in STREAMED_FORMATS
+
+
+def _stream(path, fmt, trace_block_size, block_sizes, start, stop, quiet):
+    """The one-pass curves straight from the file, a line at a time (None when it is not in arrival order)."""
+    import os
+
+    from kvtui.whatif.stream import FileProgress, OutOfOrder, one_pass_file
+
+    sizes = _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size]
+    progress = FileProgress("one-pass, streaming the file", os.path.getsize(path), enabled=not quiet)
+    try:
+        return one_pass_file(path, sizes, trace_block_size, start, stop, True, progress, fmt)
+    except OutOfOrder as exc:
+        if not quiet:
+            click.echo(f"{exc}: reading it whole to sort it", err=True)
+        return None, None
 
 
 def _as_recorded(path: str, as_json: bool) -> None:

@@ -61,6 +61,8 @@ class SimRequest:
     input_length: int = 0
     trace_block_size: int = 0
     phase: str | None = None
+    # the server's cached tokens for this request, when its log says (a proxy log): the twin's check
+    server_cached: int | None = None
     _keys: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -90,9 +92,16 @@ class Workload:
     # what the reader assumed
     notes: list[str] = field(default_factory=list)
 
+    # the server's cache settings when the log recorded them (block_size, num_gpu_blocks, prefix caching)
+    server: dict | None = None
+
     @property
     def prompt_tokens(self) -> int:
         return sum(r.num_prompt_tokens for r in self.requests)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.requests)
 
     @property
     def hash_ids(self) -> bool:
@@ -100,4 +109,6 @@ class Workload:
         return self.format == "mooncake"
 
     def slice(self, start: int | None, stop: int | None) -> Workload:
-        return Workload(self.name, self.format, self.requests[start:stop], self.problems, self.notes)
+        return Workload(
+            self.name, self.format, self.requests[start:stop], self.problems, self.notes, self.server
+        )

@@ -8,7 +8,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtui.whatif.curve import chain_nodes, lru_curve
+from kvtui.whatif.curve import lru_curve
+from kvtui.whatif.prefix_nodes import chain_nodes
 from kvtui.whatif.optimal import belady
 
 
