@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from kvtui.whatif.cost import CostModel
 
-# Belady's bound by default up to this many block references (about 10 s a capacity beyond it)
+# Belady's bound by default up to this many block references (about a second a capacity per million)
 OPTIMAL_AUTO_REFERENCES = 5_000_000
 
 
@@ -229,8 +229,8 @@ def _one_pass_points(ones, lru_sizes, first, prompt, opts: SweepOptions, notes, 
         if opts.optimal is False or auto_off or not one.keep_chains:
             if auto_off or not one.keep_chains:
                 notes.append(
-                    f"Belady's bound left out: {one.references:,} block references (about 10 s a capacity "
-                    "per million of them); --optimal computes it"
+                    f"Belady's bound left out: {one.references:,} block references (about "
+                    f"{one.references / 1e6:.0f} s a capacity); --optimal computes it"
                 )
             continue
         best = one.optimal(cap_list)
