@@ -18,8 +18,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from engine.core.hashing import block_hashes
 from kvtui.whatif.causes import MissLedger
+from kvtui.whatif.hash_keys import routing_keys
 from kvtui.whatif.routers import Router, cached_blocks
 from kvtui.whatif.simulate import SimConfig, SimResult, Worker, paused_gc
 
@@ -68,13 +68,7 @@ def simulate_fleet(
         for index, item in enumerate(requests):
             for worker in fleet:
                 worker.advance_to(item.arrival)
-            prompt = item.prompt_token_ids()
-            matchable = max(len(prompt) - 1, 0) // config.block_size
-            keys = (
-                block_hashes(prompt[: matchable * config.block_size], config.block_size, item.cache_salt)[0]
-                if config.prefix_cache
-                else []
-            )
+            keys = routing_keys(item, config.block_size) if config.prefix_cache else []
             overlaps = [cached_blocks(w, keys) for w in fleet]
             choice = router.pick(fleet, keys, overlaps)
             reachable += max(overlaps) * config.block_size

@@ -8,7 +8,9 @@ rather than tokens: its token ids are made when the simulation needs them (`prom
 Token id spaces, so that made-up tokens never collide with real ones or with each other:
     [0, 2**40)                      real token ids (a vocabulary is far smaller)
     [2**40, 2**59)                  hash id h of a Mooncake trace with B tokens per id: HASH_BASE + h*B + j,
-                                    j < B (a run of B ids that belongs to h alone: no two ids share a token)
+                                    j < B (a run of B ids that belongs to h alone: no two ids share a token);
+                                    a run that writes no trace marks only each block's first token so, the
+                                    others being j (compact_tokens)
     [2**60, ...)                    fresh output tokens, one new id per generated token, never reused
 """
 
@@ -45,6 +47,33 @@ def hash_id_tokens(hash_ids: Sequence[int], input_length: int, trace_block_size:
     return tokens
 
 
+# j for j < B, made once: the unmarked tokens of compact prompts point into it (no new int objects)
+_TEMPLATES: dict[int, list[int]] = {}
+
+
+def compact_tokens(
+    hash_ids: Sequence[int], input_length: int, trace_block_size: int, block_size: int
+) -> list[int]:
+    """A hash-id prompt for a run that writes no trace, with `block_size` dividing B: the first token of every
+    block is its id in the full scheme (HASH_BASE + h*B + j), the others are j. Two blocks are equal exactly
+    when their first tokens are, as in the full scheme, and making 12k-token prompts costs pointer copies
+    instead of 12k new ints each."""
+    b = trace_block_size
+    template = _TEMPLATES.get(b)
+    if template is None:
+        template = _TEMPLATES[b] = list(range(b))
+    tokens: list[int] = []
+    last = len(hash_ids) - 1
+    for i, h in enumerate(hash_ids):
+        n = input_length - last * b if i == last else b
+        start = len(tokens)
+        tokens.extend(template[:n])
+        base = HASH_BASE + h * b
+        for j in range(0, n, block_size):
+            tokens[start + j] = base + j
+    return tokens
+
+
 @dataclass(slots=True)
 class SimRequest:
     request_id: str
@@ -73,9 +102,13 @@ class SimRequest:
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids) if self.output_token_ids is not None else self.output_length
 
-    def prompt_token_ids(self) -> list[int]:
+    def prompt_token_ids(self, compact_block: int | None = None) -> list[int]:
+        """The prompt's token ids; `compact_block`: a block size that divides the trace's, for the compact
+        scheme of a run that writes no trace (compact_tokens)."""
         if self.prompt is not None:
             return self.prompt
+        if compact_block and self.trace_block_size % compact_block == 0:
+            return compact_tokens(self.hash_ids, self.input_length, self.trace_block_size, compact_block)
         return hash_id_tokens(self.hash_ids, self.input_length, self.trace_block_size)
 
 

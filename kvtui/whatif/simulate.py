@@ -174,8 +174,9 @@ class Worker:
         params = SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True)
         recorded = item.output_token_ids
         self.outputs[item.request_id] = None if recorded is None else deque(recorded)
+        compact = None if self.tracing else self.config.block_size
         rid = self.core.add_request(
-            item.prompt_token_ids(), params, item.cache_salt, item.request_id, item.phase
+            item.prompt_token_ids(compact), params, item.cache_salt, item.request_id, item.phase
         )
         if self.hash_ids and item.hash_ids is not None:
             prefill_keys(self.core.requests[rid], item, self.config.block_size)
