@@ -23,7 +23,7 @@ class SimJob:
     # each request's hit tokens (the fidelity check against the server's cached tokens)
     want_hits: bool = False
     label: str = ""
-    # a progress callback (arrived, simulated seconds) in this process; None in a parallel job
+    # makes the progress callback (arrived, simulated seconds) in this process; None in a parallel job
     progress: object = None
 
 
@@ -32,7 +32,8 @@ def simulated_job(shared, job: SimJob) -> dict:
 
     requests, hash_ids = shared
     config = job.config
-    result = simulate(requests, config, hash_ids, job.trace_out, job.progress)
+    progress = job.progress() if job.progress is not None else None
+    result = simulate(requests, config, hash_ids, job.trace_out, progress)
     point = {
         "capacity_tokens": config.capacity_tokens,
         "block_size": config.block_size,

@@ -184,7 +184,8 @@ def _simulated(loaded, configs, opts: SweepOptions, want_hits: bool, progress):
                 opts.per_request if i == 0 else 0,
                 want_hits and i == 0,
                 label,
-                progress(label) if serial else None,
+                # made when the run starts, so that its clock starts then
+                (lambda label=label: progress(label)) if serial else None,
             )
         )
 
