@@ -9,35 +9,19 @@ import json
 
 import click
 
+from kvtui.commands.whatif_helpers import (
+    LARGE_TRACE_REQUESTS,
+    _as_recorded,
+    _ints,
+    _slice,
+    _stream,
+    _streamable,
+    server_defaults,
+)
 from kvtui.whatif.cost import CostModel
 from kvtui.whatif.sweep import SweepOptions, run_sweep, sweep_configs
 
 COST = CostModel()
-LARGE_TRACE_REQUESTS = 2000
-
-
-def _ints(text: str, name: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: a comma-separated list of whole numbers", param_hint=name
-        ) from None
-    if not values or min(values) < 1:
-        raise click.BadParameter(f"{text!r}: give numbers of at least 1", param_hint=name)
-    return values
-
-
-def _slice(text: str | None) -> tuple[int | None, int | None]:
-    if not text:
-        return None, None
-    try:
-        a, b = text.split(":")
-        return (int(a) if a else None), (int(b) if b else None)
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: write A:B (request indices, arrival order)", param_hint="--requests"
-        ) from None
 
 
 @click.command("whatif")
@@ -53,9 +37,8 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
 @click.option(
     "--capacity",
     "capacities",
-    default="1M",
-    show_default=True,
-    help="Cache sizes, a list: tokens (100k,3M), blocks (4096b), bytes (80GiB, with --kv-config).",
+    help="Cache sizes, a list: tokens (100k,3M), blocks (4096b), bytes (80GiB, with --kv-config). "
+    "Default: the server's pool for a proxy log that recorded it, else 1M.",
 )
 @click.option("--kv-config", help="A model's config.json or directory: bytes per token for byte capacities.")
 @click.option(
@@ -66,10 +49,10 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
 @click.option("--eviction", "evictions", default="lru", show_default=True, help="lru, lfu, cost; a list.")
 @click.option("--no-prefix-cache", is_flag=True, help="Also run with prefix caching off.")
 @click.option(
-    "--whole-blocks",
-    is_flag=True,
-    help="Simulate hits in whole blocks only, no partly filled block kept, as vLLM and SGLang serve them "
-    "(for a vLLM proxy log, to compare with vLLM's own cached tokens).",
+    "--whole-blocks/--partial-blocks",
+    default=None,
+    help="Hits in whole blocks only, no partly filled block kept, as vLLM and SGLang serve them (the default "
+    "for a proxy log that recorded the server's settings), or partly filled blocks reused too.",
 )
 @click.option(
     "--max-batched-tokens", "mbts", default="8192", show_default=True, help="Token budget per step; a list."
@@ -231,6 +214,10 @@ def whatif(
     if not loaded.num_requests:
         raise click.ClickException("no requests to run (check --requests)")
     hash_ids = loaded.hash_ids
+    server = getattr(loaded, "server", None) or {}
+    block_sizes, capacities, whole_blocks = server_defaults(
+        loaded, server, block_sizes, capacities, whole_blocks
+    )
     sizes = _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size if hash_ids else 16]
     policies = [p.strip() for p in evictions.split(",") if p.strip()]
     for p in policies:
@@ -252,6 +239,8 @@ def whatif(
     cost = CostModel(step_ms / 1e3, prefill_us / 1e6, decode_ms / 1e3)
     batch = list(itertools.product(_ints(mbts, "--max-batched-tokens"), _ints(mnss, "--max-num-seqs")))
     caching = [True, False] if no_prefix_cache else [True]
+    if server.get("enable_prefix_caching") is False:
+        caching = [False]
     configs = sweep_configs(caps, sizes, policies, batch, caching, cost, not whole_blocks)
     if trace_out and workers > 1:
         raise click.ClickException("-o writes one worker's run: leave out --workers")
@@ -326,46 +315,3 @@ def whatif(
 
 
 COMMANDS = [whatif]
-
-
-def _streamable(fmt: str) -> bool:
-    from kvtui.whatif.stream import STREAMED_FORMATS
-
-    return fmt in STREAMED_FORMATS
-
-
-def _stream(path, fmt, trace_block_size, block_sizes, start, stop, quiet):
-    """The one-pass curves straight from the file, a line at a time (None when it is not in arrival order)."""
-    import os
-
-    from kvtui.whatif.stream import FileProgress, OutOfOrder, one_pass_file
-
-    sizes = _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size]
-    progress = FileProgress("one-pass, streaming the file", os.path.getsize(path), enabled=not quiet)
-    try:
-        return one_pass_file(path, sizes, trace_block_size, start, stop, True, progress, fmt)
-    except OutOfOrder as exc:
-        if not quiet:
-            click.echo(f"{exc}: reading it whole to sort it", err=True)
-        return None, None
-
-
-def _as_recorded(path: str, as_json: bool) -> None:
-    from kvtui.whatif.as_recorded import compare
-
-    try:
-        result = compare(path)
-    except (ValueError, KeyError) as exc:
-        raise click.ClickException(f"--as-recorded: {exc}") from None
-    if as_json:
-        differ = [{"request_id": r, "engine": a, "replay": b} for r, a, b in result.differ]
-        click.echo(json.dumps({"lookups": result.lookups, "equal": result.equal, "differ": differ}))
-        return
-    click.echo(
-        f"{path}: {result.equal} of {result.lookups} prefix lookups got exactly the engine's hit tokens "
-        "(the engine core at the trace's settings, arrivals, edits, forks and aborts by step)"
-    )
-    for rid, engine_hits, replay_hits in result.differ:
-        click.echo(f"  {rid}: engine {engine_hits} tokens, replay {replay_hits}")
-    if result.differ:
-        raise SystemExit(1)

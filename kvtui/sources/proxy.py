@@ -17,6 +17,8 @@ proxy reads a copy of it on the side. For each completion request it records one
                        (from the stream; a non-streamed answer has ttft = the whole answer, tpot null)
     output_token_ids   the answer's ids: exact when the answer carries them (return_token_ids), else vLLM's
                        /tokenize of the answer text (`output_ids_from`: "answer" or "tokenize")
+    server             the server's cache settings from its /metrics (block_size, num_gpu_blocks,
+                       enable_prefix_caching), read once: kvtui whatif replays the log at them
     predicted_cached   with --attach: the tokens kvtui's view of the cache predicted as cached (vLLM never serves
                        the prompt's last token from its cache: the match is cut there), explained at the
                        arrival (`explain`, the best worker's message, `explain_reason` its reason word), and
@@ -82,6 +84,9 @@ class Proxy:
         # records being finished: the loop keeps only weak references to tasks, so one nobody holds can be
         # collected half done and its record lost
         self._finishing: set[asyncio.Task] = set()
+        # the server's cache settings (kvtui/sources/server_cache.py), asked once it has answered a request
+        self.server_cache: dict | None = None
+        self._asked_cache = False
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -268,6 +273,29 @@ class Proxy:
         finally:
             writer.close()
 
+    async def server_settings(self) -> dict | None:
+        """The server's cache settings from its /metrics, or None (no such gauge, or no answer)."""
+        from kvtui.sources.server_cache import cache_config
+
+        try:
+            reader, writer = await asyncio.open_connection(self.up_host, self.up_port)
+        except OSError:
+            return None
+        try:
+            writer.write(
+                f"GET /metrics HTTP/1.1\r\nHost: {self.up_host}:{self.up_port}\r\nConnection: close\r\n\r\n".encode()
+            )
+            await writer.drain()
+            head = parse_head(await reader.readuntil(b"\r\n\r\n"))
+            content = await read_body(reader, head)
+            if head.first.split(" ")[1:2] != ["200"]:
+                return None
+            return cache_config(content.decode("utf-8", "replace"))
+        except (OSError, ValueError, asyncio.IncompleteReadError):
+            return None
+        finally:
+            writer.close()
+
     async def _finish_record(
         self, record: dict, answer: Answer, status: str, sse: bool, t_out: float
     ) -> None:
@@ -305,6 +333,11 @@ class Proxy:
                 self.stats.agree += 1
             else:
                 self.stats.disagree += 1
+        if not self._asked_cache:
+            self._asked_cache = True
+            self.server_cache = await self.server_settings()
+        if self.server_cache is not None:
+            record["server"] = self.server_cache
         self.stats.recorded += 1
         if self.log is not None:
             self.log.write(json.dumps(record) + "\n")

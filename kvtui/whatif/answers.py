@@ -1,7 +1,8 @@
 """The questions people ask of a curve, answered from it: "how much KV for 80% of the ceiling?"
 
-    targets(curve, block_size, [0.5, 0.8, 0.9], bytes_per_token)
-    -> [{"fraction_of_ceiling": 0.8, "capacity_tokens": ..., "capacity_bytes": ..., "token_hit_rate": ...}]
+    targets(curve, block_size, [0.5, 0.8, 0.9], bytes_per_token, prompt_tokens)
+    -> [{"fraction_of_ceiling": 0.8, "capacity_tokens": ..., "capacity_bytes": ..., "token_hit_rate": ...,
+         "ceiling_token_hit_rate": ...}]
 
 The answer is the smallest capacity (whole blocks) at which the one-pass LRU curve reaches that share of its
 own ceiling (every block seen before hits): exact for the one-pass model, read off the curve in one binary
@@ -25,6 +26,7 @@ def targets(curve: Curve, block_size: int, fractions, bytes_per_token: float | N
                 "capacity_tokens": tokens,
                 "capacity_bytes": to_bytes(tokens, bytes_per_token),
                 "token_hit_rate": curve.hit_tokens(blocks) / total if blocks is not None and total else None,
+                "ceiling_token_hit_rate": curve.ceiling_tokens / total if total else 0.0,
             }
         )
     return out

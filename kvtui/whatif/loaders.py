@@ -14,8 +14,11 @@ from the content (`detect_format`), and `--format` overrides it.
                     "request_id": "chatcmpl-1",           optional (default: line number)
                     "prompt_token_ids": [1, 2, 3],        what the server tokenized
                     "output_token_ids": [4, 5],           what it generated (or "output_length": N)
-                    "cache_salt": null}                   optional (vLLM's cache_salt; a LoRA name may go here)
-               arrivals are made relative to the first one
+                    "cache_salt": null,                   optional (vLLM's cache_salt; a LoRA name may go here)
+                    "cached_tokens": 64,                  optional: what the server served from its cache
+                    "server": {"block_size": 32, ...}}    optional: its cache settings (kvtui proxy records them)
+               arrivals are made relative to the first one; with cached_tokens the report checks the twin
+               against the server (fidelity.py), and with server it replays at the server's settings
 
 A bad line of a JSONL format is skipped and named (`Workload.problems`: "line 7: ..."); the good lines are kept.
 """
@@ -204,14 +207,19 @@ def _encoder(tokenizer: str | None, path: Path, texts: list[str]):
 # --- proxy request log ------------------------------------------------------------------------------------
 def load_proxy_log(path: Path) -> Workload:
     requests, problems = [], []
+    server = None
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
             try:
-                requests.append(_proxy_request(json.loads(line), number))
+                obj = json.loads(line)
+                requests.append(_proxy_request(obj, number))
             except (json.JSONDecodeError, ValueError, TypeError, KeyError) as exc:
                 problems.append(f"line {number}: {_why(exc)}")
+                continue
+            if server is None and isinstance(obj.get("server"), dict):
+                server = obj["server"]
     if not requests:
         raise WorkloadFormatError(
             f"{path}: no usable proxy-log line" + (f" ({problems[0]})" if problems else "")
@@ -220,7 +228,7 @@ def load_proxy_log(path: Path) -> Workload:
     t0 = requests[0].arrival
     for r in requests:
         r.arrival -= t0
-    return Workload(path.name, "proxy-log", requests, problems, [])
+    return Workload(path.name, "proxy-log", requests, problems, [], server)
 
 
 def _proxy_request(obj, number: int) -> SimRequest:
@@ -240,6 +248,7 @@ def _proxy_request(obj, number: int) -> SimRequest:
         raise ValueError("needs arrival (seconds) or timestamp (ms)")
     length = len(output) if output else int(obj.get("output_length", 1))
     salt = obj.get("cache_salt")
+    cached = obj.get("cached_tokens")
     return SimRequest(
         str(obj.get("request_id", f"line{number}")),
         arrival,
@@ -247,6 +256,7 @@ def _proxy_request(obj, number: int) -> SimRequest:
         output or None,
         max(length, 1),
         None if salt is None else str(salt),
+        server_cached=cached if type(cached) is int else None,
     )
 
 

@@ -72,7 +72,10 @@ def as_table(report: dict) -> str:
     )
     per_token = report.get("bytes_per_token")
     for t in report.get("targets", []):
-        share = f"{100 * t['fraction_of_ceiling']:g}% of the ceiling"
+        share = (
+            f"{100 * t['fraction_of_ceiling']:g}% of the one-pass ceiling "
+            f"({_pct(t['ceiling_token_hit_rate']).strip()})"
+        )
         if t["capacity_tokens"] is None:
             lines.append(f"target    {share}: not reached")
             continue
@@ -80,8 +83,8 @@ def as_table(report: dict) -> str:
         if t.get("capacity_bytes") is not None:
             size += f" ({human_bytes(t['capacity_bytes'])})"
         lines.append(
-            f"target    {share} ({_pct(t['token_hit_rate']).strip()} of prompt tokens): {size} "
-            "(the smallest LRU capacity on the one-pass curve)"
+            f"target    {share}: {size}, {_pct(t['token_hit_rate']).strip()} of prompt tokens "
+            "(the smallest LRU capacity that reaches it)"
         )
     optimal = {o["capacity_tokens"]: o["token_hit_rate"] for o in report["optimal"]}
     extra = [

@@ -106,7 +106,7 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
     if opts.targets:
         from kvtui.whatif.answers import targets
 
-        report["targets"] = targets(first_curve, first.block_size, opts.targets, opts.bytes_per_token)
+        report["targets"] = targets(first_curve, first.block_size, opts.targets, opts.bytes_per_token, prompt)
     if opts.bytes_per_token:
         report["bytes_per_token"] = opts.bytes_per_token
     if opts.workers > 1:
