@@ -14,9 +14,17 @@ from __future__ import annotations
 from kvtui.whatif.curve import Curve
 
 
-def targets(curve: Curve, block_size: int, fractions, bytes_per_token: float | None = None) -> list[dict]:
+def targets(
+    curve: Curve,
+    block_size: int,
+    fractions,
+    bytes_per_token: float | None = None,
+    prompt_tokens: int | None = None,
+) -> list[dict]:
+    """Hit rates are of `prompt_tokens` (the workload's, partly filled last blocks included), else of the
+    curve's whole blocks."""
     out = []
-    total = curve.total_tokens
+    total = prompt_tokens or curve.total_tokens
     for fraction in fractions:
         blocks = curve.smallest_reaching(fraction * curve.ceiling_tokens)
         tokens = None if blocks is None else blocks * block_size

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtui.whatif.curve import lru_curve
-from kvtui.whatif.prefix_nodes import chain_nodes
 from kvtui.whatif.optimal import belady
+from kvtui.whatif.prefix_nodes import chain_nodes
 
 
 def best_possible(requests, capacity, matchable=None, measure_from=0):
