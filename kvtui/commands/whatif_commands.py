@@ -12,6 +12,7 @@ import click
 from kvtui.commands.whatif_helpers import (
     LARGE_TRACE_REQUESTS,
     _as_recorded,
+    _export,
     _ints,
     _slice,
     _stream,
@@ -29,10 +30,15 @@ COST = CostModel()
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["trace", "workload", "mooncake", "proxy-log"]),
+    type=click.Choice(["trace", "workload", "mooncake", "bailian", "proxy-log"]),
     help="Override the format detected from the content.",
 )
-@click.option("--trace-block-size", default=512, show_default=True, help="Tokens per hash id (Mooncake).")
+@click.option(
+    "--trace-block-size",
+    default=512,
+    show_default=True,
+    help="Tokens per hash id (Mooncake; Qwen-Bailian: 16).",
+)
 @click.option("--tokenizer", help="tokenizer.json or directory for a workload JSON with text prompts.")
 @click.option(
     "--capacity",
@@ -111,6 +117,17 @@ COST = CostModel()
     default=None,
     help="Belady's bound at each capacity (default: unless the workload has over 5M block references).",
 )
+@click.option(
+    "--export-anonymized",
+    "export_path",
+    type=click.Path(dir_okay=False),
+    help="Write the workload as a Mooncake-format file of keyed hash ids (every shared prefix, nothing else).",
+)
+@click.option(
+    "--anonymize-key",
+    envvar="KVTUI_ANONYMIZE_KEY",
+    help="The secret key of --export-anonymized (or KVTUI_ANONYMIZE_KEY).",
+)
 @click.option("--per-request", default=0, help="Show the N requests with the most missed tokens and why.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (keys in kvtui/whatif/report.py).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
@@ -153,6 +170,8 @@ def whatif(
     jobs,
     ray_address,
     optimal,
+    export_path,
+    anonymize_key,
     per_request,
     as_json,
     quiet,
@@ -202,6 +221,10 @@ def whatif(
         fmt = fmt or detect_format(workload)
     except WorkloadFormatError as exc:
         raise click.ClickException(str(exc)) from None
+    if fmt == "bailian":
+        from kvtui.whatif.bailian import BLOCK
+
+        trace_block_size = BLOCK
     streamed = method == "one-pass" and workers == 1 and not trace_out and not ui and _streamable(fmt)
     ones = None
     try:
@@ -213,6 +236,8 @@ def whatif(
         raise click.ClickException(str(exc)) from None
     if not loaded.num_requests:
         raise click.ClickException("no requests to run (check --requests)")
+    if export_path:
+        return _export(loaded, export_path, anonymize_key, block_sizes, trace_block_size)
     hash_ids = loaded.hash_ids
     server = getattr(loaded, "server", None) or {}
     block_sizes, capacities, whole_blocks = server_defaults(

@@ -95,3 +95,25 @@ def _as_recorded(path: str, as_json: bool) -> None:
         click.echo(f"  {rid}: engine {engine_hits} tokens, replay {replay_hits}")
     if result.differ:
         raise SystemExit(1)
+
+
+def _export(loaded, path: str, key: str | None, block_sizes: str | None, trace_block_size: int) -> None:
+    """--export-anonymized: the workload as keyed hash ids at one block size."""
+    from kvtui.whatif.anonymize import export
+
+    if not key:
+        raise click.ClickException(
+            "--export-anonymized needs a secret key: --anonymize-key KEY or KVTUI_ANONYMIZE_KEY (without it, "
+            "anyone could hash a guessed prompt and look for it in the file)"
+        )
+    sizes = (
+        _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size if loaded.hash_ids else 16]
+    )
+    if len(sizes) != 1:
+        raise click.BadParameter("one block size for an export", param_hint="--block-size")
+    done = export(loaded, path, sizes[0], key.encode())
+    click.echo(
+        f"wrote {done['path']}: {done['requests']:,} requests, {done['blocks']:,} distinct blocks of "
+        f"{done['block_size']} tokens as keyed hash ids (every shared prefix kept, no token ids); read it with "
+        f"kvtui whatif {done['path']} --trace-block-size {done['block_size']}"
+    )

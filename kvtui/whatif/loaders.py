@@ -9,6 +9,7 @@ from the content (`detect_format`), and `--format` overrides it.
                torch-free `tokenizers` package; chat messages need transformers' chat template); arrival_step
                s becomes s x STEP_SECONDS
     mooncake   Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (mooncake.py)
+    bailian    Qwen-Bailian JSONL: chat_id, timestamp (s), per-block hash_ids of 16 tokens (bailian.py)
     proxy-log  the request log of kvtui's OpenAI proxy (issue 18), one JSON object per line:
                    {"arrival": 12.5,                      seconds (or "timestamp": ms since the epoch / start)
                     "request_id": "chatcmpl-1",           optional (default: line number)
@@ -28,10 +29,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvtui.whatif.bailian import load_bailian, looks_like_bailian
 from kvtui.whatif.mooncake import load_mooncake, looks_like_mooncake
 from kvtui.whatif.requests import SimRequest, Workload
 
-FORMATS = ("trace", "workload", "mooncake", "proxy-log")
+FORMATS = ("trace", "workload", "mooncake", "bailian", "proxy-log")
 # a workload JSON counts arrivals in engine steps: one step is taken to last this long
 STEP_SECONDS = 0.02
 
@@ -57,6 +59,8 @@ def detect_format(path: str | Path) -> str:
     if isinstance(obj, dict):
         if obj.get("type") == "header":
             return "trace"
+        if looks_like_bailian(obj):
+            return "bailian"
         if looks_like_mooncake(obj):
             return "mooncake"
         if "prompt_token_ids" in obj and "requests" not in obj:
@@ -68,7 +72,7 @@ def detect_format(path: str | Path) -> str:
         return "workload"
     raise WorkloadFormatError(
         f"{path}: cannot tell the format from line 1 (expected a kvtui trace header, a "
-        "Mooncake line with hash_ids, a proxy-log line with prompt_token_ids, or a "
+        "Mooncake or Qwen-Bailian line with hash_ids, a proxy-log line with prompt_token_ids, or a "
         "workload JSON); pass --format " + "|".join(FORMATS)
     )
 
@@ -84,6 +88,8 @@ def load(
         return load_workload_json(path, tokenizer)
     if fmt == "mooncake":
         return load_mooncake(path, trace_block_size)
+    if fmt == "bailian":
+        return load_bailian(path)
     if fmt == "proxy-log":
         return load_proxy_log(path)
     raise WorkloadFormatError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")

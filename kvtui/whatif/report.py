@@ -235,7 +235,7 @@ def compare_lines(report: dict) -> list[str]:
         + (
             "; the engine also caches a token workload's generated tokens, "
             "which the next turn reuses (one-pass: prompts only)"
-            if report["format"] != "mooncake"
+            if report["format"] not in ("mooncake", "bailian")
             else ""
         ),
     ]

@@ -1,5 +1,5 @@
-"""A hash-id trace read a line at a time into the one-pass curves, never whole in memory: a million-request
-Mooncake file becomes its curves (onepass.py) and a summary of what was read.
+"""A hash-id trace (Mooncake, Qwen-Bailian) read a line at a time into the one-pass curves, never whole in
+memory: a million-request file becomes its curves (onepass.py) and a summary of what was read.
 
     summary, curves = one_pass_file("trace.jsonl", [512], 512, progress=print_progress)
     curves[512].curve().hit_rate(4096)
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kvtui.whatif.onepass import OnePass
 
-STREAMED_FORMATS = ("mooncake",)
+STREAMED_FORMATS = ("mooncake", "bailian")
 
 
 class OutOfOrder(ValueError):
@@ -80,15 +80,20 @@ def one_pass_file(
     fmt: str = "mooncake",
 ) -> tuple[StreamedWorkload, dict[int, OnePass]]:
     """Stream the file's requests [start:stop] (good lines, arrival order) into one OnePass per block size."""
-    from kvtui.whatif.mooncake import iter_mooncake, notes_for
+    from kvtui.whatif import bailian, mooncake
 
     path = Path(path)
-    summary = StreamedWorkload(path.name, fmt, notes=notes_for(trace_block_size))
+    if fmt == "bailian":
+        reader, notes = bailian.iter_bailian, bailian.notes_for(trace_block_size)
+        chaining = bailian.ChainingCount(trace_block_size)
+    else:
+        reader, notes, chaining = mooncake.iter_mooncake, mooncake.notes_for(trace_block_size), None
+    summary = StreamedWorkload(path.name, fmt, notes=notes)
     curves = {bs: OnePass(bs, keep_chains) for bs in block_sizes}
     counter = [0]
     last_arrival = None
     with open(path, "rb") as handle:
-        requests = iter_mooncake(_lines(handle, progress, counter), trace_block_size, summary.problems)
+        requests = reader(_lines(handle, progress, counter), trace_block_size, summary.problems)
         for index, request in enumerate(requests):
             if last_arrival is not None and request.arrival < last_arrival:
                 raise OutOfOrder(f"{path}: request {index + 1} arrives before the one above it")
@@ -100,9 +105,13 @@ def one_pass_file(
             summary.prompt_tokens += request.num_prompt_tokens
             for one in curves.values():
                 one.add_request(request)
+            if chaining is not None:
+                chaining.add(request)
     if progress is not None:
         progress(counter[0], os.path.getsize(path))
     if not summary.num_requests:
         first = f" ({summary.problems[0]})" if summary.problems else ""
-        raise ValueError(f"{path}: no usable Mooncake line{first}")
+        raise ValueError(f"{path}: no usable {fmt} line{first}")
+    if chaining is not None:
+        summary.notes.append(chaining.note())
     return summary, curves
