@@ -76,13 +76,9 @@ def _run_ray(fn, shared, items, address, done) -> list:
         raise JobsError("--ray needs Ray: pip install 'kvtui[ray]' (or pip install ray)") from None
     started_here = not ray.is_initialized()
     if started_here:
-        # the worker processes import kvtui and engine from where this one runs
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        ray.init(
-            address=address,
-            runtime_env={"env_vars": {"PYTHONPATH": root}},
-            log_to_driver=False,
-        )
+        # the cluster's workers import kvtui as installed there (pip install 'kvtui[ray]'); a local one
+        # ("local": started for this run) runs from here
+        ray.init(address=address, log_to_driver=False)
     try:
         remote = ray.remote(fn)
         shared_ref = ray.put(shared)

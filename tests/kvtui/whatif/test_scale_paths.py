@@ -115,24 +115,30 @@ def test_a_parallel_sweep_equals_the_serial_one():
         assert a == b
 
 
-def test_a_sweep_on_ray_equals_the_serial_one(tmp_path):
+def test_a_sweep_on_ray_equals_the_serial_one():
     ray = pytest.importorskip("ray", reason="ray is not installed here (pip install 'kvtui[ray]')")
+    import shutil
+    import tempfile
+
     loaded = load("fixtures/traces/shared_system_8users.jsonl")
     jobs = [SimJob(SimConfig(c, 16)) for c in (128, 1024)]
     shared = (loaded.requests, False)
     serial = run_jobs(simulated_job, shared, jobs, 1)
-    # a local head on loopback, started for this test and stopped after it
+    # a local head on loopback, started for this test and stopped after it (a short directory: Ray's socket
+    # paths must fit 107 characters)
+    scratch = tempfile.mkdtemp(prefix="kvray", dir="/tmp")
     ray.init(
         num_cpus=2,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
-        _temp_dir=str(tmp_path),
+        _temp_dir=scratch,
         log_to_driver=False,
     )
     try:
         remote = run_jobs(simulated_job, shared, jobs, ray_address="auto")
     finally:
         ray.shutdown()
+        shutil.rmtree(scratch, ignore_errors=True)
     for a, b in zip(serial, remote):
         a["point"].pop("wall_seconds"), b["point"].pop("wall_seconds")
         assert a == b
