@@ -182,6 +182,7 @@ def test_the_twin_is_within_a_tenth_of_a_point_under_concurrency(logs):
 
 
 def test_the_live_proxy_agrees_with_vllm_under_concurrency(logs):
+    wrong = []
     for part in ("sequential", "concurrent"):
         _, records = logs[part]
         rows = [
@@ -189,4 +190,8 @@ def test_the_live_proxy_agrees_with_vllm_under_concurrency(logs):
             for r in records
         ]
         print(f"\n{part} live predictions (id, predicted, vLLM, from in flight): {rows}")
-        assert all(r.get("agrees") for r in records), rows
+        # the very first request has no prediction: no worker has published anything yet
+        predicted = [r for r in records if "predicted_cached" in r]
+        assert len(predicted) >= len(records) - 1
+        wrong += [row for row, r in zip(rows, records) if "predicted_cached" in r and not r["agrees"]]
+    assert not wrong, wrong
