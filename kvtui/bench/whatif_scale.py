@@ -1,5 +1,5 @@
 """`kvtui bench whatif --scale`: the what-if command itself at production scale, each case a fresh process
-timed whole (start, parse, everything it prints) with its peak memory, against the targets:
+timed whole (start, parse, everything it prints) with its peak memory (VmHWM, polled), against the targets:
 
     one-pass   --method one-pass, the ceiling and Belady's bound included, three capacities (1M, 3M, 10M)
                                                                        at most 10 s and 1 GB
@@ -17,7 +17,6 @@ medians over rounds, and the load average before and after, since timings on a s
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -44,21 +43,42 @@ class Timing:
     output: str = ""
 
 
+def peak_rss(pid: int) -> int:
+    """The process's peak resident bytes so far (VmHWM: counted from its exec, not the parent's pages a fork
+    shares), 0 where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def run_case(checkout: Path, workload: Path, args: list[str]) -> tuple[float, int, str]:
     """One `python -m kvtui whatif` in `checkout`: wall seconds, peak resident bytes, its stdout."""
     command = [sys.executable, "-m", "kvtui", "whatif", str(workload), *args, "--json", "-q"]
+    peak = 0
     with tempfile.TemporaryFile() as out:
         start = time.perf_counter()
         child = subprocess.Popen(command, cwd=checkout, stdout=out, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(child.pid, 0)
+        while child.poll() is None:
+            peak = max(peak, peak_rss(child.pid))
+            time.sleep(0.02)
         seconds = time.perf_counter() - start
-        child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         text = out.read().decode()
     if child.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} (in {checkout}) exited {child.returncode}")
-    # ru_maxrss is in KiB on Linux
-    return seconds, usage.ru_maxrss * 1024, text
+    return seconds, peak, text
+
+
+def synth(path: Path, requests: int) -> Path:
+    """kvtui.whatif.synth's workload, written by a process of its own (this one stays small)."""
+    command = [sys.executable, "-m", "kvtui.whatif.synth", str(path), "--requests", str(requests)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[2])
+    return path
 
 
 def points_of(text: str) -> list[tuple]:
@@ -74,23 +94,19 @@ def run_scale(
     jobs: int = 2,
     echo: Callable[[str], None] = print,
 ) -> dict:
-    from kvtui.whatif.synth import MooncakeLikeConfig, mooncake_like, write_jsonl
-
     here = Path(__file__).resolve().parents[2]
     checkouts = {"this": here} | ({"base": Path(base).resolve()} if base else {})
     results: dict[str, dict[str, Timing]] = {}
     with tempfile.TemporaryDirectory(prefix="kvtui-bench-whatif-scale-") as tmp:
         if workload is None:
-            path = write_jsonl(mooncake_like(0), Path(tmp) / "mooncake_12k.jsonl")
+            path = synth(Path(tmp) / "mooncake_12k.jsonl", 12_031)
             echo(f"workload: kvtui.whatif.synth seed 0, 12,031 requests ({path.stat().st_size / 1e6:.1f} MB)")
         else:
             path = Path(workload)
             echo(f"workload: {path}")
         paths = {"one-pass": path, "simulated": path}
         if million:
-            big = write_jsonl(
-                mooncake_like(0, MooncakeLikeConfig(requests=1_000_000)), Path(tmp) / "mooncake_1m.jsonl"
-            )
+            big = synth(Path(tmp) / "mooncake_1m.jsonl", 1_000_000)
             paths["million"] = big
             echo(f"workload: 1,000,000 requests ({big.stat().st_size / 1e6:.0f} MB)")
         before = load_average()

@@ -137,3 +137,18 @@ def test_the_cli_compares_routers_in_one_run():
     assert all(f["regret"] >= 0 for f in report["fleets"])
     bad = CliRunner().invoke(main, [*args, "--router", "kv_aware,nearest"])
     assert bad.exit_code != 0 and "nearest" in bad.output
+
+
+def test_routers_look_up_the_chain_hash_id_workers_hold():
+    from kvtui.whatif.requests import SimRequest
+
+    # the same 3-block head twice, far apart: the second lands where the first is cached
+    requests = [
+        SimRequest(
+            f"m{i}", 10.0 * i, None, None, 2, hash_ids=[1, 2, 3, 10 + i], input_length=60, trace_block_size=16
+        )
+        for i in range(2)
+    ]
+    fleet = simulate_fleet(requests, SimConfig(1024, 16), 2, Router("kv_aware"), hash_ids=True).as_dict()
+    # the second request: 3 blocks of 16 reachable, and achieved on the chosen worker
+    assert fleet["reachable_hit_rate"] == fleet["achieved_hit_rate"] == 48 / 120
