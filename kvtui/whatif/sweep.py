@@ -109,6 +109,8 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
         report["targets"] = targets(first_curve, first.block_size, opts.targets, opts.bytes_per_token, prompt)
     if opts.bytes_per_token:
         report["bytes_per_token"] = opts.bytes_per_token
+        for point in points:
+            point["capacity_bytes"] = round(point["capacity_tokens"] * opts.bytes_per_token)
     if opts.workers > 1:
         from kvtui.whatif.fleets import run_fleets
 

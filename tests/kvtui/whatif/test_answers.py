@@ -68,6 +68,11 @@ def test_the_cli_answers_targets_in_tokens_and_bytes(tmp_path):
     assert [t["fraction_of_ceiling"] for t in report["targets"]] == [0.5, 0.9]
     for t in report["targets"]:
         assert t["capacity_bytes"] == round(t["capacity_tokens"] * per_token)
+    # every capacity in bytes too: 4 KiB asked, whole blocks of it given
+    assert [p["capacity_bytes"] for p in report["points"]][:1] == [
+        round(report["points"][0]["capacity_tokens"] * per_token)
+    ]
+    assert report["points"][0]["capacity_bytes"] <= 4096
     table = CliRunner().invoke(main, [*args, "--kv-config", str(config), "-q"]).output
     assert "target    90% of the one-pass ceiling" in table and "KiB" in table
 
