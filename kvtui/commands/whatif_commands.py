@@ -269,6 +269,8 @@ def whatif(
     configs = sweep_configs(caps, sizes, policies, batch, caching, cost, not whole_blocks)
     if trace_out and workers > 1:
         raise click.ClickException("-o writes one worker's run: leave out --workers")
+    if trace_out and ray_address:
+        raise click.ClickException("-o writes the trace on this machine: leave out --ray")
     if trace_out and method == "one-pass":
         raise click.ClickException("-o writes the simulated run: use --method simulated or both")
     if trace_out and loaded.num_requests > LARGE_TRACE_REQUESTS and not request_slice:

@@ -9,7 +9,6 @@ through its object store (`ray.put`), so every task reads the same copy.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -97,7 +96,3 @@ def _run_ray(fn, shared, items, address, done) -> list:
     finally:
         if started_here:
             ray.shutdown()
-
-
-def default_jobs() -> int:
-    return max(1, os.cpu_count() or 1)
