@@ -10,7 +10,7 @@ edits.py           an edit's new sequence and the plan of which blocks stay
 rings.py           window layers' ring bookkeeping: rows, heads, snapshot keys (tensors: worker/ring_tensors.py)
 kv_cache.py        KVCacheManager: the one front door for the scheduler and the engine
 engine_core.py     EngineCore: the requests and a step's bookkeeping, shared by the engine and kvtui's what-if
-decode_run.py      runs of decode-only steps taken at once (a core with no model)
+quiet_rows.py      plain decode rows and decode-only runs taken in bulk (a core with no model)
 forks.py           a fork's request
 scheduler.py       continuous batching, chunked prefill, preemption
 request.py         Request, SamplingParams, RequestOutput

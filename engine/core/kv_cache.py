@@ -239,7 +239,7 @@ class KVCacheManager:
         full = min(self._cacheable(req) // self.block_size, len(req.block_table))
         if full <= req.blocks_in_tree:
             return
-        tokens = req.tokens[: full * self.block_size]
+        tokens = req.token_slice(0, full * self.block_size)
         req.lock_node = self.prefix_cache.insert(
             tokens,
             req.block_table[:full],
@@ -272,14 +272,16 @@ class KVCacheManager:
         physical = table[full]
         if self.prefix_cache.holds(physical) or self.pool.ref_counts[physical] != 1:
             return False
-        hashes = self.prefix_cache.hashes(req, req.tokens, full) if full else ([], [])
+        # the prompt alone when the tail lies in it: no copy of the whole sequence
+        tokens = req.prompt_token_ids if computed <= len(req.prompt_token_ids) else req.tokens
+        hashes = self.prefix_cache.hashes(req, tokens, full) if full else ([], [])
         if hashes is None:
             return False
         return self.prefix_cache.keep_tail(
             hashes[0][:full],
             req.cache_salt,
             physical,
-            list(req.tokens[full * self.block_size : computed]),
+            list(tokens[full * self.block_size : computed]),
         )
 
     # --- forks and edits ----------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ class RadixCache:
         trace: TraceSink,
         policy: str = "lru",
         clock: Callable[[], float] | None = None,
-        token_text: Callable[[int], str] = str,
+        token_text: Callable[[int], str] | None = str,
         evicted_memory: int = 4096,
     ):
         self.pool, self.trace, self.policy = pool, trace, eviction.check_policy(policy)
@@ -275,11 +275,13 @@ class RadixCache:
             self._node_of[physical] = node
             self.salts_of.setdefault(content, Counter())[cache_salt] += 1
             self.evicted.pop(key, None)
-        token_texts = (
-            list(texts[first * bs : (first + len(blocks)) * bs])
-            if texts is not None
-            else [self.token_text(t) for t in node.token_ids]
-        )
+        if texts is not None:
+            token_texts = list(texts[first * bs : (first + len(blocks)) * bs])
+        elif self.token_text is None:
+            # nobody reads texts (a what-if run that writes no trace)
+            token_texts = None
+        else:
+            token_texts = [self.token_text(t) for t in node.token_ids]
         self.trace.emit(
             "radix_insert",
             node_id=node.node_id,

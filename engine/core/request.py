@@ -117,7 +117,14 @@ class Request:
             or cached[2] is not output
             or cached[3] != len(output)
         ):
-            cached = self._tokens = (prompt, len(prompt), output, len(output), prompt + output)
+            # no output yet: the prompt itself, not a copy
+            cached = self._tokens = (
+                prompt,
+                len(prompt),
+                output,
+                len(output),
+                prompt + output if output else prompt,
+            )
         return cached[4]
 
     def token_slice(self, start: int, end: int) -> list[int]:

@@ -143,8 +143,12 @@ class Scheduler:
 
     def finish(self, request: Request) -> None:
         """Take a request out of the batch (it finished) or out of the queue (aborted before admission)."""
-        if request in self.running:
-            self.running.remove(request)
-        elif request in self.waiting:
-            self.waiting.remove(request)
+        # by identity: a Request compares by value, field by field
+        running = next((i for i, r in enumerate(self.running) if r is request), None)
+        if running is not None:
+            del self.running[running]
+        else:
+            waiting = next((i for i, r in enumerate(self.waiting) if r is request), None)
+            if waiting is not None:
+                del self.waiting[waiting]
         request.status = Status.FINISHED

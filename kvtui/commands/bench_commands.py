@@ -317,9 +317,27 @@ def live_bench(model, device, seconds, size, max_tokens, num_blocks):
     help="Also check the curve against plain LRU simulations at this many capacities.",
 )
 @click.option("--optimal", is_flag=True, help="Also Belady's bound at the checked capacities.")
-def whatif_bench(workload, capacities, repeats, kvsim, seed, check, optimal):
+@click.option(
+    "--scale",
+    is_flag=True,
+    help="Instead: `kvtui whatif` itself at production scale (one-pass, simulated, --jobs), against targets.",
+)
+@click.option(
+    "--base", type=click.Path(exists=True, file_okay=False), help="--scale: another checkout, alternated."
+)
+@click.option("--million", is_flag=True, help="--scale: also the streamed one-pass of 1,000,000 requests.")
+@click.option(
+    "--jobs", type=click.IntRange(min=1), default=2, show_default=True, help="--scale: the parallel sweep."
+)
+def whatif_bench(workload, capacities, repeats, kvsim, seed, check, optimal, scale, base, million, jobs):
     """The whole LRU hit-rate curve in one pass against kvcache-simulator's LRU sweep (PyPI, C++ backend) at
-    the same capacities on the same Mooncake-format workload, timed in the same run, with agreement figures."""
+    the same capacities on the same Mooncake-format workload, timed in the same run, with agreement figures.
+    With --scale: the what-if command at production scale, each case timed whole with its peak memory."""
+    if scale:
+        from kvtui.bench.whatif_scale import run_scale
+
+        run_scale(workload, repeats, base, million, jobs, echo=click.echo)
+        return
     from kvtui.bench.whatif import read_mooncake, run
 
     if workload is not None:

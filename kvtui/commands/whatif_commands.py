@@ -10,35 +10,20 @@ import json
 import click
 
 from kvtui.commands.output_path import output_file
+from kvtui.commands.whatif_helpers import (
+    LARGE_TRACE_REQUESTS,
+    _as_recorded,
+    _export,
+    _ints,
+    _slice,
+    _stream,
+    _streamable,
+    server_defaults,
+)
 from kvtui.whatif.cost import CostModel
-from kvtui.whatif.sweep import run_sweep, sweep_configs
+from kvtui.whatif.sweep import SweepOptions, run_sweep, sweep_configs
 
 COST = CostModel()
-LARGE_TRACE_REQUESTS = 2000
-
-
-def _ints(text: str, name: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: a comma-separated list of whole numbers", param_hint=name
-        ) from None
-    if not values or min(values) < 1:
-        raise click.BadParameter(f"{text!r}: give numbers of at least 1", param_hint=name)
-    return values
-
-
-def _slice(text: str | None) -> tuple[int | None, int | None]:
-    if not text:
-        return None, None
-    try:
-        a, b = text.split(":")
-        return (int(a) if a else None), (int(b) if b else None)
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: write A:B (request indices, arrival order)", param_hint="--requests"
-        ) from None
 
 
 @click.command("whatif")
@@ -46,7 +31,7 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["trace", "workload", "mooncake", "proxy-log"]),
+    type=click.Choice(["trace", "workload", "mooncake", "bailian", "proxy-log"]),
     help="Override the format detected from the content.",
 )
 @click.option(
@@ -54,7 +39,7 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
     type=click.IntRange(min=1),
     default=512,
     show_default=True,
-    help="Tokens per hash id (Mooncake).",
+    help="Tokens per hash id (Mooncake; Qwen-Bailian: 16).",
 )
 @click.option(
     "--tokenizer",
@@ -64,9 +49,8 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
 @click.option(
     "--capacity",
     "capacities",
-    default="1M",
-    show_default=True,
-    help="Cache sizes, a list: tokens (100k,3M), blocks (4096b), bytes (80GiB, with --kv-config).",
+    help="Cache sizes, a list: tokens (100k,3M), blocks (4096b), bytes (80GiB, with --kv-config). "
+    "Default: the server's pool for a proxy log that recorded it, else 1M.",
 )
 @click.option("--kv-config", help="A model's config.json or directory: bytes per token for byte capacities.")
 @click.option(
@@ -77,10 +61,10 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
 @click.option("--eviction", "evictions", default="lru", show_default=True, help="lru, lfu, cost; a list.")
 @click.option("--no-prefix-cache", is_flag=True, help="Also run with prefix caching off.")
 @click.option(
-    "--whole-blocks",
-    is_flag=True,
-    help="Simulate hits in whole blocks only, no partly filled block kept, as vLLM and SGLang serve them "
-    "(for a vLLM proxy log, to compare with vLLM's own cached tokens).",
+    "--whole-blocks/--partial-blocks",
+    default=None,
+    help="Hits in whole blocks only, no partly filled block kept, as vLLM and SGLang serve them (the default "
+    "for a proxy log that recorded the server's settings), or partly filled blocks reused too.",
 )
 @click.option(
     "--max-batched-tokens", "mbts", default="8192", show_default=True, help="Token budget per step; a list."
@@ -116,9 +100,10 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
 )
 @click.option(
     "--router",
-    type=click.Choice(["round_robin", "random", "least_loaded", "kv_aware"]),
     default="kv_aware",
     show_default=True,
+    help="round_robin, random, least_loaded, kv_aware, longest_prefix; a list compares them on the same "
+    "arrivals.",
 )
 @click.option(
     "--overlap-weight",
@@ -155,6 +140,29 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
     default=COST.per_decode_row * 1e3,
     show_default=True,
     help="Cost model: ms per decode row.",
+)
+@click.option(
+    "--target",
+    "target_text",
+    help="Shares of the ceiling, a list (80%,90%): the smallest capacity reaching each (bytes with --kv-config).",
+)
+@click.option("--jobs", default=1, show_default=True, help="Simulated runs side by side on this many cores.")
+@click.option("--ray", "ray_address", help="Run the simulated configurations on a Ray cluster (kvtui[ray]).")
+@click.option(
+    "--optimal/--no-optimal",
+    default=None,
+    help="Belady's bound at each capacity (default: unless the workload has over 5M block references).",
+)
+@click.option(
+    "--export-anonymized",
+    "export_path",
+    type=click.Path(dir_okay=False),
+    help="Write the workload as a Mooncake-format file of keyed hash ids (every shared prefix, nothing else).",
+)
+@click.option(
+    "--anonymize-key",
+    envvar="KVTUI_ANONYMIZE_KEY",
+    help="The secret key of --export-anonymized (or KVTUI_ANONYMIZE_KEY).",
 )
 @click.option(
     "--per-request",
@@ -199,6 +207,12 @@ def whatif(
     step_ms,
     prefill_us,
     decode_ms,
+    target_text,
+    jobs,
+    ray_address,
+    optimal,
+    export_path,
+    anonymize_key,
     per_request,
     as_json,
     quiet,
@@ -218,7 +232,8 @@ def whatif(
     Examples:
       kvtui whatif trace.jsonl --capacity 1k,4k,16k
       kvtui whatif mooncake.jsonl --capacity 100k,1M,10M --eviction lru,lfu --json
-      kvtui whatif mooncake.jsonl --capacity 1M --workers 4 --router kv_aware
+      kvtui whatif mooncake.jsonl --capacity 1M --workers 4 --router kv_aware,round_robin
+      kvtui whatif mooncake.jsonl --method one-pass --target 80%,90% --kv-config config.json
       kvtui whatif mooncake.jsonl --capacity 1M --requests 0:200 -o sim.jsonl   (then: kvtui replay sim.jsonl)
       kvtui whatif requests.jsonl --whole-blocks --block-size 32 --capacity 4096b,8192b
                                   a kvtui proxy log at vLLM's granularity: twice the blocks?
@@ -227,21 +242,52 @@ def whatif(
     """
     if as_recorded:
         return _as_recorded(workload, as_json)
+    from kvtui.whatif.answers import parse_targets
     from kvtui.whatif.capacity import CapacityError, parse_capacities
-    from kvtui.whatif.loaders import WorkloadFormatError, load
+    from kvtui.whatif.loaders import WorkloadFormatError, detect_format, load
+    from kvtui.whatif.routers import ROUTERS
 
+    routers = [r.strip() for r in router.split(",") if r.strip()]
+    for name in routers or [router]:
+        if name not in ROUTERS:
+            raise click.BadParameter(f"{name!r}: choose from {', '.join(ROUTERS)}", param_hint="--router")
     try:
-        loaded = load(workload, fmt, trace_block_size, tokenizer)
+        targets = parse_targets(target_text) if target_text else []
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target") from None
+    if jobs < 1:
+        raise click.BadParameter(f"{jobs}: give at least 1", param_hint="--jobs")
+    start, stop = _slice(request_slice)
+    try:
+        fmt = fmt or detect_format(workload)
+    except WorkloadFormatError as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "bailian":
+        from kvtui.whatif.bailian import BLOCK
+
+        trace_block_size = BLOCK
+    streamed = method == "one-pass" and workers == 1 and not trace_out and not ui and _streamable(fmt)
+    ones = None
+    try:
+        if streamed:
+            loaded, ones = _stream(workload, fmt, trace_block_size, block_sizes, start, stop, quiet)
+        if ones is None:
+            loaded = load(workload, fmt, trace_block_size, tokenizer).slice(start, stop)
     except (WorkloadFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    loaded = loaded.slice(*_slice(request_slice))
-    if not loaded.requests:
+    if not loaded.num_requests:
         raise click.ClickException(
             f"no requests to run (check --requests {request_slice})"
             if request_slice
             else f"{workload}: no requests in it"
         )
+    if export_path:
+        return _export(loaded, export_path, anonymize_key, block_sizes, trace_block_size)
     hash_ids = loaded.hash_ids
+    server = getattr(loaded, "server", None) or {}
+    block_sizes, capacities, whole_blocks = server_defaults(
+        loaded, server, block_sizes, capacities, whole_blocks
+    )
     sizes = _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size if hash_ids else 16]
     policies = [p.strip() for p in evictions.split(",") if p.strip()]
     for p in policies:
@@ -263,34 +309,47 @@ def whatif(
     cost = CostModel(step_ms / 1e3, prefill_us / 1e6, decode_ms / 1e3)
     batch = list(itertools.product(_ints(mbts, "--max-batched-tokens"), _ints(mnss, "--max-num-seqs")))
     caching = [True, False] if no_prefix_cache else [True]
+    if server.get("enable_prefix_caching") is False:
+        caching = [False]
     configs = sweep_configs(caps, sizes, policies, batch, caching, cost, not whole_blocks)
     if trace_out and workers > 1:
         raise click.ClickException("-o writes one worker's run: leave out --workers")
+    if trace_out and ray_address:
+        raise click.ClickException("-o writes the trace on this machine: leave out --ray")
     if trace_out and method == "one-pass":
         raise click.ClickException("-o writes the simulated run: use --method simulated or both")
-    if trace_out and len(loaded.requests) > LARGE_TRACE_REQUESTS and not request_slice:
+    if trace_out and loaded.num_requests > LARGE_TRACE_REQUESTS and not request_slice:
         raise click.ClickException(
-            f"{len(loaded.requests):,} requests make a trace too big to replay: write a "
+            f"{loaded.num_requests:,} requests make a trace too big to replay: write a "
             f"slice with --requests A:B (up to {LARGE_TRACE_REQUESTS} requests)"
         )
+    opts = SweepOptions(
+        method=method,
+        trace_out=trace_out,
+        workers=workers,
+        routers=tuple(routers),
+        overlap_weight=overlap_weight,
+        temperature=router_temperature,
+        seed=seed,
+        per_request=per_request,
+        cost=cost,
+        quiet=quiet,
+        jobs=jobs,
+        ray=ray_address,
+        targets=tuple(targets),
+        bytes_per_token=bytes_per_token,
+        optimal=optimal,
+    )
 
     def job(make_progress=None) -> dict:
-        report = run_sweep(
-            loaded,
-            configs,
-            method,
-            hash_ids,
-            trace_out,
-            workers,
-            router,
-            overlap_weight,
-            router_temperature,
-            seed,
-            per_request,
-            cost,
-            quiet,
-            make_progress,
-        )
+        from dataclasses import replace
+
+        from kvtui.whatif.jobs import JobsError
+
+        try:
+            report = run_sweep(loaded, configs, replace(opts, make_progress=make_progress), ones)
+        except JobsError as exc:
+            raise click.ClickException(str(exc)) from None
         misses = report.pop("current_misses")
         if trace_out:
             from kvtui.whatif.report import append_summary, summary_event
@@ -306,8 +365,15 @@ def whatif(
             report, misses = job(make_progress)
             return summary_event(report, report["current"], misses)
 
-        stages = 1 + (len(configs) if method != "one-pass" else 0) + (method != "simulated") + (workers > 1)
-        WhatIfApp(ui_job, source=loaded.name, requests=len(loaded.requests), stages=stages).run()
+        simulated_ceiling = method != "one-pass" and not hash_ids
+        stages = (
+            1
+            + simulated_ceiling
+            + (len(configs) if method != "one-pass" else 0)
+            + (method != "simulated")
+            + (workers > 1)
+        )
+        WhatIfApp(ui_job, source=loaded.name, requests=loaded.num_requests, stages=stages).run()
         return
     report, _ = job()
     if as_json:
@@ -321,24 +387,3 @@ def whatif(
 
 
 COMMANDS = [whatif]
-
-
-def _as_recorded(path: str, as_json: bool) -> None:
-    from kvtui.whatif.as_recorded import compare
-
-    try:
-        result = compare(path)
-    except (ValueError, KeyError) as exc:
-        raise click.ClickException(f"--as-recorded: {exc}") from None
-    if as_json:
-        differ = [{"request_id": r, "engine": a, "replay": b} for r, a, b in result.differ]
-        click.echo(json.dumps({"lookups": result.lookups, "equal": result.equal, "differ": differ}))
-        return
-    click.echo(
-        f"{path}: {result.equal} of {result.lookups} prefix lookups got exactly the engine's hit tokens "
-        "(the engine core at the trace's settings, arrivals, edits, forks and aborts by step)"
-    )
-    for rid, engine_hits, replay_hits in result.differ:
-        click.echo(f"  {rid}: engine {engine_hits} tokens, replay {replay_hits}")
-    if result.differ:
-        raise SystemExit(1)

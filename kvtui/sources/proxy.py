@@ -17,10 +17,14 @@ proxy reads a copy of it on the side. For each completion request it records one
                        (from the stream; a non-streamed answer has ttft = the whole answer, tpot null)
     output_token_ids   the answer's ids: exact when the answer carries them (return_token_ids), else vLLM's
                        /tokenize of the answer text (`output_ids_from`: "answer" or "tokenize")
+    server             the server's cache settings from its /metrics (block_size, num_gpu_blocks,
+                       enable_prefix_caching), read once: kvtui whatif replays the log at them
     predicted_cached   with --attach: the tokens kvtui's view of the cache predicted as cached (vLLM never serves
                        the prompt's last token from its cache: the match is cut there), explained at the
                        arrival (`explain`, the best worker's message, `explain_reason` its reason word), and
-                       `agrees` (prediction == cached_tokens)
+                       `agrees` (prediction == cached_tokens); the view's published blocks, or the blocks of
+                       prompts forwarded and not yet answered when they serve more (in_flight.py:
+                       `in_flight_tokens`), since vLLM caches a block before it publishes it
 
 The log is the proxy-log format of kvtui/whatif/loaders.py: "what if this vLLM had twice the blocks".
 Side requests (/tokenize) never delay the answer: they run beside it.
@@ -34,6 +38,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from kvtui.sources.in_flight import InFlight
 from kvtui.sources.proxy_http import (
     Answer,
     Head,
@@ -96,11 +101,25 @@ class Proxy:
         # records being finished: the loop keeps only weak references to tasks, so one nobody holds can be
         # collected half done and its record lost
         self._finishing: set[asyncio.Task] = set()
+        # the server's cache settings (kvtui/sources/server_cache.py), asked once it has answered a request
+        self.server_cache: dict | None = None
+        self._asked_cache = False
+        # prompts forwarded and not yet answered (kvtui/sources/in_flight.py)
+        self.in_flight = InFlight()
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._client, self.host, self.port, limit=MAX_HEAD)
         self.port = self._server.sockets[0].getsockname()[1]
+        # the server's block size before any event says it (predictions from requests in flight)
+        task = asyncio.ensure_future(self.server_settings())
+        self._finishing.add(task)
+        task.add_done_callback(self._settled)
+
+    def _settled(self, task) -> None:
+        self._finishing.discard(task)
+        if not task.cancelled() and task.exception() is None and task.result() is not None:
+            self.server_cache = task.result()
 
     async def serve_forever(self) -> None:
         if self._server is None:
@@ -255,6 +274,12 @@ class Proxy:
             record["explain_reason"] = best["reason"]
             if best.get("caveat"):
                 record["caveat"] = best["caveat"]
+            size = best.get("block_size") or (self.server_cache or {}).get("block_size") or 0
+            ahead = self.in_flight.served(ids, record["cache_salt"], size)
+            if ahead > record["predicted_cached"]:
+                record["predicted_cached"] = record["in_flight_tokens"] = ahead
+                record["explain"] += f"; {ahead} tokens from requests in flight (cached, not yet published)"
+        self.in_flight.add(record["request_id"], ids, record["cache_salt"])
 
     async def _prompt_ids(self, path: str, request: dict) -> list | None:
         prompt = request.get("prompt")
@@ -310,10 +335,41 @@ class Proxy:
         finally:
             writer.close()
 
+    async def _settings_once(self) -> None:
+        """Ask the server's cache settings once (at the start, again at the first record if it had none)."""
+        if self.server_cache is None and not self._asked_cache:
+            self._asked_cache = True
+            self.server_cache = await self.server_settings()
+
+    async def server_settings(self) -> dict | None:
+        """The server's cache settings from its /metrics, or None (no such gauge, or no answer)."""
+        from kvtui.sources.server_cache import cache_config
+
+        try:
+            reader, writer = await asyncio.open_connection(self.up_host, self.up_port)
+        except OSError:
+            return None
+        try:
+            writer.write(
+                f"GET /metrics HTTP/1.1\r\nHost: {self.up_host}:{self.up_port}\r\nConnection: close\r\n\r\n".encode()
+            )
+            await writer.drain()
+            head = parse_head(await reader.readuntil(b"\r\n\r\n"))
+            content = await read_body(reader, head)
+            if head.first.split(" ")[1:2] != ["200"]:
+                return None
+            return cache_config(content.decode("utf-8", "replace"))
+        except (OSError, ValueError, asyncio.IncompleteReadError):
+            return None
+        finally:
+            writer.close()
+
     async def _finish_record(
         self, record: dict, answer: Answer, status: str, sse: bool, t_out: float
     ) -> None:
         ids = await record.pop("_ids")
+        # answered: its blocks are published by now
+        self.in_flight.remove(record["request_id"])
         if answer.prompt_token_ids:
             # the answer carried them (return_token_ids): vLLM's own
             ids = answer.prompt_token_ids
@@ -347,6 +403,9 @@ class Proxy:
                 self.stats.agree += 1
             else:
                 self.stats.disagree += 1
+        await self._settings_once()
+        if self.server_cache is not None:
+            record["server"] = self.server_cache
         self.stats.recorded += 1
         if self.log is not None:
             self.log.write(json.dumps(record) + "\n")

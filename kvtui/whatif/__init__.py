@@ -1,16 +1,31 @@
 """What if the cache were different: workloads replayed through the real `engine.core` manager and scheduler
 with no model (no torch, no K/V memory), under other capacities, block sizes, policies or fleets.
 
-    requests.py   the one request shape every workload becomes (ids, arrival, prompt, output, salt)
-    loaders.py    reading a kvtui trace, a workload JSON or a proxy request log; format detection
-    mooncake.py   reading a Mooncake-format JSONL (hash ids of 512-token blocks)
-    capacity.py   `100k,3M,4096b,80GiB` into tokens
-    cost.py       the stated cost model that turns steps into seconds
-    causes.py     a cause for every missed prompt token
-    simulate.py   one run: arrivals interleaved with engine steps, the engine's own decisions
-    routers.py    fleet routers (round robin, random, least loaded, Dynamo's kv-aware cost)
-    fleet.py      N workers behind a router; duplication, regret, the global-cache comparison
-    onepass.py    the bridge to the one-pass LRU curve (curve.py) and the Belady bound (optimal.py)
-    sweep.py      every configuration asked for, the ceiling and the fleet: one report (`kvtui whatif`)
-    report.py     the table and the --json object
+    requests.py      the one request shape every workload becomes (ids, arrival, prompt, output, salt)
+    loaders.py       reading a kvtui trace, a workload JSON or a proxy request log; format detection
+    mooncake.py      reading a Mooncake-format JSONL (hash ids of 512-token blocks)
+    bailian.py       reading a Qwen-Bailian JSONL (per-block hash ids of 16 tokens, read chained)
+    stream.py        a hash-id file a line at a time into the one-pass curves
+    anonymize.py     any workload as keyed hash ids that keep every shared prefix (--export-anonymized)
+    capacity.py      `100k,3M,4096b,80GiB` into tokens
+    cost.py          the stated cost model that turns steps into seconds
+    causes.py        a cause for every missed prompt token
+    simulate.py      one run: arrivals interleaved with engine steps, the engine's own decisions
+    hash_keys.py     block keys of hash-id prompts made from their ids
+    run_sink.py      the trace sink of a run that writes no trace (only the events it reads)
+    routers.py       fleet routers (round robin, random, least loaded, Dynamo's kv-aware cost, longest prefix)
+    fleet.py         N workers behind a router; duplication, reachable and achieved hit rates
+    fleets.py        the fleets of a sweep: every router asked for, and one shared cache
+    prefix_nodes.py  block keys into prefix-tree node ids, a request at a time
+    curve.py         the one-pass LRU curve (Mattson stack distances), built a request at a time
+    optimal.py       Belady's bound
+    onepass.py       the bridge from a workload to the curve and the bound
+    answers.py       --target: the smallest capacity for a share of the ceiling
+    fidelity.py      the twin against the server's cached tokens
+    runs.py          one simulated configuration or fleet as a job
+    jobs.py          jobs in this process, over local cores (--jobs) or on Ray (--ray)
+    sweep.py         every configuration asked for, the ceiling, the answers and the fleets: one report
+    report.py        the table and the --json object
+    as_recorded.py   a kvtui engine trace run again at the engine's settings (--as-recorded)
+    synth.py         a Mooncake-shaped workload
 """

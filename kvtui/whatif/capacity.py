@@ -70,3 +70,10 @@ def human_tokens(tokens: float) -> str:
         if tokens >= size * 0.995:
             return f"{tokens / size:.3g}{unit}"
     return f"{tokens:g}"
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"

@@ -5,8 +5,8 @@
     curve.at([1024, 4096, 16384])             # the same at several capacities
     curve.hit_rate(4096)                      # hit tokens / prompt tokens (blocks when no weights are given)
 
-Signature (as suggested in issue 17, with keyword extras): `lru_curve(requests, *, matchable=None,
-weights=None, measure_from=0) -> Curve`. `Curve.hits(c)`, `Curve.hit_tokens(c)`, `Curve.hit_rate(c)`,
+Signature: `lru_curve(requests, *, matchable=None, weights=None, measure_from=0) -> Curve`; `CurveBuilder`
+takes the requests one at a time (a streamed workload) as prefix-tree node ids (prefix_nodes.py). `Curve.hits(c)`, `Curve.hit_tokens(c)`, `Curve.hit_rate(c)`,
 `Curve.at(capacities)`, `Curve.total_blocks`, `Curve.total_tokens`, `Curve.ceiling_blocks`,
 `Curve.distinct_blocks`, `Curve.warm_blocks`. `simulate_lru` is the plain simulation the curve must equal.
 
@@ -39,7 +39,9 @@ The stack positions come from a Fenwick tree over request slots, not over single
 referenced by the same earlier request L form one contiguous run of the current request (the run's keys are
 that request's blocks at the same depths), so a run's positions are `(blocks last referenced after L) + 1, +2,
 ...` and one tree query serves the whole run. The cost is O(blocks + runs * log(requests)); on a
-Mooncake-sized workload (12k requests, 300k block references) well under a second of pure Python.
+Mooncake-sized workload (12k requests, 300k block references) well under a second of pure Python. The tree
+doubles as requests come (a streamed workload has no count up front): the new top node covers every slot so
+far, so it starts at the number of live blocks and the others at 0.
 """
 
 from __future__ import annotations
@@ -49,50 +51,19 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-__all__ = ["Curve", "chain_nodes", "lru_curve", "simulate_lru", "LruPoint"]
+from kvtui.whatif.prefix_nodes import PrefixNodes, chain_nodes
 
-
-def chain_nodes(requests: Sequence[Sequence[Hashable]]) -> tuple[list[list[int]], list[int]]:
-    """Intern each request's keys into prefix-tree node ids (0, 1, ...): the same id means the same prefix.
-
-    Returns (the node ids of each request, the parent node of each node; -1 for a first block).
-    A key seen before under the same parent keeps its node (the chained fast path: one dict lookup); a key
-    seen under another parent becomes another node.
-    """
-    by_key: dict = {}
-    # a separate dict: a user's key may itself be a tuple that looks like (parent, key)
-    by_pair: dict = {}
-    parent_of: list[int] = []
-    out: list[list[int]] = []
-    for keys in requests:
-        nodes: list[int] = []
-        parent = -1
-        for key in keys:
-            node = by_key.get(key)
-            if node is None:
-                node = len(parent_of)
-                parent_of.append(parent)
-                by_key[key] = node
-            elif parent_of[node] != parent:
-                pair = (parent, key)
-                node = by_pair.get(pair)
-                if node is None:
-                    node = len(parent_of)
-                    parent_of.append(parent)
-                    by_pair[pair] = node
-            nodes.append(node)
-            parent = node
-        out.append(nodes)
-    return out, parent_of
+__all__ = ["Curve", "CurveBuilder", "chain_nodes", "lru_curve", "simulate_lru", "LruPoint"]
 
 
 @dataclass(frozen=True)
 class Curve:
-    """Hits at every LRU capacity. `block_cum[c]` / `token_cum[c]`: blocks / tokens that hit at capacity c
-    (c up to `distinct_blocks`; beyond it nothing changes)."""
+    """Hits at every LRU capacity. `block_cum[c]`: blocks that hit at capacity c (c up to `distinct_blocks`;
+    beyond it nothing changes); `token_cum[c]` the same in tokens, or None when every block holds
+    `block_tokens` tokens."""
 
     block_cum: list[int]
-    token_cum: list[int]
+    token_cum: list[int] | None
     # blocks and tokens of the counted requests (those from `measure_from` on)
     total_blocks: int
     total_tokens: int
@@ -102,14 +73,20 @@ class Curve:
     distinct_blocks: int
     # distinct blocks referenced before `measure_from`: capacities above it are not full when counting starts
     warm_blocks: int
+    block_tokens: int = 1
+
+    def _index(self, capacity_blocks) -> int:
+        return max(0, min(int(capacity_blocks), len(self.block_cum) - 1))
 
     def hits(self, capacity_blocks: int) -> int:
         """Hit blocks with a cache of `capacity_blocks` blocks."""
-        return self.block_cum[max(0, min(int(capacity_blocks), len(self.block_cum) - 1))]
+        return self.block_cum[self._index(capacity_blocks)]
 
     def hit_tokens(self, capacity_blocks: int) -> int:
         """Hit tokens (the weights given to lru_curve; blocks when none were given)."""
-        return self.token_cum[max(0, min(int(capacity_blocks), len(self.token_cum) - 1))]
+        if self.token_cum is None:
+            return self.hits(capacity_blocks) * self.block_tokens
+        return self.token_cum[self._index(capacity_blocks)]
 
     def hit_rate(self, capacity_blocks: int) -> float:
         """Hit tokens / counted tokens (0.0 when nothing is counted)."""
@@ -122,6 +99,21 @@ class Curve:
         """Hit blocks at each capacity."""
         return [self.hits(c) for c in capacities]
 
+    def smallest_reaching(self, hit_tokens: float) -> int | None:
+        """The fewest blocks whose hit tokens reach `hit_tokens` (None: not even an infinite cache does)."""
+        cum = self.block_cum if self.token_cum is None else self.token_cum
+        scale = self.block_tokens if self.token_cum is None else 1
+        low, high = 0, len(cum) - 1
+        if cum[high] * scale < hit_tokens:
+            return None
+        while low < high:
+            mid = (low + high) // 2
+            if cum[mid] * scale >= hit_tokens:
+                high = mid
+            else:
+                low = mid + 1
+        return low
+
     @property
     def ceiling_blocks(self) -> int:
         """Hit blocks with an infinite cache."""
@@ -129,45 +121,53 @@ class Curve:
 
     @property
     def ceiling_tokens(self) -> int:
-        return self.token_cum[-1]
+        return self.hit_tokens(len(self.block_cum))
 
 
-def lru_curve(
-    requests: Sequence[Sequence[Hashable]],
-    *,
-    matchable: Sequence[int] | None = None,
-    weights: Sequence[Sequence[int]] | None = None,
-    measure_from: int = 0,
-) -> Curve:
-    """The LRU curve of `requests` (arrival order; each the sequence of its block keys) in one pass.
+class CurveBuilder:
+    """The one pass, a request at a time: `add(nodes, limit)` in arrival order, then `curve()`.
 
-    `matchable`: per request, how many leading blocks may hit (default: all). `weights`: per request, the
-    tokens of each block (default: 1 each, so tokens equal blocks). `measure_from`: the first request counted.
-    """
-    chains, parent_of = chain_nodes(requests)
-    num_nodes = len(parent_of)
-    num_requests = len(chains)
-    # last[node]: the slot (request index + 1) that last referenced it; 0 = never
-    last = [0] * num_nodes
-    # Fenwick tree over slots 1..num_requests: tree sums = blocks whose last reference is in those slots
-    tree = [0] * (num_requests + 1)
-    # hist[p]: counted blocks whose running-max stack position is p (p = 1 is the most recent block)
-    hist_blocks = [0] * (num_nodes + 2)
-    hist_tokens = [0] * (num_nodes + 2) if weights is not None else hist_blocks
-    live = 0
-    total_blocks = total_tokens = 0
-    warm_blocks = 0
-    for index, nodes in enumerate(chains):
+    `nodes`: the request's prefix-tree node ids (PrefixNodes.intern); `limit`: how many leading blocks may hit;
+    `block_weights`: tokens per block when they differ (give it for every request or for none);
+    `block_tokens`: tokens per block when they are all equal."""
+
+    def __init__(self, measure_from: int = 0, block_tokens: int = 1, weighted: bool = False):
+        self.measure_from, self.block_tokens, self.weighted = measure_from, block_tokens, weighted
+        # last[node]: the slot (request index + 1) that last referenced it; 0 = never
+        self.last: list[int] = []
+        # Fenwick tree over slots 1..len(tree)-1 (a power of two): blocks whose last reference is there
+        self.tree = [0] * 1025
+        # hist[p]: counted blocks whose running-max stack position is p (p = 1 is the most recent block)
+        self.hist_blocks = [0] * 1026
+        self.hist_tokens = [0] * 1026 if weighted else None
+        self.live = self.requests = self.total_blocks = self.total_tokens = self.warm_blocks = 0
+
+    def _grow_tree(self) -> None:
+        size = len(self.tree) - 1
+        self.tree.extend([0] * size)
+        # the new top node covers every slot so far; the others cover only empty slots
+        self.tree[2 * size] = self.live
+
+    def add(self, nodes: Sequence[int], limit: int, block_weights: Sequence[int] | None = None) -> None:
+        index = self.requests
+        self.requests += 1
         slot = index + 1
+        if slot >= len(self.tree):
+            self._grow_tree()
+        tree, last, live = self.tree, self.last, self.live
+        size = len(tree) - 1
         count = len(nodes)
-        counted = index >= measure_from
-        if index == measure_from:
-            warm_blocks = live
-        limit = count if matchable is None else min(count, matchable[index])
-        block_weights = weights[index] if weights is not None else None
+        # new nodes come last in a request, numbered up from len(last)
+        if nodes and nodes[-1] >= len(last):
+            last.extend([0] * (nodes[-1] + 1 - len(last)))
+        counted = index >= self.measure_from
+        if index == self.measure_from:
+            self.warm_blocks = live
+        limit = min(count, limit)
         if counted:
-            total_blocks += count
-            total_tokens += sum(block_weights) if block_weights is not None else count
+            self.total_blocks += count
+            self.total_tokens += sum(block_weights) if self.weighted else count * self.block_tokens
+        hist_blocks, hist_tokens = self.hist_blocks, self.hist_tokens
         # the seen prefix: runs of blocks that share their last slot, slots decreasing along the request
         depth = 0
         run_slot = -1
@@ -195,38 +195,68 @@ def lru_curve(
                 # the running maximum
                 position = base + depth + 1
                 hist_blocks[position] += 1
-                if block_weights is not None:
+                if hist_tokens is not None:
                     hist_tokens[position] += block_weights[depth]
             depth += 1
         if run_slot > 0:
             runs.append((run_slot, depth - run_start))
         # the new blocks: everything from the first unseen one on (their descendants are new nodes too)
         live += count - depth
-        for old_slot, size in runs:
+        self.live = live
+        if live + 2 > len(hist_blocks):
+            grow = max(live + 2 - len(hist_blocks), len(hist_blocks))
+            hist_blocks.extend([0] * grow)
+            if hist_tokens is not None:
+                hist_tokens.extend([0] * grow)
+        for old_slot, run in runs:
             i = old_slot
-            while i <= num_requests:
-                tree[i] -= size
+            while i <= size:
+                tree[i] -= run
                 i += i & -i
         i = slot
-        while i <= num_requests:
+        while i <= size:
             tree[i] += count
             i += i & -i
         for node in nodes:
             last[node] = slot
-    if measure_from >= num_requests:
-        warm_blocks = live
-    block_cum = list(accumulate(hist_blocks[: live + 1]))
-    token_cum = list(accumulate(hist_tokens[: live + 1])) if weights is not None else block_cum
-    return Curve(
-        block_cum=block_cum,
-        token_cum=token_cum,
-        total_blocks=total_blocks,
-        total_tokens=total_tokens,
-        requests=num_requests,
-        measure_from=measure_from,
-        distinct_blocks=num_nodes,
-        warm_blocks=warm_blocks,
-    )
+
+    def curve(self, distinct_blocks: int | None = None) -> Curve:
+        live = self.live
+        warm = live if self.measure_from >= self.requests else self.warm_blocks
+        block_cum = list(accumulate(self.hist_blocks[: live + 1]))
+        token_cum = list(accumulate(self.hist_tokens[: live + 1])) if self.weighted else None
+        return Curve(
+            block_cum=block_cum,
+            token_cum=token_cum,
+            total_blocks=self.total_blocks,
+            total_tokens=self.total_tokens,
+            requests=self.requests,
+            measure_from=self.measure_from,
+            distinct_blocks=live if distinct_blocks is None else distinct_blocks,
+            warm_blocks=warm,
+            block_tokens=self.block_tokens,
+        )
+
+
+def lru_curve(
+    requests: Sequence[Sequence[Hashable]],
+    *,
+    matchable: Sequence[int] | None = None,
+    weights: Sequence[Sequence[int]] | None = None,
+    measure_from: int = 0,
+) -> Curve:
+    """The LRU curve of `requests` (arrival order; each the sequence of its block keys) in one pass.
+
+    `matchable`: per request, how many leading blocks may hit (default: all). `weights`: per request, the
+    tokens of each block (default: 1 each, so tokens equal blocks). `measure_from`: the first request counted.
+    """
+    interner = PrefixNodes()
+    builder = CurveBuilder(measure_from, weighted=weights is not None)
+    for index, keys in enumerate(requests):
+        nodes = interner.intern(keys)
+        limit = len(nodes) if matchable is None else matchable[index]
+        builder.add(nodes, limit, weights[index] if weights is not None else None)
+    return builder.curve(len(interner))
 
 
 @dataclass(frozen=True)

@@ -3,21 +3,25 @@
 Each arrival first brings every worker's clock up to it (steps in flight finish), then the router sees the
 workers as they are and picks one. Reported: the fleet's hit rate and the cause of every miss, per-worker load
 (requests, prompt tokens) and hit rate, blocks cached on more than one worker at the end of the run.
-The regret and the global-cache comparison are further runs (`compare_fleet`): the same fleet under the
-longest-cached-prefix router, and one worker with the fleet's total capacity, batch budget and sequences
-(Mooncake's "global cache", its Figure 10).
+
+Regret as Dynamo's router proposal measures it: at each arrival, the longest prefix of the request cached on
+any worker (reachable) against the prefix cached on the worker the router chose (achieved); the fleet's
+reachable and achieved hit rates (tokens / prompt tokens) and their difference. Both are read at routing
+time, so achieved may differ from the hit the chosen worker then serves (an eviction or a block in flight
+before admission). The global-cache comparison is a further run: one worker with the fleet's total capacity,
+batch budget and sequences (Mooncake's "global cache", its Figure 10).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from engine.core.hashing import block_hashes
 from kvtui.whatif.causes import MissLedger
-from kvtui.whatif.routers import Router
-from kvtui.whatif.simulate import SimConfig, SimResult, Worker, paused_gc, simulate
+from kvtui.whatif.hash_keys import routing_keys
+from kvtui.whatif.routers import Router, cached_blocks
+from kvtui.whatif.simulate import SimConfig, SimResult, Worker, paused_gc
 
 
 @dataclass
@@ -29,6 +33,26 @@ class FleetResult:
     per_worker: list[dict]
     duplicated_blocks: int
     cached_blocks: int
+    # tokens of the longest prefix cached on any worker at arrival, and on the chosen one
+    reachable_tokens: int = 0
+    achieved_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        prompt = self.result.prompt_tokens or 1
+        reachable, achieved = self.reachable_tokens / prompt, self.achieved_tokens / prompt
+        return {
+            "router": self.router,
+            "workers": self.workers,
+            "capacity_tokens_per_worker": self.result.config.capacity_tokens,
+            "token_hit_rate": self.result.token_hit_rate,
+            "misses": dict(self.result.causes),
+            "per_worker": self.per_worker,
+            "duplicated_blocks": self.duplicated_blocks,
+            "cached_blocks": self.cached_blocks,
+            "reachable_hit_rate": reachable,
+            "achieved_hit_rate": achieved,
+            "regret": reachable - achieved,
+        }
 
 
 def simulate_fleet(
@@ -39,18 +63,16 @@ def simulate_fleet(
     fleet = [Worker(config, ledger, hash_ids, name=f"w{i}") for i in range(workers)]
     placed: list[list[str]] = [[] for _ in fleet]
     prompt_of = [0] * workers
+    reachable = achieved = 0
     with paused_gc():
         for index, item in enumerate(requests):
             for worker in fleet:
                 worker.advance_to(item.arrival)
-            prompt = item.prompt_token_ids()
-            matchable = max(len(prompt) - 1, 0) // config.block_size
-            keys = (
-                block_hashes(prompt[: matchable * config.block_size], config.block_size, item.cache_salt)[0]
-                if config.prefix_cache
-                else []
-            )
-            choice = router.pick(fleet, keys)
+            keys = routing_keys(item, config.block_size) if config.prefix_cache else []
+            overlaps = [cached_blocks(w, keys) for w in fleet]
+            choice = router.pick(fleet, keys, overlaps)
+            reachable += max(overlaps) * config.block_size
+            achieved += overlaps[choice] * config.block_size
             fleet[choice].add(item)
             placed[choice].append(item.request_id)
             prompt_of[choice] += item.num_prompt_tokens
@@ -88,34 +110,12 @@ def simulate_fleet(
         time.perf_counter() - started,
     )
     return FleetResult(
-        router.name, workers, result, per_worker, sum(c - 1 for c in seen.values() if c > 1), len(seen)
+        router.name,
+        workers,
+        result,
+        per_worker,
+        sum(c - 1 for c in seen.values() if c > 1),
+        len(seen),
+        reachable,
+        achieved,
     )
-
-
-def compare_fleet(
-    requests, config: SimConfig, workers: int, router: Router, hash_ids: bool = False, progress=None
-) -> dict:
-    """The fleet, the same fleet with the longest-prefix router (regret), and one shared cache of the same
-    total capacity (global cache)."""
-    fleet = simulate_fleet(requests, config, workers, router, hash_ids, progress)
-    best = simulate_fleet(requests, config, workers, Router("longest_prefix"), hash_ids, progress)
-    shared = replace(
-        config,
-        capacity_tokens=config.capacity_tokens * workers,
-        max_batched_tokens=config.max_batched_tokens * workers,
-        max_num_seqs=config.max_num_seqs * workers,
-    )
-    one = simulate(requests, shared, hash_ids, progress=progress)
-    return {
-        "router": router.name,
-        "workers": workers,
-        "capacity_tokens_per_worker": config.capacity_tokens,
-        "token_hit_rate": fleet.result.token_hit_rate,
-        "misses": dict(fleet.result.causes),
-        "per_worker": fleet.per_worker,
-        "duplicated_blocks": fleet.duplicated_blocks,
-        "cached_blocks": fleet.cached_blocks,
-        "longest_prefix_token_hit_rate": best.result.token_hit_rate,
-        "regret": best.result.token_hit_rate - fleet.result.token_hit_rate,
-        "global_cache_token_hit_rate": one.token_hit_rate,
-    }

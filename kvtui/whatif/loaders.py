@@ -9,13 +9,17 @@ from the content (`detect_format`), and `--format` overrides it.
                torch-free `tokenizers` package; chat messages need transformers' chat template); arrival_step
                s becomes s x STEP_SECONDS
     mooncake   Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (mooncake.py)
+    bailian    Qwen-Bailian JSONL: chat_id, timestamp (s), per-block hash_ids of 16 tokens (bailian.py)
     proxy-log  the request log of kvtui's OpenAI proxy (issue 18), one JSON object per line:
                    {"arrival": 12.5,                      seconds (or "timestamp": ms since the epoch / start)
                     "request_id": "chatcmpl-1",           optional (default: line number)
                     "prompt_token_ids": [1, 2, 3],        what the server tokenized
                     "output_token_ids": [4, 5],           what it generated (or "output_length": N)
-                    "cache_salt": null}                   optional (vLLM's cache_salt; a LoRA name may go here)
-               arrivals are made relative to the first one
+                    "cache_salt": null,                   optional (vLLM's cache_salt; a LoRA name may go here)
+                    "cached_tokens": 64,                  optional: what the server served from its cache
+                    "server": {"block_size": 32, ...}}    optional: its cache settings (kvtui proxy records them)
+               arrivals are made relative to the first one; with cached_tokens the report checks the twin
+               against the server (fidelity.py), and with server it replays at the server's settings
 
 A bad line of a JSONL format is skipped and named (`Workload.problems`: "line 7: ..."); the good lines are kept.
 """
@@ -25,10 +29,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvtui.whatif.bailian import load_bailian, looks_like_bailian
 from kvtui.whatif.mooncake import load_mooncake, looks_like_mooncake
 from kvtui.whatif.requests import SimRequest, Workload
 
-FORMATS = ("trace", "workload", "mooncake", "proxy-log")
+FORMATS = ("trace", "workload", "mooncake", "bailian", "proxy-log")
 # a workload JSON counts arrivals in engine steps: one step is taken to last this long
 STEP_SECONDS = 0.02
 
@@ -54,6 +59,8 @@ def detect_format(path: str | Path) -> str:
     if isinstance(obj, dict):
         if obj.get("type") == "header":
             return "trace"
+        if looks_like_bailian(obj):
+            return "bailian"
         if looks_like_mooncake(obj):
             return "mooncake"
         if "prompt_token_ids" in obj and "requests" not in obj:
@@ -65,7 +72,7 @@ def detect_format(path: str | Path) -> str:
         return "workload"
     raise WorkloadFormatError(
         f"{path}: cannot tell the format from line 1 (expected a kvtui trace header, a "
-        "Mooncake line with hash_ids, a proxy-log line with prompt_token_ids, or a "
+        "Mooncake or Qwen-Bailian line with hash_ids, a proxy-log line with prompt_token_ids, or a "
         "workload JSON); pass --format " + "|".join(FORMATS)
     )
 
@@ -81,6 +88,8 @@ def load(
         return load_workload_json(path, tokenizer)
     if fmt == "mooncake":
         return load_mooncake(path, trace_block_size)
+    if fmt == "bailian":
+        return load_bailian(path)
     if fmt == "proxy-log":
         return load_proxy_log(path)
     raise WorkloadFormatError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
@@ -204,14 +213,19 @@ def _encoder(tokenizer: str | None, path: Path, texts: list[str]):
 # --- proxy request log ------------------------------------------------------------------------------------
 def load_proxy_log(path: Path) -> Workload:
     requests, problems = [], []
+    server = None
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
             try:
-                requests.append(_proxy_request(json.loads(line), number))
+                obj = json.loads(line)
+                requests.append(_proxy_request(obj, number))
             except (json.JSONDecodeError, ValueError, TypeError, KeyError) as exc:
                 problems.append(f"line {number}: {_why(exc)}")
+                continue
+            if server is None and isinstance(obj.get("server"), dict):
+                server = obj["server"]
     if not requests:
         raise WorkloadFormatError(
             f"{path}: no usable proxy-log line" + (f" ({problems[0]})" if problems else "")
@@ -220,7 +234,7 @@ def load_proxy_log(path: Path) -> Workload:
     t0 = requests[0].arrival
     for r in requests:
         r.arrival -= t0
-    return Workload(path.name, "proxy-log", requests, problems, [])
+    return Workload(path.name, "proxy-log", requests, problems, [], server)
 
 
 def _proxy_request(obj, number: int) -> SimRequest:
@@ -240,6 +254,7 @@ def _proxy_request(obj, number: int) -> SimRequest:
         raise ValueError("needs arrival (seconds) or timestamp (ms)")
     length = len(output) if output else int(obj.get("output_length", 1))
     salt = obj.get("cache_salt")
+    cached = obj.get("cached_tokens")
     return SimRequest(
         str(obj.get("request_id", f"line{number}")),
         arrival,
@@ -247,6 +262,7 @@ def _proxy_request(obj, number: int) -> SimRequest:
         output or None,
         max(length, 1),
         None if salt is None else str(salt),
+        server_cached=cached if type(cached) is int else None,
     )
 
 

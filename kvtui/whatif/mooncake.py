@@ -55,32 +55,41 @@ def parse_line(obj, number: int, block: int) -> SimRequest:
     )
 
 
-def load_mooncake(path: str | Path, trace_block_size: int = 512) -> Workload:
-    path = Path(path)
+def iter_mooncake(handle, trace_block_size: int, problems: list[str]):
+    """The file's good lines as requests, in file order (arrivals as written, in seconds); each bad line goes
+    to `problems` with its number and why. Reads a line at a time: `handle` may be any text file."""
     if trace_block_size < 1:
         raise ValueError("--trace-block-size must be at least 1")
-    requests, problems = [], []
+    for number, line in enumerate(handle, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
+            continue
+        try:
+            yield parse_line(obj, number, trace_block_size)
+        except ValueError as exc:
+            problems.append(f"line {number}: {exc}")
+
+
+def notes_for(trace_block_size: int) -> list[str]:
+    return [
+        f"each hash id is {trace_block_size} tokens; generated tokens take pool space while their request "
+        "runs but are never cached (their content is unknown, and the next turn's ids already carry it)"
+    ]
+
+
+def load_mooncake(path: str | Path, trace_block_size: int = 512) -> Workload:
+    path = Path(path)
+    problems: list[str] = []
     with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                problems.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
-                continue
-            try:
-                requests.append(parse_line(obj, number, trace_block_size))
-            except ValueError as exc:
-                problems.append(f"line {number}: {exc}")
+        requests = list(iter_mooncake(handle, trace_block_size, problems))
     if not requests:
         raise ValueError(f"{path}: no usable Mooncake line" + (f" ({problems[0]})" if problems else ""))
     requests.sort(key=lambda r: r.arrival)
     t0 = requests[0].arrival
     for r in requests:
         r.arrival -= t0
-    notes = [
-        f"each hash id is {trace_block_size} tokens; generated tokens take pool space while their request "
-        "runs but are never cached (their content is unknown, and the next turn's ids already carry it)"
-    ]
-    return Workload(path.name, "mooncake", requests, problems, notes)
+    return Workload(path.name, "mooncake", requests, problems, notes_for(trace_block_size))

@@ -26,18 +26,20 @@ schedule that favours heavy blocks could get a few more tokens, so the token fig
 not a token optimum.
 
 Cost: one simulation per capacity, a heap keyed by next use: O(references * log(capacity)) each (about 0.3 s
-per capacity on a 300k-reference workload).
+per capacity on a 300k-reference workload). `belady_flat` takes the chains as one flat array of node ids
+with the start of each request (what a streamed workload keeps: 4 bytes a reference).
 """
 
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from kvtui.whatif.curve import chain_nodes
+from kvtui.whatif.prefix_nodes import PrefixNodes
 
-__all__ = ["OptimalPoint", "belady", "next_uses"]
+__all__ = ["OptimalPoint", "belady", "belady_flat"]
 
 
 @dataclass(frozen=True)
@@ -54,26 +56,6 @@ class OptimalPoint:
         return self.hit_tokens / self.total_tokens if self.total_tokens else 0.0
 
 
-def next_uses(
-    chains: list[list[int]], matchable: Sequence[int] | None, num_nodes: int, measure_from: int = 0
-) -> list[list[int]]:
-    """For each reference (request i, depth d): the next request after i where the node's hit would count
-    (a request from `measure_from` on, the node within its matchable blocks); len(chains) when there is
-    none."""
-    never = len(chains)
-    upcoming = [never] * num_nodes
-    out: list[list[int]] = [[]] * len(chains)
-    for index in range(len(chains) - 1, -1, -1):
-        nodes = chains[index]
-        out[index] = [upcoming[node] for node in nodes]
-        if index < measure_from:
-            continue
-        limit = len(nodes) if matchable is None else min(len(nodes), matchable[index])
-        for depth in range(limit):
-            upcoming[nodes[depth]] = index
-    return out
-
-
 def belady(
     requests: Sequence[Sequence[Hashable]],
     capacities: Sequence[int],
@@ -83,45 +65,81 @@ def belady(
     measure_from: int = 0,
 ) -> list[OptimalPoint]:
     """Belady's optimal eviction at each capacity (in blocks); one simulation per capacity."""
-    chains, parent_of = chain_nodes(requests)
-    uses = next_uses(chains, matchable, len(parent_of), measure_from)
+    interner = PrefixNodes()
+    flat, starts = array("i"), array("q", [0])
+    for keys in requests:
+        flat.extend(interner.intern(keys))
+        starts.append(len(flat))
+    limits = [starts[i + 1] - starts[i] for i in range(len(requests))] if matchable is None else matchable
+    return belady_flat(flat, starts, limits, len(interner), capacities, weights, measure_from)
+
+
+def belady_flat(
+    flat: Sequence[int],
+    starts: Sequence[int],
+    limits: Sequence[int],
+    num_nodes: int,
+    capacities: Sequence[int],
+    weights: Sequence[Sequence[int]] | None = None,
+    measure_from: int = 0,
+    block_tokens: int = 1,
+) -> list[OptimalPoint]:
+    """The same over flat chains: request i's node ids are flat[starts[i]:starts[i + 1]], its first
+    limits[i] blocks may hit; tokens per block from `weights` (per request) or `block_tokens` (all equal)."""
+    uses = next_uses(flat, starts, limits, num_nodes, measure_from)
     return [
-        _simulate(chains, uses, len(parent_of), capacity, matchable, weights, measure_from)
-        for capacity in capacities
+        _simulate(flat, starts, limits, uses, num_nodes, c, weights, measure_from, block_tokens)
+        for c in capacities
     ]
 
 
+def next_uses(
+    flat: Sequence[int], starts: Sequence[int], limits: Sequence[int], num_nodes: int, measure_from: int = 0
+) -> array:
+    """For each reference (request i, depth d), flat like the chains: the next request after i where the
+    node's hit would count (a request from `measure_from` on, the node within its limit); the number of
+    requests when there is none."""
+    requests = len(starts) - 1
+    upcoming = array("i", [requests]) * num_nodes
+    out = array("i", [0]) * len(flat)
+    for index in range(requests - 1, -1, -1):
+        start, end = starts[index], starts[index + 1]
+        for p in range(start, end):
+            out[p] = upcoming[flat[p]]
+        if index < measure_from:
+            continue
+        for p in range(start, min(end, start + limits[index])):
+            upcoming[flat[p]] = index
+    return out
+
+
 def _simulate(
-    chains: list[list[int]],
-    uses: list[list[int]],
-    num_nodes: int,
-    capacity: int,
-    matchable: Sequence[int] | None,
-    weights: Sequence[Sequence[int]] | None,
-    measure_from: int,
+    flat, starts, limits, uses, num_nodes: int, capacity: int, weights, measure_from: int, block_tokens: int
 ) -> OptimalPoint:
-    never = len(chains)
+    never = len(starts) - 1
     present = bytearray(num_nodes)
     # the next counted use each cached node is kept for (a heap entry is stale unless it matches)
-    keep_for = [never] * num_nodes
+    keep_for = array("i", [never]) * num_nodes
     # a max-heap on (next use, depth): (-next, -depth, node)
     heap: list[tuple[int, int, int]] = []
     size = 0
     hit_blocks = hit_tokens = total_blocks = total_tokens = 0
     push, pop = heapq.heappush, heapq.heappop
-    for index, nodes in enumerate(chains):
-        count = len(nodes)
+    for index in range(never):
+        start, end = starts[index], starts[index + 1]
+        count = end - start
         block_weights = weights[index] if weights is not None else None
         if index >= measure_from:
-            limit = count if matchable is None else min(count, matchable[index])
+            limit = min(count, limits[index])
             total_blocks += count
-            total_tokens += sum(block_weights) if block_weights is not None else count
+            total_tokens += sum(block_weights) if block_weights is not None else count * block_tokens
             depth = 0
-            while depth < limit and present[nodes[depth]]:
+            while depth < limit and present[flat[start + depth]]:
                 depth += 1
             hit_blocks += depth
-            hit_tokens += sum(block_weights[:depth]) if block_weights is not None else depth
-        for depth, (node, upcoming) in enumerate(zip(nodes, uses[index])):
+            hit_tokens += sum(block_weights[:depth]) if block_weights is not None else depth * block_tokens
+        for p in range(start, end):
+            node, upcoming = flat[p], uses[p]
             if upcoming == never:
                 # never hits again: keeping it can only cost a slot
                 if present[node]:
@@ -132,7 +150,7 @@ def _simulate(
             if not present[node]:
                 present[node] = 1
                 size += 1
-            push(heap, (-upcoming, -depth, node))
+            push(heap, (-upcoming, start - p, node))
         while size > capacity:
             negative_next, _, node = pop(heap)
             if present[node] and keep_for[node] == -negative_next:

@@ -6,14 +6,17 @@
                  "token_hit_rate", "misses": {cause: tokens}}],
      "optimal": [{"capacity_tokens", "token_hit_rate"}]}
 
-plus "fleet" with --workers, "requests_detail" with --per-request, and "notes". A point also names
-max_batched_tokens, max_num_seqs and prefix_cache when a sweep varies them.
+plus "fleet" (the first router) and "fleets" (every router) with --workers, "targets" with --target,
+"fidelity" when the log carries the server's cached tokens, "requests_detail" with --per-request, and
+"notes". A point also names max_batched_tokens, max_num_seqs and prefix_cache when a sweep varies them.
+`ceiling.source` says where the ceiling came from: "one-pass" (the curve's limit) or "simulated".
 """
 
 from __future__ import annotations
 
-from kvtui.whatif.capacity import human_tokens
+from kvtui.whatif.capacity import human_bytes, human_tokens
 from kvtui.whatif.causes import shares_sentence
+from kvtui.whatif.fidelity import fidelity_lines
 
 
 def as_json(
@@ -28,7 +31,7 @@ def as_json(
     out = {
         "workload": workload.name,
         "format": workload.format,
-        "requests": len(workload.requests),
+        "requests": workload.num_requests,
         "prompt_tokens": workload.prompt_tokens,
         "ceiling": {"token_hit_rate": ceiling},
         "points": points,
@@ -58,10 +61,31 @@ def as_table(report: dict) -> str:
     if len(report.get("skipped_lines", [])) > 10:
         lines.append(f"  ... {len(report['skipped_lines']) - 10} more lines skipped")
     lines += [f"note      {n}" for n in report["notes"]]
+    source = report["ceiling"].get("source", "simulated")
     lines.append(
         f"ceiling   {_pct(report['ceiling']['token_hit_rate']).strip()} of prompt tokens "
-        "(infinite cache, simulated)"
+        + (
+            "(every whole block seen before hits: the one-pass curve's limit)"
+            if source == "one-pass"
+            else "(infinite cache, simulated)"
+        )
     )
+    per_token = report.get("bytes_per_token")
+    for t in report.get("targets", []):
+        share = (
+            f"{100 * t['fraction_of_ceiling']:g}% of the one-pass ceiling "
+            f"({_pct(t['ceiling_token_hit_rate']).strip()})"
+        )
+        if t["capacity_tokens"] is None:
+            lines.append(f"target    {share}: not reached")
+            continue
+        size = human_tokens(t["capacity_tokens"]) + " tokens"
+        if t.get("capacity_bytes") is not None:
+            size += f" ({human_bytes(t['capacity_bytes'])})"
+        lines.append(
+            f"target    {share}: {size}, {_pct(t['token_hit_rate']).strip()} of prompt tokens "
+            "(the smallest LRU capacity that reaches it)"
+        )
     optimal = {o["capacity_tokens"]: o["token_hit_rate"] for o in report["optimal"]}
     extra = [
         k
@@ -69,7 +93,9 @@ def as_table(report: dict) -> str:
         if any(k in p for p in report["points"])
     ]
     head = (
-        f"{'capacity':>9} {'block':>5} {'eviction':>8} {'method':>9} "
+        f"{'capacity':>9} "
+        + (f"{'bytes':>10} " if per_token else "")
+        + f"{'block':>5} {'eviction':>8} {'method':>9} "
         + "".join(f"{k[:12]:>13}" for k in extra)
         + f" {'hit rate':>8} {'optimal':>8}"
     )
@@ -77,8 +103,9 @@ def as_table(report: dict) -> str:
     for p in report["points"]:
         opt = optimal.get(p["capacity_tokens"])
         lines.append(
-            f"{human_tokens(p['capacity_tokens']):>9} {p['block_size']:>5} {p['eviction']:>8} "
-            f"{p['method']:>9} "
+            f"{human_tokens(p['capacity_tokens']):>9} "
+            + (f"{human_bytes(p['capacity_tokens'] * per_token):>10} " if per_token else "")
+            + f"{p['block_size']:>5} {p['eviction']:>8} {p['method']:>9} "
             + "".join(f"{str(p.get(k, '')):>13}" for k in extra)
             + f" {_pct(p['token_hit_rate']):>8} {_pct(opt) if opt is not None else '':>8}"
         )
@@ -90,24 +117,8 @@ def as_table(report: dict) -> str:
                 + shares_sentence(report["prompt_tokens"], _counter(p["misses"]))
             )
     lines += compare_lines(report)
-    fleet = report.get("fleet")
-    if fleet:
-        lines += [
-            "",
-            f"fleet     {fleet['workers']} workers x {human_tokens(fleet['capacity_tokens_per_worker'])}"
-            f", router {fleet['router']}: hit rate {_pct(fleet['token_hit_rate']).strip()}; longest-prefix "
-            f"router {_pct(fleet['longest_prefix_token_hit_rate']).strip()} (regret "
-            f"{100 * fleet['regret']:.1f} points); one shared cache of the same total "
-            f"{_pct(fleet['global_cache_token_hit_rate']).strip()}",
-            f"          {fleet['duplicated_blocks']:,} of {fleet['cached_blocks']:,} distinct cached blocks "
-            "are held by more than one worker at the end (extra copies)",
-            f"{'worker':>9} {'requests':>9} {'prompt tokens':>14} {'hit rate':>9} {'preemptions':>12}",
-        ]
-        for w in fleet["per_worker"]:
-            lines.append(
-                f"{w['worker']:>9} {w['requests']:>9,} {w['prompt_tokens']:>14,} "
-                f"{_pct(w['token_hit_rate']):>9} {w['preemptions']:>12,}"
-            )
+    lines += fleet_lines(report)
+    lines += fidelity_lines(report)
     for d in report.get("requests_detail", []):
         misses = ", ".join(f"{k} {v}" for k, v in sorted(d["misses"].items(), key=lambda kv: -kv[1]))
         lines.append(
@@ -115,6 +126,36 @@ def as_table(report: dict) -> str:
             + (f"; {d['detail']}" if d["detail"] else "")
         )
     return "\n".join(lines)
+
+
+def fleet_lines(report: dict) -> list[str]:
+    fleets = report.get("fleets") or ([report["fleet"]] if report.get("fleet") else [])
+    if not fleets:
+        return []
+    first = fleets[0]
+    lines = [
+        "",
+        f"fleet     {first['workers']} workers x {human_tokens(first['capacity_tokens_per_worker'])}; "
+        f"one shared cache of the same total {_pct(first['global_cache_token_hit_rate']).strip()}",
+        "          reachable: the longest prefix cached on any worker at arrival; achieved: on the chosen "
+        "worker; regret = reachable - achieved (Dynamo's)",
+        f"{'router':>15} {'hit rate':>9} {'reachable':>10} {'achieved':>9} {'regret':>7} {'copies':>7}",
+    ]
+    for f in fleets:
+        lines.append(
+            f"{f['router']:>15} {_pct(f['token_hit_rate']):>9} {_pct(f['reachable_hit_rate']):>10} "
+            f"{_pct(f['achieved_hit_rate']):>9} {100 * f['regret']:>6.1f}p {f['duplicated_blocks']:>7,}"
+        )
+    lines.append(
+        f"          copies: blocks held by more than one worker at the end; per worker ({first['router']}):"
+    )
+    lines.append(f"{'worker':>9} {'requests':>9} {'prompt tokens':>14} {'hit rate':>9} {'preemptions':>12}")
+    for w in first["per_worker"]:
+        lines.append(
+            f"{w['worker']:>9} {w['requests']:>9,} {w['prompt_tokens']:>14,} "
+            f"{_pct(w['token_hit_rate']):>9} {w['preemptions']:>12,}"
+        )
+    return lines
 
 
 def _counter(misses: dict):
@@ -194,7 +235,7 @@ def compare_lines(report: dict) -> list[str]:
         + (
             "; the engine also caches a token workload's generated tokens, "
             "which the next turn reuses (one-pass: prompts only)"
-            if report["format"] != "mooncake"
+            if report["format"] not in ("mooncake", "bailian")
             else ""
         ),
     ]

@@ -8,7 +8,9 @@ rather than tokens: its token ids are made when the simulation needs them (`prom
 Token id spaces, so that made-up tokens never collide with real ones or with each other:
     [0, 2**40)                      real token ids (a vocabulary is far smaller)
     [2**40, 2**59)                  hash id h of a Mooncake trace with B tokens per id: HASH_BASE + h*B + j,
-                                    j < B (a run of B ids that belongs to h alone: no two ids share a token)
+                                    j < B (a run of B ids that belongs to h alone: no two ids share a token);
+                                    a run that writes no trace marks only each block's first token so, the
+                                    others being j (compact_tokens)
     [2**60, ...)                    fresh output tokens, one new id per generated token, never reused
 """
 
@@ -45,6 +47,33 @@ def hash_id_tokens(hash_ids: Sequence[int], input_length: int, trace_block_size:
     return tokens
 
 
+# j for j < B, made once: the unmarked tokens of compact prompts point into it (no new int objects)
+_TEMPLATES: dict[int, list[int]] = {}
+
+
+def compact_tokens(
+    hash_ids: Sequence[int], input_length: int, trace_block_size: int, block_size: int
+) -> list[int]:
+    """A hash-id prompt for a run that writes no trace, with `block_size` dividing B: the first token of every
+    block is its id in the full scheme (HASH_BASE + h*B + j), the others are j. Two blocks are equal exactly
+    when their first tokens are, as in the full scheme, and making 12k-token prompts costs pointer copies
+    instead of 12k new ints each."""
+    b = trace_block_size
+    template = _TEMPLATES.get(b)
+    if template is None:
+        template = _TEMPLATES[b] = list(range(b))
+    tokens: list[int] = []
+    last = len(hash_ids) - 1
+    for i, h in enumerate(hash_ids):
+        n = input_length - last * b if i == last else b
+        start = len(tokens)
+        tokens.extend(template[:n])
+        base = HASH_BASE + h * b
+        for j in range(0, n, block_size):
+            tokens[start + j] = base + j
+    return tokens
+
+
 @dataclass(slots=True)
 class SimRequest:
     request_id: str
@@ -61,6 +90,8 @@ class SimRequest:
     input_length: int = 0
     trace_block_size: int = 0
     phase: str | None = None
+    # the server's cached tokens for this request, when its log says (a proxy log): the twin's check
+    server_cached: int | None = None
     _keys: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -71,9 +102,13 @@ class SimRequest:
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids) if self.output_token_ids is not None else self.output_length
 
-    def prompt_token_ids(self) -> list[int]:
+    def prompt_token_ids(self, compact_block: int | None = None) -> list[int]:
+        """The prompt's token ids; `compact_block`: a block size that divides the trace's, for the compact
+        scheme of a run that writes no trace (compact_tokens)."""
         if self.prompt is not None:
             return self.prompt
+        if compact_block and self.trace_block_size % compact_block == 0:
+            return compact_tokens(self.hash_ids, self.input_length, self.trace_block_size, compact_block)
         return hash_id_tokens(self.hash_ids, self.input_length, self.trace_block_size)
 
 
@@ -82,7 +117,7 @@ class Workload:
     """Requests in arrival order, where they came from, and what was wrong with the file (kept going)."""
 
     name: str
-    # trace | workload | mooncake | proxy-log
+    # trace | workload | mooncake | bailian | proxy-log
     format: str
     requests: list[SimRequest]
     # "line 7: ..." for each line skipped
@@ -90,14 +125,23 @@ class Workload:
     # what the reader assumed
     notes: list[str] = field(default_factory=list)
 
+    # the server's cache settings when the log recorded them (block_size, num_gpu_blocks, prefix caching)
+    server: dict | None = None
+
     @property
     def prompt_tokens(self) -> int:
         return sum(r.num_prompt_tokens for r in self.requests)
 
     @property
+    def num_requests(self) -> int:
+        return len(self.requests)
+
+    @property
     def hash_ids(self) -> bool:
         """Prompts are hash ids: generated tokens take pool space but are never cached."""
-        return self.format == "mooncake"
+        return self.format in ("mooncake", "bailian")
 
     def slice(self, start: int | None, stop: int | None) -> Workload:
-        return Workload(self.name, self.format, self.requests[start:stop], self.problems, self.notes)
+        return Workload(
+            self.name, self.format, self.requests[start:stop], self.problems, self.notes, self.server
+        )

@@ -8,7 +8,7 @@ kv_aware        NVIDIA Dynamo's KV router cost, lowest first:
                 prefill_blocks: the request's blocks not cached on that worker; decode_blocks: blocks its
                 active requests hold (a queued request: the blocks of its prompt). With a temperature T > 0 a worker is drawn with probability
                 softmax(-cost / T) instead (Dynamo's router_temperature).
-longest_prefix  the most cached prefix blocks (ties: least loaded): the reference of the regret figure
+longest_prefix  the most cached prefix blocks (ties: least loaded)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 import random
 from collections.abc import Sequence
 
-ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware")
+ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "longest_prefix")
 
 
 def cached_blocks(worker, keys: Sequence) -> int:
@@ -42,14 +42,18 @@ def active_blocks(worker) -> int:
 
 class Router:
     def __init__(self, name: str, seed: int = 0, overlap_weight: float = 1.0, temperature: float = 0.0):
-        if name not in ROUTERS + ("longest_prefix",):
+        if name not in ROUTERS:
             raise ValueError(f"unknown router {name!r}: choose one of {', '.join(ROUTERS)}")
         self.name, self.overlap_weight, self.temperature = name, overlap_weight, temperature
         self.rng = random.Random(seed)
         self._next = 0
 
-    def pick(self, workers: list, keys: Sequence) -> int:
+    def pick(self, workers: list, keys: Sequence, overlaps: Sequence[int] | None = None) -> int:
+        """The worker for a request of these block keys; `overlaps`: each worker's cached leading blocks of
+        them, when the caller has them already."""
         n = len(workers)
+        if overlaps is None and self.name in ("longest_prefix", "kv_aware"):
+            overlaps = [cached_blocks(w, keys) for w in workers]
         if self.name == "round_robin":
             self._next += 1
             return (self._next - 1) % n
@@ -58,9 +62,10 @@ class Router:
         if self.name == "least_loaded":
             return min(range(n), key=lambda i: (load_of(workers[i]), i))
         if self.name == "longest_prefix":
-            return min(range(n), key=lambda i: (-cached_blocks(workers[i], keys), load_of(workers[i]), i))
+            return min(range(n), key=lambda i: (-overlaps[i], load_of(workers[i]), i))
         costs = [
-            self.overlap_weight * (len(keys) - cached_blocks(w, keys)) + active_blocks(w) for w in workers
+            self.overlap_weight * (len(keys) - overlap) + active_blocks(w)
+            for w, overlap in zip(workers, overlaps)
         ]
         if self.temperature <= 0:
             return min(range(n), key=lambda i: (costs[i], i))

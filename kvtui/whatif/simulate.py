@@ -9,8 +9,8 @@ their request runs, but their content is unknown and the next turn's ids already
 
 Time comes from the stated cost model (cost.py): a step lasts per_step + per prefill token + per decode row,
 arrivals join at the first step boundary after they arrive, an idle worker jumps to the next arrival. Runs of
-decode-only steps with nothing else to do are taken at once (engine/core/decode_run.py) unless a trace is
-written. No torch is imported (tests/kvtui/whatif/test_simulate.py).
+decode-only steps are taken at once, and plain decode rows are set aside in the others (quiet_rows.py),
+unless a trace is written. No torch is imported (tests/kvtui/whatif/test_simulate.py).
 
 The miss causes (causes.py) are read from the manager's own events as they are emitted.
 """
@@ -26,14 +26,16 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from engine.config import EngineConfig
-from engine.core.decode_run import decode_run_length, take_decode_run
 from engine.core.engine_core import EngineCore
+from engine.core.quiet_rows import scan, schedule_beside, take_quiet, take_run
 from engine.core.request import Request, SamplingParams
 from engine.models.shape import ModelShape
 from engine.trace.writer import TraceSink, TraceWriter
 from kvtui.whatif.causes import MissLedger
 from kvtui.whatif.cost import CostModel
+from kvtui.whatif.hash_keys import prefill_keys
 from kvtui.whatif.requests import FRESH_BASE, SimRequest
+from kvtui.whatif.run_sink import RunSink
 
 # one full-attention layer of one head (tests/helpers/model_free.py's shape): the manager reads only the block counts
 SHAPE = ModelShape(
@@ -86,15 +88,15 @@ class Worker:
         # runs of decode-only steps taken at once (never while writing a trace)
         self.fast_forward = fast_forward
         self.now = 0.0
-        self.sink = TraceSink(clock=lambda: self.now)
         self.tracing = trace_path is not None
+        self.sink = (TraceSink if self.tracing else RunSink)(clock=lambda: self.now)
         engine_config = config.engine_config()
         self.core = EngineCore(
             shape,
             engine_config,
             self.sink,
-            # texts only when a trace is written (bool: the cheapest builtin that takes a token id)
-            str if self.tracing else bool,
+            # texts only when a trace is written
+            str if self.tracing else None,
             cache_generated=not hash_ids,
             step_events=self.tracing,
             keep_finished=False,
@@ -105,6 +107,8 @@ class Worker:
         self.preemptions = self.finished = 0
         # prompt tokens served from a partly filled cached block (the one-pass curve never reuses one)
         self.partial_tokens = 0
+        # request -> its partly filled block, known unshared (quiet_rows.scan)
+        self._own: dict = {}
         self.sink.listeners.append(self._on_event)
         self.core.finish_listeners.append(self._on_finish)
         if self.tracing:
@@ -140,6 +144,7 @@ class Worker:
         kind = event["type"]
         if kind == "request_preempted":
             self.preemptions += 1
+            self._own.pop(event["request_id"], None)
             return
         if kind == "prefix_match":
             detail = event["detail"]
@@ -155,6 +160,7 @@ class Worker:
         self.finished += 1
         # the finished request's tokens are not needed again: keep memory flat on long runs
         self.outputs.pop(req.request_id, None)
+        self._own.pop(req.request_id, None)
 
     # --- requests ---------------------------------------------------------------------------------------
     def fits(self, item: SimRequest) -> bool:
@@ -168,7 +174,12 @@ class Worker:
         params = SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True)
         recorded = item.output_token_ids
         self.outputs[item.request_id] = None if recorded is None else deque(recorded)
-        self.core.add_request(item.prompt_token_ids(), params, item.cache_salt, item.request_id, item.phase)
+        compact = None if self.tracing else self.config.block_size
+        rid = self.core.add_request(
+            item.prompt_token_ids(compact), params, item.cache_salt, item.request_id, item.phase
+        )
+        if self.hash_ids and item.hash_ids is not None:
+            prefill_keys(self.core.requests[rid], item, self.config.block_size)
 
     def has_work(self) -> bool:
         return self.core.has_unfinished()
@@ -181,44 +192,58 @@ class Worker:
         return self._fresh - 1
 
     # --- the step: the engine core's, with the cost clock instead of a forward ---------------------------
-    def step(self) -> None:
-        scheduled = self.core.schedule()
+    def step(self, quiet: list[Request] = ()) -> None:
+        """One step; the rows in `quiet` (quiet_rows.py) are set aside when that changes no decision."""
+        scheduled = schedule_beside(self.core, quiet) if quiet else None
+        if scheduled is None:
+            quiet = ()
+            scheduled = self.core.schedule()
         if scheduled is None:
             # this step only preempted
             return
-        self.now += self.config.cost.step_seconds(scheduled.num_prefill_tokens, scheduled.num_decode)
+        self.now += self.config.cost.step_seconds(
+            scheduled.num_prefill_tokens, scheduled.num_decode + len(quiet)
+        )
         self.core.update_from_output(scheduled, self._token_for)
+        if quiet:
+            self._fresh = take_quiet(quiet, self.outputs, self._fresh, self.now)
         # no K/V memory here: the window rings' copies for a worker are dropped
         self.manager.rings.take_pending()
 
     def advance_to(self, t: float) -> None:
         """Step until the clock reaches t (a step in flight ends after it) or nothing is left to do."""
         while self.now < t and self.core.has_unfinished():
-            if not self._decode_run(t):
-                self.step()
+            self._next(t)
         if self.now < t:
             self.now = t
 
     def drain(self) -> None:
         while self.core.has_unfinished():
-            if not self._decode_run(float("inf")):
-                self.step()
+            self._next(float("inf"))
 
-    def _decode_run(self, t: float) -> int:
-        """Take the decode-only steps ahead at once, while the clock stays before t. Returns how many."""
+    def _next(self, t: float) -> None:
+        """The decode-only steps ahead at once while the clock stays before t, else one step."""
         if not self.fast_forward or self.tracing:
-            return 0
-        k = decode_run_length(self.core)
-        if not k:
-            return 0
+            self.step()
+            return
+        ahead = scan(self.core, self._own)
+        if not ahead.run:
+            self.step(ahead.quiet)
+            return
         duration = self.config.cost.step_seconds(0, len(self.scheduler.running))
         now, done = self.now, 0
-        while done < k and now < t:
+        while done < ahead.run and now < t:
             now += duration
             done += 1
-        take_decode_run(self.core, done, self._token_for, now)
+        take_run(self.core, done, self._tokens_for, now)
         self.now = now
-        return done
+
+    def _tokens_for(self, req: Request, n: int):
+        recorded = self.outputs[req.request_id]
+        if recorded is not None:
+            return [recorded.popleft() for _ in range(n)]
+        self._fresh += n
+        return range(self._fresh - n, self._fresh)
 
     def close(self) -> None:
         self.sink.close()

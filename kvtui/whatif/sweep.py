@@ -1,9 +1,47 @@
 """A what-if sweep (`kvtui whatif`, kvtui/commands/whatif_commands.py): the same workload through every
 configuration asked for (capacities x block sizes x policies x batch budgets x prefix caching), simulated
-through the real scheduler and manager and / or as the one-pass LRU curve with its Belady bound, against the
-infinite-cache ceiling, and across a fleet of workers. Torch-free."""
+through the real scheduler and manager (runs.py, side by side with --jobs or --ray: jobs.py) and / or as the
+one-pass LRU curve with its Belady bound (onepass.py), against the ceiling, with the answers people ask of a
+curve (answers.py), across fleets of workers and routers, and against the server's own cached tokens when
+the log has them (fidelity.py). Torch-free.
+
+The ceiling is the one-pass curve's own limit (every whole prompt block seen before hits) whenever the
+one-pass model says what an infinite cache does: a one-pass report, and hash-id workloads, whose generated
+tokens are never cached. Token workloads under simulation cache their generated tokens too (the next turn of
+a chat reuses them), so there the ceiling is a simulated run with room for everything.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from kvtui.whatif.cost import CostModel
+
+# Belady's bound by default up to this many block references (about a second a capacity per million)
+OPTIMAL_AUTO_REFERENCES = 5_000_000
+
+
+@dataclass
+class SweepOptions:
+    method: str = "both"
+    trace_out: str | None = None
+    workers: int = 1
+    routers: tuple[str, ...] = ("kv_aware",)
+    overlap_weight: float = 1.0
+    temperature: float = 0.0
+    seed: int = 0
+    per_request: int = 0
+    cost: CostModel = field(default_factory=CostModel)
+    quiet: bool = False
+    make_progress: Callable | None = None
+    jobs: int = 1
+    ray: str | None = None
+    # shares of the ceiling to find the smallest capacity for (0.8 = 80%)
+    targets: tuple[float, ...] = ()
+    bytes_per_token: float | None = None
+    # None: Belady's bound unless the workload is very large
+    optimal: bool | None = None
 
 
 def sweep_configs(caps, sizes, policies, batch, caching, cost, partial_hits=True):
@@ -20,149 +58,81 @@ def sweep_configs(caps, sizes, policies, batch, caching, cost, partial_hits=True
     ]
 
 
-def run_sweep(
-    loaded,
-    configs,
-    method,
-    hash_ids,
-    trace_out,
-    workers,
-    router,
-    overlap_weight,
-    temperature,
-    seed,
-    per_request,
-    cost,
-    quiet,
-    make_progress=None,
-) -> dict:
-    """Run every configuration as `method` says (the full simulation, the one-pass LRU curve and Belady bound,
-    or both), the infinite-cache ceiling, and with workers > 1 the fleet comparison: the report (report.py's
-    keys), plus `current` and `current_misses` for the first configuration. `make_progress(label)` gives
-    the progress callback of each stage (the UI's bar), else progress lines on stderr unless quiet."""
-    from dataclasses import replace
-
-    from kvtui.whatif import onepass
-    from kvtui.whatif.capacity import human_tokens
+def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> dict:
+    """Run every configuration as `opts.method` says, the ceiling, the answers and the fleets: the report
+    (report.py's keys), plus `current` and `current_misses` for the first configuration. `loaded`: a
+    requests.Workload, or a stream.StreamedWorkload with its curves already in `ones` (one-pass only)."""
     from kvtui.whatif.report import as_json
-    from kvtui.whatif.simulate import Progress, simulate
 
-    n = len(loaded.requests)
+    method, first = opts.method, configs[0]
     prompt = loaded.prompt_tokens
     notes = list(loaded.notes) + [
-        f"cost model: {cost.describe()}",
+        f"cost model: {opts.cost.describe()}",
         "token hit rate = prompt tokens never computed by their request / prompt "
         "tokens (a preempted request's recomputed tokens are misses)",
     ]
-    if not configs[0].partial_hits:
+    if not first.partial_hits:
         notes.append(
             "hits in whole blocks only, no partly filled block kept (--whole-blocks), as vLLM serves them"
         )
-    vary = {
-        k
-        for k in ("max_batched_tokens", "max_num_seqs", "prefix_cache")
-        if len({getattr(c, k) for c in configs}) > 1
-    }
-
-    def progress(label):
-        if make_progress is not None:
-            return make_progress(label)
-        return Progress(label, n, enabled=not quiet and n >= 200)
-
-    total = sum(r.num_prompt_tokens + r.num_output_tokens for r in loaded.requests)
-    first = configs[0]
-    infinite = replace(first, capacity_tokens=(total // first.block_size + 2 * n + 1) * first.block_size)
-    ceiling = simulate(loaded.requests, infinite, hash_ids, progress=progress("ceiling"))
-    points, detail = [], None
-    first_misses: dict = {}
-    if method in ("both", "simulated"):
-        for i, config in enumerate(configs):
-            result = simulate(
-                loaded.requests,
-                config,
-                hash_ids,
-                trace_out if i == 0 else None,
-                progress(f"{human_tokens(config.capacity_tokens)} {config.eviction}"),
-            )
-            point = {
-                "capacity_tokens": config.capacity_tokens,
-                "block_size": config.block_size,
-                "eviction": config.eviction if config.prefix_cache else "none",
-                "method": "simulated",
-                "token_hit_rate": result.token_hit_rate,
-                "misses": dict(result.causes),
-            }
-            point.update({k: getattr(config, k) for k in sorted(vary)})
-            point.update(
-                steps=result.steps,
-                preemptions=result.preemptions,
-                reused_partial_tokens=result.partial_tokens,
-                wall_seconds=round(result.wall_seconds, 3),
-            )
-            points.append(point)
-            if i == 0:
-                first_misses = dict(result.causes)
-            if i == 0 and per_request:
-                worst = sorted(
-                    result.ledger.requests.values(),
-                    key=lambda r: r.prompt_tokens - r.hit_tokens,
-                    reverse=True,
-                )[:per_request]
-                detail = [r.as_dict() for r in worst]
-    optimal, curve = [], []
+    progress = _progress_factory(opts, loaded.num_requests)
     lru_sizes = sorted({(c.block_size, c.capacity_tokens) for c in configs if c.prefix_cache})
-    if method in ("both", "one-pass") and lru_sizes:
-        progress("the one-pass curve and the Belady bound")(0, 0.0)
-        for bs in sorted({b for b, _ in lru_sizes}):
-            cap_list = [c for b, c in lru_sizes if b == bs]
-            lru = onepass.lru_curve_of(loaded, bs)
-            hits = [lru.hit_tokens(c // bs) for c in cap_list]
-            best = onepass.optimal_points(loaded, bs, cap_list)
-            ceiling_blocks = lru.ceiling_tokens
-            if bs == first.block_size:
-                curve = onepass.dense_points(lru, bs, prompt)
-            for cap, h, o in zip(cap_list, hits, best):
-                points.append(
-                    {
-                        "capacity_tokens": cap,
-                        "block_size": bs,
-                        "eviction": "lru",
-                        "method": "one-pass",
-                        "token_hit_rate": h / prompt if prompt else 0.0,
-                        "misses": {
-                            "capacity": ceiling_blocks - h,
-                            "compulsory_or_structural": prompt - ceiling_blocks,
-                        },
-                    }
-                )
-                if bs == first.block_size:
-                    optimal.append({"capacity_tokens": cap, "token_hit_rate": o / prompt if prompt else 0.0})
-                # no simulation ran: the current configuration's misses are the one-pass split
-                if method == "one-pass" and (cap, bs) == (first.capacity_tokens, first.block_size):
-                    first_misses = dict(points[-1]["misses"])
-        notes.append(
-            "one-pass: LRU over whole prompt blocks, requests one at a time in arrival order, no "
-            "pinning, generated tokens and partial blocks never cached (kvtui/whatif/curve.py)"
-        )
-    fleet = None
-    if workers > 1:
-        from kvtui.whatif.fleet import compare_fleet
-        from kvtui.whatif.routers import Router
+    one_pass_wanted = method in ("both", "one-pass") and bool(lru_sizes)
+    curve_from_one_pass = method == "one-pass" or loaded.hash_ids
+    if ones is None:
+        sizes = {bs for bs, _ in lru_sizes} if one_pass_wanted else set()
+        sizes.add(first.block_size)
+        ones = _one_passes(loaded, sorted(sizes), one_pass_wanted and opts.optimal is not False, progress)
+    first_curve = ones[first.block_size].curve()
+    if curve_from_one_pass:
+        ceiling = first_curve.ceiling_tokens / prompt if prompt else 0.0
+        ceiling_source = "one-pass"
+    else:
+        ceiling = _simulated_ceiling(loaded, first, progress)
+        ceiling_source = "simulated"
+    points, detail, first_misses, first_hits = [], None, {}, None
+    if method in ("both", "simulated"):
+        from kvtui.whatif.fidelity import has_server_cached
 
-        fleet = compare_fleet(
-            loaded.requests,
-            first,
-            workers,
-            Router(router, seed, overlap_weight, temperature),
-            hash_ids,
-            progress("fleet (3 runs: this router, longest prefix, one cache)"),
-        )
-        notes.append(
-            "fleet: regret = the longest-cached-prefix router's hit rate minus this router's; global "
-            "cache = one worker with the fleet's total capacity, batch budget and sequences"
-        )
-    report = as_json(loaded, ceiling.token_hit_rate, points, optimal, notes, fleet, detail)
+        want_hits = has_server_cached(loaded)
+        points, detail, first_misses, first_hits = _simulated(loaded, configs, opts, want_hits, progress)
+    optimal, curve = [], []
+    if one_pass_wanted:
+        more, optimal, curve = _one_pass_points(ones, lru_sizes, first, prompt, opts, notes, progress)
+        points += more
+        if method == "one-pass":
+            # no simulation ran: the current configuration's misses are the one-pass split
+            current = [
+                p
+                for p in more
+                if (p["capacity_tokens"], p["block_size"]) == (first.capacity_tokens, first.block_size)
+            ]
+            if current:
+                first_misses = dict(current[0]["misses"])
+    report = as_json(loaded, ceiling, points, optimal, notes, None, detail)
+    report["ceiling"]["source"] = ceiling_source
     report["curve"] = curve
+    if opts.targets:
+        from kvtui.whatif.answers import targets
+
+        report["targets"] = targets(first_curve, first.block_size, opts.targets, opts.bytes_per_token, prompt)
+    if opts.bytes_per_token:
+        report["bytes_per_token"] = opts.bytes_per_token
+        for point in points:
+            point["capacity_bytes"] = round(point["capacity_tokens"] * opts.bytes_per_token)
+    if opts.workers > 1:
+        from kvtui.whatif.fleets import run_fleets
+
+        report["fleet"], report["fleets"] = run_fleets(loaded, first, opts, progress)
+        notes.append(
+            "fleet regret (Dynamo's): per request, the longest prefix cached on any worker at arrival "
+            "(reachable) against the chosen worker's (achieved); global cache = one worker with the "
+            "fleet's total capacity, batch budget and sequences"
+        )
+    if first_hits is not None:
+        from kvtui.whatif.fidelity import fidelity
+
+        report["fidelity"] = fidelity(loaded, first_hits, first)
     report["current"] = {
         "capacity_tokens": first.capacity_tokens,
         "block_size": first.block_size,
@@ -170,3 +140,118 @@ def run_sweep(
     }
     report["current_misses"] = first_misses
     return report
+
+
+def _progress_factory(opts: SweepOptions, n: int):
+    from kvtui.whatif.simulate import Progress
+
+    def progress(label):
+        if opts.make_progress is not None:
+            return opts.make_progress(label)
+        return Progress(label, n, enabled=not opts.quiet and n >= 200)
+
+    return progress
+
+
+def _one_passes(loaded, sizes, keep_chains, progress) -> dict:
+    from kvtui.whatif.onepass import of_workload
+
+    progress("the one-pass curve")(0, 0.0)
+    return {bs: of_workload(loaded, bs, keep_chains) for bs in sizes}
+
+
+def _simulated_ceiling(loaded, first, progress) -> float:
+    from kvtui.whatif.simulate import simulate
+
+    n = loaded.num_requests
+    total = sum(r.num_prompt_tokens + r.num_output_tokens for r in loaded.requests)
+    infinite = replace(first, capacity_tokens=(total // first.block_size + 2 * n + 1) * first.block_size)
+    return simulate(loaded.requests, infinite, loaded.hash_ids, progress=progress("ceiling")).token_hit_rate
+
+
+def _simulated(loaded, configs, opts: SweepOptions, want_hits: bool, progress):
+    """Every configuration simulated (in parallel with --jobs / --ray): points, the first one's worst
+    requests, its misses and its per-request hits."""
+    import sys
+
+    from kvtui.whatif.capacity import human_tokens
+    from kvtui.whatif.jobs import run_jobs
+    from kvtui.whatif.runs import SimJob, simulated_job
+
+    vary = tuple(
+        k
+        for k in ("max_batched_tokens", "max_num_seqs", "prefix_cache")
+        if len({getattr(c, k) for c in configs}) > 1
+    )
+    serial = opts.jobs <= 1 and not opts.ray
+    jobs = []
+    for i, config in enumerate(configs):
+        label = f"{human_tokens(config.capacity_tokens)} {config.eviction}"
+        jobs.append(
+            SimJob(
+                config,
+                vary,
+                opts.trace_out if i == 0 else None,
+                opts.per_request if i == 0 else 0,
+                want_hits and i == 0,
+                label,
+                # made when the run starts, so that its clock starts then
+                (lambda label=label: progress(label)) if serial else None,
+            )
+        )
+
+    def done(i, result):
+        if not serial and not opts.quiet:
+            print(f"  {jobs[i].label}: simulated", file=sys.stderr, flush=True)
+
+    results = run_jobs(simulated_job, (loaded.requests, loaded.hash_ids), jobs, opts.jobs, opts.ray, done)
+    first = results[0]
+    return [r["point"] for r in results], first["detail"], first["misses"], first["hits"]
+
+
+def _one_pass_points(ones, lru_sizes, first, prompt, opts: SweepOptions, notes, progress):
+    from kvtui.whatif.onepass import dense_points
+
+    points, optimal, curve = [], [], []
+    progress("the one-pass curve and the Belady bound")(0, 0.0)
+    for bs in sorted({b for b, _ in lru_sizes}):
+        one = ones[bs]
+        cap_list = [c for b, c in lru_sizes if b == bs]
+        lru = one.curve()
+        ceiling_tokens = lru.ceiling_tokens
+        for cap in cap_list:
+            h = lru.hit_tokens(cap // bs)
+            points.append(
+                {
+                    "capacity_tokens": cap,
+                    "block_size": bs,
+                    "eviction": "lru",
+                    "method": "one-pass",
+                    "token_hit_rate": h / prompt if prompt else 0.0,
+                    "misses": {
+                        "capacity": ceiling_tokens - h,
+                        "compulsory_or_structural": prompt - ceiling_tokens,
+                    },
+                }
+            )
+        if bs != first.block_size:
+            continue
+        curve = dense_points(lru, bs, prompt)
+        auto_off = opts.optimal is None and one.references > OPTIMAL_AUTO_REFERENCES
+        if opts.optimal is False or auto_off or not one.keep_chains:
+            if auto_off or not one.keep_chains:
+                notes.append(
+                    f"Belady's bound left out: {one.references:,} block references (about "
+                    f"{one.references / 1e6:.0f} s a capacity); --optimal computes it"
+                )
+            continue
+        best = one.optimal(cap_list)
+        optimal = [
+            {"capacity_tokens": cap, "token_hit_rate": p.hit_tokens / prompt if prompt else 0.0}
+            for cap, p in zip(cap_list, best)
+        ]
+    notes.append(
+        "one-pass: LRU over whole prompt blocks, requests one at a time in arrival order, no "
+        "pinning, generated tokens and partial blocks never cached (kvtui/whatif/curve.py)"
+    )
+    return points, optimal, curve

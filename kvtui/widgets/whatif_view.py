@@ -100,10 +100,22 @@ def fleet_line(fleet: dict) -> Content:
             f"router {fleet['router']}: ",
             markup("bold"),
         ),
-        f"hit rate {100 * fleet['token_hit_rate']:.1f}%; longest-prefix router "
-        f"{100 * fleet['longest_prefix_token_hit_rate']:.1f}% (regret {100 * fleet['regret']:.1f} points); "
+        f"hit rate {100 * fleet['token_hit_rate']:.1f}%; " + _regret(fleet) + "; "
         f"one shared cache {100 * fleet['global_cache_token_hit_rate']:.1f}%; "
         f"{fleet['duplicated_blocks']:,} of {fleet['cached_blocks']:,} cached blocks duplicated",
+    )
+
+
+def _regret(fleet: dict) -> str:
+    if "reachable_hit_rate" in fleet:
+        return (
+            f"reachable {100 * fleet['reachable_hit_rate']:.1f}%, achieved "
+            f"{100 * fleet['achieved_hit_rate']:.1f}% (regret {100 * fleet['regret']:.1f} points)"
+        )
+    # a summary written before reachable and achieved were measured
+    return (
+        f"longest-prefix router {100 * fleet['longest_prefix_token_hit_rate']:.1f}% "
+        f"(regret {100 * fleet['regret']:.1f} points)"
     )
 
 

@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,9 @@ from kvtui.bench.proxy_latency import ProxyThread
 from kvtui.sources.block_events import KvBlockStored
 from kvtui.sources.proxy_log import LockedFleet
 from kvtui.state.fleet import FleetState
+
+# a vLLM /metrics page: its cache_config_info says block 16, 2048 blocks, prefix caching on
+METRICS = Path(__file__).parent / "vllm_metrics.prom"
 
 
 class FakeVllm(BaseHTTPRequestHandler):
@@ -46,6 +50,14 @@ class FakeVllm(BaseHTTPRequestHandler):
         assert prompt is not None
 
     def do_GET(self):
+        if self.path == "/metrics":
+            data = METRICS.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         self._json({"status": "ok"})
 
     def _chunk(self, text):
@@ -124,6 +136,8 @@ def test_every_byte_passes_and_the_request_is_recorded(upstream, tmp_path, strea
         assert record["cache_salt"] == "s" and record["cached_tokens"] == 2
         assert record["output_token_ids"] == [97, 98, 99] and record["output_ids_from"] == "tokenize"
         assert record["ttft"] is not None and (record["tpot"] is not None) == stream
+        # the server's cache settings, from its /metrics
+        assert record["server"] == {"block_size": 16, "num_gpu_blocks": 2048, "enable_prefix_caching": True}
     finally:
         running.close()
         log.close()
@@ -131,8 +145,10 @@ def test_every_byte_passes_and_the_request_is_recorded(upstream, tmp_path, strea
     from kvtui.whatif.loaders import detect_format, load_proxy_log
 
     assert detect_format(tmp_path / "requests.jsonl") == "proxy-log"
-    (req,) = load_proxy_log(tmp_path / "requests.jsonl").requests
-    assert req.prompt == [ord(c) for c in "hi<|x|>\n"] and req.cache_salt == "s"
+    replayed = load_proxy_log(tmp_path / "requests.jsonl")
+    (req,) = replayed.requests
+    assert req.prompt == [ord(c) for c in "hi<|x|>\n"] and req.cache_salt == "s" and req.server_cached == 2
+    assert replayed.server["num_gpu_blocks"] == 2048
 
 
 def test_chat_prompt_ids_come_from_the_servers_tokenize(upstream):

@@ -8,8 +8,9 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtui.whatif.curve import chain_nodes, lru_curve
+from kvtui.whatif.curve import lru_curve
 from kvtui.whatif.optimal import belady
+from kvtui.whatif.prefix_nodes import chain_nodes
 
 
 def best_possible(requests, capacity, matchable=None, measure_from=0):

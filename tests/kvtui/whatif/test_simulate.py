@@ -97,12 +97,12 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 from kvtui.whatif.loaders import load
 from kvtui.whatif.simulate import simulate, SimConfig
-from kvtui.whatif.fleet import compare_fleet
+from kvtui.whatif.fleet import simulate_fleet
 from kvtui.whatif.routers import Router
 from kvtui.commands import whatif_commands
 w = load("fixtures/traces/shared_system_8users.jsonl")
 print(simulate(w.requests, SimConfig(512, 16)).hit_tokens > 0, "torch" in sys.modules)
-print(compare_fleet(w.requests, SimConfig(512, 16), 2, Router("kv_aware"))["workers"])
+print(simulate_fleet(w.requests, SimConfig(512, 16), 2, Router("kv_aware")).as_dict()["workers"])
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "False", "2"]

@@ -106,6 +106,7 @@ async def test_the_job_runs_in_a_worker_with_progress_and_then_shows_its_summary
     from kvtui.whatif.cost import CostModel
     from kvtui.whatif.loaders import load
     from kvtui.whatif.report import summary_event
+    from kvtui.whatif.sweep import SweepOptions
     from kvtui.whatif.sweep import run_sweep as _run
     from kvtui.whatif.sweep import sweep_configs as _configs
 
@@ -119,13 +120,14 @@ async def test_the_job_runs_in_a_worker_with_progress_and_then_shows_its_summary
             labels.append(label)
             return make_progress(label)
 
-        report = _run(loaded, configs, "both", False, None, 1, "kv_aware", 1.0, 0.0, 0, 0, cost, True, traced)
+        report = _run(loaded, configs, SweepOptions(cost=cost, quiet=True, make_progress=traced))
         return summary_event(report, report["current"], report.pop("current_misses"))
 
-    app = WhatIfApp(job, source="shared", requests=len(loaded.requests), stages=4)
+    app = WhatIfApp(job, source="shared", requests=len(loaded.requests), stages=5)
     async with app.run_test(size=(100, 34)) as pilot:
         await _finished(pilot)
-        assert labels[0] == "ceiling" and len(labels) == 4
+        # a token workload: its ceiling is simulated (the engine caches generated tokens too)
+        assert labels[:2] == ["the one-pass curve", "ceiling"] and len(labels) == 5
         assert not app.query_one("#whatif-progress").display
         view = app.query_one("#whatif-view", WhatIfView)
         assert view.display and view.summary is app.summary
@@ -186,8 +188,8 @@ def test_the_ui_flag_hands_the_whole_job_to_the_app(monkeypatch):
     monkeypatch.setattr(WhatIfApp, "run", run)
     result = CliRunner().invoke(main, ["whatif", WORKLOAD, "--capacity", "256,1k", "--ui"])
     assert result.exit_code == 0, result.output
-    # the ceiling, two capacities, the one-pass curve: one progress stage each
-    assert seen["stages"] == len(seen["labels"]) == 4
+    # the one-pass curve, the ceiling, two capacities, the Belady bound: one progress stage each
+    assert seen["stages"] == len(seen["labels"]) == 5
     summary = seen["summary"]
     assert summary["current"]["capacity_tokens"] == 256 and summary["curve"]
     assert sum(summary["misses"].values()) > 0

