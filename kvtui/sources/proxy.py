@@ -49,6 +49,7 @@ from kvtui.sources.proxy_http import (
     parse_head,
     read_body,
 )
+from kvtui.sources.proxy_side import cache_settings, post_json, tokenize_ask
 
 COMPLETION_PATHS = ("/v1/completions", "/v1/chat/completions")
 # the largest request head
@@ -282,58 +283,16 @@ class Proxy:
         self.in_flight.add(record["request_id"], ids, record["cache_salt"])
 
     async def _prompt_ids(self, path: str, request: dict) -> list | None:
-        prompt = request.get("prompt")
-        if path == "/v1/completions":
-            if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
-                prompt = prompt[0]
-            if isinstance(prompt, list) and all(type(t) is int for t in prompt):
-                return prompt
-            if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if not isinstance(prompt, str):
-                return None
-            ask = {"model": request.get("model"), "prompt": prompt}
-            if "add_special_tokens" in request:
-                ask["add_special_tokens"] = request["add_special_tokens"]
-        else:
-            ask = {"model": request.get("model"), "messages": request.get("messages")}
-            for key in (
-                "add_generation_prompt",
-                "continue_final_message",
-                "chat_template",
-                "chat_template_kwargs",
-                "tools",
-                "add_special_tokens",
-            ):
-                if key in request:
-                    ask[key] = request[key]
+        ids, ask = tokenize_ask(path, request)
+        if ask is None:
+            return ids
         reply = await self.side_request("/tokenize", ask)
         tokens = (reply or {}).get("tokens")
         return tokens if isinstance(tokens, list) else None
 
     async def side_request(self, path: str, body: dict) -> dict | None:
         """A small JSON POST of our own to the server (never on a client's connection)."""
-        try:
-            reader, writer = await asyncio.open_connection(self.up_host, self.up_port)
-        except OSError:
-            return None
-        try:
-            data = json.dumps(body).encode()
-            writer.write(
-                f"POST {path} HTTP/1.1\r\nHost: {self.up_host}:{self.up_port}\r\nContent-Type: application/json"
-                f"\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
-                + data
-            )
-            await writer.drain()
-            head = parse_head(await reader.readuntil(b"\r\n\r\n"))
-            content = await read_body(reader, head)
-            if not head.first.split(" ")[1:2] == ["200"]:
-                return None
-            return json.loads(content)
-        except (OSError, ValueError, asyncio.IncompleteReadError):
-            return None
-        finally:
-            writer.close()
+        return await post_json(self.up_host, self.up_port, path, body)
 
     async def _settings_once(self) -> None:
         """Ask the server's cache settings once (at the start, again at the first record if it had none)."""
@@ -343,26 +302,7 @@ class Proxy:
 
     async def server_settings(self) -> dict | None:
         """The server's cache settings from its /metrics, or None (no such gauge, or no answer)."""
-        from kvtui.sources.server_cache import cache_config
-
-        try:
-            reader, writer = await asyncio.open_connection(self.up_host, self.up_port)
-        except OSError:
-            return None
-        try:
-            writer.write(
-                f"GET /metrics HTTP/1.1\r\nHost: {self.up_host}:{self.up_port}\r\nConnection: close\r\n\r\n".encode()
-            )
-            await writer.drain()
-            head = parse_head(await reader.readuntil(b"\r\n\r\n"))
-            content = await read_body(reader, head)
-            if head.first.split(" ")[1:2] != ["200"]:
-                return None
-            return cache_config(content.decode("utf-8", "replace"))
-        except (OSError, ValueError, asyncio.IncompleteReadError):
-            return None
-        finally:
-            writer.close()
+        return await cache_settings(self.up_host, self.up_port)
 
     async def _finish_record(
         self, record: dict, answer: Answer, status: str, sse: bool, t_out: float

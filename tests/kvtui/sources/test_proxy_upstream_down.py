@@ -55,10 +55,15 @@ def test_an_upstream_that_hangs_up_without_answering_is_a_502():
     listener.bind(("127.0.0.1", 0))
     listener.listen()
 
+    # every connection: the proxy's own /metrics request at its start, then the client's request
     def hang_up():
-        conn, _ = listener.accept()
-        conn.recv(65536)
-        conn.close()
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.close()
 
     threading.Thread(target=hang_up, daemon=True).start()
     running = ProxyThread(f"http://127.0.0.1:{listener.getsockname()[1]}")
