@@ -84,12 +84,12 @@ class ModelRunner:
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
         self.tables = BlockTables(self.device)
-        wanted = plan or RunPlan.for_device(self.device, kv.kv.dtype)
+        wanted = plan or RunPlan.for_device(self.device, kv.dtype)
         self.plan, self.linears, self.fused = run_plan.build(
             wanted,
             model,
             self.device,
-            kv.kv.dtype,
+            kv.dtype,
             windows,
             len(kv.layer_slot),
             separate=self.separate,
