@@ -41,8 +41,8 @@ def row_bytes(head_dim: int, elem_bytes: float, kv_dtype: str | None) -> float:
     return head_dim + SCALE_BYTES
 
 
-def describe_row(head_dim: int, dtype: str, elem_bytes: float, kv_dtype: str | None) -> str:
+def describe_row(head_dim: int, elem_bytes: float, kv_dtype: str | None) -> str:
     """What one row of a block holds, in words (`kvtui info`, the pool view)."""
     if kv_dtype is None:
-        return f"{head_dim} x {dtype} ({elem_bytes:g} B)"
-    return f"{head_dim} x {kv_dtype} (1 B) + a float32 scale"
+        return f"{head_dim} x {elem_bytes:g} B"
+    return f"({head_dim} x 1 B {kv_dtype} + a {SCALE_BYTES} B float32 scale)"

@@ -94,6 +94,7 @@ class ModelRunner:
             len(kv.layer_slot),
             separate=self.separate,
             rings=self.rings is not None,
+            kv_dtype=None if kv.quant is None else kv.quant.name,
         )
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None

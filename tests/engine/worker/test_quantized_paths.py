@@ -15,6 +15,7 @@ from engine.core.request import Request
 from engine.core.scheduler import ScheduledChunk
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.worker.run_plan import FUSED, MODULES
+from kvtui.commands.info_commands import format_info
 from tests.engine.worker.test_ring import STYLES, window_model
 from tests.helpers.decode_paths import DECODE_PATHS, engine_with_plan, paged_engine
 from tests.helpers.quantized_reference import (
@@ -178,3 +179,13 @@ def test_fp8_is_an_alias_and_unknown_names_are_refused():
     assert EngineConfig(kv_dtype="fp8").kv_dtype == "fp8_e4m3"
     with pytest.raises(ValueError, match="kv_dtype"):
         EngineConfig(kv_dtype="int4")
+
+
+def test_info_and_the_run_plan_say_how_k_v_are_stored():
+    engine = Engine.from_model(tiny_model("llama-gqa"), config=EngineConfig(kv_dtype="fp8", kv_memory_mb=1))
+    info = format_info(engine)
+    assert "K/V stored     fp8_e4m3" in info
+    assert "2 x 2 kv_heads x (8 x 1 B fp8_e4m3 + a 4 B float32 scale) = 48 B per layer" in info
+    assert f"pool tensor    {engine.kv.nbytes:,} B" in info
+    assert "K/V storage        fp8_e4m3" in engine.runner.plan.describe()
+    assert "K/V storage" not in Engine.from_model(tiny_model("llama-gqa")).runner.plan.describe()
