@@ -142,6 +142,17 @@ def element_bytes(dtype: str) -> float:
     return ELEMENT_BYTES[key]
 
 
+def bytes_per_token_at(shape: ModelShape, storage: str | None) -> int:
+    """The paged pool's bytes per token with K/V stored at `storage`: None the config's own dtype; a dtype
+    (bfloat16, fp32, ...); or a quantized precision (int8, fp8: a value a byte plus a scale per row)."""
+    if storage is None:
+        return shape.kv_bytes_per_token()
+    key = str(storage).lower()
+    if key in ("fp8", "fp8_e4m3", "int8", "e4m3", "float8_e4m3fn"):
+        return shape.with_kv_dtype(key).kv_bytes_per_token()
+    return replace(shape, elem_bytes=element_bytes(key), kv_dtype=None).kv_bytes_per_token()
+
+
 def kv_bytes(
     shape: ModelShape,
     tokens: list[int],
