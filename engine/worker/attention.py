@@ -146,17 +146,20 @@ def paged_attention(
         if not batch.read_only:
             k_cache[:, batch.write_slots] = key[0]
             v_cache[:, batch.write_slots] = value[0]
+    elif not batch.prefills:
+        # decodes only: the pool's writer (one C call on a float32 CPU)
+        if not batch.read_only:
+            batch.kv.write(layer, batch.write_slots, key[0], value[0])
     else:
         k_stored, v_stored = quant.quantize(key[0]), quant.quantize(value[0])
         if not batch.read_only:
             k_cache[:, batch.write_slots] = k_stored
             v_cache[:, batch.write_slots] = v_stored
         # a chunk attends to its own K/V as a later chunk reads them from the pool
-        if batch.prefills:
-            key, value = (
-                quant.dequantize(k_stored, key.dtype)[None],
-                quant.dequantize(v_stored, value.dtype)[None],
-            )
+        key, value = (
+            quant.dequantize(k_stored, key.dtype)[None],
+            quant.dequantize(v_stored, value.dtype)[None],
+        )
     # dim: a row of the slab (head_dim, or head_dim + 4 bytes quantized)
     hkv, _, dim = k_cache.shape
     # [Hkv, blocks, block_size, D]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from engine.models.shape import ModelShape
+from engine.worker.kernels import kv_quantize
 from engine.worker.kv_quant import quantizer
 
 
@@ -44,6 +45,7 @@ class PagedKV:
             device=device,
         )
         self._views = {layer: (self.kv[i, 0], self.kv[i, 1]) for layer, i in self.layer_slot.items()}
+        self._c_writes = self.quant is not None and device.type == "cpu" and kv_quantize.available()
 
     @property
     def nbytes(self) -> int:
@@ -56,10 +58,14 @@ class PagedKV:
         return self._views[layer][1]
 
     def write(self, layer: int, slots: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
-        """K/V [Hkv, T, D] of T new positions into `slots` of a layer (quantized where the pool is)."""
+        """K/V [Hkv, T, D] of T new positions into `slots` of a layer (quantized where the pool is: by the C
+        writer on a float32 CPU, torch's bits in one call, else by torch)."""
         keys, values = self._views[layer]
         if self.quant is None:
             keys[:, slots], values[:, slots] = key, value
+        elif self._c_writes and key.dtype == torch.float32 and key.stride(2) == value.stride(2) == 1:
+            kv_quantize.quantize_write(key, slots, keys, self.quant.name)
+            kv_quantize.quantize_write(value, slots, values, self.quant.name)
         else:
             keys[:, slots], values[:, slots] = self.quant.quantize(key), self.quant.quantize(value)
 

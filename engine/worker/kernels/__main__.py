@@ -7,7 +7,7 @@ import sys
 
 from engine.worker.kernels.build import load, why_not
 
-NAMES = ("decode_ops", "paged_decode", "panel_linear")
+NAMES = ("decode_ops", "kv_quantize", "paged_decode", "panel_linear")
 
 if __name__ == "__main__":
     for name in NAMES:

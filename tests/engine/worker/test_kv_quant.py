@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engine.models.kv_precision import normalize_kv_dtype, row_bytes
+from engine.worker.kernels import kv_quantize
 from engine.worker.kernels import paged_decode as kernel
 from engine.worker.kv_quant import KVQuantizer
 from engine.worker.sdpa import attend
@@ -160,4 +161,52 @@ def test_kernel_refuses_rows_of_the_wrong_width_or_type():
             16,
             0.1,
             kv_dtype="int8",
+        )
+
+
+needs_writer = pytest.mark.skipif(
+    not kv_quantize.available(), reason=f"no C quantizer here: {kv_quantize.why_not()}"
+)
+
+
+@needs_writer
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_the_c_writer_gives_torchs_bits(kv_dtype):
+    """Rows of six orders of magnitude (float32 subnormals after scaling among them), as a decode writes them:
+    [Hkv, N, D] views of [N, Hkv, D], into scattered slots."""
+    quant = KVQuantizer(kv_dtype)
+    for seed in range(10):
+        x = rows(seed, shape=(7, 3, 64))
+        x[1, 1, 5] = 1e-30
+        generator = torch.Generator().manual_seed(seed)
+        slots = torch.randperm(50, generator=generator)[:7]
+        pool, expected = (torch.zeros(3, 50, 68, dtype=torch.uint8) for _ in range(2))
+        kv_quantize.quantize_write(x.transpose(0, 1), slots, pool, kv_dtype)
+        expected[:, slots] = quant.quantize(x.transpose(0, 1))
+        assert torch.equal(pool, expected), seed
+
+
+@needs_writer
+def test_the_c_writer_rounds_every_e4m3_tie_as_torch_does():
+    """A row whose largest value is 448 has scale 1: its values are converted as they are. Every midpoint of two
+    neighbouring e4m3 values (a tie), and a float either side of it."""
+    values = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    finite = values[values.isfinite() & (values >= 0)].sort().values
+    middle = (finite[1:] + finite[:-1]) / 2
+    around = torch.cat([middle, middle.nextafter(torch.tensor(0.0)), middle.nextafter(torch.tensor(500.0))])
+    around = torch.cat([around, -around])
+    width = 63
+    padded = torch.cat([around, torch.zeros(-len(around) % width)]).view(-1, width)
+    x = torch.cat([torch.full((len(padded), 1), 448.0), padded], dim=1)[:, None]
+    pool = torch.zeros(1, len(x), 68, dtype=torch.uint8)
+    kv_quantize.quantize_write(x.transpose(0, 1), torch.arange(len(x)), pool, "fp8_e4m3")
+    assert torch.equal(pool[0], KVQuantizer("fp8_e4m3").quantize(x[:, 0]))
+    assert torch.equal(pool[0, :, :64].view(torch.float8_e4m3fn), x[:, 0].to(torch.float8_e4m3fn))
+
+
+@needs_writer
+def test_the_c_writer_refuses_a_slot_outside_the_pool():
+    with pytest.raises(ValueError, match="outside"):
+        kv_quantize.quantize_write(
+            torch.ones(1, 1, 64), torch.tensor([9]), torch.zeros(1, 4, 68, dtype=torch.uint8), "int8"
         )
