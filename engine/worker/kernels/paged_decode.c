@@ -51,17 +51,18 @@ static inline vf load(const float *p) {
 /* how a row is stored: float32, or D bytes + a float32 scale */
 enum { FLOAT32 = 0, INT8 = 1, FP8_E4M3 = 2 };
 
-/* float8 e4m3fn (bias 7, no infinities) to float: a normal number's 7 bits of exponent and mantissa moved to
-   float32's places with the bias raised by 120; a subnormal (exponent 0) is mantissa x 2^-9. No NaN is ever
-   stored (the writer clamps to +-448) */
+/* float8 e4m3fn (bias 7, no infinities) as a float x 2^-8, exactly: a normal number's 7 bits of exponent and
+   mantissa moved to float32's places with the bias raised by 112; a subnormal (exponent 0) is mantissa x 2^-17.
+   The 2^-8 is the half float's (below), folded into the row's scale. No NaN is ever stored (the writer clamps
+   to +-448) */
 static inline float e4m3(uint8_t b) {
     const int magnitude = b & 0x7F;
     float x;
     if (b & 0x78) {
-        const uint32_t bits = ((uint32_t)magnitude << 20) + (120u << 23);
+        const uint32_t bits = ((uint32_t)magnitude << 20) + (112u << 23);
         memcpy(&x, &bits, sizeof x);
     } else {
-        x = (float)(b & 7) * (1.0f / 512.0f);
+        x = (float)(b & 7) * (1.0f / 131072.0f);
     }
     return b & 0x80 ? -x : x;
 }
@@ -86,14 +87,14 @@ static inline vi widen(const uint8_t *p, int is_signed) {
     return out;
 }
 
-/* 16 e4m3fn bytes to floats. With F16C: each byte's sign, exponent and mantissa moved into a half float's
-   places, which makes the value x 2^-8 exactly (subnormals included: bias 7 against 15, 3 mantissa bits
-   against 10); the hardware turns halves into floats, and x 256 is exact. Without: the bits by hand */
+/* 16 e4m3fn bytes as floats x 2^-8. With F16C: each byte's sign, exponent and mantissa moved into a half
+   float's places, which is the value x 2^-8 exactly (subnormals included: bias 7 against 15, 3 mantissa bits
+   against 10); (b + (b & 0x80)) << 7 carries the sign from bit 14 to 15. The hardware turns halves into
+   floats. Without: the bits by hand */
 static inline vf e4m3_vector(const uint8_t *p) {
 #if defined(__F16C__) && (defined(__AVX512F__) || defined(__AVX2__))
     const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
-    const __m256i half = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F)), 7),
-                                         _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8));
+    const __m256i half = _mm256_slli_epi16(_mm256_add_epi16(w, _mm256_and_si256(w, _mm256_set1_epi16(0x80))), 7);
     vf x;
 #if defined(__AVX512F__)
     const __m512 f = _mm512_cvtph_ps(half);
@@ -104,11 +105,11 @@ static inline vf e4m3_vector(const uint8_t *p) {
     memcpy(&x, &lo, sizeof lo);
     memcpy((char *)&x + sizeof lo, &hi, sizeof hi);
 #endif
-    return x * 256.0f;
+    return x;
 #else
     const vi b = widen(p, 0);
-    const vi normal = ((b & 0x7F) << 20) + (120 << 23);
-    const vf small = __builtin_convertvector(b & 7, vf) * (1.0f / 512.0f);
+    const vi normal = ((b & 0x7F) << 20) + (112 << 23);
+    const vf small = __builtin_convertvector(b & 7, vf) * (1.0f / 131072.0f);
     vi small_bits;
     memcpy(&small_bits, &small, sizeof small_bits);
     /* -1 where the exponent is not 0 */
@@ -120,7 +121,8 @@ static inline vf e4m3_vector(const uint8_t *p) {
 #endif
 }
 
-/* a stored row of D values as floats, without its scale, which it returns */
+/* a stored row of D values as floats, without its scale, which it returns (for e4m3 the floats are x 2^-8 and
+   the scale x 2^8) */
 static inline __attribute__((always_inline)) float row_floats(const uint8_t *restrict row, int kind, int D,
                                                               float *restrict out) {
     const int whole = D / LANES * LANES;
@@ -136,7 +138,8 @@ static inline __attribute__((always_inline)) float row_floats(const uint8_t *res
     for (int i = whole; i < D; i++) out[i] = kind == INT8 ? (float)(int8_t)row[i] : e4m3(row[i]);
     float scale;
     memcpy(&scale, row + D, sizeof scale);
-    return scale;
+    /* e4m3's floats are x 2^-8: the scale takes the 2^8 (both exact) */
+    return kind == INT8 ? scale : scale * 256.0f;
 }
 
 /* exp(x) for x <= 0: 2^n x exp(r), n = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by a degree-6 polynomial
