@@ -210,3 +210,12 @@ def test_the_c_writer_refuses_a_slot_outside_the_pool():
         kv_quantize.quantize_write(
             torch.ones(1, 1, 64), torch.tensor([9]), torch.zeros(1, 4, 68, dtype=torch.uint8), "int8"
         )
+
+
+@needs_kernel
+def test_the_decode_bench_times_every_precision():
+    from engine.worker.kernels.decode_bench import PRECISIONS, compare, format_rows
+
+    rows = compare(contexts=(40,), layers=2, kv_heads=1, groups=2, dim=16, rounds=2)
+    assert rows[0][0] == 40 and set(rows[0][1]) == set(PRECISIONS)
+    assert "fp8_e4m3" in format_rows(rows) and "1.00x" in format_rows(rows)
