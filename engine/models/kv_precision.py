@@ -5,8 +5,8 @@ Scheme (vLLM's per-token-head quantization): every (token, KV head) row of K and
 one float32 scale, when it is written; attention dequantizes (value x scale) when it reads. int8 is symmetric,
 scale = max |x| / 127, value = round(x / scale); fp8_e4m3 is float8 e4m3fn (OCP), scale = max |x| / 448, value =
 x / scale rounded to the nearest e4m3. The scale sits inline after the row's head_dim bytes, so one row is
-head_dim + 4 bytes (vLLM keeps the scales in a buffer beside the cache; inline, every copy of a row — copy-on-write,
-ring row copies, snapshots — carries its scale without a second tensor).
+head_dim + 4 bytes, as in vLLM's int8_per_token_head / fp8_per_token_head caches; every copy of a row
+(copy-on-write, ring row copies, snapshots) carries its scale without a second tensor to keep in step.
 """
 
 from __future__ import annotations
