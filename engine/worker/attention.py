@@ -22,6 +22,7 @@ import torch
 from transformers import AttentionInterface
 
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment, RingBatch
+from engine.worker.kernels import kv_quantize
 from engine.worker.kernels.paged_decode import paged_decode
 from engine.worker.sdpa import attend, chunk_over_prefix
 
@@ -200,31 +201,30 @@ def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, sof
     quant = rings.quant
     # what the ring reads back: [..., D] of the model's dtype
     read = (lambda rows: rows) if quant is None else (lambda rows: quant.dequantize(rows, key.dtype))
-    # the rows the ring stores, and what a chunk attends to of its own (as a later step reads them back)
-    k_seen, v_seen = k_new, v_new
-    if quant is not None:
-        k_new, v_new = quant.quantize(k_new), quant.quantize(v_new)
-        k_seen, v_seen = read(k_new), read(v_new)
+    # the rows as the ring stores them; a chunk attends to its own as a later step reads them back
+    k_stored, v_stored = k_new, v_new
+    if quant is not None and plan.segments:
+        k_stored, v_stored = quant.quantize(k_new), quant.quantize(v_new)
+        k_new, v_new = read(k_stored), read(v_stored)
     # [T, Hq, D]
     out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])
     # read before any write: a long chunk overwrites slots its first queries read
     for seg in plan.segments:
-        k = torch.cat([read(k_ring[seg.row, seg.context_slots]), k_seen[seg.q_start : seg.q_end]]).transpose(
-            0, 1
-        )
-        v = torch.cat([read(v_ring[seg.row, seg.context_slots]), v_seen[seg.q_start : seg.q_end]]).transpose(
-            0, 1
-        )
+        k = torch.cat([read(k_ring[seg.row, seg.context_slots]), k_new[seg.q_start : seg.q_end]])
+        v = torch.cat([read(v_ring[seg.row, seg.context_slots]), v_new[seg.q_start : seg.q_end]])
         q = query[:, :, seg.q_start : seg.q_end]
-        out[seg.q_start : seg.q_end] = attend(q, k[None], v[None], seg.mask, scaling, softcap)[0].transpose(
-            0, 1
-        )
+        attended = attend(q, k.transpose(0, 1)[None], v.transpose(0, 1)[None], seg.mask, scaling, softcap)
+        out[seg.q_start : seg.q_end] = attended[0].transpose(0, 1)
         # the ring as it stands at a snapshot boundary inside the chunk
         for _, buffer, slots, flat in seg.snapshots:
             buffer[index, 0], buffer[index, 1] = k_ring[seg.row], v_ring[seg.row]
-            buffer[index, 0, slots], buffer[index, 1, slots] = k_new[flat], v_new[flat]
-    k_ring[plan.write_rows, plan.write_slots] = k_new[plan.write_flat]
-    v_ring[plan.write_rows, plan.write_slots] = v_new[plan.write_flat]
+            buffer[index, 0, slots], buffer[index, 1, slots] = k_stored[flat], v_stored[flat]
+    if quant is not None and not plan.segments:
+        _store_decodes(quant, k_ring, plan, k_new)
+        _store_decodes(quant, v_ring, plan, v_new)
+    else:
+        k_ring[plan.write_rows, plan.write_slots] = k_stored[plan.write_flat]
+        v_ring[plan.write_rows, plan.write_slots] = v_stored[plan.write_flat]
     if plan.decode_rows is not None:
         # [N, Hkv, S+W, D]
         k = read(k_ring[plan.decode_rows]).permute(0, 2, 1, 3)
@@ -233,6 +233,17 @@ def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, sof
         q = query[0][:, plan.decode_flat].transpose(0, 1).unsqueeze(2)
         out[plan.decode_flat] = attend(q, k, v, plan.decode_mask, scaling, softcap)[:, :, 0]
     return out.unsqueeze(0)
+
+
+def _store_decodes(quant, ring: torch.Tensor, plan, rows: torch.Tensor) -> None:
+    """A decode-only group's new rows [T, Hkv, D] into a quantized ring [ring rows, S+W, Hkv, D + 4]: one C call
+    on a float32 CPU (torch's bits), else torch."""
+    new = rows[plan.write_flat]
+    if new.dtype == torch.float32 and ring.device.type == "cpu" and kv_quantize.available():
+        slots = plan.write_rows * ring.shape[1] + plan.write_slots
+        kv_quantize.quantize_write_ring(new, slots, ring, quant.name)
+    else:
+        ring[plan.write_rows, plan.write_slots] = quant.quantize(new)
 
 
 AttentionInterface.register(ATTENTION_NAME, paged_attention)

@@ -1,4 +1,5 @@
-/* K/V rows quantized into the paged pool on the CPU, giving torch's own bits (engine/worker/kv_quant.py).
+/* K/V rows quantized into the paged pool or a ring on the CPU, giving torch's own bits
+   (engine/worker/kv_quant.py).
 
    A decode step writes one row per KV head and layer; torch's dozen small operators per write cost more than the
    rest of the attention at short contexts. This is the same arithmetic in one call: per row, scale =
@@ -42,11 +43,13 @@ static inline uint8_t to_e4m3(float f) {
     return out | (uint8_t)(sign >> 24);
 }
 
-/* x: N x H rows of D floats, row (n, h) at x + n * stride_n + h * stride_h; pool: [H, slots, D + 4] bytes;
-   row (n, h) goes to pool row (h, slot_of[n]). kind 1 int8 (largest 127), 2 e4m3fn (largest 448).
-   Returns 0, or without writing: 1 where a slot lies outside the pool, 2 for an unknown kind. */
+/* x: N x H rows of D floats, row (n, h) at x + n * stride_n + h * stride_h; it goes to the pool's row
+   slot_of[n] x slot_stride + h x head_stride (rows of D + 4 bytes: the paged pool's [H, slots, D + 4] or a ring's
+   [row x slot, H, D + 4]). kind 1 int8 (largest 127), 2 e4m3fn (largest 448). Returns 0, or without writing: 1
+   where a slot lies outside [0, slots), 2 for an unknown kind. */
 int quantize_write(const float *x, int64_t N, int64_t H, int64_t D, int64_t stride_n, int64_t stride_h,
-                   const int64_t *slot_of, uint8_t *pool, int64_t slots, int kind) {
+                   const int64_t *slot_of, uint8_t *pool, int64_t slots, int64_t slot_stride, int64_t head_stride,
+                   int kind) {
     if (kind != 1 && kind != 2) return 2;
     for (int64_t n = 0; n < N; n++)
         if (slot_of[n] < 0 || slot_of[n] >= slots) return 1;
@@ -55,7 +58,7 @@ int quantize_write(const float *x, int64_t N, int64_t H, int64_t D, int64_t stri
     for (int64_t n = 0; n < N; n++) {
         for (int64_t h = 0; h < H; h++) {
             const float *row = x + n * stride_n + h * stride_h;
-            uint8_t *out = pool + (h * slots + slot_of[n]) * row_bytes;
+            uint8_t *out = pool + (slot_of[n] * slot_stride + h * head_stride) * row_bytes;
             float top = 0.0f;
             for (int64_t d = 0; d < D; d++) top = fmaxf(top, fabsf(row[d]));
             float scale = top / largest;

@@ -187,6 +187,20 @@ def test_the_c_writer_gives_torchs_bits(kv_dtype):
 
 
 @needs_writer
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_the_c_writer_fills_ring_slots_as_torchs_indexing_does(kv_dtype):
+    """A ring layer's [ring rows, S + W, Hkv, D + 4]: rows written at (ring row, slot) pairs."""
+    x = rows(3, shape=(5, 2, 32))
+    ring_rows, ring_slots = torch.tensor([0, 2, 2, 1, 0]), torch.tensor([3, 0, 5, 5, 1])
+    ring, expected = (torch.zeros(3, 6, 2, 36, dtype=torch.uint8) for _ in range(2))
+    kv_quantize.quantize_write_ring(x, ring_rows * 6 + ring_slots, ring, kv_dtype)
+    expected[ring_rows, ring_slots] = KVQuantizer(kv_dtype).quantize(x)
+    assert torch.equal(ring, expected)
+    with pytest.raises(ValueError, match="outside"):
+        kv_quantize.quantize_write_ring(x[:1], torch.tensor([18]), ring, kv_dtype)
+
+
+@needs_writer
 def test_the_c_writer_rounds_every_e4m3_tie_as_torch_does():
     """A row whose largest value is 448 has scale 1: its values are converted as they are. Every midpoint of two
     neighbouring e4m3 values (a tie), and a float either side of it."""
