@@ -1,9 +1,10 @@
-"""Engine options: pool size, block size, batching budget, prefix cache, eviction, attention sinks."""
+"""Engine options: pool size, block size, batching budget, prefix cache, eviction, attention sinks, K/V precision."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.models.kv_precision import normalize_kv_dtype
 from engine.models.shape import ModelShape
 
 DEFAULT_KV_MEMORY_MB = 256
@@ -37,6 +38,9 @@ class EngineConfig:
     window: int | None = None
     # ... plus the first S; changes the model's answer (event sink_divergence)
     sink_tokens: int = 0
+    # K/V stored at int8 | fp8_e4m3 ('fp8') with a scale per token and KV head, dequantized on read: changes the
+    # answer (kvtui precision measures how much). None: the model's dtype, exact
+    kv_dtype: str | None = None
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -52,6 +56,7 @@ class EngineConfig:
             raise ValueError(
                 f"window must be >= 1 and sink_tokens >= 0 (got {self.window}, {self.sink_tokens})"
             )
+        self.kv_dtype = normalize_kv_dtype(self.kv_dtype)
         if self.sink_tokens and self.window is None:
             raise ValueError("sink_tokens needs a window too: EngineConfig(sink_tokens=S, window=W)")
 
@@ -59,6 +64,9 @@ class EngineConfig:
         if self.num_blocks is not None:
             return self.num_blocks
         budget = (self.kv_memory_mb or DEFAULT_KV_MEMORY_MB) * 2**20
+        # the budget buys blocks at the stored precision
+        if self.kv_dtype is not None:
+            shape = shape.with_kv_dtype(self.kv_dtype)
         # with no full-attention layer the pool only keeps block tables (0 bytes): size it as if one layer did
         per_block = (
             shape.kv_bytes_per_block(self.block_size)

@@ -34,6 +34,8 @@ class Engine:
         self.shape = describe(model, name)
         if self.config.window is not None:
             self.shape = self.shape.with_sinks(self.config.sink_tokens, self.config.window)
+        if self.config.kv_dtype is not None:
+            self.shape = self.shape.with_kv_dtype(self.config.kv_dtype)
         device = next(model.parameters()).device
         dtype = next(model.parameters()).dtype
         self.trace = TraceSink()
@@ -51,8 +53,11 @@ class Engine:
         self.cache = self.core.cache
         self.scheduler = self.core.scheduler
         self.requests: dict[str, Request] = self.core.requests
-        self.kv = PagedKV(self.shape, self.cache.pool.num_blocks, self.config.block_size, dtype, device)
-        self.rings = RingTensors(self.cache.rings, dtype, device)
+        kv_dtype = self.config.kv_dtype
+        self.kv = PagedKV(
+            self.shape, self.cache.pool.num_blocks, self.config.block_size, dtype, device, kv_dtype
+        )
+        self.rings = RingTensors(self.cache.rings, dtype, device, kv_dtype)
         self.runner = ModelRunner(model, self.kv, self.cache.pool, self.shape.windows, self.rings)
         # sinks change the answer: by how much, as each request finishes
         if self.shape.forced_window is not None:
@@ -66,6 +71,7 @@ class Engine:
                 "num_blocks": self.cache.pool.num_blocks,
                 "bytes_per_block": self.shape.kv_bytes_per_block(self.config.block_size),
                 "bytes_per_token": self.shape.kv_bytes_per_token(),
+                "kv_dtype": kv_dtype,
                 "config": asdict(self.config),
             }
         )

@@ -23,7 +23,7 @@ ENGINE_MODULES = (
 )
 ENGINE_HINT = 'pip install "kvtui[engine]" (or run ./install.sh)'
 # commands that always load a model: checked before they start (live would otherwise open its UI first)
-NEEDS_ENGINE = ("live", "generate", "record", "compare-edit", "sinks")
+NEEDS_ENGINE = ("live", "generate", "record", "compare-edit", "sinks", "precision")
 
 
 def missing_engine() -> str | None:
@@ -107,6 +107,7 @@ def _register() -> None:
         engine_commands,
         export_commands,
         info_commands,
+        precision_commands,
         proxy_commands,
         serve_commands,
         sinks_commands,
@@ -127,6 +128,7 @@ def _register() -> None:
         + proxy_commands.COMMANDS
         + whatif_commands.COMMANDS
         + sinks_commands.COMMANDS
+        + precision_commands.COMMANDS
     ):
         main.add_command(command)
     for name in NEEDS_ENGINE:

@@ -9,8 +9,10 @@ head per query head), its own grouping, and MQA (one KV head) side by side shows
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+from engine.models.kv_precision import SCALE_BYTES
 from engine.models.shape import ModelShape, layer_windows
 
 ELEMENT_BYTES = {
@@ -199,15 +201,27 @@ def element_bytes(dtype: str) -> float:
     return ELEMENT_BYTES[key]
 
 
+def bytes_per_token_at(shape: ModelShape, storage: str | None) -> int:
+    """The paged pool's bytes per token with K/V stored at `storage`: None the config's own dtype; a dtype
+    (bfloat16, fp32, ...); or a quantized precision (int8, fp8: a value a byte plus a scale per row)."""
+    if storage is None:
+        return shape.kv_bytes_per_token()
+    key = str(storage).lower()
+    if key in ("fp8", "fp8_e4m3", "int8", "e4m3", "float8_e4m3fn"):
+        return shape.with_kv_dtype(key).kv_bytes_per_token()
+    return replace(shape, elem_bytes=element_bytes(key), kv_dtype=None).kv_bytes_per_token()
+
+
 def kv_bytes(
     shape: ModelShape,
     tokens: list[int],
-    elem: float,
+    elem: float | None,
     kv_heads: int | None = None,
     block_size: int = 0,
     windows: bool = True,
 ) -> float:
-    """Bytes of the K/V of sequences of `tokens` lengths; block_size > 0 rounds full layers up to whole blocks."""
+    """Bytes of the K/V of sequences of `tokens` lengths; block_size > 0 rounds full layers up to whole blocks;
+    elem None: the shape's own bytes per element (or per quantized row, shape.kv_dtype)."""
     per_token_layer = shape.kv_bytes_per_token_per_layer(kv_heads, elem)
     total = 0.0
     for t in tokens:
@@ -225,8 +239,14 @@ def human(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def format_budget(shape: ModelShape, tokens: list[int], dtype: str, block_size: int) -> str:
+def format_budget(
+    shape: ModelShape, tokens: list[int], dtype: str, block_size: int, kv_dtype: str | None = None
+) -> str:
+    """kv_dtype (int8 | fp8_e4m3): the table's bytes at that stored precision, a scale per row included."""
     elem = element_bytes(dtype)
+    # the table's rows: `dtype`'s elements, or quantized rows of head_dim bytes and a scale
+    stored = replace(shape, elem_bytes=elem).with_kv_dtype(kv_dtype)
+    row_elem = elem if kv_dtype is None else None
     total_tokens = sum(tokens)
     window_sizes = sorted({w for w in shape.windows if w is not None})
     n_window = sum(w is not None for w in shape.windows)
@@ -235,6 +255,7 @@ def format_budget(shape: ModelShape, tokens: list[int], dtype: str, block_size: 
         f"shape          {shape.layers} layers, {shape.q_heads} query heads, {shape.kv_heads} KV heads "
         f"({shape.attention_kind()}), head_dim {shape.head_dim}",
         f"dtype          {dtype} ({elem:g} bytes per element)",
+        *_stored_lines(stored, dtype),
         f"tokens         {total_tokens:,}"
         + (f" in {len(tokens)} sequences ({', '.join(map(str, tokens))})" if len(tokens) > 1 else ""),
         f"attention      {shape.layers - n_window} full layers"
@@ -243,7 +264,9 @@ def format_budget(shape: ModelShape, tokens: list[int], dtype: str, block_size: 
             if n_window
             else ""
         ),
-        "formula        2 (K and V) x layers x kv_heads x head_dim x bytes x tokens"
+        "formula        2 (K and V) x layers x kv_heads x "
+        + ("head_dim x bytes" if kv_dtype is None else "(head_dim + 4)")
+        + " x tokens"
         + ("; a window layer holds min(tokens, W)" if n_window else ""),
         "",
         f"{'':15}{'KV heads':>9}  {'per token':>12}  {'KV cache':>12}"
@@ -257,12 +280,13 @@ def format_budget(shape: ModelShape, tokens: list[int], dtype: str, block_size: 
             continue
         seen.add(kv)
         mark = "  <- this model" if kv == shape.kv_heads else ""
-        per_token = shape.kv_bytes_per_token_per_layer(kv, elem) * shape.layers
-        row = f"{label:15}{kv:>9}  {human(per_token):>12}  {human(kv_bytes(shape, tokens, elem, kv)):>12}"
+        per_token = stored.kv_bytes_per_token_per_layer(kv, row_elem) * shape.layers
+        total = kv_bytes(stored, tokens, row_elem, kv)
+        row = f"{label:15}{kv:>9}  {human(per_token):>12}  {human(total):>12}"
         if n_window:
-            row += f"  {human(kv_bytes(shape, tokens, elem, kv, windows=False)):>16}"
+            row += f"  {human(kv_bytes(stored, tokens, row_elem, kv, windows=False)):>16}"
         if block_size:
-            row += f"  {human(kv_bytes(shape, tokens, elem, kv, block_size)):>14}"
+            row += f"  {human(kv_bytes(stored, tokens, row_elem, kv, block_size)):>14}"
         lines.append(row + mark)
     if block_size:
         blocks = sum(-(-t // block_size) for t in tokens)
@@ -274,3 +298,16 @@ def format_budget(shape: ModelShape, tokens: list[int], dtype: str, block_size: 
             + ("; window layers keep rings of W slots, not blocks" if n_window else ""),
         ]
     return "\n".join(lines)
+
+
+def _stored_lines(stored: ModelShape, dtype: str) -> list[str]:
+    """What a quantized row holds and how many more tokens the same bytes keep (none for the model's dtype)."""
+    if stored.kv_dtype is None:
+        return []
+    exact = stored.with_kv_dtype(None).kv_bytes_per_token_per_layer()
+    quantized = stored.kv_bytes_per_token_per_layer()
+    return [
+        f"K/V stored     {stored.kv_dtype}: {stored.head_dim} values of 1 B + a 4 B float32 scale per token and "
+        f"KV head = {stored.head_dim + SCALE_BYTES} B a row ({dtype}: {stored.head_dim * stored.elem_bytes:g} B); "
+        f"{exact / quantized:.2f}x the tokens in the same bytes"
+    ]

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from engine.models.kv_precision import normalize_kv_dtype, row_bytes
+
 
 class ModelLoadError(RuntimeError):
     """A model kvtui cannot load or page; the message says why and what to do."""
@@ -35,12 +37,18 @@ class ModelShape:
     forced_window: int | None = None
     # the config's model_type (shown by `kvtui info --config`; not part of the trace header)
     model_type: str = field(default="", compare=False)
+    # K/V stored quantized (engine/models/kv_precision.py: int8 | fp8_e4m3, a scale per row); None: the dtype
+    kv_dtype: str | None = None
 
     def with_sinks(self, sink_tokens: int, window: int) -> ModelShape:
         """Every layer keeps the first `sink_tokens` and the last `window` positions (a narrower native window
         stays)."""
         windows = tuple(window if w is None else min(w, window) for w in self.windows)
         return replace(self, windows=windows, sink_tokens=sink_tokens, forced_window=window)
+
+    def with_kv_dtype(self, kv_dtype: str | None) -> ModelShape:
+        """The same model with its K/V stored at `kv_dtype` (None: the model's dtype)."""
+        return replace(self, kv_dtype=normalize_kv_dtype(kv_dtype))
 
     @property
     def full_layers(self) -> list[int]:
@@ -65,9 +73,12 @@ class ModelShape:
     def kv_bytes_per_token_per_layer(
         self, kv_heads: int | None = None, elem_bytes: float | None = None
     ) -> float:
-        """2 (K and V) x kv_heads x head_dim x element bytes: the seeds' formula for one layer."""
+        """2 (K and V) x kv_heads x head_dim x element bytes: the seeds' formula for one layer; quantized K/V
+        (kv_dtype) 2 x kv_heads x (head_dim + a 4-byte scale), unless `elem_bytes` is given."""
         kv = self.kv_heads if kv_heads is None else kv_heads
-        return 2 * kv * self.head_dim * (self.elem_bytes if elem_bytes is None else elem_bytes)
+        if elem_bytes is not None:
+            return 2 * kv * self.head_dim * elem_bytes
+        return 2 * kv * row_bytes(self.head_dim, self.elem_bytes, self.kv_dtype)
 
     def kv_bytes_per_token(self) -> int:
         """Bytes one token costs in the paged pool: 2 x paged layers x kv_heads x head_dim x element bytes."""
@@ -86,6 +97,9 @@ class ModelShape:
         """The trace header's `model` (engine/trace/schema.py)."""
         data = asdict(self)
         del data["model_type"]
+        # an exact cache's header is as it always was
+        if self.kv_dtype is None:
+            del data["kv_dtype"]
         data["windows"] = list(self.windows)
         return data
 

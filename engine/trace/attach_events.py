@@ -89,7 +89,8 @@ ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "facts": (
             _DICT,
             "kv_usage, prefix_queries, prefix_hits, hit_rate, preemptions, running, waiting, "
-            "num_gpu_blocks, block_size, ttft_buckets, ttft_count, ttft_sum, started (the process start "
+            "num_gpu_blocks, block_size, cache_dtype (how the server stores K/V: auto = the model's dtype, "
+            "fp8, int8_per_token_head, ...), ttft_buckets, ttft_count, ttft_sum, started (the process start "
             "time) (those the page has)",
         ),
     },

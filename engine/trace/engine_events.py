@@ -228,6 +228,21 @@ ENGINE_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "window": (_INT, "W"),
         "argmax_changed": (_INT, "compared positions whose greedy token differs from full attention"),
     },
+    # --- K/V precision (kvtui precision --trace) ---------------------------------------------------------
+    "kv_divergence": {
+        "request_id": (_STR, "request whose positions were compared"),
+        "kv_dtype": (_STR, "the K/V precision compared with the exact cache (int8 | fp8_e4m3)"),
+        "start": (_INT, "position of kl[0]"),
+        "kl": (
+            _LIST,
+            "KL divergence (nats) of each position's next-token distribution from the exact cache's, "
+            "positions start, start + 1, ...",
+        ),
+        "top1_changed": (
+            _LIST,
+            "positions among them whose most likely next token differs from the exact cache's",
+        ),
+    },
     # --- what-if runs (kvtui whatif -o) ------------------------------------------------------------------
     "whatif_summary": {
         "workload": (_STR, "the workload file the run replayed"),

@@ -29,6 +29,11 @@ HEADER_FIELDS: dict[str, tuple[str, str]] = {
     "bytes_per_block": (_INT, "KV bytes of one block over all full-attention layers"),
     "bytes_per_token": (_INT, "KV bytes of one token over all full-attention layers"),
     "config": (_DICT, "engine configuration the run used"),
+    "kv_dtype": (
+        _STR + "?",
+        "how K/V are stored: null = the model's dtype (exact); int8 | fp8_e4m3 = one byte a value and a float32 "
+        "scale per token and KV head (bytes_per_block and bytes_per_token count the scales)",
+    ),
     "kind": (
         _STR + "?",
         "what made the trace: left out by the engine; attach, whatif (kvtui whatif -o), sinks (kvtui sinks "

@@ -6,6 +6,9 @@ only. Full-attention layers write the new K/V into their slots in the pool, then
 request's history through its block table and attend: causal inside the chunk, the cached prefix fully visible;
 decodes by the C kernel reading the pool in place where the run plan has it (engine/worker/run_plan.py), else by
 SDPA over one gather of whole blocks.
+Quantized K/V (EngineConfig.kv_dtype, engine/worker/kv_quant.py) are quantized as they are written and dequantized
+where they are read: a gathered prefix, a gathered decode group, ring rows; a chunk attends to its own K/V
+round-tripped, as a later step reads them; the C kernel reads the 8-bit rows itself.
 Window layers (and every layer with attention sinks) keep K/V in per-request rings instead (engine/worker/ring.py):
 O(W) memory, reading only the last W positions (the current token counts). KV heads are never repeated: SDPA's
 GQA support (or grouped matmuls when the model soft-caps scores) lets each group of query heads read its KV head.
@@ -19,6 +22,7 @@ import torch
 from transformers import AttentionInterface
 
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment, RingBatch
+from engine.worker.kernels import kv_quantize
 from engine.worker.kernels.paged_decode import paged_decode
 from engine.worker.sdpa import attend, chunk_over_prefix
 
@@ -56,8 +60,8 @@ def _prefill(
     k_self, v_self = key[:, :, seg.q_start : seg.q_end], value[:, :, seg.q_start : seg.q_end]
     if window is None and seg.start == 0:
         return attend(q, k_self, v_self, None, scaling, softcap, causal=True)
-    k_pre = _context(k_blocks, seg.blocks, seg.start)
-    v_pre = _context(v_blocks, seg.blocks, seg.start)
+    k_pre = batch.kv.dequantize(_context(k_blocks, seg.blocks, seg.start))
+    v_pre = batch.kv.dequantize(_context(v_blocks, seg.blocks, seg.start))
     if window is None:
         return chunk_over_prefix(q, k_pre, v_pre, k_self, v_self, scaling, softcap)
     allowed = batch.masks.get((seg.q_start, window))
@@ -84,18 +88,32 @@ def _decode(
     n, width = group.blocks.shape
     size = k_blocks.shape[2]
     length = group.longest if group.uniform else width * size
-    hkv, dim = k_blocks.shape[0], k_blocks.shape[3]
+    # row: head_dim, or head_dim + 4 bytes of a quantized row
+    hkv, row = k_blocks.shape[0], k_blocks.shape[3]
     # [N, Hq, 1, D] as [N, Hkv, Hq / Hkv, D]: each KV head's query heads are its queries (no repeat, no GQA path)
     q = query[0][:, group.q_index].transpose(0, 1).reshape(n, hkv, -1, query.shape[3])
     if group.lengths is not None:
-        scale = scaling if scaling is not None else dim**-0.5
+        scale = scaling if scaling is not None else query.shape[3] ** -0.5
         k_slots, v_slots = batch.kv.keys(layer), batch.kv.values(layer)
-        out = paged_decode(q, k_slots, v_slots, group.blocks, group.lengths, size, scale, window, softcap)
+        quant = batch.kv.quant
+        out = paged_decode(
+            q,
+            k_slots,
+            v_slots,
+            group.blocks,
+            group.lengths,
+            size,
+            scale,
+            window,
+            softcap,
+            kv_dtype=None if quant is None else quant.name,
+        )
         return out.reshape(n, query.shape[1], query.shape[3])
     # K and V of every block in one gather (advanced indexing runs on every thread; index_select on one):
     # [2 x Hkv, N x B, size x D] -> [N, Hkv, L, D] each
     both = batch.kv.layer_blocks(layer)[:, group.blocks.reshape(-1)]
-    both = both.view(2, hkv, n, width * size, dim)[:, :, :, :length].transpose(1, 2)
+    both = both.view(2, hkv, n, width * size, row)[:, :, :, :length].transpose(1, 2)
+    both = batch.kv.dequantize(both)
     k, v = both[0], both[1]
     key = ("decode", id(group), window)
     if key not in batch.masks:
@@ -124,9 +142,26 @@ def paged_attention(
     window = batch.windows[layer]
     k_cache, v_cache = batch.kv.keys(layer), batch.kv.values(layer)
     # query [1, Hq, T, D]; key/value [1, Hkv, T, D] -> the caches' [Hkv, slots, D] take [Hkv, T, D]
-    if not batch.read_only:
-        k_cache[:, batch.write_slots] = key[0]
-        v_cache[:, batch.write_slots] = value[0]
+    quant = batch.kv.quant
+    if quant is None:
+        if not batch.read_only:
+            k_cache[:, batch.write_slots] = key[0]
+            v_cache[:, batch.write_slots] = value[0]
+    elif not batch.prefills:
+        # decodes only: the pool's writer (one C call on a float32 CPU)
+        if not batch.read_only:
+            batch.kv.write(layer, batch.write_slots, key[0], value[0])
+    else:
+        k_stored, v_stored = quant.quantize(key[0]), quant.quantize(value[0])
+        if not batch.read_only:
+            k_cache[:, batch.write_slots] = k_stored
+            v_cache[:, batch.write_slots] = v_stored
+        # a chunk attends to its own K/V as a later chunk reads them from the pool
+        key, value = (
+            quant.dequantize(k_stored, key.dtype)[None],
+            quant.dequantize(v_stored, value.dtype)[None],
+        )
+    # dim: a row of the slab (head_dim, or head_dim + 4 bytes quantized)
     hkv, _, dim = k_cache.shape
     # [Hkv, blocks, block_size, D]
     k_blocks = k_cache.view(hkv, -1, batch.kv.block_size, dim)
@@ -163,30 +198,52 @@ def ring_attention(rings: RingBatch, layer: int, query, key, value, scaling, sof
     k_ring, v_ring = pool[index, 0], pool[index, 1]
     # [T, Hkv, D]
     k_new, v_new = key[0].transpose(0, 1), value[0].transpose(0, 1)
+    quant = rings.quant
+    # what the ring reads back: [..., D] of the model's dtype
+    read = (lambda rows: rows) if quant is None else (lambda rows: quant.dequantize(rows, key.dtype))
+    # the rows as the ring stores them; a chunk attends to its own as a later step reads them back
+    k_stored, v_stored = k_new, v_new
+    if quant is not None and plan.segments:
+        k_stored, v_stored = quant.quantize(k_new), quant.quantize(v_new)
+        k_new, v_new = read(k_stored), read(v_stored)
     # [T, Hq, D]
     out = query.new_empty(query.shape[2], query.shape[1], query.shape[3])
     # read before any write: a long chunk overwrites slots its first queries read
     for seg in plan.segments:
-        k = torch.cat([k_ring[seg.row, seg.context_slots], k_new[seg.q_start : seg.q_end]]).transpose(0, 1)
-        v = torch.cat([v_ring[seg.row, seg.context_slots], v_new[seg.q_start : seg.q_end]]).transpose(0, 1)
+        k = torch.cat([read(k_ring[seg.row, seg.context_slots]), k_new[seg.q_start : seg.q_end]])
+        v = torch.cat([read(v_ring[seg.row, seg.context_slots]), v_new[seg.q_start : seg.q_end]])
         q = query[:, :, seg.q_start : seg.q_end]
-        out[seg.q_start : seg.q_end] = attend(q, k[None], v[None], seg.mask, scaling, softcap)[0].transpose(
-            0, 1
-        )
+        attended = attend(q, k.transpose(0, 1)[None], v.transpose(0, 1)[None], seg.mask, scaling, softcap)
+        out[seg.q_start : seg.q_end] = attended[0].transpose(0, 1)
         # the ring as it stands at a snapshot boundary inside the chunk
         for _, buffer, slots, flat in seg.snapshots:
             buffer[index, 0], buffer[index, 1] = k_ring[seg.row], v_ring[seg.row]
-            buffer[index, 0, slots], buffer[index, 1, slots] = k_new[flat], v_new[flat]
-    k_ring[plan.write_rows, plan.write_slots] = k_new[plan.write_flat]
-    v_ring[plan.write_rows, plan.write_slots] = v_new[plan.write_flat]
+            buffer[index, 0, slots], buffer[index, 1, slots] = k_stored[flat], v_stored[flat]
+    if quant is not None and not plan.segments:
+        _store_decodes(quant, k_ring, plan, k_new)
+        _store_decodes(quant, v_ring, plan, v_new)
+    else:
+        k_ring[plan.write_rows, plan.write_slots] = k_stored[plan.write_flat]
+        v_ring[plan.write_rows, plan.write_slots] = v_stored[plan.write_flat]
     if plan.decode_rows is not None:
         # [N, Hkv, S+W, D]
-        k = k_ring[plan.decode_rows].permute(0, 2, 1, 3)
-        v = v_ring[plan.decode_rows].permute(0, 2, 1, 3)
+        k = read(k_ring[plan.decode_rows]).permute(0, 2, 1, 3)
+        v = read(v_ring[plan.decode_rows]).permute(0, 2, 1, 3)
         # [N, Hq, 1, D]
         q = query[0][:, plan.decode_flat].transpose(0, 1).unsqueeze(2)
         out[plan.decode_flat] = attend(q, k, v, plan.decode_mask, scaling, softcap)[:, :, 0]
     return out.unsqueeze(0)
+
+
+def _store_decodes(quant, ring: torch.Tensor, plan, rows: torch.Tensor) -> None:
+    """A decode-only group's new rows [T, Hkv, D] into a quantized ring [ring rows, S+W, Hkv, D + 4]: one C call
+    on a float32 CPU (torch's bits), else torch."""
+    new = rows[plan.write_flat]
+    if new.dtype == torch.float32 and ring.device.type == "cpu" and kv_quantize.available():
+        slots = plan.write_rows * ring.shape[1] + plan.write_slots
+        kv_quantize.quantize_write_ring(new, slots, ring, quant.name)
+    else:
+        ring[plan.write_rows, plan.write_slots] = quant.quantize(new)
 
 
 AttentionInterface.register(ATTENTION_NAME, paged_attention)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.worker.kv_quant import KVQuantizer
 from engine.worker.paged_kv import PagedKV
 
 # the keyword that carries a PagedBatch through model(...) to our attention
@@ -84,9 +85,11 @@ class RingBatch:
 
     # ring layer -> (group, index in the group)
     layer_group: dict[int, tuple[int, int]]
-    # per group: [layers in group, 2, rows, S + W, kv_heads, head_dim]
+    # per group: [layers in group, 2, rows, S + W, kv_heads, head_dim] (quantized: head_dim + 4 uint8)
     pools: list[torch.Tensor]
     groups: list[RingGroupBatch]
+    # quantized K/V (engine/worker/kv_quant.py), or None
+    quant: KVQuantizer | None = None
 
 
 @dataclass

@@ -166,14 +166,30 @@ class FusedForward:
         group = batch.decodes[0]
         slots, size = batch.write_slots, batch.kv.block_size
 
+        quant = batch.kv.quant
+
         def attend(layer: FusedLayer, q, k, v) -> torch.Tensor:
             index = layer.attention.layer_idx
             keys, values = batch.kv.keys(index), batch.kv.values(index)
-            rotated = decode_ops.rope_write(q, k, v, cos, sin, keys, values, slots, torch.empty_like(q))
+            if quant is None:
+                rotated = decode_ops.rope_write(q, k, v, cos, sin, keys, values, slots, torch.empty_like(q))
+            else:
+                # quantized rows are written by torch, as the module path writes them
+                rotated, k = decode_ops.rope(q, k, cos, sin)
+                batch.kv.write(index, slots, k.transpose(0, 1), v.transpose(0, 1))
             # [N, Hkv, G, D]: each KV head's query heads
             grouped = rotated.view(q.shape[0], keys.shape[0], -1, q.shape[2])
             scale = layer.attention.scaling
-            return paged_decode(grouped, keys, values, group.blocks, group.lengths, size, scale)
+            return paged_decode(
+                grouped,
+                keys,
+                values,
+                group.blocks,
+                group.lengths,
+                size,
+                scale,
+                kv_dtype=None if quant is None else quant.name,
+            )
 
         return attend
 

@@ -4,6 +4,8 @@ Layout: `kv[layer_slot, 0 or 1, kv_head, slot, head_dim]` where slot = physical 
 each head's positions are rows of one matrix, so a sequence's context is [kv_heads, L, head_dim] as attention
 reads it (the C decode kernel in place, SDPA after one gather of whole blocks).
 Its size is exactly 2 x paged layers x kv_heads x head_dim x elem_bytes x block_size x num_blocks.
+Quantized K/V (kv_dtype, engine/worker/kv_quant.py): the slab is uint8 and a slot's row is head_dim bytes and
+its float32 scale, `kv[layer_slot, 0 or 1, kv_head, slot, head_dim + 4]`; `write` quantizes, `dequantize` reads.
 """
 
 from __future__ import annotations
@@ -11,14 +13,26 @@ from __future__ import annotations
 import torch
 
 from engine.models.shape import ModelShape
+from engine.worker.kernels import kv_quantize
+from engine.worker.kv_quant import quantizer
 
 
 class PagedKV:
     def __init__(
-        self, shape: ModelShape, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device
+        self,
+        shape: ModelShape,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        kv_dtype: str | None = None,
     ):
         self.block_size = block_size
         self.num_blocks = num_blocks
+        # what attention computes in (the model's dtype); the slab holds that, or quantized rows
+        self.dtype = dtype
+        self.quant = quantizer(kv_dtype)
+        row = shape.head_dim if self.quant is None else self.quant.row_width(shape.head_dim)
         # full-attention layer index -> row in the slab; window layers keep their K/V elsewhere (rings)
         self.layer_slot = {layer: i for i, layer in enumerate(shape.paged_layers)}
         self.kv = torch.zeros(
@@ -26,11 +40,12 @@ class PagedKV:
             2,
             shape.kv_heads,
             num_blocks * block_size,
-            shape.head_dim,
-            dtype=dtype,
+            row,
+            dtype=dtype if self.quant is None else torch.uint8,
             device=device,
         )
         self._views = {layer: (self.kv[i, 0], self.kv[i, 1]) for layer, i in self.layer_slot.items()}
+        self._c_writes = self.quant is not None and device.type == "cpu" and kv_quantize.available()
 
     @property
     def nbytes(self) -> int:
@@ -41,6 +56,22 @@ class PagedKV:
 
     def values(self, layer: int) -> torch.Tensor:
         return self._views[layer][1]
+
+    def write(self, layer: int, slots: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+        """K/V [Hkv, T, D] of T new positions into `slots` of a layer (quantized where the pool is: by the C
+        writer on a float32 CPU, torch's bits in one call, else by torch)."""
+        keys, values = self._views[layer]
+        if self.quant is None:
+            keys[:, slots], values[:, slots] = key, value
+        elif self._c_writes and key.dtype == torch.float32 and key.stride(2) == value.stride(2) == 1:
+            kv_quantize.quantize_write(key, slots, keys, self.quant.name)
+            kv_quantize.quantize_write(value, slots, values, self.quant.name)
+        else:
+            keys[:, slots], values[:, slots] = self.quant.quantize(key), self.quant.quantize(value)
+
+    def dequantize(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows read from the slab as attention takes them: [..., D] of the model's dtype."""
+        return rows if self.quant is None else self.quant.dequantize(rows, self.dtype)
 
     def layer_blocks(self, layer: int) -> torch.Tensor:
         """[2 x kv_heads, blocks, block_size x head_dim]: a layer's keys then values, one row of a block per head,

@@ -8,6 +8,8 @@ Prefill of a chunk [start, end): read the ring's positions [max(S, start-W+1), s
 chunk's own new K/V (never through the ring: a chunk longer than W would overwrite what its first queries need),
 attend with the window mask, then write the chunk's last W positions. Decode: write the one new position, then
 read all S + W slots with a mask of the slots that hold a position inside the window.
+Quantized K/V (kv_dtype): a slot holds head_dim + 4 uint8 (engine/worker/kv_quant.py); row copies and snapshots
+move the bytes as they are, attention (engine/worker/attention.py ring_attention) dequantizes what it reads.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from engine.core.rings import (
     SnapshotSave,
 )
 from engine.worker.batch import RingBatch, RingGroupBatch, RingSegment
+from engine.worker.kv_quant import quantizer
 
 
 def window_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int, sinks: int) -> torch.Tensor:
@@ -32,8 +35,12 @@ def window_mask(query_pos: torch.Tensor, key_pos: torch.Tensor, window: int, sin
 
 
 class RingTensors:
-    def __init__(self, manager: RingManager, dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self, manager: RingManager, dtype: torch.dtype, device: torch.device, kv_dtype: str | None = None
+    ):
         self.manager = manager
+        # quantized rows (head_dim + 4 uint8, engine/worker/kv_quant.py), or the model's dtype
+        self.quant = quantizer(kv_dtype)
         self.shape = manager.shape
         self.sinks = manager.sinks
         self.groups = manager.groups
@@ -53,8 +60,8 @@ class RingTensors:
             rows,
             self.sinks + group.window,
             s.kv_heads,
-            s.head_dim,
-            dtype=self._dtype,
+            s.head_dim if self.quant is None else self.quant.row_width(s.head_dim),
+            dtype=self._dtype if self.quant is None else torch.uint8,
             device=self.device,
         )
 
@@ -153,7 +160,7 @@ class RingTensors:
                 else:
                     gb.decode_mask = self._decode_mask(torch.tensor(dpos, device=dev), W)[:, None, None, :]
             groups.append(gb)
-        return RingBatch(self.layer_group, self.pool, groups)
+        return RingBatch(self.layer_group, self.pool, groups, self.quant)
 
     def _decode_mask(self, positions: torch.Tensor, window: int) -> torch.Tensor:
         """[N, S+W]: after writing position p, which slots hold a position the query at p may read."""

@@ -62,6 +62,8 @@ class RunPlan:
     exact_linears: int = 0
     # window layers keep their K/V in rings (engine/worker/attention.py ring_attention: SDPA, a mask)
     rings: bool = False
+    # K/V stored quantized (int8 | fp8_e4m3, engine/worker/kv_quant.py); "" the model's dtype
+    kv_dtype: str = ""
 
     @classmethod
     def reference(cls) -> RunPlan:
@@ -92,6 +94,14 @@ class RunPlan:
         ]
         if self.rings:
             lines.append("  window layers      rings: SDPA over each request's ring row, masked")
+        if self.kv_dtype:
+            reads = (
+                "the C kernel reads the 8-bit rows" if self.attention == PAGED_DECODE else "SDPA dequantized"
+            )
+            lines.append(
+                f"  K/V storage        {self.kv_dtype}, a float32 scale per token and KV head: quantized on write, "
+                f"dequantized on read (prefill: the gathered prefix; decode: {reads})"
+            )
         lines += [f"  ({operation}: {reason})" for operation, reason in self.why]
         return "\n".join(lines)
 
@@ -105,6 +115,7 @@ def build(
     paged_layers: int,
     separate: bool = False,
     rings: bool = False,
+    kv_dtype: str | None = None,
 ) -> tuple[RunPlan, PackedLinears | None, FusedForward | None]:
     """`wanted` as it runs here, with its linears and fused step built: each operation this machine or model
     cannot take as wanted takes the reference path instead, and the plan says why. `separate`: each request
@@ -143,5 +154,6 @@ def build(
         0 if linears is None else len(linears.entries),
         0 if linears is None else linears.exact_count,
         rings,
+        kv_dtype or "",
     )
     return plan, linears, fused

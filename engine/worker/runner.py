@@ -84,16 +84,17 @@ class ModelRunner:
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
         self.tables = BlockTables(self.device)
-        wanted = plan or RunPlan.for_device(self.device, kv.kv.dtype)
+        wanted = plan or RunPlan.for_device(self.device, kv.dtype)
         self.plan, self.linears, self.fused = run_plan.build(
             wanted,
             model,
             self.device,
-            kv.kv.dtype,
+            kv.dtype,
             windows,
             len(kv.layer_slot),
             separate=self.separate,
             rings=self.rings is not None,
+            kv_dtype=None if kv.quant is None else kv.quant.name,
         )
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None

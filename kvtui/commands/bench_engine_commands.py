@@ -259,20 +259,40 @@ def prefix_bench(model, workloads, repeats, threads, **options):
     help="A measured device-copy bandwidth in TB/s to compare with as well (H200: about 4.3; on the CPU "
     "measured in the run when no --peak-tbs is given).",
 )
+@click.option(
+    "--contexts",
+    default="2048,8192",
+    show_default=True,
+    callback=_ints,
+    help="With --kv-dtype: context lengths decoded after.",
+)
+@REPEATS
 @THREADS
-def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threads, **options):
+def decode_bench(
+    model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, contexts, repeats, threads, **options
+):
     """Decode throughput at each batch size; each step reads every weight and every sequence's K/V once, so
     bytes per step / step time is the bandwidth the engine draws, shown against the memory's peak.
 
     \b
+    With --kv-dtype: decode after each of --contexts with 8-bit K/V against the same model storing K/V exactly,
+    rounds alternating between the two (--repeats rounds of --steps steps; batch: the first of --batches,
+    1 unless given).
+
+    
     Examples:
       kvtui bench decode -m random:llama:1b --dtype bfloat16 --device cuda --copy-tbs 4.3
       kvtui bench decode -m random:llama:tiny --batches 1,4 --prompt-tokens 64 --steps 8 --peak-tbs 0.02
+      kvtui bench decode --kv-dtype int8 --contexts 2048,8192 --steps 16 --repeats 5 --threads 2
     """
     from kvtui.bench.decode import format_decode, measure_decode
     from kvtui.bench.machine_probe import copy_bandwidth
 
     _threads(threads)
+    if options.get("kv_dtype"):
+        typed = click.get_current_context().get_parameter_source("batches")
+        batch = batches[0] if typed is click.core.ParameterSource.COMMANDLINE else 1
+        return _decode_precision(model, contexts, batch, steps, repeats, options)
     need = max(batches) * (prompt_tokens + steps + 8)
     engine = load_engine(
         model,
@@ -298,6 +318,28 @@ def decode_bench(model, batches, prompt_tokens, steps, peak_tbs, copy_tbs, threa
             measure_decode(engine, batches, prompt_tokens, steps, progress=_say), peak_tbs, copy_tbs
         )
     )
+
+
+ENGINE_BENCHES = [long_bench, overhead_bench, mixed_bench, prefix_bench, decode_bench]
+
+
+def _decode_precision(model: str, contexts, batch: int, steps: int, rounds: int, options: dict) -> None:
+    """Decode with K/V at options' kv_dtype against the exact cache, one model, rounds alternating."""
+    from engine.engine import Engine
+    from kvtui.bench.decode_precision import format_precision, measure_precision
+
+    need = batch * (max(contexts) + steps * (rounds + 1) + 16)
+    overrides = {"prefix_cache": False, "max_num_seqs": batch, "num_blocks": -(-need // 16) + batch + 8}
+    quantized = load_engine(model, engine_config({**overrides, "block_size": 16}, **options))
+    exact_config = engine_config({**overrides, "block_size": 16}, **{**options, "kv_dtype": None})
+    exact = Engine(quantized.model, quantized.tokenizer, exact_config, quantized.shape.name)
+    engines = {quantized.shape.dtype: exact, quantized.config.kv_dtype: quantized}
+    click.echo(
+        f"decode on {quantized.shape.name} ({quantized.shape.dtype}, {quantized.kv.kv.device})", err=True
+    )
+    click.echo(quantized.runner.plan.describe(), err=True)
+    rows = measure_precision(engines, contexts, batch, steps, rounds, progress=_say)
+    click.echo(format_precision(rows, list(engines)))
 
 
 ENGINE_BENCHES = [long_bench, overhead_bench, mixed_bench, prefix_bench, decode_bench]

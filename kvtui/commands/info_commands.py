@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from engine.models.kv_precision import describe_row
 from kvtui.commands.engine_options import engine_config, engine_options, load_engine
 
 # a thousand times the longest context windows: past it a count is a typo, and its bytes mean nothing
@@ -37,14 +38,17 @@ def info(model, config_source, tokens, **options):
     (32 layers, 8 KV heads, head_dim 128, bf16, 8,192 tokens = 1 GiB; MHA 4 GiB, MQA 128 MiB)
     """
     if config_source:
-        click.echo(config_info(config_source, tokens, options["dtype"], options["block_size"]))
+        click.echo(
+            config_info(config_source, tokens, options["dtype"], options["block_size"], options["kv_dtype"])
+        )
         return
     engine = load_engine(model, engine_config(**options))
     click.echo(format_info(engine))
 
 
-def config_info(source: str, tokens: str, dtype: str, block_size: int) -> str:
+def config_info(source: str, tokens: str, dtype: str, block_size: int, kv_dtype: str | None = None) -> str:
     from engine.models.kv_budget import ConfigError, format_budget, load_config, shape_from_config
+    from engine.models.kv_precision import normalize_kv_dtype
 
     try:
         counts = [int(t) for t in tokens.replace(" ", "").split(",") if t]
@@ -67,7 +71,8 @@ def config_info(source: str, tokens: str, dtype: str, block_size: int) -> str:
     try:
         config, name = load_config(source)
         shape = shape_from_config(config, name)
-        return format_budget(shape, counts, dtype if typed or not shape.dtype else shape.dtype, block_size)
+        chosen = dtype if typed or not shape.dtype else shape.dtype
+        return format_budget(shape, counts, chosen, block_size, normalize_kv_dtype(kv_dtype))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     # a field of the wrong kind ("num_hidden_layers": "abc"): name it
@@ -91,12 +96,19 @@ def _bad_field(config: dict, exc: Exception) -> str:
 def format_info(engine) -> str:
     shape, pool, kv = engine.shape, engine.cache.pool, engine.kv
     per_layer = shape.kv_bytes_per_token_per_layer()
+    row = describe_row(shape.head_dim, shape.elem_bytes, shape.kv_dtype)
     lines = [
         f"model          {shape.name}",
         f"layers         {shape.layers}",
         f"heads          {shape.q_heads} query, {shape.kv_heads} KV ({shape.attention_kind()}), head dim {shape.head_dim}",
         f"dtype          {shape.dtype} ({shape.elem_bytes} bytes)",
     ]
+    if shape.kv_dtype is not None:
+        exact = shape.with_kv_dtype(None).kv_bytes_per_token_per_layer()
+        lines.append(
+            f"K/V stored     {shape.kv_dtype}, a float32 scale per token and KV head; dequantized on read "
+            f"({exact / per_layer:.2f}x the tokens of {shape.dtype} in the same bytes)"
+        )
     windows = sorted({w for w in shape.windows if w is not None})
     kinds = f"{len(shape.full_layers)} full" + (
         f", {len(shape.window_layers)} sliding window W={windows}" if windows else ""
@@ -106,7 +118,7 @@ def format_info(engine) -> str:
     lines += [
         f"attention      {kinds}",
         "",
-        f"KV per token   2 x {shape.kv_heads} kv_heads x {shape.head_dim} x {shape.elem_bytes} B = {per_layer:,} B per layer",
+        f"KV per token   2 x {shape.kv_heads} kv_heads x {row} = {int(per_layer):,} B per layer",
         f"full layers    x {len(shape.paged_layers)} paged layers = {shape.kv_bytes_per_token():,} B per token "
         "(grows with the sequence)",
         f"KV per block   x {pool.block_size} tokens = {shape.kv_bytes_per_block(pool.block_size):,} B",

@@ -54,6 +54,12 @@ COST = CostModel()
 )
 @click.option("--kv-config", help="A model's config.json or directory: bytes per token for byte capacities.")
 @click.option(
+    "--kv-dtype",
+    "kv_dtypes",
+    help="With --kv-config: byte capacities at these K/V precisions, a list (bfloat16,fp8,int8; 8-bit rows "
+    "carry a 4-byte scale per token and KV head) [the config's dtype].",
+)
+@click.option(
     "--block-size",
     "block_sizes",
     help="Tokens per block, a list (default: the trace block size for hash-id workloads, else 16).",
@@ -190,6 +196,7 @@ def whatif(
     tokenizer,
     capacities,
     kv_config,
+    kv_dtypes,
     block_sizes,
     evictions,
     no_prefix_cache,
@@ -293,19 +300,34 @@ def whatif(
     for p in policies:
         if p not in ("lru", "lfu", "cost"):
             raise click.BadParameter(f"{p!r}: choose lru, lfu or cost", param_hint="--eviction")
-    bytes_per_token = None
+    # K/V precision -> bytes per token (one entry, None: the config's dtype, or no config)
+    per_token: dict[str | None, int | None] = {None: None}
     if kv_config:
-        from engine.models.kv_budget import ConfigError, load_config, shape_from_config
+        from engine.models.kv_budget import ConfigError, bytes_per_token_at, load_config, shape_from_config
 
         try:
             config, _ = load_config(kv_config)
-            bytes_per_token = shape_from_config(config).kv_bytes_per_token()
+            shape = shape_from_config(config)
+            wanted = [d.strip() for d in (kv_dtypes or "").split(",") if d.strip()] or [None]
+            per_token = {d: bytes_per_token_at(shape, d) for d in wanted}
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
+    elif kv_dtypes:
+        raise click.BadParameter("converts byte capacities: give --kv-config too", param_hint="--kv-dtype")
     try:
-        caps = {bs: parse_capacities(capacities, bs, bytes_per_token) for bs in sizes}
+        # every precision's capacities in one run: 80GiB at fp8 beside 80GiB at bfloat16
+        caps = {
+            bs: list(
+                dict.fromkeys(c for b in per_token.values() for c in parse_capacities(capacities, bs, b))
+            )
+            for bs in sizes
+        }
     except CapacityError as exc:
         raise click.ClickException(str(exc)) from None
+    if kv_dtypes and not quiet:
+        for d, b in per_token.items():
+            tokens = ", ".join(f"{c:,}" for c in parse_capacities(capacities, sizes[0], b))
+            click.echo(f"K/V at {d}: {b:,} B per token; --capacity {capacities} = {tokens} tokens", err=True)
     cost = CostModel(step_ms / 1e3, prefill_us / 1e6, decode_ms / 1e3)
     batch = list(itertools.product(_ints(mbts, "--max-batched-tokens"), _ints(mnss, "--max-num-seqs")))
     caching = [True, False] if no_prefix_cache else [True]

@@ -71,6 +71,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "Edits": ("edit", "invalidate"),
     "Sliding-window rings and sinks": ("ring_write", "ring_resume", "ring_kept", "sink_divergence"),
+    "K/V precision": ("kv_divergence",),
     "What-if runs": ("whatif_summary",),
     "The machine": ("roofline",),
     "Attached fleets (`kvtui attach -o`)": (
@@ -130,6 +131,10 @@ SUMMARY: dict[str, str] = {
         "reducer frees the slots of the keys dropped and gives them to the new ones."
     ),
     "sink_divergence": "With attention sinks on: the largest logit difference from full attention.",
+    "kv_divergence": (
+        "`kvtui precision --trace` only: how far each position's next-token distribution moved from the exact "
+        "cache's with K/V stored at int8 or fp8; the token strip colours each token by it."
+    ),
     "whatif_summary": (
         "The last event of a `kvtui whatif -o` trace: the workload, ceiling, points, optimal bound, one-pass "
         "curve, this run's configuration and miss causes, the fleet."

@@ -4,7 +4,7 @@ rate, TTFT, preemptions, queue lengths and the pool size.
 vLLM: `vllm:kv_cache_usage_perc` (0..1), `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`
 (token counters), `vllm:num_preemptions_total`, `vllm:time_to_first_token_seconds` (histogram),
 `vllm:num_requests_running` / `vllm:num_requests_waiting`, `vllm:cache_config_info` (labels carry
-num_gpu_blocks and block_size). SGLang: `sglang:token_usage`, `sglang:cache_hit_rate`,
+num_gpu_blocks, block_size and cache_dtype, the K/V precision). SGLang: `sglang:token_usage`, `sglang:cache_hit_rate`,
 `sglang:time_to_first_token_seconds`. A data-parallel vLLM labels each sample with `engine="<rank>"`: such
 samples are kept per rank. Counters and histograms are cumulative, so rates come from two readings.
 """
@@ -82,6 +82,9 @@ def summarize(text: str) -> dict[str, dict]:
             for key in ("num_gpu_blocks", "block_size"):
                 if labels.get(key, "").isdigit():
                     out[key] = int(labels[key])
+            # how the server stores K/V: auto (the model's dtype), fp8, fp8_e4m3, int8_per_token_head, ...
+            if labels.get("cache_dtype"):
+                out["cache_dtype"] = labels["cache_dtype"]
         elif base == "time_to_first_token_seconds_bucket" and "le" in labels:
             le = labels["le"]
             bound = None if le in ("+Inf", "Inf") else float(le)

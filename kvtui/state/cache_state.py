@@ -32,6 +32,8 @@ class CacheState(PoolReducer, RequestsReducer, TreeReducer, RingsReducer, Metric
         n = self.num_blocks = int(header.get("num_blocks") or 0)
         self.bytes_per_block: int = int(header.get("bytes_per_block") or 0)
         self.bytes_per_token: int = int(header.get("bytes_per_token") or 0)
+        # int8 | fp8_e4m3: K/V stored quantized (a scale per token and KV head); None: the model's dtype
+        self.kv_dtype: str | None = header.get("kv_dtype")
         # events applied
         self.index = 0
         self.seq = -1

@@ -78,6 +78,8 @@ def worker_cells(fleet: FleetState, worker: Worker) -> dict:
         "hit_rate": token_hit_rate(facts, before),
         "ttft": [histogram_quantile(q, buckets) for q in (0.5, 0.95, 0.99)],
         "preemptions": facts.get("preemptions"),
+        # the server's K/V precision (vLLM's cache_config_info), when its /metrics says
+        "cache_dtype": facts.get("cache_dtype"),
         "gaps": counts.gaps,
         "lost": counts.lost,
         "restarts": counts.restarts,

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 # A request's lifecycle as the timeline draws it.
 WAITING, RUNNING, PREEMPTED, FINISHED = "waiting", "running", "preempted", "finished"
+# KL divergence (nats) from the exact cache: below 1e-3, up to 1e-2, up to 1e-1, above (the token strip's
+# kl-0 .. kl-3 colours)
+KL_BINS = (1e-3, 1e-2, 1e-1)
 
 
 @dataclass(slots=True)
@@ -52,6 +55,10 @@ class RequestRecord:
     ring_resume: dict | None = None
     # attention sinks vs full attention, when the run used sinks
     sink_divergence: dict | None = None
+    # per position: KL divergence of its next-token distribution from the exact cache's (kv_divergence events;
+    # None where none was measured), and the K/V precision measured
+    kl: list[float | None] | None = None
+    kl_dtype: str | None = None
     owner: int = 0
 
     @property
@@ -72,7 +79,16 @@ class RequestRecord:
         new.marks = list(self.marks)
         new.edits = list(self.edits)
         new.locked = list(self.locked)
+        if self.kl is not None:
+            new.kl = list(self.kl)
         return new
+
+    def kl_bin(self, position: int) -> int | None:
+        """Which of KL_BINS the position's divergence falls in (None: not measured)."""
+        value = self.kl[position] if self.kl is not None and position < len(self.kl) else None
+        if value is None:
+            return None
+        return sum(value >= edge for edge in KL_BINS)
 
 
 class RequestsReducer:
@@ -164,6 +180,17 @@ class RequestsReducer:
             req.marks.append((ev["t"], "decode", step))
         logical = ev["position"] // self.block_size
         self._mark_writing(rid, step, logical, logical)
+
+    def _on_kv_divergence(self, ev: dict) -> None:
+        req = self._req(ev["request_id"])
+        if req is None:
+            return
+        start, values = ev["start"], ev["kl"]
+        kl = req.kl if req.kl is not None else []
+        if len(kl) < start + len(values):
+            kl.extend([None] * (start + len(values) - len(kl)))
+        kl[start : start + len(values)] = values
+        req.kl, req.kl_dtype = kl, ev["kv_dtype"]
 
     def _on_token_emitted(self, ev: dict) -> None:
         req = self._req(ev["request_id"])

@@ -191,6 +191,8 @@ def pool_legend(state: CacheState | None, view: View | None = None) -> Content:
     ):
         parts += [(glyph, markup(STATE_ROLE[kind])), f" {label} {count}  "]
     parts.append((f"{state.num_blocks}×{state.block_size} tok", markup("dim")))
+    if state.kv_dtype:
+        parts.append((f" K/V {state.kv_dtype}", markup("dim")))
     node = state.nodes.get(view.node_id) if view is not None and view.node_id else None
     if node is not None:
         parts += ["  ", (f" tree n{node.node_id} ", markup("node"))]
@@ -247,4 +249,6 @@ def block_details(state: CacheState | None, physical: int | None) -> Content:
         parts += [(show_text(text), shades[i % 2]) for i, text in enumerate(texts)]
         parts.append("\n")
     parts.append((f"{fmt_bytes(state.bytes_per_block)} of K/V", dim))
+    if state.kv_dtype:
+        parts.append((f", {state.kv_dtype}: 1 B a value + a float32 scale per token and KV head", dim))
     return Content.assemble(*parts)

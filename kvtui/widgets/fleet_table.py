@@ -37,6 +37,9 @@ def row_segments(c: dict, ordinal: int, palette: Palette | None = None) -> list[
     stream = f"gaps {c['gaps']} lost {c['lost']} restarts {c['restarts']} malformed {c['malformed']}"
     if c.get("unseen"):
         stream += f" · history incomplete ({c['unseen']} batches lost)"
+    if c.get("cache_dtype"):
+        dtype = c["cache_dtype"]
+        stream = f"KV {dtype}{' (model dtype)' if dtype == 'auto' else ''} · " + stream
     if c.get("down"):
         stream = f"DOWN? {c['down'][:40]} (blocks shown are stale) · " + stream
     trouble = c["lost"] or c["restarts"] or c["malformed"] or c.get("down")

@@ -25,6 +25,8 @@ The meaning of a colour stays the same in every theme:
     dim, bold, heading, cursor                  $text-muted, bold, $text-accent bold, reverse
     slot, sink-slot, heavy-slot                 a ring slot: recent (on $panel), sink (on $primary, bold),
                                                 heavy hitter (on $success-darken-1)
+    kl-0 .. kl-3                                a token's KL divergence from the exact cache (8-bit K/V): on
+                                                $panel, $success-darken-1, $warning-darken-1, $error (bold)
 
 Owners (requests by arrival order) cycle through `OWNERS`. The states a block can be in (free, used, shared,
 cached, writing, evicted) and the edit marks (kept, dropped, copied) are told apart in every built-in theme that
@@ -139,6 +141,11 @@ ROLES: dict[str, Role] = {
     # a ring slot's role: recent is "slot"; sinks are kept forever; heavy hitters (H2O) for their attention
     "sink-slot": _on("$primary", "bold"),
     "heavy-slot": _on("$success-darken-1"),
+    # a token's next-token KL divergence from the exact cache, by decade (kvtui/state/requests.py KL_BINS)
+    "kl-0": _on("$panel"),
+    "kl-1": _on("$success-darken-1"),
+    "kl-2": _on("$warning-darken-1"),
+    "kl-3": _on("$error", "bold"),
     # the scrubber
     "knob": Role("$foreground", text_style="bold"),
     "arrival": Role("$primary"),

@@ -136,6 +136,10 @@ class TokenStrip(LineView):
                 style = recompute_mark if pos == m else style + recompute
             elif m is not None:
                 style = style + Style(underline=True)
+            # measured K/V precision: each token by how far its next-token distribution moved
+            kl_bin = req.kl_bin(pos)
+            if kl_bin is not None:
+                style = palette[f"kl-{kl_bin}"]
             if pos == cursor:
                 style = palette["token-cursor"]
             elif start <= pos < end:
@@ -181,6 +185,8 @@ class TokenStrip(LineView):
             if char is not None:
                 # a token that is a few bytes of a character (CJK, emoji): the character its bytes make
                 segs.append(Segment(f" · bytes of {char!r}", dim))
+            if req.kl_bin(pos) is not None:
+                segs.append(Segment(f" · KL {req.kl[pos]:.2e} ({req.kl_dtype} vs exact)", dim))
             start, end = self.selection()
             if end - start > 1:
                 segs.append(
@@ -193,6 +199,8 @@ class TokenStrip(LineView):
         palette = self.palette()
         dim = palette["dim"]
         inv = state.last_invalidate
+        if req.kl is not None and (inv is None or inv["request_id"] != req.request_id):
+            return self._kl_legend()
         if inv is None or inv["request_id"] != req.request_id:
             return [
                 Segment(
@@ -212,6 +220,18 @@ class TokenStrip(LineView):
                 dim,
             ),
         ]
+
+    def _kl_legend(self) -> list[Segment]:
+        """The colours of a precision trace's tokens: KL divergence from the exact cache by decade."""
+        req = self.view.request
+        palette = self.palette()
+        segs = [Segment(f"{req.kl_dtype} K/V, next-token KL vs exact: ", palette["dim"])]
+        for i, label in enumerate(("< 1e-3", "< 1e-2", "< 1e-1", ">= 1e-1")):
+            segs += [Segment(f" {label} ", palette[f"kl-{i}"]), Segment(" ")]
+        measured = [v for v in req.kl if v is not None]
+        if measured:
+            segs.append(Segment(f"· mean {sum(measured) / len(measured):.2e}", palette["dim"]))
+        return segs
 
     # --- cursor
     def set_cursor(self, position: int) -> None:

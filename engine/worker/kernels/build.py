@@ -24,8 +24,9 @@ from pathlib import Path
 FOLDER = Path(__file__).parent
 # -ffp-contract=fast: a * b + c as one fused multiply-add, the rounding panel_linear.c must reproduce
 FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast"]
-# a kernel's own flags, after FLAGS (the last one wins): decode_ops.c must round every product as torch does
-KERNEL_FLAGS = {"decode_ops": ["-ffp-contract=off"]}
+# a kernel's own flags, after FLAGS (the last one wins): decode_ops.c and kv_quantize.c must round every
+# operation as torch does
+KERNEL_FLAGS = {"decode_ops": ["-ffp-contract=off"], "kv_quantize": ["-ffp-contract=off"]}
 # -march=native is x86 and recent Arm; older Arm compilers spell it -mcpu=native
 NATIVE = (["-march=native"], ["-mcpu=native"], [])
 

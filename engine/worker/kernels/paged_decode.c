@@ -7,9 +7,15 @@
    and the ranges merge at the end by their log-sum-exps.
 
    Layout (engine/worker/paged_kv.py): keys and values are [Hkv, slots, D], slot = block x block_size + offset.
+   Quantized K/V (paged_decode_8bit, engine/worker/kv_quant.py): a row is D bytes of int8 or float8 e4m3fn and
+   its float32 scale; each row is turned into floats once (for all G query heads), its scale folded into the
+   scores' scale (K) and the softmax weights (V), so the loops below run on floats as for float32 K/V.
    Built by engine/worker/kernels/build.py with the machine's own vector width (-march=native).
 */
 #include <float.h>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,6 +46,100 @@ static inline vf load(const float *p) {
     vf x;
     memcpy(&x, p, sizeof x);
     return x;
+}
+
+/* how a row is stored: float32, or D bytes + a float32 scale */
+enum { FLOAT32 = 0, INT8 = 1, FP8_E4M3 = 2 };
+
+/* float8 e4m3fn (bias 7, no infinities) as a float x 2^-8, exactly: a normal number's 7 bits of exponent and
+   mantissa moved to float32's places with the bias raised by 112; a subnormal (exponent 0) is mantissa x 2^-17.
+   The 2^-8 is the half float's (below), folded into the row's scale. No NaN is ever stored (the writer clamps
+   to +-448) */
+static inline float e4m3(uint8_t b) {
+    const int magnitude = b & 0x7F;
+    float x;
+    if (b & 0x78) {
+        const uint32_t bits = ((uint32_t)magnitude << 20) + (112u << 23);
+        memcpy(&x, &bits, sizeof x);
+    } else {
+        x = (float)(b & 7) * (1.0f / 131072.0f);
+    }
+    return b & 0x80 ? -x : x;
+}
+
+/* 16 bytes to 16 int32 lanes, sign-extended or not: one instruction (two on AVX2); GCC's own conversion of a
+   byte vector turns into scalar code */
+static inline vi widen(const uint8_t *p, int is_signed) {
+    vi out;
+#if defined(__AVX512F__)
+    const __m128i c = _mm_loadu_si128((const __m128i *)p);
+    const __m512i w = is_signed ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
+    memcpy(&out, &w, sizeof out);
+#elif defined(__AVX2__)
+    const __m128i lo = _mm_loadl_epi64((const __m128i *)p), hi = _mm_loadl_epi64((const __m128i *)(p + 8));
+    const __m256i a = is_signed ? _mm256_cvtepi8_epi32(lo) : _mm256_cvtepu8_epi32(lo);
+    const __m256i b = is_signed ? _mm256_cvtepi8_epi32(hi) : _mm256_cvtepu8_epi32(hi);
+    memcpy(&out, &a, sizeof a);
+    memcpy((char *)&out + sizeof a, &b, sizeof b);
+#else
+    for (int i = 0; i < LANES; i++) out[i] = is_signed ? (int8_t)p[i] : p[i];
+#endif
+    return out;
+}
+
+/* 16 e4m3fn bytes as floats x 2^-8. With F16C: each byte's sign, exponent and mantissa moved into a half
+   float's places, which is the value x 2^-8 exactly (subnormals included: bias 7 against 15, 3 mantissa bits
+   against 10); (b + (b & 0x80)) << 7 carries the sign from bit 14 to 15. The hardware turns halves into
+   floats. Without: the bits by hand */
+static inline vf e4m3_vector(const uint8_t *p) {
+#if defined(__F16C__) && (defined(__AVX512F__) || defined(__AVX2__))
+    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+    const __m256i half = _mm256_slli_epi16(_mm256_add_epi16(w, _mm256_and_si256(w, _mm256_set1_epi16(0x80))), 7);
+    vf x;
+#if defined(__AVX512F__)
+    const __m512 f = _mm512_cvtph_ps(half);
+    memcpy(&x, &f, sizeof x);
+#else
+    const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(half));
+    const __m256 hi = _mm256_cvtph_ps(_mm256_extracti128_si256(half, 1));
+    memcpy(&x, &lo, sizeof lo);
+    memcpy((char *)&x + sizeof lo, &hi, sizeof hi);
+#endif
+    return x;
+#else
+    const vi b = widen(p, 0);
+    const vi normal = ((b & 0x7F) << 20) + (112 << 23);
+    const vf small = __builtin_convertvector(b & 7, vf) * (1.0f / 131072.0f);
+    vi small_bits;
+    memcpy(&small_bits, &small, sizeof small_bits);
+    /* -1 where the exponent is not 0 */
+    const vi is_normal = (b & 0x78) != 0;
+    const vi bits = (normal & is_normal) | (small_bits & ~is_normal) | ((b & 0x80) << 24);
+    vf x;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+#endif
+}
+
+/* a stored row of D values as floats, without its scale, which it returns (for e4m3 the floats are x 2^-8 and
+   the scale x 2^8) */
+static inline __attribute__((always_inline)) float row_floats(const uint8_t *restrict row, int kind, int D,
+                                                              float *restrict out) {
+    const int whole = D / LANES * LANES;
+    for (int i = 0; i < whole; i += LANES) {
+        vf x;
+        if (kind == INT8) {
+            x = __builtin_convertvector(widen(row + i, 1), vf);
+        } else {
+            x = e4m3_vector(row + i);
+        }
+        memcpy(out + i, &x, sizeof x);
+    }
+    for (int i = whole; i < D; i++) out[i] = kind == INT8 ? (float)(int8_t)row[i] : e4m3(row[i]);
+    float scale;
+    memcpy(&scale, row + D, sizeof scale);
+    /* e4m3's floats are x 2^-8: the scale takes the 2^8 (both exact) */
+    return kind == INT8 ? scale : scale * 256.0f;
 }
 
 /* exp(x) for x <= 0: 2^n x exp(r), n = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by a degree-6 polynomial
@@ -83,14 +183,18 @@ static inline __attribute__((always_inline)) void scores_of_row(const float *res
     }
 }
 
-/* one (sequence, KV head, range of positions [t0, t1)): m[g], l[g], acc[g][D] of its G query heads */
-static inline __attribute__((always_inline)) void attend_range(const float *restrict q, const float *restrict k,
-                                                               const float *restrict v,
+/* one (sequence, KV head, range of positions [t0, t1)): m[g], l[g], acc[g][D] of its G query heads; k and v
+   rows of `kind` (row_bytes apart) */
+static inline __attribute__((always_inline)) void attend_range(const float *restrict q, const uint8_t *restrict k,
+                                                               const uint8_t *restrict v, int kind,
                                                                const int64_t *restrict table, int64_t t0,
                                                                int64_t t1, int block_size, int G, int D,
                                                                float scale, float softcap, float *restrict m,
                                                                float *restrict l, float *restrict acc) {
+    const int64_t row_bytes = kind == FLOAT32 ? (int64_t)D * sizeof(float) : D + (int64_t)sizeof(float);
     float scores[G * TILE];
+    /* quantized rows as floats: one key row at a time, the tile's value rows, and the value rows' scales */
+    float key_row[kind == FLOAT32 ? 1 : D], value_tile[kind == FLOAT32 ? 1 : TILE * D], value_scale[TILE];
     for (int g = 0; g < G; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
@@ -104,14 +208,14 @@ static inline __attribute__((always_inline)) void attend_range(const float *rest
         if (n > t1 - t) n = t1 - t;
         if (n > TILE) n = TILE;
         const int64_t slot = table[block] * block_size + offset;
-        const float *kt = k + slot * D, *vt = v + slot * D;
+        const uint8_t *kt = k + slot * row_bytes, *vt = v + slot * row_bytes;
         for (int64_t j = 0; j < n; j++) {
             /* the key and value rows AHEAD positions on, one of each per row scored: blocks are scattered, and
                the hardware prefetcher stops at page edges and runs too short a distance ahead of this loop */
             if (ahead < t1) {
-                const float *kp = k + (table[ahead_block] * block_size + ahead_offset) * D;
-                const float *vp = v + (kp - k);
-                for (int i = 0; i < D; i += 64 / sizeof(float)) {
+                const uint8_t *kp = k + (table[ahead_block] * block_size + ahead_offset) * row_bytes;
+                const uint8_t *vp = v + (kp - k);
+                for (int64_t i = 0; i < row_bytes; i += 64) {
                     __builtin_prefetch(kp + i);
                     __builtin_prefetch(vp + i);
                 }
@@ -121,8 +225,17 @@ static inline __attribute__((always_inline)) void attend_range(const float *rest
                     ahead_block++;
                 }
             }
-            scores_of_row(q, kt + j * D, G, D, scale, softcap, scores + j, TILE);
+            if (kind == FLOAT32) {
+                scores_of_row(q, (const float *)(kt + j * row_bytes), G, D, scale, softcap, scores + j, TILE);
+            } else {
+                const float key_scale = row_floats(kt + j * row_bytes, kind, D, key_row);
+                scores_of_row(q, key_row, G, D, scale * key_scale, softcap, scores + j, TILE);
+                value_scale[j] = row_floats(vt + j * row_bytes, kind, D, value_tile + j * D);
+            }
         }
+        /* the value rows the weighted sums read: the pool's floats, or the tile's converted rows */
+        const float *values = kind == FLOAT32 ? (const float *)vt : value_tile;
+        const int64_t value_stride = kind == FLOAT32 ? row_bytes / (int64_t)sizeof(float) : D;
         for (int g = 0; g < G; g++) {
             float *sg = scores + g * TILE, top = m[g];
             for (int64_t j = 0; j < n; j++) top = sg[j] > top ? sg[j] : top;
@@ -142,20 +255,23 @@ static inline __attribute__((always_inline)) void attend_range(const float *rest
             float sum = 0.0f;
             for (j = 0; j < n; j++) sum += sg[j];
             l[g] += sum;
+            /* a quantized value row's scale goes into its weight */
+            if (kind != FLOAT32)
+                for (j = 0; j < n; j++) sg[j] *= value_scale[j];
             if (D % LANES == 0 && D <= 256) {
                 /* the query head's weighted sum in registers for the whole tile (D a constant here) */
                 vf a[256 / LANES];
                 for (int c = 0; c < D / LANES; c++) a[c] = load(ag + c * LANES);
                 for (j = 0; j < n; j++) {
                     const float w = sg[j];
-                    const float *restrict vj = vt + j * D;
+                    const float *restrict vj = values + j * value_stride;
                     for (int c = 0; c < D / LANES; c++) a[c] += w * load(vj + c * LANES);
                 }
                 for (int c = 0; c < D / LANES; c++) memcpy(ag + c * LANES, &a[c], sizeof a[c]);
             } else {
                 for (j = 0; j < n; j++) {
                     const float w = sg[j];
-                    const float *restrict vj = vt + j * D;
+                    const float *restrict vj = values + j * value_stride;
                     for (int d = 0; d < D; d++) ag[d] += w * vj[d];
                 }
             }
@@ -165,31 +281,47 @@ static inline __attribute__((always_inline)) void attend_range(const float *rest
 }
 
 /* the common head sizes with D a constant, so the loops above unroll */
-static void attend_range_any(const float *q, const float *k, const float *v, const int64_t *table, int64_t t0,
-                             int64_t t1, int block_size, int G, int D, float scale, float softcap, float *m,
-                             float *l, float *acc) {
+static inline __attribute__((always_inline)) void attend_range_of(const float *q, const uint8_t *k,
+                                                                  const uint8_t *v, int kind,
+                                                                  const int64_t *table, int64_t t0, int64_t t1,
+                                                                  int block_size, int G, int D, float scale,
+                                                                  float softcap, float *m, float *l,
+                                                                  float *acc) {
     switch (D) {
     case 64:
-        attend_range(q, k, v, table, t0, t1, block_size, G, 64, scale, softcap, m, l, acc);
+        attend_range(q, k, v, kind, table, t0, t1, block_size, G, 64, scale, softcap, m, l, acc);
         break;
     case 128:
-        attend_range(q, k, v, table, t0, t1, block_size, G, 128, scale, softcap, m, l, acc);
+        attend_range(q, k, v, kind, table, t0, t1, block_size, G, 128, scale, softcap, m, l, acc);
         break;
     case 256:
-        attend_range(q, k, v, table, t0, t1, block_size, G, 256, scale, softcap, m, l, acc);
+        attend_range(q, k, v, kind, table, t0, t1, block_size, G, 256, scale, softcap, m, l, acc);
         break;
     default:
-        attend_range(q, k, v, table, t0, t1, block_size, G, D, scale, softcap, m, l, acc);
+        attend_range(q, k, v, kind, table, t0, t1, block_size, G, D, scale, softcap, m, l, acc);
     }
+}
+
+/* each storage kind a constant, so the float32 loops carry nothing of the quantized ones */
+static void attend_range_any(const float *q, const uint8_t *k, const uint8_t *v, int kind, const int64_t *table,
+                             int64_t t0, int64_t t1, int block_size, int G, int D, float scale, float softcap,
+                             float *m, float *l, float *acc) {
+    if (kind == INT8)
+        attend_range_of(q, k, v, INT8, table, t0, t1, block_size, G, D, scale, softcap, m, l, acc);
+    else if (kind == FP8_E4M3)
+        attend_range_of(q, k, v, FP8_E4M3, table, t0, t1, block_size, G, D, scale, softcap, m, l, acc);
+    else
+        attend_range_of(q, k, v, FLOAT32, table, t0, t1, block_size, G, D, scale, softcap, m, l, acc);
 }
 
 /* q [N, Hkv, G, D]; keys / values [Hkv, slots, D]; tables [N, width] block ids; lengths [N] positions each
    sequence reads (its own included); window > 0: only the last `window` of them; softcap > 0: capped scores.
    out [N, Hkv, G, D]. Returns 0, or without reading anything: 1 where a length is < 1 or needs more blocks than
    its table row holds, 2 where a block it would read lies outside the pool, 3 when out of memory. */
-int paged_decode(const float *q, const float *keys, const float *values, int64_t slots, const int64_t *tables,
-                  int64_t width, const int64_t *lengths, int N, int Hkv, int G, int D, int block_size,
-                  float scale, int64_t window, float softcap, int threads, float *out) {
+static int decode(const float *q, const uint8_t *keys, const uint8_t *values, int kind, int64_t slots,
+                  const int64_t *tables, int64_t width, const int64_t *lengths, int N, int Hkv, int G, int D,
+                  int block_size, float scale, int64_t window, float softcap, int threads, float *out) {
+    const int64_t row_bytes = kind == FLOAT32 ? (int64_t)D * sizeof(float) : D + (int64_t)sizeof(float);
     /* a wrong table would read outside the pool: refuse it (N x width integers, nothing next to the K/V) */
     int64_t longest = 0;
     for (int n = 0; n < N; n++) {
@@ -221,9 +353,9 @@ int paged_decode(const float *q, const float *keys, const float *values, int64_t
         t0 = t0 < start ? start : t0;
         t1 = t1 > end ? end : t1;
         float *mine = part + task * G * (D + 2);
-        attend_range_any(q + ((int64_t)n * Hkv + h) * G * D, keys + (int64_t)h * slots * D,
-                     values + (int64_t)h * slots * D, tables + (int64_t)n * width, t0, t1, block_size, G, D,
-                     scale, softcap, mine, mine + G, mine + 2 * G);
+        attend_range_any(q + ((int64_t)n * Hkv + h) * G * D, keys + h * slots * row_bytes,
+                         values + h * slots * row_bytes, kind, tables + (int64_t)n * width, t0, t1, block_size,
+                         G, D, scale, softcap, mine, mine + G, mine + 2 * G);
     }
     /* merge each (n, h, g)'s ranges by their log-sum-exps */
     for (int64_t nh = 0; nh < (int64_t)N * Hkv; nh++) {
@@ -248,4 +380,20 @@ int paged_decode(const float *q, const float *keys, const float *values, int64_t
     }
     free(part);
     return 0;
+}
+
+int paged_decode(const float *q, const float *keys, const float *values, int64_t slots, const int64_t *tables,
+                 int64_t width, const int64_t *lengths, int N, int Hkv, int G, int D, int block_size, float scale,
+                 int64_t window, float softcap, int threads, float *out) {
+    return decode(q, (const uint8_t *)keys, (const uint8_t *)values, FLOAT32, slots, tables, width, lengths, N,
+                  Hkv, G, D, block_size, scale, window, softcap, threads, out);
+}
+
+/* the same over quantized rows: keys / values [Hkv, slots, D + 4] bytes, kind 1 int8, 2 float8 e4m3fn */
+int paged_decode_8bit(const float *q, const uint8_t *keys, const uint8_t *values, int kind, int64_t slots,
+                      const int64_t *tables, int64_t width, const int64_t *lengths, int N, int Hkv, int G, int D,
+                      int block_size, float scale, int64_t window, float softcap, int threads, float *out) {
+    if (kind != INT8 && kind != FP8_E4M3) return 4;
+    return decode(q, keys, values, kind, slots, tables, width, lengths, N, Hkv, G, D, block_size, scale, window,
+                  softcap, threads, out);
 }

@@ -97,6 +97,21 @@ def test_cli_reads_a_config_json_written_here(tmp_path):
     assert "10 blocks of 16" in result.output and "25 slots reserved but unused" in result.output
 
 
+@pytest.mark.parametrize("kv_dtype", ["fp8", "int8"])
+def test_cli_counts_quantized_rows_with_their_scales(tmp_path, kv_dtype):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(SEED))
+    result = CliRunner().invoke(
+        main,
+        ["info", "--config", str(path), "--tokens", "8192", "--dtype", "bfloat16", "--kv-dtype", kv_dtype],
+    )
+    assert result.exit_code == 0, result.output
+    # 32 layers x 2 x 8 KV heads x (128 values of 1 B + a 4 B scale) x 8,192 tokens = 528 MiB (bf16: 1 GiB)
+    rows = {line.split()[0]: line for line in result.output.splitlines() if line[:3] in ("MHA", "GQA", "MQA")}
+    assert f"{32 * 2 * 8 * 132 * 8192 / 2**20:.0f} MiB" == "528 MiB" and "528 MiB" in rows["GQA"]
+    assert "132 B a row (bfloat16: 256 B); 1.94x the tokens" in result.output
+
+
 def test_cli_errors_are_one_line(tmp_path):
     runner = CliRunner()
     missing = runner.invoke(main, ["info", "--config", str(tmp_path / "nope.json")])

@@ -1,0 +1,48 @@
+"""`kvtui whatif --kv-dtype`: byte capacities converted at each K/V precision's bytes per token, in one run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from engine.models.kv_budget import bytes_per_token_at, shape_from_config
+from kvtui.cli import main
+
+ROOT = Path(__file__).resolve().parents[3]
+# a Llama-3-8B-like shape: 32 layers, 8 KV heads of 128, bf16
+CONFIG = {
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "hidden_size": 4096,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_bytes_per_token_at_each_precision():
+    shape = shape_from_config(CONFIG)
+    assert bytes_per_token_at(shape, None) == bytes_per_token_at(shape, "bfloat16") == 32 * 2 * 8 * 128 * 2
+    assert bytes_per_token_at(shape, "float32") == 32 * 2 * 8 * 128 * 4
+    # a byte a value and a 4-byte scale per token and KV head
+    assert bytes_per_token_at(shape, "fp8") == bytes_per_token_at(shape, "int8") == 32 * 2 * 8 * (128 + 4)
+
+
+def test_80_gib_at_fp8_holds_about_twice_the_tokens_of_bf16_in_one_run(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(CONFIG))
+    trace = ROOT / "fixtures" / "traces" / "concurrent8.jsonl"
+    args = ["whatif", str(trace), "--capacity", "80GiB", "--kv-config", str(config), "--json"]
+    result = CliRunner().invoke(main, [*args, "--kv-dtype", "bfloat16,fp8"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    capacities = sorted({p["capacity_tokens"] for p in report["points"]})
+    # whole blocks of 16: 80 GiB / 131,072 B and / 67,584 B
+    assert capacities == [80 * 2**30 // 131072 // 16 * 16, 80 * 2**30 // 67584 // 16 * 16]
+    assert 1.93 < capacities[1] / capacities[0] < 1.94
+    assert "K/V at fp8: 67,584 B per token" in result.stderr
+    # without --kv-config there are no bytes to convert
+    refused = CliRunner().invoke(main, ["whatif", str(trace), "--kv-dtype", "fp8"])
+    assert refused.exit_code == 2 and "--kv-config" in refused.output
