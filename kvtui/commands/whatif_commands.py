@@ -18,6 +18,7 @@ from kvtui.commands.whatif_helpers import (
     _slice,
     _stream,
     _streamable,
+    kv_capacities,
     server_defaults,
 )
 from kvtui.whatif.cost import CostModel
@@ -250,7 +251,6 @@ def whatif(
     if as_recorded:
         return _as_recorded(workload, as_json)
     from kvtui.whatif.answers import parse_targets
-    from kvtui.whatif.capacity import CapacityError, parse_capacities
     from kvtui.whatif.loaders import WorkloadFormatError, detect_format, load
     from kvtui.whatif.routers import ROUTERS
 
@@ -300,34 +300,7 @@ def whatif(
     for p in policies:
         if p not in ("lru", "lfu", "cost"):
             raise click.BadParameter(f"{p!r}: choose lru, lfu or cost", param_hint="--eviction")
-    # K/V precision -> bytes per token (one entry, None: the config's dtype, or no config)
-    per_token: dict[str | None, int | None] = {None: None}
-    if kv_config:
-        from engine.models.kv_budget import ConfigError, bytes_per_token_at, load_config, shape_from_config
-
-        try:
-            config, _ = load_config(kv_config)
-            shape = shape_from_config(config)
-            wanted = [d.strip() for d in (kv_dtypes or "").split(",") if d.strip()] or [None]
-            per_token = {d: bytes_per_token_at(shape, d) for d in wanted}
-        except ConfigError as exc:
-            raise click.ClickException(str(exc)) from None
-    elif kv_dtypes:
-        raise click.BadParameter("converts byte capacities: give --kv-config too", param_hint="--kv-dtype")
-    try:
-        # every precision's capacities in one run: 80GiB at fp8 beside 80GiB at bfloat16
-        caps = {
-            bs: list(
-                dict.fromkeys(c for b in per_token.values() for c in parse_capacities(capacities, bs, b))
-            )
-            for bs in sizes
-        }
-    except CapacityError as exc:
-        raise click.ClickException(str(exc)) from None
-    if kv_dtypes and not quiet:
-        for d, b in per_token.items():
-            tokens = ", ".join(f"{c:,}" for c in parse_capacities(capacities, sizes[0], b))
-            click.echo(f"K/V at {d}: {b:,} B per token; --capacity {capacities} = {tokens} tokens", err=True)
+    caps, bytes_per_token = kv_capacities(kv_config, kv_dtypes, capacities, sizes, quiet)
     cost = CostModel(step_ms / 1e3, prefill_us / 1e6, decode_ms / 1e3)
     batch = list(itertools.product(_ints(mbts, "--max-batched-tokens"), _ints(mnss, "--max-num-seqs")))
     caching = [True, False] if no_prefix_cache else [True]

@@ -117,3 +117,39 @@ def _export(loaded, path: str, key: str | None, block_sizes: str | None, trace_b
         f"{done['block_size']} tokens as keyed hash ids (every shared prefix kept, no token ids); read it with "
         f"kvtui whatif {done['path']} --trace-block-size {done['block_size']}"
     )
+
+
+def kv_capacities(kv_config, kv_dtypes, capacities: str, sizes: list[int], quiet: bool):
+    """--capacity per block size, in tokens; byte capacities at each --kv-dtype's bytes per token (every
+    precision's capacities in one run). Returns them and the first precision's bytes per token (or None)."""
+    from kvtui.whatif.capacity import CapacityError, parse_capacities
+
+    # K/V precision -> bytes per token (one entry, None: the config's dtype, or no config)
+    per_token: dict[str | None, int | None] = {None: None}
+    if kv_config:
+        from engine.models.kv_budget import ConfigError, bytes_per_token_at, load_config, shape_from_config
+
+        try:
+            config, _ = load_config(kv_config)
+            shape = shape_from_config(config)
+            wanted = [d.strip() for d in (kv_dtypes or "").split(",") if d.strip()] or [None]
+            per_token = {d: bytes_per_token_at(shape, d) for d in wanted}
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+    elif kv_dtypes:
+        raise click.BadParameter("converts byte capacities: give --kv-config too", param_hint="--kv-dtype")
+    try:
+        # every precision's capacities in one run: 80GiB at fp8 beside 80GiB at bfloat16
+        caps = {
+            bs: list(
+                dict.fromkeys(c for b in per_token.values() for c in parse_capacities(capacities, bs, b))
+            )
+            for bs in sizes
+        }
+    except CapacityError as exc:
+        raise click.ClickException(str(exc)) from None
+    if kv_dtypes and not quiet:
+        for d, b in per_token.items():
+            tokens = ", ".join(f"{c:,}" for c in parse_capacities(capacities, sizes[0], b))
+            click.echo(f"K/V at {d}: {b:,} B per token; --capacity {capacities} = {tokens} tokens", err=True)
+    return caps, next(iter(per_token.values()))
