@@ -313,6 +313,10 @@ def test_a_restart_clears_the_old_blocks_and_bind_receives_the_new_server(vllm, 
         assert attached.worker().resident == 0
     finally:
         bound.stop()
+        # the session's server publishes on its own endpoint again, for the modules after this one
+        vllm.stop()
+        vllm.connect_events = None
+        vllm.start()
 
 
 def _wait(predicate, timeout):
