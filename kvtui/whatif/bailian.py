@@ -12,10 +12,9 @@ infinite cache the naive reading would have counted that chaining removes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from kvtui.whatif.mooncake import parse_line
+from kvtui.whatif.mooncake import iter_json_lines, parse_line
 from kvtui.whatif.requests import Workload
 
 BLOCK = 16
@@ -45,18 +44,7 @@ def parse_bailian(obj, number: int, block: int = BLOCK):
 
 def iter_bailian(handle, block: int, problems: list[str]):
     """The file's good lines as requests, in file order; each bad line goes to `problems`."""
-    for number, line in enumerate(handle, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
-            continue
-        try:
-            yield parse_bailian(obj, number, block)
-        except ValueError as exc:
-            problems.append(f"line {number}: {exc}")
+    return iter_json_lines(handle, lambda obj, number: parse_bailian(obj, number, block), problems)
 
 
 def load_bailian(path: str | Path, block: int = BLOCK) -> Workload:

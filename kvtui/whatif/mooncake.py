@@ -60,6 +60,12 @@ def iter_mooncake(handle, trace_block_size: int, problems: list[str]):
     to `problems` with its number and why. Reads a line at a time: `handle` may be any text file."""
     if trace_block_size < 1:
         raise ValueError("--trace-block-size must be at least 1")
+    return iter_json_lines(handle, lambda obj, number: parse_line(obj, number, trace_block_size), problems)
+
+
+def iter_json_lines(handle, parse, problems: list[str]):
+    """`parse(obj, line number)` of each good JSON line, in file order; each bad line goes to `problems` with
+    its number and why (Mooncake and Qwen-Bailian files alike)."""
     for number, line in enumerate(handle, 1):
         if not line.strip():
             continue
@@ -69,7 +75,7 @@ def iter_mooncake(handle, trace_block_size: int, problems: list[str]):
             problems.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
             continue
         try:
-            yield parse_line(obj, number, trace_block_size)
+            yield parse(obj, number)
         except ValueError as exc:
             problems.append(f"line {number}: {exc}")
 
