@@ -14,7 +14,6 @@ it forwarded and vLLM has not published yet) must agree with vLLM on every reque
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -22,6 +21,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from kvtui.bench.proxy_latency import ProxyThread
 from kvtui.cli import main
 from tests.integration.attach_harness import Attached
 from tests.integration.workload import QUESTIONS, document, system, user_turn
@@ -29,29 +29,17 @@ from tests.integration.workload import QUESTIONS, document, system, user_turn
 NONCE = f"Twin {time.time_ns() % 100000}. "
 
 
-class ProxyRun:
+class ProxyRun(ProxyThread):
     """kvtui proxy on its own loop thread, logging to `log`, explaining against the attached view."""
 
     def __init__(self, url: str, attached: Attached, log):
-        from kvtui.sources.proxy import Proxy
         from kvtui.sources.proxy_log import LockedFleet
 
         locked = LockedFleet(attached.fleet)
         locked.lock = attached.lock
         self.records: list[dict] = []
-        self.proxy = Proxy(url, log=log, explain=locked.explain)
+        super().__init__(url, log=log, explain=locked.explain)
         self.proxy.on_record.append(self.records.append)
-        self.loop = asyncio.new_event_loop()
-        started = threading.Event()
-
-        def serve():
-            asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(self.proxy.start())
-            started.set()
-            self.loop.run_forever()
-
-        threading.Thread(target=serve, daemon=True).start()
-        assert started.wait(5)
 
     def post(self, ids: list[int], max_tokens: int = 8) -> dict:
         import urllib.request
@@ -75,17 +63,6 @@ class ProxyRun:
         deadline = time.monotonic() + 60
         while len(self.records) < count and time.monotonic() < deadline:
             time.sleep(0.05)
-
-    def close(self) -> None:
-        async def shutdown():
-            self.proxy.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 @pytest.fixture(scope="module")
