@@ -107,22 +107,13 @@ def precision(text, model, device, kv_dtypes, tokens, chunk, threads, trace_path
     """
     import torch
 
-    from engine.models.loading import ModelLoadError, load_model
     from kvtui.commands.precision_run import measure
-    from kvtui.commands.sinks_commands import reference_text
+    from kvtui.commands.sinks_commands import model_and_text
 
     if threads:
         torch.set_num_threads(threads)
     wanted = list(dict.fromkeys(normalize_kv_dtype(d) for d in kv_dtypes)) or list(KV_DTYPES)
-    body = text.read_text(encoding="utf-8") if text else reference_text()
-    try:
-        hf_model, tokenizer, name = load_model(model, device=device, dtype="float32")
-    except ModelLoadError as exc:
-        raise click.ClickException(str(exc)) from None
-    encoded = tokenizer(body)["input_ids"] if tokenizer is not None else list(body.encode("utf-8"))
-    token_ids = [t % hf_model.config.vocab_size for t in encoded][:tokens]
-    limit = getattr(hf_model.config, "max_position_embeddings", None)
-    token_ids = token_ids[:limit] if limit else token_ids
+    hf_model, tokenizer, name, token_ids = model_and_text(model, device, text, tokens)
     if len(token_ids) < 2:
         raise click.UsageError(f"the text has {len(token_ids)} tokens: it needs at least 2")
     source = str(text) if text else "Python's language reference (pydoc_data.topics)"

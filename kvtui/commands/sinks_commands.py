@@ -37,6 +37,23 @@ MARKS = {"dense": "D", "window": "W", "sinks": "S", "heavy hitters": "H", "recom
 DEFAULT_WINDOW = {"smollm2": 256, "gemma3": 512}
 
 
+def model_and_text(model: str, device: str, text, tokens: int):
+    """The model in float32 and the first `tokens` token ids of the text (default: reference_text()), at most
+    the model's positions: (model, tokenizer, name, token ids)."""
+    from engine.models.loading import ModelLoadError, load_model
+
+    body = text.read_text(encoding="utf-8") if text else reference_text()
+    try:
+        hf_model, tokenizer, name = load_model(model, device=device, dtype="float32")
+    except ModelLoadError as exc:
+        raise click.ClickException(str(exc)) from None
+    # a random model (random:ARCH:SIZE) has no tokenizer: the text's UTF-8 bytes are its token ids
+    encoded = tokenizer(body)["input_ids"] if tokenizer is not None else list(body.encode("utf-8"))
+    token_ids = [t % hf_model.config.vocab_size for t in encoded][:tokens]
+    limit = getattr(hf_model.config, "max_position_embeddings", None)
+    return hf_model, tokenizer, name, token_ids[:limit] if limit else token_ids
+
+
 def reference_text() -> str:
     """Long English already installed with Python: the language reference's topics (pydoc_data), in order."""
     from pydoc_data.topics import topics
@@ -291,24 +308,14 @@ def sinks(
     """
     import torch
 
-    from engine.models.loading import ModelLoadError, describe, load_model
+    from engine.models.loading import describe
 
     if threads:
         torch.set_num_threads(threads)
     window = window or DEFAULT_WINDOW.get(model, 256)
     if sinks >= window:
         raise click.BadParameter(f"S ({sinks}) must be smaller than W ({window})", param_hint="--sinks")
-    body = text.read_text(encoding="utf-8") if text else reference_text()
-    try:
-        hf_model, tokenizer, name = load_model(model, device=device, dtype="float32")
-    except ModelLoadError as exc:
-        raise click.ClickException(str(exc)) from None
-    # a random model (random:ARCH:SIZE) has no tokenizer: the text's UTF-8 bytes are its token ids
-    encoded = tokenizer(body)["input_ids"] if tokenizer is not None else list(body.encode("utf-8"))
-    token_ids = [t % hf_model.config.vocab_size for t in encoded][:tokens]
-    limit = getattr(hf_model.config, "max_position_embeddings", None)
-    if limit and len(token_ids) > limit:
-        token_ids = token_ids[:limit]
+    hf_model, tokenizer, name, token_ids = model_and_text(model, device, text, tokens)
     n = len(token_ids)
     if n <= window + 1:
         raise click.UsageError(f"the text has {n} tokens: it needs more than W + 1 = {window + 1}")
