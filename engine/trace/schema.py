@@ -41,7 +41,8 @@ HEADER_FIELDS: dict[str, tuple[str, str]] = {
     ),
     "whatif": (
         _DICT + "?",
-        "kvtui whatif -o: capacity_tokens, cost (the cost model), hash_ids (generated tokens never cached)",
+        "kvtui whatif -o: capacity_tokens, cost (the cost model), hash_ids (generated tokens never cached), "
+        "tokens_per_hash_id (a hash id's run of made-up token ids)",
     ),
     "sinks": (
         _DICT + "?",

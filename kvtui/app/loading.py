@@ -40,7 +40,10 @@ class LoadingMixin:
                 return
             timeline = Timeline(header)
             # made-up token ids (kvtui whatif -o): labels a person can read (#0 #1 #2 for hash ids)
-            run = scan_run_length(path, header) if header.get("kind") == "whatif" else None
+            run = None
+            if header.get("kind") == "whatif":
+                # the run writes it; a header without it: inferred from the prompts
+                run = header.get("whatif", {}).get("tokens_per_hash_id") or scan_run_length(path, header)
 
             def on_batch(batch: list[dict]) -> None:
                 fold(timeline, batch if run is None else relabel(batch, run))

@@ -83,6 +83,7 @@ class Worker:
         name: str = "w0",
         fast_forward: bool = True,
         shape: ModelShape = SHAPE,
+        tokens_per_hash_id: int | None = None,
     ):
         self.config, self.ledger, self.name, self.hash_ids = config, ledger, name, hash_ids
         # runs of decode-only steps taken at once (never while writing a trace)
@@ -126,6 +127,8 @@ class Worker:
                         "capacity_tokens": config.capacity_tokens,
                         "cost": config.cost.as_dict(),
                         "hash_ids": hash_ids,
+                        # B: a hash id's run of made-up token ids (the replay labels them #0 #1 #2)
+                        "tokens_per_hash_id": tokens_per_hash_id,
                     },
                 }
             )
@@ -306,7 +309,10 @@ def simulate(
     `fast_forward=False` takes every step through the scheduler (the same figures, slower)."""
     started = time.perf_counter()
     ledger = MissLedger(config.block_size)
-    worker = Worker(config, ledger, hash_ids, trace_path, fast_forward=fast_forward)
+    tokens_per_id = requests[0].trace_block_size if hash_ids and requests else None
+    worker = Worker(
+        config, ledger, hash_ids, trace_path, fast_forward=fast_forward, tokens_per_hash_id=tokens_per_id
+    )
     with paused_gc():
         _run_worker(worker, requests, progress)
     prompt, hits, causes = ledger.totals()
