@@ -99,6 +99,14 @@ def engine_options(func):
         "read: about half bf16's bytes, a quarter of float32's, and a changed answer (kvtui precision) "
         "[default: the model's dtype, exact].",
     )
+    @click.option(
+        "--host-blocks",
+        type=click.IntRange(0, MAX_NUM_BLOCKS),
+        default=0,
+        show_default=True,
+        help="Blocks of host memory below the pool: an evicted cached block is copied there instead of "
+        "dropped and loaded back on a prefix hit (a copy, not a recompute: the same answer). 0: one tier.",
+    )
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         return func(*args, **kwargs)
@@ -119,6 +127,7 @@ def engine_config(overrides: dict | None = None, **options):
         "partial_hits",
         "eviction",
         "kv_dtype",
+        "host_blocks",
     )
     values = {key: options[key] for key in keys if key in options}
     # a workload's "engine" section beats the defaults ...
@@ -132,8 +141,12 @@ def engine_config(overrides: dict | None = None, **options):
         ):
             values[key] = options[key]
     # a workload's engine section is held to the options' ranges too
-    for key, most in (("block_size", MAX_BLOCK_SIZE), ("num_blocks", MAX_NUM_BLOCKS)):
-        if isinstance(values[key], int) and values[key] > most:
+    for key, most in (
+        ("block_size", MAX_BLOCK_SIZE),
+        ("num_blocks", MAX_NUM_BLOCKS),
+        ("host_blocks", MAX_NUM_BLOCKS),
+    ):
+        if isinstance(values.get(key), int) and values[key] > most:
             raise click.UsageError(f"{key} {values[key]} is more than {most}: give a smaller one")
     try:
         return EngineConfig(**values)
