@@ -1,10 +1,12 @@
 """One attached worker of a fleet (a publisher's data-parallel rank): the blocks it holds and has stored and
 removed, and its stored / removed rates over the last seconds of trace time. `FleetState` (kvtui/state/fleet.py)
-keeps one per worker."""
+keeps one per worker. Its blocks are counted per tier: the GPU's are `resident`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from kvtui.state.fleet_tiers import GPU
 
 # seconds of trace time the stored/removed rates average over
 RATE_WINDOW = 5
@@ -22,11 +24,13 @@ class Worker:
     held: int = 0
     # KV-cache group -> blocks held in it
     held_by_group: dict = field(default_factory=dict)
-    # blocks held on the GPU
-    resident: int = 0
-    # blocks stored (events x hashes)
+    # tier -> blocks held there (kvtui/state/fleet_tiers.py: GPU, CPU, CPU_PINNED, STORAGE, ...)
+    tiers: dict = field(default_factory=dict)
+    # blocks stored (events x hashes), and per tier
     stored: int = 0
+    stored_tiers: dict = field(default_factory=dict)
     removed: int = 0
+    removed_tiers: dict = field(default_factory=dict)
     cleared: int = 0
     # extra physical copies of hashes it holds (each removed by a BlockRemoved of its own)
     copies: int = 0
@@ -35,6 +39,11 @@ class Worker:
     block_size: int | None = None
     # int(t) -> [stored, removed]
     buckets: dict = field(default_factory=dict)
+
+    @property
+    def resident(self) -> int:
+        """Blocks held on the GPU."""
+        return self.tiers.get(GPU, 0)
 
     def rates(self, now: float) -> tuple[float, float]:
         """Blocks stored and removed per second over the last RATE_WINDOW seconds of trace time."""
