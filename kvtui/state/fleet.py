@@ -30,7 +30,7 @@ import msgspec
 
 from kvtui.sources.block_events import KvBlockRemoved, KvBlockStored
 from kvtui.state.fleet_sources import FleetSources, SourceCounts
-from kvtui.state.fleet_tiers import tier_name
+from kvtui.state.fleet_tiers import GPU, tier_name
 from kvtui.state.fleet_workers import Worker
 
 # removed nodes remembered for the miss explainer
@@ -164,13 +164,16 @@ class FleetState(FleetSources):
                 last_t = t
                 bucket = worker.buckets.get(int(t)) or worker.bucket(t)
             group, hashes = e.group or 0, e.hashes
-            medium = tier_name(e.medium, e.ownership)
+            medium, owner = e.medium, e.ownership
+            gpu = (medium is None or medium == GPU) and owner is None
+            medium = GPU if gpu else tier_name(medium, owner)
             n = len(hashes)
             if cls is KvBlockRemoved:
                 for h in hashes:
                     self._drop(worker, (group, h), medium, t)
                 worker.removed += n
-                worker.removed_tiers[medium] = worker.removed_tiers.get(medium, 0) + n
+                if not gpu:
+                    worker.tier(medium)[2] += n
                 bucket[1] += n
                 continue
             size, tokens, parent, texts, extra = e.block_size, e.token_ids, e.parent, e.texts, e.extra_keys
@@ -253,11 +256,14 @@ class FleetState(FleetSources):
                         worker.copies += 1
                 parent = h
             worker.stored += n
-            worker.stored_tiers[medium] = worker.stored_tiers.get(medium, 0) + n
             if tokens:
                 worker.block_size = size
-            if resident:
-                worker.tiers[medium] = worker.tiers.get(medium, 0) + resident
+            if gpu:
+                worker.resident += resident
+            else:
+                counts = worker.tier(medium)
+                counts[0] += resident
+                counts[1] += n
             if held:
                 worker.held += held
                 worker.held_by_group[group] = worker.held_by_group.get(group, 0) + held
@@ -309,7 +315,10 @@ class FleetState(FleetSources):
             copies[(worker.worker, medium)] -= 1
             worker.copies -= 1
             return
-        worker.tiers[medium] -= 1
+        if medium == GPU:
+            worker.resident -= 1
+        else:
+            worker.lower[medium][0] -= 1
         if len(media) > 1:
             node.holders[worker.worker] = media - _only(medium)
             return

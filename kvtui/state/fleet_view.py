@@ -74,8 +74,8 @@ def worker_cells(fleet: FleetState, worker: Worker) -> dict:
         "rank": worker.rank,
         "resident": worker.resident,
         # blocks held per tier, fastest first (GPU included), and those removed from each
-        "tiers": {tier: worker.tiers[tier] for tier in ordered(worker.tiers)},
-        "removed_tiers": {tier: worker.removed_tiers[tier] for tier in ordered(worker.removed_tiers)},
+        "tiers": worker.held_tiers(),
+        "removed_tiers": worker.removed_tiers(),
         "stored": worker.stored,
         "removed": worker.removed,
         "capacity": fleet.capacity(worker),
