@@ -33,11 +33,22 @@ ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "parent": (_STR + "?", "hash of the block before the first one (null: the chain starts at the root)"),
         "token_ids": (
             _LIST,
-            "token ids of the blocks, block_size per hash (SGLang token pairs: the first of each)",
+            "token ids of the blocks, block_size per hash (SGLang token pairs: the first of each); empty when "
+            "an offloading tier stored hashes it had no tokens for (vLLM's placeholders)",
         ),
-        "block_size": (_INT, "tokens per block in this event"),
+        "block_size": (_INT, "tokens per block in this event (0 in vLLM's offloading placeholders)"),
         "group": (_INT, "KV-cache group (vLLM group_idx for hybrid models; 0 when not given)"),
-        "medium": (_STR + "?", "GPU, CPU, CPU_PINNED, DISK, ... (null: not given, taken as GPU)"),
+        "medium": (
+            _STR + "?",
+            "tier the blocks are stored on, as the engine named it: GPU, CPU, STORAGE (vLLM), CPU_PINNED, "
+            "DISK, EXTERNAL (SGLang), ... (null: not given, taken as GPU)",
+        ),
+        "locality": (_STR + "?", "vLLM's LOCAL / REMOTE (the tier relative to the publisher), when given"),
+        "ownership": (
+            _STR + "?",
+            "vLLM's secondary offloading tier that stored them (e.g. kvcr): held apart from the primary tier "
+            "on the same medium",
+        ),
         "lora": (_STR + "?", "LoRA adapter name (or id) the blocks belong to"),
         "salt": (_STR + "?", "cache salt (SGLang's cache_salt; vLLM puts its salt in extra_keys)"),
         "texts": (_LIST + "?", "text of each token (only with --tokenizer)"),
@@ -59,6 +70,8 @@ ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "hashes": (_LIST, "block hashes as u64 hex"),
         "group": (_INT, "KV-cache group"),
         "medium": (_STR + "?", "tier the blocks left (null: GPU)"),
+        "locality": (_STR + "?", "vLLM's LOCAL / REMOTE, when given"),
+        "ownership": (_STR + "?", "vLLM's secondary offloading tier the blocks left, when given"),
         "wire_seq": (_INT, "publisher's sequence number of the batch"),
         "engine_ts": (_FLOAT, "publisher's timestamp of the batch"),
     },
@@ -91,7 +104,12 @@ ATTACH_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
             "kv_usage, prefix_queries, prefix_hits, hit_rate, preemptions, running, waiting, "
             "num_gpu_blocks, block_size, cache_dtype (how the server stores K/V: auto = the model's dtype, "
             "fp8, int8_per_token_head, ...), ttft_buckets, ttft_count, ttft_sum, started (the process start "
-            "time) (those the page has)",
+            "time); offloading tiers: external_queries, external_hits (vLLM's connector tokens), "
+            "offload_load_bytes, offload_store_bytes, offload_load_seconds, offload_store_seconds, "
+            "offload_load_blocks, offload_capacity_blocks, offload_backend (vLLM), cached_tokens (SGLang's hit "
+            "tokens by source: device, host, storage, total), host_used_tokens, host_total_tokens, "
+            "offload_load_tokens, offload_store_tokens, storage_store_tokens, evicted_tokens (SGLang HiCache) "
+            "(those the page has)",
         ),
     },
     "attach_server": {

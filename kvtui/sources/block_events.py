@@ -71,6 +71,9 @@ class KvBlockStored(
     texts: list | None = None
     # SGLang's (token, next token) pairs were flattened to tokens
     token_pairs: bool = False
+    # vLLM's: LOCAL / REMOTE, and the secondary offloading tier that stored the blocks (kvtui/state/fleet_tiers.py)
+    locality: str | None = None
+    ownership: str | None = None
 
     def as_dict(self) -> dict:
         """The event as the trace writes it (engine/trace/attach_events.py)."""
@@ -101,6 +104,10 @@ class KvBlockStored(
             out["token_pairs"] = True
         if self.texts is not None:
             out["texts"] = self.texts
+        if self.locality is not None:
+            out["locality"] = self.locality
+        if self.ownership is not None:
+            out["ownership"] = self.ownership
         return out
 
     @classmethod
@@ -122,6 +129,8 @@ class KvBlockStored(
             e.get("sliding_window"),
             e.get("texts"),
             bool(e.get("token_pairs")),
+            e.get("locality"),
+            e.get("ownership"),
             seq=e["seq"],
             t=e["t"],
             worker=e["worker"],
@@ -136,9 +145,11 @@ class KvBlockRemoved(
     hashes: list[int | bytes]
     medium: str | None = None
     group: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "seq": self.seq,
             "t": self.t,
             "type": "kv_block_removed",
@@ -149,6 +160,11 @@ class KvBlockRemoved(
             "wire_seq": self.wire_seq,
             "engine_ts": self.engine_ts,
         }
+        if self.locality is not None:
+            out["locality"] = self.locality
+        if self.ownership is not None:
+            out["ownership"] = self.ownership
+        return out
 
     @classmethod
     def from_dict(cls, e: dict) -> KvBlockRemoved:
@@ -156,6 +172,8 @@ class KvBlockRemoved(
             [int(h, 16) for h in e["hashes"]],
             e.get("medium"),
             e.get("group", 0),
+            e.get("locality"),
+            e.get("ownership"),
             seq=e["seq"],
             t=e["t"],
             worker=e["worker"],

@@ -15,6 +15,8 @@ import math
 import re
 import urllib.request
 
+from kvtui.sources.offload_metrics import OFFLOAD_SAMPLES, add_sample, finish
+
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -49,8 +51,9 @@ def summarize(text: str) -> dict[str, dict]:
     Keys (each present only if the page has it): kv_usage (0..1), prefix_queries, prefix_hits (token counters),
     hit_rate (0..1, SGLang's own gauge), preemptions, running, waiting, num_gpu_blocks, block_size,
     ttft_buckets ([[upper bound, cumulative count], ...], +Inf last as null), ttft_count, ttft_sum, started
-    (the process start time, `process_start_time_seconds`). Samples the views do not read are skipped, so a
-    rank exists only where it has facts.
+    (the process start time, `process_start_time_seconds`), and the offloading tiers' facts where the page
+    has them (kvtui/sources/offload_metrics.py). Samples the views do not read are skipped, so a rank exists
+    only where it has facts.
     """
     ranks: dict[str, dict] = {}
     started = None
@@ -59,11 +62,20 @@ def summarize(text: str) -> dict[str, dict]:
         if name == "process_start_time_seconds":
             started = value
             continue
-        if not name.startswith(("vllm:", "sglang:")) or base not in _KNOWN and not base.startswith(_TTFT):
+        offload = base in OFFLOAD_SAMPLES
+        if (
+            not name.startswith(("vllm:", "sglang:"))
+            or base not in _KNOWN
+            and not base.startswith(_TTFT)
+            and not offload
+        ):
             # a sample the views do not read (vllm:admission_rejections_total has no engine label: it must
             # not make a rank "" of its own)
             continue
         out = ranks.setdefault(_rank_of(labels), {})
+        if offload:
+            add_sample(out, base, labels, value)
+            continue
         if base == "kv_cache_usage_perc" or base == "gpu_cache_usage_perc" or base == "token_usage":
             out["kv_usage"] = value
         elif base in ("prefix_cache_queries_total", "prefix_cache_queries"):
@@ -95,6 +107,7 @@ def summarize(text: str) -> dict[str, dict]:
         elif base == "time_to_first_token_seconds_sum":
             out["ttft_sum"] = out.get("ttft_sum", 0.0) + value
     for out in ranks.values():
+        finish(out)
         if started is not None:
             # the process: a later one is a restart
             out["started"] = started

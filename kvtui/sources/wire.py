@@ -15,6 +15,12 @@ Hashes are opaque. vLLM sends a u64 (the last 8 bytes of a SHA-256, often >= 2^6
 signed int64. All become u64 ints (bytes: their last 8 bytes, as vLLM's own int conversion does), written as 16
 hex digits. SGLang's EAGLE caches store token pairs (token, next token): the first of each pair is the token at
 that position. We never recompute an engine's hashes: prompts are matched by the token ids in the chain.
+
+Tiers: `medium` says where the blocks are (vLLM GPU / CPU / STORAGE, SGLang GPU / CPU_PINNED / DISK / EXTERNAL),
+and vLLM's offloading connectors add `locality` (LOCAL / REMOTE) and `ownership` (a secondary tier's name). An
+offloading tier may store a hash it has no token ids for: vLLM's placeholder (no parent, no token ids, block
+size 0) and its CPU offload when the request is gone (no token ids, the block size given). Such a store is kept
+(the tier holds that hash), not rejected for its empty token list.
 """
 
 from __future__ import annotations
@@ -110,8 +116,8 @@ def _fast(payload: bytes) -> Batch | None:
             continue
         hashes = e.hashes
         if cls is KvBlockStored:
-            size = e.block_size
-            if size <= 0 or len(e.token_ids) != size * len(hashes):
+            size, tokens = e.block_size, e.token_ids
+            if (size <= 0 or len(tokens) != size * len(hashes)) if tokens else size < 0:
                 return None
             parent = e.parent
             if parent is not None and (type(parent) is not int or parent < 0):
@@ -176,7 +182,13 @@ def normalise_event(raw: Any) -> KvBlockStored | KvBlockRemoved | AllBlocksClear
     if tag == "BlockStored":
         return _stored(fields)
     if tag == "BlockRemoved":
-        return KvBlockRemoved(_hashes(fields), _opt_str(fields, "medium"), _group(fields))
+        return KvBlockRemoved(
+            _hashes(fields),
+            _opt_str(fields, "medium"),
+            _group(fields),
+            _opt_str(fields, "locality"),
+            _opt_str(fields, "ownership"),
+        )
     if tag == "AllBlocksCleared":
         return AllBlocksCleared()
     if not isinstance(tag, str):
@@ -197,9 +209,10 @@ def _stored(f: dict) -> KvBlockStored:
     if not all(type(t) is int for t in tokens):
         raise WireError("BlockStored: token_ids holds something other than integers")
     size = f.get("block_size")
-    if type(size) is not int or size <= 0:
+    # a store without token ids (an offloading tier's placeholder) may say 0
+    if type(size) is not int or size < 0 or (size == 0 and tokens):
         raise WireError(f"BlockStored: block_size is not a positive integer: {size!r}")
-    if len(tokens) != size * len(hashes):
+    if tokens and len(tokens) != size * len(hashes):
         raise WireError(f"BlockStored: {len(tokens)} token ids for {len(hashes)} blocks of {size}")
     lora, lora_id, window = f.get("lora_name"), f.get("lora_id"), f.get("kv_cache_spec_sliding_window")
     lora_id = lora_id if type(lora_id) is int else None
@@ -220,6 +233,8 @@ def _stored(f: dict) -> KvBlockStored:
         _opt_str(f, "kv_cache_spec_kind"),
         window if type(window) is int else None,
         token_pairs=pairs,
+        locality=_opt_str(f, "locality"),
+        ownership=_opt_str(f, "ownership"),
     )
 
 

@@ -30,9 +30,9 @@ import msgspec
 
 from kvtui.sources.block_events import KvBlockRemoved, KvBlockStored
 from kvtui.state.fleet_sources import FleetSources, SourceCounts
+from kvtui.state.fleet_tiers import GPU, tier_name
 from kvtui.state.fleet_workers import Worker
 
-GPU = "GPU"
 # removed nodes remembered for the miss explainer
 GONE_MEMORY = 200_000
 HAS = (
@@ -62,11 +62,12 @@ class HashNode(msgspec.Struct, gc=False):
     texts: list | None = None
     # first stored
     t: float = 0.0
-    # worker -> frozenset of media (a fresh dict per node)
+    # worker -> frozenset of the tiers holding it (kvtui/state/fleet_tiers.py; a fresh dict per node)
     holders: dict = {}
-    # worker -> t of its last removal (made at the first removal)
+    # worker -> (t, tier) of its last removal, the one that left it on no tier (made at the first removal)
     removed: dict | None = None
-    # worker -> physical copies beyond the first (vLLM may cache one hash in two blocks; made when it does)
+    # (worker, tier) -> physical copies beyond the first (vLLM may cache one hash in two blocks, and its
+    # offloading connector announce one hash once per chunk; made when it does)
     copies: dict | None = None
 
 
@@ -162,17 +163,21 @@ class FleetState(FleetSources):
             if t != last_t:
                 last_t = t
                 bucket = worker.buckets.get(int(t)) or worker.bucket(t)
-            group, hashes, medium = e.group or 0, e.hashes, e.medium or GPU
+            group, hashes = e.group or 0, e.hashes
+            medium, owner = e.medium, e.ownership
+            gpu = (medium is None or medium == GPU) and owner is None
+            medium = GPU if gpu else tier_name(medium, owner)
             n = len(hashes)
             if cls is KvBlockRemoved:
                 for h in hashes:
                     self._drop(worker, (group, h), medium, t)
                 worker.removed += n
+                if not gpu:
+                    worker.tier(medium)[2] += n
                 bucket[1] += n
                 continue
             size, tokens, parent, texts, extra = e.block_size, e.token_ids, e.parent, e.texts, e.extra_keys
             only = _only(medium)
-            gpu = medium == GPU
             held = resident = 0
             # a chain from the root that this worker holds whole: a re-report of blocks it hit (vLLM's
             # kv_cache_report_mode=full, never removed as such), not new physical copies
@@ -187,7 +192,10 @@ class FleetState(FleetSources):
                 node = nodes.get(key)
                 if node is None:
                     # SGLang stores one block per event: no slicing (the event's list is never changed)
-                    if n == 1:
+                    if not tokens:
+                        # an offloading tier's store without token ids: held, placed nowhere in the tree
+                        node = HashNode(group, h, None, tokens, t=t)
+                    elif n == 1:
                         node = HashNode(
                             group, h, parent, tokens, e.lora, e.salt, extra[0] if extra else None, texts, t
                         )
@@ -207,17 +215,23 @@ class FleetState(FleetSources):
                     nodes[key] = node
                     self.held_nodes += 1
                     node.holders[wid] = only
-                    up = (group, parent)
-                    kids = children.get(up)
-                    if kids is None:
-                        children[up] = {h: None}
-                    else:
-                        kids[h] = None
-                    if parent is not None and up not in nodes:
+                    if not tokens:
                         orphans[key] = None
+                    else:
+                        up = (group, parent)
+                        kids = children.get(up)
+                        if kids is None:
+                            children[up] = {h: None}
+                        else:
+                            kids[h] = None
+                        if parent is not None and up not in nodes:
+                            orphans[key] = None
                     held += 1
-                    resident += gpu
+                    resident += 1
                 else:
+                    if tokens and not node.token_ids:
+                        # stored first without token ids (an offloading tier's): now placed in the tree
+                        self._place(node, e, i, parent)
                     holders = node.holders
                     media = holders.get(wid)
                     if media is None:
@@ -226,22 +240,30 @@ class FleetState(FleetSources):
                             self.held_nodes += 1
                         holders[wid] = only
                         held += 1
-                        resident += gpu
+                        resident += 1
                     elif medium not in media:
                         # another tier (offloaded to CPU, say): media are frozensets
                         holders[wid] = media | only
-                        resident += gpu
+                        resident += 1
                     elif not rereport:
-                        # the same hash in a second physical block (removed by a BlockRemoved of its own)
+                        # the same hash in a second physical block of this tier (removed by a BlockRemoved of
+                        # its own)
                         copies = node.copies
                         if copies is None:
                             copies = node.copies = {}
-                        copies[wid] = copies.get(wid, 0) + 1
+                        copy = (wid, medium)
+                        copies[copy] = copies.get(copy, 0) + 1
                         worker.copies += 1
                 parent = h
             worker.stored += n
-            worker.block_size = size
-            worker.resident += resident
+            if tokens:
+                worker.block_size = size
+            if gpu:
+                worker.resident += resident
+            else:
+                counts = worker.tier(medium)
+                counts[0] += resident
+                counts[1] += n
             if held:
                 worker.held += held
                 worker.held_by_group[group] = worker.held_by_group.get(group, 0) + held
@@ -272,7 +294,8 @@ class FleetState(FleetSources):
         if worker.held:
             for key, node in list(self.nodes.items()):
                 if node.copies:
-                    node.copies.pop(wid, None)
+                    for copy in [c for c in node.copies if c[0] == wid]:
+                        del node.copies[copy]
                 for medium in node.holders.get(wid, ()):
                     self._drop(worker, key, medium, t)
         worker.copies = 0
@@ -287,21 +310,23 @@ class FleetState(FleetSources):
             # a removal of a block we never saw stored (joined late, or lost in a gap)
             return
         copies = node.copies
-        if copies and copies.get(worker.worker):
-            # one of its physical copies went; the hash stays cached
-            copies[worker.worker] -= 1
+        if copies and copies.get((worker.worker, medium)):
+            # one of its physical copies on this tier went; the hash stays cached there
+            copies[(worker.worker, medium)] -= 1
             worker.copies -= 1
             return
         if medium == GPU:
             worker.resident -= 1
+        else:
+            worker.lower[medium][0] -= 1
         if len(media) > 1:
             node.holders[worker.worker] = media - _only(medium)
             return
         del node.holders[worker.worker]
         if node.removed is None:
-            node.removed = {worker.worker: t}
+            node.removed = {worker.worker: (t, medium)}
         else:
-            node.removed[worker.worker] = t
+            node.removed[worker.worker] = (t, medium)
         worker.held -= 1
         worker.held_by_group[key[0]] -= 1
         if not node.holders:
@@ -309,6 +334,22 @@ class FleetState(FleetSources):
             self.gone[key] = None
             if len(self.gone) > GONE_MEMORY:
                 self._forget(self.gone.popitem(last=False)[0])
+
+    def _place(self, node: HashNode, e: KvBlockStored, i: int, parent: int | None) -> None:
+        """A node stored first without token ids, now stored with them (the event's i-th block, below
+        `parent`): it takes the block's tokens and identity and moves to its place in the tree."""
+        size, group = e.block_size, node.group
+        one = len(e.hashes) == 1
+        node.token_ids = e.token_ids if one else e.token_ids[i * size : (i + 1) * size]
+        node.parent, node.lora, node.salt = parent, e.lora, e.salt
+        extra, texts = e.extra_keys, e.texts
+        node.extra = (extra[0] if one else extra[i]) if extra and i < len(extra) else None
+        node.texts = (texts if one else texts[i * size : (i + 1) * size]) if texts else None
+        self.orphans.pop((group, node.hash), None)
+        up = (group, parent)
+        self.children.setdefault(up, {})[node.hash] = None
+        if parent is not None and up not in self.nodes:
+            self.orphans[(group, node.hash)] = None
 
     def _forget(self, key: tuple) -> None:
         node = self.nodes.pop(key)

@@ -8,7 +8,7 @@ stops:
   full_match    every full block of the prompt is cached
   block_floor   the rest is shorter than a block: engines cache whole blocks only
   divergent     a cached block starts like the prompt's but differs at `position` (both tokens shown)
-  removed       the worker held exactly this block and removed it at `t`
+  removed       the worker held exactly this block and removed it at `t` (from `tier`, the last that held it)
   elsewhere     this worker lacks the block but others hold it (a router could send the prompt there)
   lora / salt   the worker holds these tokens for another LoRA adapter / cache salt
   extra_keys    the cached block was hashed with extra keys (multimodal ids, salt, LoRA) the prompt lacks
@@ -19,7 +19,11 @@ stops:
 
 The salt: vLLM hashes its `cache_salt` into the first block only (`extra_keys` of block 0); every later block
 carries it through its parent hash. So the salt is checked where a block carries one (vLLM's first block,
-SGLang's every block), and a block below a matched one inherits it. A view whose history is incomplete (batches
+SGLang's every block), and a block below a matched one inherits it.
+
+Tiers: a matched block may be held on the GPU, offloaded (CPU, CPU_PINNED) or in storage, often on several at
+once; `tiers` counts the matched blocks by the fastest tier holding each (the one a hit is served from), and the
+message names them when any is not the GPU. A view whose history is incomplete (batches
 lost at a late join or in a gap, since the last restart) says so in every answer: blocks stored in what it lost
 may be cached without it knowing (`caveat`).
 """
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 from engine.core.miss_explainer import common_prefix
 from kvtui.state.fleet import FleetState, HashNode
+from kvtui.state.fleet_tiers import GPU, fastest, ordered, tiers_text
 from kvtui.state.fleet_workers import Worker
 
 
@@ -103,12 +108,15 @@ def explain_worker(
         "prompt_tokens": len(token_ids),
         "reason": "empty",
         "detail": {},
+        # matched blocks by the fastest tier holding each
+        "tiers": {},
     }
     if not size:
         out["message"] = f"{name}: holds no block (block size unknown)"
         return out
     parent, pos = None, 0
     nodes = state.nodes
+    by_tier: dict[str, int] = {}
     while True:
         if pos + size > len(token_ids):
             out["reason"] = "full_match" if pos == len(token_ids) else "block_floor"
@@ -121,6 +129,8 @@ def explain_worker(
         equal = [n for n in same if name in n.holders]
         good = [n for n in equal if _identity_ok(n, lora, salt, parent is not None) is None]
         if good:
+            tier = fastest(good[0].holders[name])
+            by_tier[tier] = by_tier.get(tier, 0) + 1
             parent = good[0].hash
             pos += size
             out["matched_blocks"] += 1
@@ -140,11 +150,15 @@ def explain_worker(
         removed = [n for n in same if n.removed and name in n.removed]
         if removed:
             out["reason"] = "removed"
-            out["detail"]["t"] = removed[0].removed[name]
+            out["detail"]["t"], out["detail"]["tier"] = removed[0].removed[name]
             break
         others = sorted({w for n in same for w in n.holders})
         if others:
             out["detail"]["holders"] = others
+            # where each holds it: a router would load it from there
+            out["detail"]["holder_tiers"] = {
+                w: "+".join(ordered(next(n.holders[w] for n in same if w in n.holders))) for w in others
+            }
         # blocks of another size (a worker whose block size changed) cannot match; they would end the common
         # prefix with no token to show
         mine = [
@@ -186,6 +200,7 @@ def explain_worker(
         out["reason"] = "cache_end"
         break
     out["matched_tokens"] = out["matched_blocks"] * size
+    out["tiers"] = {tier: by_tier[tier] for tier in ordered(by_tier)}
     if out["reason"] == "cache_end" and not worker.held:
         out["reason"] = "empty"
         out["message"] = f"{name}: holds no block"
@@ -205,13 +220,20 @@ def _message(o: dict) -> str:
         o["detail"],
         f"{o['matched_blocks']} block(s) = {o['matched_tokens']}/{o['prompt_tokens']} tokens cached",
     )
+    if set(o.get("tiers", ())) - {GPU}:
+        n += f" ({tiers_text(o['tiers'])})"
     reason = o["reason"]
+    tier = f" ({d['tier']})" if d.get("tier") and d["tier"] != GPU else ""
+    holders = [
+        w + (f" ({d['holder_tiers'][w]})" if d.get("holder_tiers", {}).get(w, GPU) != GPU else "")
+        for w in d.get("holders", [])
+    ]
     why = {
         "full_match": "every full block cached",
         "block_floor": f"the last {d.get('left')} token(s) do not fill a block of {o['block_size']}: "
         "only whole blocks are cached",
-        "removed": f"block {d.get('block')} was cached here and removed at {d.get('t', 0):.2f}s",
-        "elsewhere": f"block {d.get('block')} is not here but on {', '.join(d.get('holders', []))}",
+        "removed": f"block {d.get('block')} was cached here{tier} and removed at {d.get('t', 0):.2f}s",
+        "elsewhere": f"block {d.get('block')} is not here but on {', '.join(holders)}",
         "lora": f"block {d.get('block')} is cached for LoRA {d.get('cached_lora')!r}, not {d.get('lora')!r}",
         "salt": f"block {d.get('block')} is cached under salt {d.get('cached_salt')!r}, not {d.get('salt')!r}",
         "extra_keys": f"block {d.get('block')} was hashed with extra keys {d.get('cached_extra')!r} "
@@ -228,7 +250,7 @@ def _message(o: dict) -> str:
             f"the cache has {d['cached_token']}{text}"
         )
         if d.get("holders"):
-            why += f" (block {d['block']} is on {', '.join(d['holders'])})"
+            why += f" (block {d['block']} is on {', '.join(holders)})"
     caveat = f" [caveat: {o['caveat']}]" if o.get("caveat") else ""
     return f"{o['worker']}: {n}; {why}{caveat}"
 

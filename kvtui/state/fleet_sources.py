@@ -76,13 +76,20 @@ class FleetSources:
 
     # ------------------------------------------------------------------ reading
     def facts(self, worker: Worker) -> tuple[dict, dict | None]:
-        """The latest /metrics facts of a worker's server (its rank's samples when labelled), and the ones
-        before them."""
-        for rank in (str(worker.rank) if worker.rank is not None else "", ""):
-            key = (worker.source, rank)
-            if key in self.metrics:
-                return self.metrics[key], self.metrics_before.get(key)
-        return {}, None
+        """The latest /metrics facts of a worker's server, and the ones before them: its rank's samples over
+        the server's unlabelled ones (those are every rank's: SGLang labels its radix-cache counters with
+        dp_rank, its token usage and hit rate without)."""
+        shared = (worker.source, "")
+        own = (worker.source, str(worker.rank)) if worker.rank is not None else shared
+        if own not in self.metrics or own == shared or shared not in self.metrics:
+            for key in (own, shared):
+                if key in self.metrics:
+                    return self.metrics[key], self.metrics_before.get(key)
+            return {}, None
+        before = [self.metrics_before.get(key) for key in (shared, own)]
+        return {**self.metrics[shared], **self.metrics[own]}, (
+            {**(before[0] or {}), **(before[1] or {})} if any(before) else None
+        )
 
     def unseen(self, worker: Worker) -> int:
         """Batches of the worker's stream lost since its last restart: its view of the cache is incomplete."""

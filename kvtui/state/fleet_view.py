@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvtui.sources.offload_metrics import offload_facts
 from kvtui.sources.prometheus import histogram_quantile, token_hit_rate
 from kvtui.state.fleet import FleetState, HashNode
 from kvtui.state.fleet_explain import explain_prompt, node_salt
 from kvtui.state.fleet_sources import SourceCounts
+from kvtui.state.fleet_tiers import ordered
 from kvtui.state.fleet_workers import Worker
 
 # tree rows built per rebuild (the first ones, depth first): a frame stays cheap
@@ -39,6 +41,8 @@ class TreeRow:
     orphan: bool = False
     # the salt of a root block (vLLM: from its extra keys), else None
     salt: str | None = None
+    # the tiers each holder keeps the chain on ("GPU", "GPU+CPU", ...), in the order of `holders`
+    tiers: tuple = ()
 
 
 @dataclass
@@ -69,6 +73,9 @@ def worker_cells(fleet: FleetState, worker: Worker) -> dict:
         "worker": worker.worker,
         "rank": worker.rank,
         "resident": worker.resident,
+        # blocks held per tier, fastest first (GPU included), and those removed from each
+        "tiers": worker.held_tiers(),
+        "removed_tiers": worker.removed_tiers(),
         "stored": worker.stored,
         "removed": worker.removed,
         "capacity": fleet.capacity(worker),
@@ -88,6 +95,8 @@ def worker_cells(fleet: FleetState, worker: Worker) -> dict:
         "unseen": counts.unseen,
         # why its server is taken as down (its /metrics stopped answering): the blocks shown are stale
         "down": counts.down,
+        # what its /metrics says of the tiers below the GPU, when it exports offloading counters
+        "offload": offload_facts(facts, before),
     }
 
 
@@ -114,7 +123,8 @@ def _chain(fleet: FleetState, node: HashNode, seen: set) -> list[HashNode]:
         if len(held) != 1:
             return chain
         child = nodes[(node.group, held[0])]
-        if child.holders.keys() != node.holders.keys() or id(child) in seen:
+        # a row has one set of holders, each on one set of tiers
+        if child.holders != node.holders or id(child) in seen:
             return chain
         seen.add(id(child))
         chain.append(child)
@@ -122,6 +132,8 @@ def _chain(fleet: FleetState, node: HashNode, seen: set) -> list[HashNode]:
 
 
 def _chain_text(chain: list[HashNode]) -> str:
+    if not chain[0].token_ids:
+        return "(token ids not published: an offloading tier's store)"
     if chain[0].texts:
         text = ""
         for node in chain:
@@ -161,6 +173,7 @@ def tree_rows(fleet: FleetState, limit: int = MAX_ROWS) -> list[TreeRow]:
                 _chain_text(chain),
                 orphan,
                 node_salt(node) if depth == 0 else None,
+                tuple("+".join(ordered(node.holders[w])) for w in sorted(node.holders)),
             )
         )
         last = chain[-1]

@@ -1,10 +1,13 @@
 """One attached worker of a fleet (a publisher's data-parallel rank): the blocks it holds and has stored and
 removed, and its stored / removed rates over the last seconds of trace time. `FleetState` (kvtui/state/fleet.py)
-keeps one per worker."""
+keeps one per worker. Its blocks are counted per tier: the GPU's on the worker itself (most events are the GPU's,
+and its counts are the hot path), the tiers below it in `lower`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from kvtui.state.fleet_tiers import GPU, ordered
 
 # seconds of trace time the stored/removed rates average over
 RATE_WINDOW = 5
@@ -24,9 +27,11 @@ class Worker:
     held_by_group: dict = field(default_factory=dict)
     # blocks held on the GPU
     resident: int = 0
-    # blocks stored (events x hashes)
+    # blocks stored and removed (events x hashes), every tier's
     stored: int = 0
     removed: int = 0
+    # tier below the GPU (kvtui/state/fleet_tiers.py: CPU, CPU_PINNED, STORAGE, ...) -> [held, stored, removed]
+    lower: dict = field(default_factory=dict)
     cleared: int = 0
     # extra physical copies of hashes it holds (each removed by a BlockRemoved of its own)
     copies: int = 0
@@ -35,6 +40,25 @@ class Worker:
     block_size: int | None = None
     # int(t) -> [stored, removed]
     buckets: dict = field(default_factory=dict)
+
+    def tier(self, name: str) -> list:
+        """[held, stored, removed] of a tier below the GPU, made on first use."""
+        counts = self.lower.get(name)
+        if counts is None:
+            counts = self.lower[name] = [0, 0, 0]
+        return counts
+
+    def held_tiers(self) -> dict:
+        """Blocks held per tier, fastest first: the GPU's, then each tier below it."""
+        return {GPU: self.resident, **{name: self.lower[name][0] for name in ordered(self.lower)}}
+
+    def stored_tiers(self) -> dict:
+        below = {name: self.lower[name][1] for name in ordered(self.lower)}
+        return {GPU: self.stored - sum(below.values()), **below}
+
+    def removed_tiers(self) -> dict:
+        below = {name: self.lower[name][2] for name in ordered(self.lower)}
+        return {GPU: self.removed - sum(below.values()), **below}
 
     def rates(self, now: float) -> tuple[float, float]:
         """Blocks stored and removed per second over the last RATE_WINDOW seconds of trace time."""

@@ -1,8 +1,9 @@
 """The prefix tree of an attached fleet: block hashes chained by parent hash, with each block's tokens (text
 with --tokenizer, else ids) and the workers that hold it. A chain of blocks with one child each and the same
 holders is one row (as a radix node is), so a long shared prompt is one line; a prefix held by several workers
-(duplicated across replicas) is marked xN. Blocks whose parent was never seen (stored before we joined, or lost
-in a gap) hang under "parent not seen". The rows come built in a `FleetView` (kvtui/state/fleet_view.py).
+(duplicated across replicas) is marked xN. A chain held anywhere but on the GPU names its tiers after the holders
+(`CPU`, `GPU+CPU`; per holder when they differ). Blocks whose parent was never seen (stored before we joined, or lost
+in a gap), and an offloading tier's blocks stored without token ids, hang under "parent not seen". The rows come built in a `FleetView` (kvtui/state/fleet_view.py).
 """
 
 from __future__ import annotations
@@ -10,8 +11,19 @@ from __future__ import annotations
 from rich.segment import Segment
 from textual.strip import Strip
 
+from kvtui.state.fleet_tiers import GPU
 from kvtui.state.fleet_view import MAX_ROWS, FleetView, TreeRow
 from kvtui.widgets.base import LineView, pad, show_text
+
+
+def tier_label(row: TreeRow) -> str:
+    """Where a row's holders keep its chain, when anywhere but the GPU alone: `CPU`, `GPU+CPU`, or per holder
+    (`a:GPU b:CPU`) when they differ."""
+    if not row.tiers or all(t == GPU for t in row.tiers):
+        return ""
+    if len(set(row.tiers)) == 1:
+        return row.tiers[0]
+    return " ".join(f"{w}:{t}" for w, t in zip(row.holders, row.tiers))
 
 
 class FleetTreeView(LineView):
@@ -42,8 +54,8 @@ class FleetTreeView(LineView):
             return pad(
                 [
                     Segment(
-                        f"prefix tree over block hashes: {n:,} rows{more} · [holders] blocks "
-                        f"first-hash  tokens",
+                        f"prefix tree over block hashes: {n:,} rows{more} · [holders] tiers (when not the GPU) "
+                        f"blocks first-hash  tokens",
                         heading,
                     )
                 ],
@@ -66,6 +78,9 @@ class FleetTreeView(LineView):
         segs.append(Segment(f"[{','.join(r.holders)}]", duplicated if len(r.holders) > 1 else heading))
         if len(r.holders) > 1:
             segs.append(Segment(f" x{len(r.holders)}", duplicated))
+        tiers = tier_label(r)
+        if tiers:
+            segs.append(Segment(f" {tiers}", palette["warning"]))
         segs += [
             Segment(f" {r.blocks} blk {r.first_hash[:8]} ", dim),
             Segment(show_text(r.text)[: max(0, width)]),

@@ -1,10 +1,12 @@
-"""Publishers byte-compatible with vLLM >= 0.24 (map events), vLLM <= 0.23 (array events) and SGLang 0.5.23
-(signed hashes, token pairs): msgspec structs declared here as the released engines declare them, and a PUB +
-ROUTER publisher that numbers batches and answers replay requests as theirs do. Test helpers, not product code.
+"""Publishers byte-compatible with vLLM >= 0.24 (map events; media GPU, CPU, STORAGE), vLLM <= 0.23 (array
+events) and SGLang 0.5.23 (signed hashes, token pairs, HiCache's media): msgspec structs declared here as the
+released engines declare them, and a PUB + ROUTER publisher that numbers batches and answers replay requests as
+theirs do. Test helpers, not product code.
 """
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections import deque
@@ -112,6 +114,34 @@ class SBlockRemoved(SEvent, tag="BlockRemoved"):
 
 class SAllBlocksCleared(SEvent, tag="AllBlocksCleared"):
     pass
+
+
+class SStorageMedium(str, enum.Enum):
+    """SGLang's StorageMedium: the `medium` its HiCache tiers record (GPU, then host, disk, a shared pool)."""
+
+    GPU = "GPU"
+    CPU = "CPU_PINNED"
+    DISK = "DISK"
+    EXTERNAL = "EXTERNAL"
+
+
+def v_placeholder(
+    block_hash: int, medium: str, group: int = 0, locality=None, ownership=None
+) -> VBlockStored:
+    """vLLM's offloading connector's store of a chunk it has no metadata for (OffloadingEventsTracker's
+    placeholder, its default without self_describing_kv_events): the hash alone, no tokens, block size 0."""
+    return VBlockStored(
+        block_hashes=[block_hash],
+        parent_block_hash=None,
+        token_ids=[],
+        lora_id=None,
+        block_size=0,
+        medium=medium,
+        lora_name=None,
+        group_idx=group,
+        locality=locality,
+        ownership=ownership,
+    )
 
 
 class Publisher:

@@ -137,6 +137,7 @@ def test_stats_json_has_the_workers(recorded):
         "rereported_blocks": 0,
         "blocks_stored": 3,
         "blocks_removed": 1,
+        "tiers": {"GPU": {"resident_blocks": 2, "blocks_stored": 3, "blocks_removed": 1}},
         "gaps": 0,
         "lost_batches": 0,
         "restarts": 0,

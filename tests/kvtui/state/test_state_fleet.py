@@ -181,13 +181,18 @@ def block_events(draw):
         # a message's events share t; seconds roll over
         t += draw(st.sampled_from([0.0, 0.3, 1.2]))
         worker, group = draw(st.sampled_from(["a", "b", "c"])), draw(st.sampled_from([0, 0, 1]))
-        medium = draw(st.sampled_from(["GPU", "GPU", "CPU", None]))
+        medium = draw(st.sampled_from(["GPU", "GPU", "CPU", "cpu", None]))
+        # vLLM's secondary offloading tier
+        owner = draw(st.sampled_from([None, None, "kvcr"]))
         kind = draw(st.sampled_from(["stored", "stored", "removed", "cleared"]))
         hashes = draw(st.lists(st.sampled_from(HASHES), min_size=1, max_size=3, unique=True))
         if kind == "stored":
             parent = draw(st.sampled_from([None, *HASHES]))
             tokens = [h % 7 for h in hashes for _ in range(2)]
             texts = draw(st.sampled_from([None, [chr(97 + x) for x in tokens]]))
+            if medium == "CPU" and draw(st.booleans()):
+                # an offloading tier's store without token ids (vLLM's placeholder)
+                parent, tokens, texts = None, [], None
             extra = draw(st.sampled_from([None, [["sql", [1, 2]]] * len(hashes)]))
             events.append(
                 KvBlockStored(
@@ -202,12 +207,13 @@ def block_events(draw):
                     extra,
                     group,
                     texts=texts,
+                    ownership=owner,
                     t=t,
                     worker=worker,
                 )
             )
         elif kind == "removed":
-            events.append(KvBlockRemoved(hashes, medium, group, t=t, worker=worker))
+            events.append(KvBlockRemoved(hashes, medium, group, ownership=owner, t=t, worker=worker))
         else:
             events.append({"seq": 0, "t": t, "type": "kv_all_cleared", "worker": worker, "cause": "cleared"})
     for seq, e in enumerate(events):
@@ -221,7 +227,7 @@ def block_events(draw):
 def _state(s: FleetState):
     return (
         {
-            k: (n.parent, n.token_ids, n.lora, n.salt, n.extra, n.texts, n.holders, n.removed, n.t)
+            k: (n.parent, n.token_ids, n.lora, n.salt, n.extra, n.texts, n.holders, n.removed, n.copies, n.t)
             for k, n in s.nodes.items()
         },
         s.children,
@@ -231,7 +237,17 @@ def _state(s: FleetState):
         s.index,
         s.t,
         {
-            w: (x.held, x.held_by_group, x.resident, x.stored, x.removed, x.cleared, x.buckets)
+            w: (
+                x.held,
+                x.held_by_group,
+                x.resident,
+                x.lower,
+                x.stored,
+                x.removed,
+                x.cleared,
+                x.copies,
+                x.buckets,
+            )
             for w, x in s.workers.items()
         },
     )
@@ -249,3 +265,11 @@ def test_folding_structs_in_runs_equals_folding_their_trace_dicts_one_by_one(eve
         replayed.apply(e)
     assert _state(live) == _state(replayed)
     assert fleet_view(live, tree=True) == fleet_view(replayed, tree=True)
+    # each worker's counts per tier are the nodes that name it on that tier
+    for name, worker in live.workers.items():
+        tiers = {tier: 0 for tier in worker.held_tiers()}
+        for node in live.nodes.values():
+            for tier in node.holders.get(name, ()):
+                tiers[tier] += 1
+        assert worker.held_tiers() == tiers
+        assert worker.held == sum(name in n.holders for n in live.nodes.values())
