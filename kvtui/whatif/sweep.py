@@ -42,6 +42,8 @@ class SweepOptions:
     bytes_per_token: float | None = None
     # None: Belady's bound unless the workload is very large
     optimal: bool | None = None
+    # --host-capacity / --disk-capacity (tiers.py's TierOptions); None: the device only
+    tiers: object = None
 
 
 def sweep_configs(caps, sizes, policies, batch, caching, cost, partial_hits=True):
@@ -112,6 +114,12 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
     report = as_json(loaded, ceiling, points, optimal, notes, None, detail)
     report["ceiling"]["source"] = ceiling_source
     report["curve"] = curve
+    if opts.tiers is not None:
+        from kvtui.whatif.tiers import tier_section
+
+        one = ones[first.block_size]
+        report["tiers"] = tier_section(first_curve, first.block_size, opts.tiers, prompt, one.arrival_span)
+        notes += report["tiers"].pop("notes")
     if opts.targets:
         from kvtui.whatif.answers import targets
 
@@ -138,6 +146,9 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
         "block_size": first.block_size,
         "eviction": first.eviction if first.prefix_cache else "none",
     }
+    if opts.tiers is not None:
+        host, disk = opts.tiers.current(first.block_size)
+        report["current"].update(host_capacity_tokens=host, disk_capacity_tokens=disk)
     report["current_misses"] = first_misses
     return report
 
@@ -218,22 +229,15 @@ def _one_pass_points(ones, lru_sizes, first, prompt, opts: SweepOptions, notes, 
         one = ones[bs]
         cap_list = [c for b, c in lru_sizes if b == bs]
         lru = one.curve()
-        ceiling_tokens = lru.ceiling_tokens
-        for cap in cap_list:
-            h = lru.hit_tokens(cap // bs)
-            points.append(
-                {
-                    "capacity_tokens": cap,
-                    "block_size": bs,
-                    "eviction": "lru",
-                    "method": "one-pass",
-                    "token_hit_rate": h / prompt if prompt else 0.0,
-                    "misses": {
-                        "capacity": ceiling_tokens - h,
-                        "compulsory_or_structural": prompt - ceiling_tokens,
-                    },
-                }
+        if opts.tiers is not None:
+            from kvtui.whatif.tiers import tier_points
+
+            t = opts.tiers
+            points += tier_points(
+                lru, bs, cap_list, t.hosts[bs], t.disks[bs], prompt, t.cost, one.arrival_span
             )
+        else:
+            points += [_plain_point(lru, bs, cap, prompt) for cap in cap_list]
         if bs != first.block_size:
             continue
         curve = dense_points(lru, bs, prompt)
@@ -255,3 +259,19 @@ def _one_pass_points(ones, lru_sizes, first, prompt, opts: SweepOptions, notes, 
         "pinning, generated tokens and partial blocks never cached (kvtui/whatif/curve.py)"
     )
     return points, optimal, curve
+
+
+def _plain_point(lru, bs: int, cap: int, prompt: int) -> dict:
+    """The one-pass point of a device-only cache."""
+    h = lru.hit_tokens(cap // bs)
+    return {
+        "capacity_tokens": cap,
+        "block_size": bs,
+        "eviction": "lru",
+        "method": "one-pass",
+        "token_hit_rate": h / prompt if prompt else 0.0,
+        "misses": {
+            "capacity": lru.ceiling_tokens - h,
+            "compulsory_or_structural": prompt - lru.ceiling_tokens,
+        },
+    }
