@@ -20,6 +20,11 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _capacity(tokens: int) -> str:
+    # 0: the tier is left out
+    return human_tokens(tokens) if tokens else "-"
+
+
 def _number(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
 
@@ -42,8 +47,8 @@ def tier_lines(report: dict) -> list[str]:
     for p in tiered:
         tiers = p["tiers"]
         lines.append(
-            f"{human_tokens(p['capacity_tokens']):>9} {human_tokens(p['host_capacity_tokens']):>9} "
-            f"{human_tokens(p['disk_capacity_tokens']):>9} {p['method']:>9} {_pct(tiers['device']):>7} "
+            f"{human_tokens(p['capacity_tokens']):>9} {_capacity(p['host_capacity_tokens']):>9} "
+            f"{_capacity(p['disk_capacity_tokens']):>9} {p['method']:>9} {_pct(tiers['device']):>7} "
             f"{_pct(tiers['host']):>7} {_pct(tiers['disk']):>7} {_pct(p['token_hit_rate']):>7} "
             f"{_number(p.get('prefill_seconds_saved')):>11} {_number(p.get('gpu_hours_per_day'), 2):>10} "
             f"{_number(p.get('cost_per_day'), 2):>10}"
