@@ -41,6 +41,11 @@ class EngineConfig:
     # K/V stored at int8 | fp8_e4m3 ('fp8') with a scale per token and KV head, dequantized on read: changes the
     # answer (kvtui precision measures how much). None: the model's dtype, exact
     kv_dtype: str | None = None
+    # blocks of host memory below the device pool: evicted cached blocks are copied there and loaded back on a
+    # prefix hit (engine/core/tiers.py); 0 drops them, as one tier does
+    host_blocks: int = 0
+    # blocks of disk below host (what-if runs: the engine's worker keeps no disk tier)
+    disk_blocks: int = 0
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -57,8 +62,20 @@ class EngineConfig:
                 f"window must be >= 1 and sink_tokens >= 0 (got {self.window}, {self.sink_tokens})"
             )
         self.kv_dtype = normalize_kv_dtype(self.kv_dtype)
+        if self.host_blocks < 0 or self.disk_blocks < 0:
+            raise ValueError(
+                f"host_blocks and disk_blocks must be >= 0 (got {self.host_blocks}, {self.disk_blocks})"
+            )
+        if self.disk_blocks and not self.host_blocks:
+            raise ValueError("disk_blocks needs host_blocks too: blocks reach disk through host")
+        if (self.host_blocks or self.disk_blocks) and not self.prefix_cache:
+            raise ValueError("host_blocks needs the prefix cache: only cached blocks move between tiers")
         if self.sink_tokens and self.window is None:
             raise ValueError("sink_tokens needs a window too: EngineConfig(sink_tokens=S, window=W)")
+
+    def lower_tiers(self) -> list[tuple[str, int]]:
+        """The tiers below the device pool and their blocks, top first (empty: one tier)."""
+        return [(name, n) for name, n in (("host", self.host_blocks), ("disk", self.disk_blocks)) if n]
 
     def pool_blocks(self, shape: ModelShape) -> int:
         if self.num_blocks is not None:

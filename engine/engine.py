@@ -22,11 +22,14 @@ from engine.worker.runner import ModelRunner
 from engine.worker.sampling import make_generator
 from engine.worker.scoring import PromptLogprobs, Score
 from engine.worker.sinks import sink_divergence
+from engine.worker.tier_tensors import HostKV
 
 
 class Engine:
     def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, name: str | None = None):
         self.config = config or EngineConfig()
+        if self.config.disk_blocks:
+            raise ValueError("the engine keeps no disk tier: disk_blocks is for kvtui whatif runs")
         self.model = model
         self.tokenizer = tokenizer
         # prompts to ids, ids to text (the trace carries both)
@@ -58,7 +61,10 @@ class Engine:
             self.shape, self.cache.pool.num_blocks, self.config.block_size, dtype, device, kv_dtype
         )
         self.rings = RingTensors(self.cache.rings, dtype, device, kv_dtype)
-        self.runner = ModelRunner(model, self.kv, self.cache.pool, self.shape.windows, self.rings)
+        self.host_kv = HostKV(self.kv, self.config.host_blocks) if self.config.host_blocks else None
+        self.runner = ModelRunner(
+            model, self.kv, self.cache.pool, self.shape.windows, self.rings, host=self.host_kv
+        )
         # sinks change the answer: by how much, as each request finishes
         if self.shape.forced_window is not None:
             self.core.finish_listeners.append(self._sink_divergence)

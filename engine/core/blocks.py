@@ -12,7 +12,9 @@ reclaimable on demand).
 
 Copies. A copy-on-write is a fact of the pool (`block_copied`) and data for the worker: `copy` appends a
 `BlockCopy` to `pending_copies`, and the runner copies those K/V slots, in order, before its next forward.
-Nothing writes K/V between two forwards, so applying them late equals applying them at once.
+Nothing writes K/V between two forwards, so applying them late equals applying them at once. Moves between the
+device and the lower tiers (engine/core/tiers.py) go on the same list, so every copy reads what the ones before
+it left.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ class OutOfBlocks(RuntimeError):
 
 @dataclass(frozen=True)
 class BlockCopy:
-    """Copy the first `num_tokens` slots of block `src` into block `dst` (every paged layer)."""
+    """Copy the first `num_tokens` slots of block `src` into block `dst` (every paged layer). Within the device
+    pool (copy-on-write), or between tiers (engine/core/tiers.py): a block demoted to host, loaded back."""
 
     src: int
     dst: int
     num_tokens: int
+    src_tier: str = "device"
+    dst_tier: str = "device"
 
 
 class BlockPool:

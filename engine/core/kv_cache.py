@@ -37,6 +37,8 @@ from engine.core.miss_explainer import PrefixMatch
 from engine.core.prefix_cache import NoPrefixCache, PrefixCache, RadixPrefixCache
 from engine.core.request import Request, Status
 from engine.core.rings import RingManager
+from engine.core.tier_loads import fit_loads, load_lower
+from engine.core.tiers import LowerTiers
 from engine.models.shape import ModelShape
 from engine.trace.metrics import HitRateTracker
 from engine.trace.writer import TraceSink
@@ -58,13 +60,15 @@ class KVCacheManager:
         self.token_text = token_text
         self.block_size = bs = config.block_size
         self.pool = BlockPool(config.pool_blocks(shape), bs, trace)
+        # host (and disk) below the pool, or None
+        self.tiers = LowerTiers.for_config(config, shape, self.pool, trace, token_text)
         self.prefix_cache: PrefixCache = (
-            RadixPrefixCache(self.pool, trace, config.eviction, token_text, partial_hits=config.partial_hits)
+            RadixPrefixCache(self.pool, trace, config.eviction, token_text, config.partial_hits, self.tiers)
             if config.prefix_cache
             else NoPrefixCache(bs)
         )
         self.rings = RingManager(shape, bs, trace)
-        self.hit_rates = HitRateTracker(config.hit_rate_window)
+        self.hit_rates = HitRateTracker(config.hit_rate_window, self.tiers.names if self.tiers else ())
 
     # --- queries ------------------------------------------------------------------------------------------
     def probe(self, tokens: list[int], cache_salt: str | None) -> PrefixMatch:
@@ -152,13 +156,19 @@ class KVCacheManager:
         hashes = self.prefix_cache.hashes(req, tokens, matchable)
         match = self._match(tokens, req.cache_salt, hashes)
         partial = self._partial(match, tokens, req.cache_salt)
+        if match.lower:
+            fit_loads(self, match)
         whole = match.num_tokens
         # window layers restart where their rings are exact (engine/worker/ring.py): a ring_resume event, and a ring row
         usable = self.rings.resume(req, whole + (partial[1] if partial else 0))
         if usable < whole:
             keep = usable // self.block_size
-            match.detail = {**match.detail, "matched_blocks": len(match.blocks), "window_backoff": True}
+            matched = len(match.blocks) + len(match.lower)
+            match.detail = {**match.detail, "matched_blocks": matched, "window_backoff": True}
+            match.lower = match.lower[: max(0, keep - len(match.blocks))]
             match.blocks, match.keys, match.reason = match.blocks[:keep], match.keys[:keep], "window"
+            if match.tiers is not None:
+                match.tiers = match.tiers[:keep]
             partial = None
         elif partial is not None and usable - whole < partial[1]:
             partial = (partial[0], usable - whole) if usable > whole else None
@@ -166,6 +176,8 @@ class KVCacheManager:
             self.pool.share(physical, req.request_id, logical)
             req.block_table.append(physical)
         req.lock_node = self.prefix_cache.acquire(match, req.request_id)
+        if match.lower:
+            load_lower(self, req, match, tokens, hashes)
         # the block is cached: allocate_slots copies it before the first write
         if partial is not None:
             physical, same = partial

@@ -54,10 +54,14 @@ class PrefixMatch:
     keys: list[str] = field(default_factory=list)
     # leading tokens of one more block reused too (a cached tail or tree block)
     partial_tokens: int = 0
+    # blocks after `blocks` found in lower tiers (engine/core/tiers.py TierBlock), until admission loads them
+    lower: list = field(default_factory=list)
+    # with lower tiers on: the tier each block of `blocks` was found in ("device", "host", "disk")
+    tiers: list[str] | None = None
 
     @property
     def num_tokens(self) -> int:
-        return len(self.blocks) * self.block_size + self.partial_tokens
+        return (len(self.blocks) + len(self.lower)) * self.block_size + self.partial_tokens
 
     @property
     def matchable_tokens(self) -> int:
@@ -80,13 +84,16 @@ class PrefixMatch:
             token = detail.get(f"{side}_id")
             if token is not None:
                 detail[f"{side}_text"] = text(token) if text else str(token)
-        return {
+        fields = {
             "request_id": request_id,
             "prompt_tokens": self.prompt_tokens,
             "matched_tokens": self.num_tokens,
             "reason": self.reason,
             "detail": detail,
         }
+        if self.tiers is not None:
+            fields["tiers"] = list(self.tiers)
+        return fields
 
 
 def explain(

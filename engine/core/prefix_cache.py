@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.core.blocks import BlockPool
-from engine.core.hashing import extend_block_hashes, root_key
+from engine.core.hashing import block_hashes, extend_block_hashes, root_key
 from engine.core.miss_explainer import PrefixMatch
 from engine.core.radix import RadixCache
 from engine.core.tails import TailStore
+from engine.core.tiers import DEVICE, LowerTiers, explain_below
 from engine.core.tree_node import Node
 from engine.trace.writer import TraceSink
 
@@ -93,7 +94,13 @@ class RadixPrefixCache(PrefixCache):
     """
 
     def __init__(
-        self, pool: BlockPool, trace: TraceSink, policy: str, token_text=str, partial_hits: bool = True
+        self,
+        pool: BlockPool,
+        trace: TraceSink,
+        policy: str,
+        token_text=str,
+        partial_hits: bool = True,
+        tiers: LowerTiers | None = None,
     ):
         self.block_size = pool.block_size
         # False: whole blocks only (vLLM's granularity), so no partial reuse and no tails kept
@@ -101,16 +108,32 @@ class RadixPrefixCache(PrefixCache):
         self.pool = pool
         self.radix = RadixCache(pool, trace, policy, token_text=token_text)
         self.tails = TailStore(pool, trace, self.radix.clock)
+        # host (and disk) below the device: evicted blocks go there, matches continue there
+        self.tiers = self.radix.tiers = tiers
 
     def match(self, tokens, cache_salt, hashes=None) -> PrefixMatch:
-        return self.radix.match(tokens, cache_salt, hashes, tails_after=self.tails.after)
+        if self.tiers is None:
+            return self.radix.match(tokens, cache_salt, hashes, tails_after=self.tails.after)
+        bs = self.block_size
+        max_blocks = max(len(tokens) - 1, 0) // bs
+        if hashes is None or len(hashes[0]) < max_blocks:
+            hashes = block_hashes(tokens[: max_blocks * bs], bs, cache_salt)
+        match = self.radix.match(tokens, cache_salt, hashes, tails_after=self.tails.after)
+        match.tiers = [DEVICE] * len(match.blocks)
+        match.lower = self.tiers.find(hashes[0][len(match.blocks) : max_blocks])
+        if match.lower:
+            match.reason, match.detail = explain_below(
+                self.radix, self.tiers, match, tokens, hashes, max_blocks
+            )
+        return match
 
     def partial(self, match, tokens, cache_salt):
         """A cached block (tail or tree) whose first tokens continue the match: (physical, tokens reused).
         Never covers the last token; the manager copies the block before any write."""
         start = len(match.blocks) * self.block_size
         limit = len(tokens) - 1 - start
-        if limit <= 0 or not self.partial_hits:
+        # past blocks of a lower tier, whole blocks only
+        if limit <= 0 or not self.partial_hits or match.lower:
             return None
         rest = list(tokens[start : start + self.block_size])
         tail = self.tails.best(match.keys[-1] if match.blocks else root_key(cache_salt), rest, limit)

@@ -34,6 +34,7 @@ from engine.core import eviction
 from engine.core.blocks import BlockPool
 from engine.core.hashing import block_hashes, root_key
 from engine.core.miss_explainer import PrefixMatch, common_prefix, explain
+from engine.core.tiers import last_block_of
 from engine.core.tree_node import Node
 from engine.trace import TraceSink
 
@@ -67,6 +68,8 @@ class RadixCache:
         self.evicted: OrderedDict[str, tuple[int, float, str]] = OrderedDict()
         self._evicted_memory = evicted_memory
         self._victims = eviction.EvictionQueue(self.policy, self.block_size)
+        # engine/core/tiers.py's LowerTiers: where evicted blocks go instead of nowhere (None: one tier)
+        self.tiers = None
 
     # --- queries ------------------------------------------------------------------------------------------
     def holds(self, physical: int) -> bool:
@@ -275,6 +278,8 @@ class RadixCache:
             self._node_of[physical] = node
             self.salts_of.setdefault(content, Counter())[cache_salt] += 1
             self.evicted.pop(key, None)
+            if self.tiers is not None:
+                self.tiers.discard(key)
         if texts is not None:
             token_texts = list(texts[first * bs : (first + len(blocks)) * bs])
         elif self.token_text is None:
@@ -366,6 +371,8 @@ class RadixCache:
         self.evicted[key] = (event["seq"], event["t"], self.policy)
         while len(self.evicted) > self._evicted_memory:
             self.evicted.popitem(last=False)
+        if self.tiers is not None:
+            self.tiers.offload(last_block_of(node, self.block_size), physical)
         salts = self.salts_of[node.contents[-1]]
         salts[node.cache_salt] -= 1
         if not salts[node.cache_salt]:

@@ -149,12 +149,47 @@ ENGINE_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
             _DICT,
             "reason-specific facts: position, expected/actual token ids and texts, evicted_at, policy",
         ),
+        "tiers": (
+            _LIST + "?",
+            "with host_blocks: the tier each matched block was found in (device | host | disk), in order",
+        ),
     },
     "hit_rates": {
         "token_hit_rate": (_FLOAT, "hit tokens / prompt tokens that could match, cumulative"),
         "request_hit_rate": (_FLOAT, "requests with any hit / requests, cumulative"),
         "block_hit_rate": (_FLOAT, "block hits / block lookups, cumulative"),
         "window": (_DICT, "the same three over the last N requests, with n"),
+        "tiers": (_DICT + "?", 'with host_blocks: tier -> {"hit_tokens"}, cumulative'),
+    },
+    # --- tiers below the device pool (EngineConfig(host_blocks=N)) -----------------------------------------
+    "block_offloaded": {
+        "hash": (_STR, "chained hash of the block (its whole prefix)"),
+        "parent_hash": (_STR, "hash of the block before it (a root key for block 0)"),
+        "src_tier": (_STR, "where it came from: device (evicted from the pool) | host (moved down to disk)"),
+        "src": (_INT, "physical block (device) or slot it was copied from"),
+        "tier": (_STR, "the tier it now lives in: host | disk"),
+        "slot": (_INT, "its slot in that tier"),
+        "logical": (_INT, "its position in the sequence, in blocks"),
+        "token_ids": (_LIST, "token ids it holds"),
+        "texts": (_LIST + "?", "decoded text of each token"),
+    },
+    "block_loaded": {
+        "hash": (_STR, "chained hash of the block a prefix match found below the device"),
+        "tier": (_STR, "the tier it was loaded from: host | disk"),
+        "slot": (_INT, "its slot there, free again"),
+        "physical": (_INT, "device block it was copied into (just allocated for the request)"),
+        "request_id": (_STR, "the request whose match reached it"),
+        "logical": (_INT, "its position in the sequence, in blocks"),
+        "bytes": (_INT, "K/V bytes copied"),
+    },
+    "host_evicted": {
+        "hash": (_STR, "chained hash of a block leaving a lower tier"),
+        "tier": (_STR, "host | disk"),
+        "slot": (_INT, "its slot, free again"),
+        "reason": (
+            _STR,
+            "capacity (the tier's oldest, nothing below) | on_device (computed again on the device)",
+        ),
     },
     # --- edits -----------------------------------------------------------------------------------------
     "edit": {

@@ -105,10 +105,12 @@ def is_lookup(prefix_match: dict) -> bool:
 
 
 class HitRateTracker:
-    def __init__(self, window: int = 32):
+    def __init__(self, window: int = 32, tiers: Sequence[str] = ()):
         if window < 1:
             raise ValueError(f"the hit-rate window needs at least one request (got {window})")
         self.window = window
+        # with lower tiers: hit tokens by the tier that served them (a partly reused block counts as device)
+        self.tier_hits = {tier: 0 for tier in tiers}
         self.total = HitCounts()
         self.windowed = HitCounts()
         self._recent: deque[HitCounts] = deque()
@@ -137,14 +139,21 @@ class HitRateTracker:
 
     def record_match(self, match) -> HitCounts:
         """`record` from an engine.core.miss_explainer.PrefixMatch (duck-typed: this module imports nothing of the engine)."""
+        if self.tier_hits and match.tiers is not None:
+            for tier in match.tiers:
+                self.tier_hits[tier] += match.block_size
+            self.tier_hits["device"] += match.partial_tokens
         return self.record(match.matchable_tokens, match.num_tokens, match.block_lookups, len(match.blocks))
 
     def event_fields(self) -> dict:
         """Fields of the `hit_rates` trace event."""
-        return {
+        fields = {
             **self.total.rates(),
             "window": {"n": len(self._recent), "size": self.window, **self.windowed.rates()},
         }
+        if self.tier_hits:
+            fields["tiers"] = {tier: {"hit_tokens": n} for tier, n in self.tier_hits.items()}
+        return fields
 
 
 # --------------------------------------------------------------------------------------------- latency

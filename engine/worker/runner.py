@@ -26,6 +26,7 @@ from engine.worker.ring_tensors import RingTensors
 from engine.worker.run_plan import PAGED_DECODE, RunPlan
 from engine.worker.sampling import sample
 from engine.worker.scoring import token_logprobs
+from engine.worker.tier_tensors import HostKV, apply_copies
 
 
 @dataclass
@@ -71,12 +72,15 @@ class ModelRunner:
         windows: tuple[int | None, ...],
         rings: RingTensors | None = None,
         plan: RunPlan | None = None,
+        host: HostKV | None = None,
     ):
         """`plan`: which implementation runs each operation (engine/worker/run_plan.py); None chooses the one
         for the model's device and dtype. An operation this machine or model cannot take as planned runs the
         reference path: `self.plan` says what runs."""
         self.model = model
         self.kv = kv
+        # the host tier's slab (engine/worker/tier_tensors.py), None without one
+        self.host = host
         self.pool = pool
         self.windows = windows
         self.rings = rings if rings is not None and rings.manager.enabled else None
@@ -102,9 +106,9 @@ class ModelRunner:
     def build_batch(
         self, chunks: list[ScheduledChunk], probe: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, PagedBatch]:
-        # K/V copies the manager decided since the last forward (the rings' own ops are applied in plan)
-        for copy in self.pool.take_copies():
-            self.kv.copy_block(copy.src, copy.dst, copy.num_tokens)
+        # K/V copies and tier moves the manager decided since the last forward (the rings' own ops are applied
+        # in plan)
+        apply_copies(self.pool.take_copies(), self.kv, self.host)
         token_ids: list[int] = []
         positions: list[int] = []
         # slot tensors of prefill chunks, slot lists of decodes

@@ -210,7 +210,8 @@ class Worker:
         self.core.update_from_output(scheduled, self._token_for)
         if quiet:
             self._fresh = take_quiet(quiet, self.outputs, self._fresh, self.now)
-        # no K/V memory here: the window rings' copies for a worker are dropped
+        # no K/V memory here: the pool's copies (copy-on-write, tier moves) and the window rings' are dropped
+        self.manager.pool.take_copies()
         self.manager.rings.take_pending()
 
     def advance_to(self, t: float) -> None:
