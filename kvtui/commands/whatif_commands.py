@@ -310,13 +310,14 @@ def whatif(
         if p not in ("lru", "lfu", "cost"):
             raise click.BadParameter(f"{p!r}: choose lru, lfu or cost", param_hint="--eviction")
     caps, bytes_per_token = kv_capacities(kv_config, kv_dtypes, capacities, sizes, quiet)
-    tiers = tiers_from_options(tier_args, sizes, bytes_per_token, kv_config, method, workers)
+    tiers = tiers_from_options(tier_args, sizes, bytes_per_token, kv_config, workers)
     cost = CostModel(step_ms / 1e3, prefill_us / 1e6, decode_ms / 1e3)
+    cost = tiers.with_loads(cost) if tiers else cost
     batch = list(itertools.product(_ints(mbts, "--max-batched-tokens"), _ints(mnss, "--max-num-seqs")))
     caching = [True, False] if no_prefix_cache else [True]
     if server.get("enable_prefix_caching") is False:
         caching = [False]
-    configs = sweep_configs(caps, sizes, policies, batch, caching, cost, not whole_blocks)
+    configs = sweep_configs(caps, sizes, policies, batch, caching, cost, not whole_blocks, tiers)
     if trace_out and workers > 1:
         raise click.ClickException("-o writes one worker's run: leave out --workers")
     if trace_out and ray_address:

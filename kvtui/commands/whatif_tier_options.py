@@ -90,7 +90,7 @@ def parse_params(text: str) -> float:
     return value
 
 
-def tiers_from_options(args: dict, sizes: list[int], bytes_per_token, kv_config, method: str, workers: int):
+def tiers_from_options(args: dict, sizes: list[int], bytes_per_token, kv_config, workers: int):
     """The TierOptions the sweep takes (None without --host-capacity), every option checked first."""
     from kvtui.whatif.capacity import CapacityError, parse_capacities
     from kvtui.whatif.tier_cost import ParametersError, TierCost, parameters_from_config
@@ -111,10 +111,6 @@ def tiers_from_options(args: dict, sizes: list[int], bytes_per_token, kv_config,
     if workers > 1:
         raise click.BadParameter(
             "tiers are for one worker: leave out --workers", param_hint="--host-capacity"
-        )
-    if method != "one-pass":
-        raise click.BadParameter(
-            "the simulation has no tiers yet: add --method one-pass", param_hint="--host-capacity"
         )
     parameters = parse_params(args["model_params"]) if args["model_params"] else None
     if parameters is None and kv_config:

@@ -46,17 +46,24 @@ class SweepOptions:
     tiers: object = None
 
 
-def sweep_configs(caps, sizes, policies, batch, caching, cost, partial_hits=True):
-    """Every combination of the options, the first one the current configuration (what -o writes)."""
+def sweep_configs(caps, sizes, policies, batch, caching, cost, partial_hits=True, tiers=None):
+    """Every combination of the options, the first one the current configuration (what -o writes); with
+    `tiers` (tiers.py's TierOptions) each host and disk capacity under each cached one."""
     from kvtui.whatif.simulate import SimConfig
 
+    def lower(bs, cache):
+        if tiers is None or not cache:
+            return [(0, 0)]
+        return [(h, k) for h in tiers.hosts[bs] for k in tiers.disks[bs]]
+
     return [
-        SimConfig(cap, bs, policy, cache, mbt, mns, cost, partial_hits)
+        SimConfig(cap, bs, policy, cache, mbt, mns, cost, partial_hits, host, disk)
         for bs in sizes
         for cap in caps[bs]
         for policy in policies
         for mbt, mns in batch
         for cache in caching
+        for host, disk in lower(bs, cache)
     ]
 
 
@@ -98,6 +105,10 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
 
         want_hits = has_server_cached(loaded)
         points, detail, first_misses, first_hits = _simulated(loaded, configs, opts, want_hits, progress)
+        if opts.tiers is not None:
+            from kvtui.whatif.tiers import price_simulated
+
+            price_simulated(points, opts.tiers.cost, prompt, ones[first.block_size].arrival_span)
     optimal, curve = [], []
     if one_pass_wanted:
         more, optimal, curve = _one_pass_points(ones, lru_sizes, first, prompt, opts, notes, progress)
@@ -176,7 +187,8 @@ def _simulated_ceiling(loaded, first, progress) -> float:
 
     n = loaded.num_requests
     total = sum(r.num_prompt_tokens + r.num_output_tokens for r in loaded.requests)
-    infinite = replace(first, capacity_tokens=(total // first.block_size + 2 * n + 1) * first.block_size)
+    room = (total // first.block_size + 2 * n + 1) * first.block_size
+    infinite = replace(first, capacity_tokens=room, host_capacity_tokens=0, disk_capacity_tokens=0)
     return simulate(loaded.requests, infinite, loaded.hash_ids, progress=progress("ceiling")).token_hit_rate
 
 

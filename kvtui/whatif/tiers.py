@@ -59,6 +59,18 @@ def priced(point: dict, split: TierSplit, cost: TierCost, trace_seconds: float) 
     return point
 
 
+def price_simulated(points: list[dict], cost: TierCost, prompt_tokens: int, trace_seconds: float) -> None:
+    """Simulated points with tiers get the one-pass points' figures, from the hit tokens each tier served at
+    admission (a preempted request's tokens computed again are misses of the hit rate, not of its tier)."""
+    for point in points:
+        hits = point.pop("tier_hit_tokens", None)
+        if hits is None:
+            continue
+        split = TierSplit(hits["device"], hits["host"], hits["disk"])
+        point["tiers"] = split.rates(prompt_tokens)
+        priced(point, split, cost, trace_seconds)
+
+
 def tier_points(
     curve: Curve,
     block_size: int,
@@ -143,6 +155,16 @@ class TierOptions:
     hosts: dict[int, list[int]]
     disks: dict[int, list[int]]
     cost: TierCost
+
+    def with_loads(self, clock):
+        """The simulation's cost clock (cost.py's CostModel) charging this cost model's loads."""
+        from dataclasses import replace
+
+        return replace(
+            clock,
+            per_host_token=self.cost.load_seconds_per_token("host") or 0.0,
+            per_disk_token=self.cost.load_seconds_per_token("disk") or 0.0,
+        )
 
     def current(self, block_size: int) -> tuple[int, int]:
         """The first host and disk capacities: the current configuration's."""

@@ -111,7 +111,6 @@ CASES = [
         ["whatif", SHARED, "--method", "one-pass", "--host-capacity", "1k", "--workers", "2"],
         "tiers are for one worker: leave out --workers",
     ),
-    (["whatif", SHARED, "--host-capacity", "1k"], "the simulation has no tiers yet"),
     # the engine's options, wherever they are taken (the root command takes live's)
     (["generate", "hi", "--block-size", "99999999999999"], "99999999999999 is not in the range 1<=x<=4096"),
     (["generate", "hi", "--num-blocks", "0"], "'--num-blocks': 0 is not in the range 1<=x<=4194304"),
