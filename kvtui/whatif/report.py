@@ -20,7 +20,7 @@ from __future__ import annotations
 from kvtui.whatif.capacity import human_bytes, human_tokens
 from kvtui.whatif.causes import shares_sentence
 from kvtui.whatif.fidelity import fidelity_lines
-from kvtui.whatif.tier_report import point_key, tier_lines
+from kvtui.whatif.tier_report import capacity_label, point_key, tier_lines
 
 
 def as_json(
@@ -119,7 +119,7 @@ def as_table(report: dict) -> str:
     for p in report["points"]:
         if p["method"] == "simulated":
             lines.append(
-                f"{human_tokens(p['capacity_tokens'])} {p['eviction']} bs {p['block_size']}: "
+                f"{capacity_label(p)} {p['eviction']} bs {p['block_size']}: "
                 + shares_sentence(report["prompt_tokens"], _counter(p["misses"]))
             )
     lines += compare_lines(report)
@@ -225,17 +225,19 @@ def compare_lines(report: dict) -> list[str]:
     if not pairs:
         return []
     prompt = report["prompt_tokens"] or 1
+    # device+host+disk labels are wider
+    w = max(9, *(len(capacity_label(sim)) for sim, _ in pairs))
     lines = [
         "",
         "one-pass vs simulated (LRU): equal where the one-pass model's assumptions hold; the simulated "
         "run's departures from them:",
-        f"{'capacity':>9} {'block':>5} {'one-pass':>9} {'simulated':>9} {'diff':>6} {'preempt':>8} "
+        f"{'capacity':>{w}} {'block':>5} {'one-pass':>9} {'simulated':>9} {'diff':>6} {'preempt':>8} "
         f"{'recomputed':>10} {'in flight':>9} {'partial':>8}",
     ]
     for sim, op in pairs:
         misses = sim["misses"]
         lines.append(
-            f"{human_tokens(sim['capacity_tokens']):>9} {sim['block_size']:>5} {_pct(op['token_hit_rate']):>9} "
+            f"{capacity_label(sim):>{w}} {sim['block_size']:>5} {_pct(op['token_hit_rate']):>9} "
             f"{_pct(sim['token_hit_rate']):>9} {100 * (sim['token_hit_rate'] - op['token_hit_rate']):>+6.1f} "
             f"{sim.get('preemptions', 0):>8,} {_small(misses.get('preemption', 0) / prompt):>10} "
             f"{_small(misses.get('in_flight', 0) / prompt):>9} "

@@ -16,6 +16,16 @@ def point_key(point: dict) -> tuple:
     )
 
 
+def capacity_label(point: dict) -> str:
+    """The device capacity, and host and disk below it when there are any: `300k+1M+10M`."""
+    parts = [
+        point["capacity_tokens"],
+        point.get("host_capacity_tokens", 0),
+        point.get("disk_capacity_tokens", 0),
+    ]
+    return "+".join(human_tokens(c) for c in parts if c)
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 

@@ -110,3 +110,27 @@ def test_the_table_has_a_row_per_point_and_states_the_assumptions(files):
     assert "seconds saved are against the device-only run" in result.output
     # no device-only table beside the tier table
     assert not any(line.split()[:2] == ["capacity", "bytes"] for line in lines)
+
+
+def test_simulated_points_report_their_tiers_beside_the_one_pass_ones(files):
+    workload, config = files
+    args = ["whatif", workload, "--requests", "0:60", "--capacity", "60k", "--host-capacity", "100k,1M"]
+    result = CliRunner().invoke(main, [*args, "--kv-config", config, "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    simulated = [p for p in report["points"] if p["method"] == "simulated"]
+    one_pass = [p for p in report["points"] if p["method"] == "one-pass"]
+    assert [p["host_capacity_tokens"] for p in simulated] == [p["host_capacity_tokens"] for p in one_pass]
+    prompt = report["prompt_tokens"]
+    model = report["tiers"]["assumptions"]
+    for p in simulated:
+        assert p["tiers"]["host"] > 0 and "tier_hit_tokens" not in p
+        per_token = model["compute_seconds_per_token"] - model["host_load_seconds_per_token"]
+        assert p["prefill_seconds_saved"] == pytest.approx(p["tiers"]["host"] * prompt * per_token)
+    # the simulation's clock charged the loads: the cost model says so
+    assert any("x token loaded from host" in n for n in report["notes"])
+    table = CliRunner().invoke(main, [*args, "--kv-config", config, "-q"]).output
+    # 60k and 100k in whole blocks of 512
+    # the miss causes and the comparison with one-pass, a line per device + host configuration each
+    labelled = [line.split()[0] for line in table.splitlines() if line.strip().startswith("59.9k+")]
+    assert labelled == ["59.9k+99.8k", "59.9k+1M"] * 2
