@@ -241,6 +241,8 @@ def whatif(
     decode rows (defaults: 5 ms, 25 us, 0.2 ms). Every missed prompt token gets a cause.
     The optimal column (Belady) and the one-pass curve count whole blocks: without --whole-blocks the simulation
     also serves partly filled blocks and can score above them.
+    With --host-capacity (and --disk-capacity) a hit below the device costs its K/V bytes over the tier's
+    bandwidth instead of 2 x parameters FLOPs at --gpu-tflops: each point says the prefill seconds it saves.
 
     \b
     Examples:
@@ -252,8 +254,7 @@ def whatif(
       kvtui whatif requests.jsonl --whole-blocks --block-size 32 --capacity 4096b,8192b
                                   a kvtui proxy log at vLLM's granularity: twice the blocks?
       kvtui whatif mooncake.jsonl --capacity 300k,3M,30M --ui
-      kvtui whatif mooncake.jsonl --method one-pass --capacity 1M,3M,10M --host-capacity 3M,10M,30M \
-                                  --kv-config config.json --gpu-hour-cost 2.5
+      kvtui whatif mooncake.jsonl --capacity 1M,3M --host-capacity 3M,30M --kv-config config.json
                                   a host tier under each device: hits per tier, prefill seconds saved
       kvtui whatif fixtures/traces/concurrent8.jsonl --as-recorded
     """

@@ -57,7 +57,7 @@ def tier_options(command):
             "--gpu-tflops",
             type=positive,
             help=f"Achieved prefill TFLOP/s, the price of computing a token again [default: {GPU_TFLOPS:g}, an "
-            "H100 at about 40%% of peak].",
+            "H100 at about 40% of peak].",
         ),
         click.option(
             "--model-params",

@@ -134,3 +134,23 @@ def test_simulated_points_report_their_tiers_beside_the_one_pass_ones(files):
     # the miss causes and the comparison with one-pass, a line per device + host configuration each
     labelled = [line.split()[0] for line in table.splitlines() if line.strip().startswith("59.9k+")]
     assert labelled == ["59.9k+99.8k", "59.9k+1M"] * 2
+
+
+def test_the_ui_gets_the_curve_per_tier_and_the_surface(files, monkeypatch):
+    from kvtui.app.whatif_app import WhatIfApp
+
+    workload, _ = files
+    seen = {}
+
+    def run(self):
+        seen["summary"] = self.job(lambda label: lambda index, sim_t: None)
+
+    monkeypatch.setattr(WhatIfApp, "run", run)
+    args = ["whatif", workload, "--method", "one-pass", "--capacity", "100k", "--host-capacity", "1M", "--ui"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    summary = seen["summary"]
+    assert summary["current"]["host_capacity_tokens"] == 999_936
+    assert summary["tiers"]["surface"]["token_hit_rate"] and summary["tiers"]["curve"]
+    [point] = summary["points"]
+    assert point["tiers"]["host"] > 0
