@@ -21,6 +21,7 @@ from kvtui.commands.whatif_helpers import (
     kv_capacities,
     server_defaults,
 )
+from kvtui.commands.whatif_tier_options import tier_options, tiers_from_options
 from kvtui.whatif.cost import CostModel
 from kvtui.whatif.sweep import SweepOptions, run_sweep, sweep_configs
 
@@ -53,7 +54,11 @@ COST = CostModel()
     help="Cache sizes, a list: tokens (100k,3M), blocks (4096b), bytes (80GiB, with --kv-config). "
     "Default: the server's pool for a proxy log that recorded it, else 1M.",
 )
-@click.option("--kv-config", help="A model's config.json or directory: bytes per token for byte capacities.")
+@click.option(
+    "--kv-config",
+    help="A model's config.json or directory: bytes per token for byte capacities (and the tiers' loads).",
+)
+@tier_options
 @click.option(
     "--kv-dtype",
     "kv_dtypes",
@@ -226,6 +231,7 @@ def whatif(
     quiet,
     ui,
     as_recorded,
+    **tier_args,
 ):
     """What if the cache were different: WORKLOAD (a kvtui trace, a workload JSON, a Mooncake JSONL or a proxy
     request log) through the real scheduler and KV-cache manager with no model.
@@ -235,6 +241,8 @@ def whatif(
     decode rows (defaults: 5 ms, 25 us, 0.2 ms). Every missed prompt token gets a cause.
     The optimal column (Belady) and the one-pass curve count whole blocks: without --whole-blocks the simulation
     also serves partly filled blocks and can score above them.
+    With --host-capacity (and --disk-capacity) a hit below the device costs its K/V bytes over the tier's
+    bandwidth instead of 2 x parameters FLOPs at --gpu-tflops: each point says the prefill seconds it saves.
 
     \b
     Examples:
@@ -246,6 +254,8 @@ def whatif(
       kvtui whatif requests.jsonl --whole-blocks --block-size 32 --capacity 4096b,8192b
                                   a kvtui proxy log at vLLM's granularity: twice the blocks?
       kvtui whatif mooncake.jsonl --capacity 300k,3M,30M --ui
+      kvtui whatif mooncake.jsonl --capacity 1M,3M --host-capacity 3M,30M --kv-config config.json
+                                  a host tier under each device: hits per tier, prefill seconds saved
       kvtui whatif fixtures/traces/concurrent8.jsonl --as-recorded
     """
     if as_recorded:
@@ -301,12 +311,14 @@ def whatif(
         if p not in ("lru", "lfu", "cost"):
             raise click.BadParameter(f"{p!r}: choose lru, lfu or cost", param_hint="--eviction")
     caps, bytes_per_token = kv_capacities(kv_config, kv_dtypes, capacities, sizes, quiet)
+    tiers = tiers_from_options(tier_args, sizes, bytes_per_token, kv_config, workers)
     cost = CostModel(step_ms / 1e3, prefill_us / 1e6, decode_ms / 1e3)
+    cost = tiers.with_loads(cost) if tiers else cost
     batch = list(itertools.product(_ints(mbts, "--max-batched-tokens"), _ints(mnss, "--max-num-seqs")))
     caching = [True, False] if no_prefix_cache else [True]
     if server.get("enable_prefix_caching") is False:
         caching = [False]
-    configs = sweep_configs(caps, sizes, policies, batch, caching, cost, not whole_blocks)
+    configs = sweep_configs(caps, sizes, policies, batch, caching, cost, not whole_blocks, tiers)
     if trace_out and workers > 1:
         raise click.ClickException("-o writes one worker's run: leave out --workers")
     if trace_out and ray_address:
@@ -334,6 +346,7 @@ def whatif(
         targets=tuple(targets),
         bytes_per_token=bytes_per_token,
         optimal=optimal,
+        tiers=tiers,
     )
 
     def job(make_progress=None) -> dict:

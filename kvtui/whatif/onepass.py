@@ -60,9 +60,19 @@ class OnePass:
         self.starts = array("q", [0])
         self.limits = array("i")
         self.prompt_tokens = 0
+        self.first_arrival: float | None = None
+        self.last_arrival = 0.0
 
     def add_request(self, request: SimRequest) -> None:
+        if self.first_arrival is None:
+            self.first_arrival = request.arrival
+        self.last_arrival = request.arrival
         self.add(request_keys(request, self.block_size), request.num_prompt_tokens)
+
+    @property
+    def arrival_span(self) -> float:
+        """Seconds from the first arrival to the last (what a day's figures are scaled from)."""
+        return 0.0 if self.first_arrival is None else self.last_arrival - self.first_arrival
 
     def add(self, keys, prompt_tokens: int) -> None:
         nodes = self.nodes.intern(keys)

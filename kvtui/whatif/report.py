@@ -6,7 +6,10 @@
                  "token_hit_rate", "misses": {cause: tokens}}],
      "optimal": [{"capacity_tokens", "token_hit_rate"}]}
 
-plus "fleet" (the first router) and "fleets" (every router) with --workers, "targets" with --target,
+plus "fleet" (the first router) and "fleets" (every router) with --workers, "tiers" with --host-capacity
+(tiers.py's `tier_section`: the cost model's assumptions, the trace's span, the curve per tier, the surface;
+each point then has "host_capacity_tokens", "disk_capacity_tokens", "tiers": {"device", "host", "disk"} token
+hit rates, "prefill_seconds_saved", "gpu_hours_per_day", "cost_per_day"), "targets" with --target,
 "fidelity" when the log carries the server's cached tokens, "requests_detail" with --per-request, and
 "notes". A point also names max_batched_tokens, max_num_seqs and prefix_cache when a sweep varies them.
 `ceiling.source` says where the ceiling came from: "one-pass" (the curve's limit) or "simulated".
@@ -17,6 +20,7 @@ from __future__ import annotations
 from kvtui.whatif.capacity import human_bytes, human_tokens
 from kvtui.whatif.causes import shares_sentence
 from kvtui.whatif.fidelity import fidelity_lines
+from kvtui.whatif.tier_report import capacity_label, point_key, tier_lines
 
 
 def as_json(
@@ -99,8 +103,9 @@ def as_table(report: dict) -> str:
         + "".join(f"{k[:12]:>13}" for k in extra)
         + f" {'hit rate':>8} {'optimal':>8}"
     )
-    lines += ["", head]
-    for p in report["points"]:
+    plain = [p for p in report["points"] if "tiers" not in p]
+    lines += ["", head] if plain else []
+    for p in plain:
         opt = optimal.get(p["capacity_tokens"])
         lines.append(
             f"{human_tokens(p['capacity_tokens']):>9} "
@@ -109,11 +114,12 @@ def as_table(report: dict) -> str:
             + "".join(f"{str(p.get(k, '')):>13}" for k in extra)
             + f" {_pct(p['token_hit_rate']):>8} {_pct(opt) if opt is not None else '':>8}"
         )
+    lines += tier_lines(report)
     lines.append("")
     for p in report["points"]:
         if p["method"] == "simulated":
             lines.append(
-                f"{human_tokens(p['capacity_tokens'])} {p['eviction']} bs {p['block_size']}: "
+                f"{capacity_label(p)} {p['eviction']} bs {p['block_size']}: "
                 + shares_sentence(report["prompt_tokens"], _counter(p["misses"]))
             )
     lines += compare_lines(report)
@@ -164,7 +170,17 @@ def _counter(misses: dict):
     return Counter(misses)
 
 
-SUMMARY_KEYS = ("workload", "format", "requests", "prompt_tokens", "points", "optimal", "curve", "fleet")
+SUMMARY_KEYS = (
+    "workload",
+    "format",
+    "requests",
+    "prompt_tokens",
+    "points",
+    "optimal",
+    "curve",
+    "fleet",
+    "tiers",
+)
 
 
 def summary_event(report: dict, current: dict, misses: dict) -> dict:
@@ -173,6 +189,9 @@ def summary_event(report: dict, current: dict, misses: dict) -> dict:
     out = {k: report.get(k) for k in SUMMARY_KEYS}
     out.update(ceiling=report["ceiling"]["token_hit_rate"], current=current, misses=misses)
     out["curve"] = out["curve"] or []
+    if out["tiers"] is None:
+        # only a tiered run has them
+        del out["tiers"]
     return out
 
 
@@ -197,28 +216,28 @@ def _small(x: float) -> str:
 def compare_lines(report: dict) -> list[str]:
     """One-pass beside simulated at each capacity both ran, and what in the simulation broke the one-pass
     model's assumptions (the figures of the simulated run that the one-pass model has no room for)."""
-    one = {(p["capacity_tokens"], p["block_size"]): p for p in report["points"] if p["method"] == "one-pass"}
+    one = {point_key(p): p for p in report["points"] if p["method"] == "one-pass"}
     pairs = [
-        (p, one[(p["capacity_tokens"], p["block_size"])])
+        (p, one[point_key(p)])
         for p in report["points"]
-        if p["method"] == "simulated"
-        and p["eviction"] == "lru"
-        and (p["capacity_tokens"], p["block_size"]) in one
+        if p["method"] == "simulated" and p["eviction"] == "lru" and point_key(p) in one
     ]
     if not pairs:
         return []
     prompt = report["prompt_tokens"] or 1
+    # device+host+disk labels are wider
+    w = max(9, *(len(capacity_label(sim)) for sim, _ in pairs))
     lines = [
         "",
         "one-pass vs simulated (LRU): equal where the one-pass model's assumptions hold; the simulated "
         "run's departures from them:",
-        f"{'capacity':>9} {'block':>5} {'one-pass':>9} {'simulated':>9} {'diff':>6} {'preempt':>8} "
+        f"{'capacity':>{w}} {'block':>5} {'one-pass':>9} {'simulated':>9} {'diff':>6} {'preempt':>8} "
         f"{'recomputed':>10} {'in flight':>9} {'partial':>8}",
     ]
     for sim, op in pairs:
         misses = sim["misses"]
         lines.append(
-            f"{human_tokens(sim['capacity_tokens']):>9} {sim['block_size']:>5} {_pct(op['token_hit_rate']):>9} "
+            f"{capacity_label(sim):>{w}} {sim['block_size']:>5} {_pct(op['token_hit_rate']):>9} "
             f"{_pct(sim['token_hit_rate']):>9} {100 * (sim['token_hit_rate'] - op['token_hit_rate']):>+6.1f} "
             f"{sim.get('preemptions', 0):>8,} {_small(misses.get('preemption', 0) / prompt):>10} "
             f"{_small(misses.get('in_flight', 0) / prompt):>9} "

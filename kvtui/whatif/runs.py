@@ -43,6 +43,12 @@ def simulated_job(shared, job: SimJob) -> dict:
         "misses": dict(result.causes),
     }
     point.update({k: getattr(config, k) for k in job.vary})
+    if result.tier_hits is not None:
+        point.update(
+            host_capacity_tokens=config.host_capacity_tokens,
+            disk_capacity_tokens=config.disk_capacity_tokens,
+            tier_hit_tokens={t: result.tier_hits.get(t, 0) for t in ("device", "host", "disk")},
+        )
     point.update(
         steps=result.steps,
         preemptions=result.preemptions,

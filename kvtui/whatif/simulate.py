@@ -54,6 +54,9 @@ class SimConfig:
     cost: CostModel = field(default_factory=CostModel)
     # False: hits in whole blocks only and no partly filled block kept, as vLLM and SGLang serve them
     partial_hits: bool = True
+    # tiers below the device (engine/core/tiers.py): evicted cached blocks go to host, then disk (0: none)
+    host_capacity_tokens: int = 0
+    disk_capacity_tokens: int = 0
 
     @property
     def num_blocks(self) -> int:
@@ -68,6 +71,8 @@ class SimConfig:
             partial_hits=self.partial_hits,
             max_batched_tokens=self.max_batched_tokens,
             max_num_seqs=self.max_num_seqs,
+            host_blocks=self.host_capacity_tokens // self.block_size,
+            disk_blocks=self.disk_capacity_tokens // self.block_size,
         )
 
 
@@ -110,6 +115,8 @@ class Worker:
         self.partial_tokens = 0
         # request -> its partly filled block, known unshared (quiet_rows.scan)
         self._own: dict = {}
+        # seconds of loads from lower tiers made by this step's admissions, charged to the step
+        self._load_seconds = 0.0
         self.sink.listeners.append(self._on_event)
         self.core.finish_listeners.append(self._on_finish)
         if self.tracing:
@@ -148,6 +155,9 @@ class Worker:
         if kind == "request_preempted":
             self.preemptions += 1
             self._own.pop(event["request_id"], None)
+            return
+        if kind == "block_loaded":
+            self._load_seconds += self.config.cost.load_seconds(event["tier"], self.config.block_size)
             return
         if kind == "prefix_match":
             detail = event["detail"]
@@ -207,6 +217,9 @@ class Worker:
         self.now += self.config.cost.step_seconds(
             scheduled.num_prefill_tokens, scheduled.num_decode + len(quiet)
         )
+        # a token loaded from a lower tier costs its load instead of its prefill
+        self.now += self._load_seconds
+        self._load_seconds = 0.0
         self.core.update_from_output(scheduled, self._token_for)
         if quiet:
             self._fresh = take_quiet(quiet, self.outputs, self._fresh, self.now)
@@ -273,6 +286,8 @@ class SimResult:
     simulated_seconds: float
     wall_seconds: float
     partial_tokens: int = 0
+    # with tiers: hit tokens by the tier that served them at admission (engine/trace/metrics.py)
+    tier_hits: dict | None = None
 
     @property
     def token_hit_rate(self) -> float:
@@ -329,6 +344,7 @@ def simulate(
         worker.now,
         time.perf_counter() - started,
         worker.partial_tokens,
+        dict(worker.manager.hit_rates.tier_hits) or None,
     )
 
 

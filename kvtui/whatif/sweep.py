@@ -42,19 +42,28 @@ class SweepOptions:
     bytes_per_token: float | None = None
     # None: Belady's bound unless the workload is very large
     optimal: bool | None = None
+    # --host-capacity / --disk-capacity (tiers.py's TierOptions); None: the device only
+    tiers: object = None
 
 
-def sweep_configs(caps, sizes, policies, batch, caching, cost, partial_hits=True):
-    """Every combination of the options, the first one the current configuration (what -o writes)."""
+def sweep_configs(caps, sizes, policies, batch, caching, cost, partial_hits=True, tiers=None):
+    """Every combination of the options, the first one the current configuration (what -o writes); with
+    `tiers` (tiers.py's TierOptions) each host and disk capacity under each cached one."""
     from kvtui.whatif.simulate import SimConfig
 
+    def lower(bs, cache):
+        if tiers is None or not cache:
+            return [(0, 0)]
+        return [(h, k) for h in tiers.hosts[bs] for k in tiers.disks[bs]]
+
     return [
-        SimConfig(cap, bs, policy, cache, mbt, mns, cost, partial_hits)
+        SimConfig(cap, bs, policy, cache, mbt, mns, cost, partial_hits, host, disk)
         for bs in sizes
         for cap in caps[bs]
         for policy in policies
         for mbt, mns in batch
         for cache in caching
+        for host, disk in lower(bs, cache)
     ]
 
 
@@ -96,6 +105,10 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
 
         want_hits = has_server_cached(loaded)
         points, detail, first_misses, first_hits = _simulated(loaded, configs, opts, want_hits, progress)
+        if opts.tiers is not None:
+            from kvtui.whatif.tiers import price_simulated
+
+            price_simulated(points, opts.tiers.cost, prompt, ones[first.block_size].arrival_span)
     optimal, curve = [], []
     if one_pass_wanted:
         more, optimal, curve = _one_pass_points(ones, lru_sizes, first, prompt, opts, notes, progress)
@@ -112,6 +125,12 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
     report = as_json(loaded, ceiling, points, optimal, notes, None, detail)
     report["ceiling"]["source"] = ceiling_source
     report["curve"] = curve
+    if opts.tiers is not None:
+        from kvtui.whatif.tiers import tier_section
+
+        one = ones[first.block_size]
+        report["tiers"] = tier_section(first_curve, first.block_size, opts.tiers, prompt, one.arrival_span)
+        notes += report["tiers"].pop("notes")
     if opts.targets:
         from kvtui.whatif.answers import targets
 
@@ -138,6 +157,9 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
         "block_size": first.block_size,
         "eviction": first.eviction if first.prefix_cache else "none",
     }
+    if opts.tiers is not None:
+        host, disk = opts.tiers.current(first.block_size)
+        report["current"].update(host_capacity_tokens=host, disk_capacity_tokens=disk)
     report["current_misses"] = first_misses
     return report
 
@@ -165,7 +187,8 @@ def _simulated_ceiling(loaded, first, progress) -> float:
 
     n = loaded.num_requests
     total = sum(r.num_prompt_tokens + r.num_output_tokens for r in loaded.requests)
-    infinite = replace(first, capacity_tokens=(total // first.block_size + 2 * n + 1) * first.block_size)
+    room = (total // first.block_size + 2 * n + 1) * first.block_size
+    infinite = replace(first, capacity_tokens=room, host_capacity_tokens=0, disk_capacity_tokens=0)
     return simulate(loaded.requests, infinite, loaded.hash_ids, progress=progress("ceiling")).token_hit_rate
 
 
@@ -218,22 +241,15 @@ def _one_pass_points(ones, lru_sizes, first, prompt, opts: SweepOptions, notes, 
         one = ones[bs]
         cap_list = [c for b, c in lru_sizes if b == bs]
         lru = one.curve()
-        ceiling_tokens = lru.ceiling_tokens
-        for cap in cap_list:
-            h = lru.hit_tokens(cap // bs)
-            points.append(
-                {
-                    "capacity_tokens": cap,
-                    "block_size": bs,
-                    "eviction": "lru",
-                    "method": "one-pass",
-                    "token_hit_rate": h / prompt if prompt else 0.0,
-                    "misses": {
-                        "capacity": ceiling_tokens - h,
-                        "compulsory_or_structural": prompt - ceiling_tokens,
-                    },
-                }
+        if opts.tiers is not None:
+            from kvtui.whatif.tiers import tier_points
+
+            t = opts.tiers
+            points += tier_points(
+                lru, bs, cap_list, t.hosts[bs], t.disks[bs], prompt, t.cost, one.arrival_span
             )
+        else:
+            points += [_plain_point(lru, bs, cap, prompt) for cap in cap_list]
         if bs != first.block_size:
             continue
         curve = dense_points(lru, bs, prompt)
@@ -255,3 +271,19 @@ def _one_pass_points(ones, lru_sizes, first, prompt, opts: SweepOptions, notes, 
         "pinning, generated tokens and partial blocks never cached (kvtui/whatif/curve.py)"
     )
     return points, optimal, curve
+
+
+def _plain_point(lru, bs: int, cap: int, prompt: int) -> dict:
+    """The one-pass point of a device-only cache."""
+    h = lru.hit_tokens(cap // bs)
+    return {
+        "capacity_tokens": cap,
+        "block_size": bs,
+        "eviction": "lru",
+        "method": "one-pass",
+        "token_hit_rate": h / prompt if prompt else 0.0,
+        "misses": {
+            "capacity": lru.ceiling_tokens - h,
+            "compulsory_or_structural": prompt - lru.ceiling_tokens,
+        },
+    }

@@ -4,7 +4,8 @@ Plotext widget (textual-plotext).
 Drawn from a what-if summary (kvtui/whatif/report.py's `summary_event`: the shape of the `whatif_summary`
 event): the one-pass LRU curve at log-spaced capacities (a line), the ceiling of an infinite cache (a
 horizontal line), Belady's optimal bound and the simulated runs at the chosen capacities (points), and the
-current configuration (a vertical line). Series colours are the palette's roles, read from the theme
+current configuration (a vertical line); with tiers, the device and host together, and with the disk, against
+the device's capacity (the curve per tier; the LRU line is then the device alone). Series colours are the palette's roles, read from the theme
 (`Palette.of`), so a theme switch restyles the plot; the plot's ground and text follow the theme through
 textual-plotext's "auto" theme.
 """
@@ -23,6 +24,8 @@ SERIES = {
     "optimal": "series-request",
     "simulated": "series-time",
     "current": "edit",
+    "host": "series-block",
+    "disk": "series-block-cum",
 }
 
 
@@ -69,10 +72,11 @@ class WhatIfCurve(PlotextPlot):
             xs,
             [100 * p["token_hit_rate"] for p in curve],
             color=_rgb(palette, SERIES["lru"]),
-            label="LRU one-pass",
+            label="LRU one-pass" + (", device alone" if summary.get("tiers") else ""),
             marker="braille",
         )
         plt.hline(100 * summary["ceiling"], color=_rgb(palette, SERIES["ceiling"]))
+        self._draw_tiers(summary.get("tiers"), palette)
         optimal = summary.get("optimal") or []
         if optimal:
             plt.scatter(
@@ -101,4 +105,30 @@ class WhatIfCurve(PlotextPlot):
                 ticks.append(tick)
             tick *= 10
         plt.xticks(ticks, [human_tokens(t) for t in ticks])
-        plt.xlabel(f"cache capacity (tokens, log)   ─ ceiling {100 * summary['ceiling']:.1f}%   │ current")
+        plt.xlabel(
+            f"{'device ' if summary.get('tiers') else ''}cache capacity (tokens, log)   ─ ceiling {100 * summary['ceiling']:.1f}%   │ current"
+        )
+
+    def _draw_tiers(self, tiers: dict | None, palette: Palette) -> None:
+        """The curve per tier: what the device and the host serve together, and with the disk, against the
+        device's capacity (the LRU line is the device alone)."""
+        if not tiers or not tiers.get("curve"):
+            return
+        plt, curve, current = self.plt, tiers["curve"], tiers["current"]
+        xs = [p["capacity_tokens"] for p in curve]
+        host = human_tokens(current["host_capacity_tokens"])
+        plt.plot(
+            xs,
+            [100 * (p["device"] + p["host"]) for p in curve],
+            color=_rgb(palette, SERIES["host"]),
+            label=f"+ host {host}",
+            marker="braille",
+        )
+        if current["disk_capacity_tokens"]:
+            plt.plot(
+                xs,
+                [100 * (p["device"] + p["host"] + p["disk"]) for p in curve],
+                color=_rgb(palette, SERIES["disk"]),
+                label=f"+ disk {human_tokens(current['disk_capacity_tokens'])}",
+                marker="braille",
+            )

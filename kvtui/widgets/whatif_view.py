@@ -12,9 +12,11 @@ from textual.widgets import DataTable, Static
 
 from kvtui.whatif.capacity import human_tokens
 from kvtui.whatif.causes import CAUSES, shares_sentence
+from kvtui.whatif.tier_report import point_key
 from kvtui.widgets.base import TextLine
 from kvtui.widgets.palette import markup
 from kvtui.widgets.whatif_curve import WhatIfCurve
+from kvtui.widgets.whatif_heatmap import TierHeatMap
 
 # cause -> palette role of its bar
 CAUSE_ROLES = {
@@ -38,8 +40,9 @@ NOT_WHATIF = (
 
 def headline(summary: dict) -> Content:
     current = summary.get("current") or {}
+    key = point_key(current) if current else None
     sim = [p for p in summary.get("points") or [] if p["method"] == "simulated"]
-    mine = next((p for p in sim if p["capacity_tokens"] == current.get("capacity_tokens")), None)
+    mine = next((p for p in sim if point_key(p) == key), None)
     parts = [
         (f"{summary['workload']}", markup("bold")),
         f" ({summary['format']}, {summary['requests']:,} requests, "
@@ -51,20 +54,44 @@ def headline(summary: dict) -> Content:
         parts += [
             "current ",
             (
-                f"{human_tokens(current['capacity_tokens'])} {current['eviction']} bs {current['block_size']}",
+                f"{human_tokens(current['capacity_tokens'])} {current['eviction']} bs {current['block_size']}"
+                + _lower_tiers(current),
                 markup("edit"),
             ),
         ]
     if mine is not None:
         parts += [": ", (f"{100 * mine['token_hit_rate']:.1f}%", markup("series-time")), " simulated"]
     cap = current.get("capacity_tokens")
+    tiered = None
     for p in summary.get("points") or []:
-        if p["method"] == "one-pass" and p["capacity_tokens"] == cap:
+        if p["method"] == "one-pass" and point_key(p) == key:
             parts += [f", {100 * p['token_hit_rate']:.1f}% one-pass LRU"]
+            tiered = p if p.get("tiers") else None
     for p in summary.get("optimal") or []:
         if p["capacity_tokens"] == cap:
             parts += [", ", (f"{100 * p['token_hit_rate']:.1f}%", markup("series-request")), " optimal"]
+    if tiered is not None:
+        parts += ["\n", _split(tiered)]
     return Content.assemble(*parts)
+
+
+def _lower_tiers(current: dict) -> str:
+    host, disk = current.get("host_capacity_tokens"), current.get("disk_capacity_tokens")
+    return (f" + host {human_tokens(host)}" if host else "") + (
+        f" + disk {human_tokens(disk)}" if disk else ""
+    )
+
+
+def _split(point: dict) -> str:
+    """A tiered point's hits per tier and the prefill seconds they save."""
+    tiers = point["tiers"]
+    shares = ", ".join(
+        f"{100 * tiers[t]:.1f}% {t}" for t in ("device", "host", "disk") if t == "device" or tiers[t]
+    )
+    saved = point.get("prefill_seconds_saved")
+    return f"tiers: {shares}" + (
+        "" if saved is None else f"; {saved:,.0f} s of prefill saved against the device alone"
+    )
 
 
 def cause_bars(misses: dict, prompt_tokens: int, width: int = 40) -> Content:
@@ -124,6 +151,7 @@ class WhatIfView(Vertical, can_focus=True):
     WhatIfView { height: 1fr; }
     WhatIfView #whatif-head { height: 2; }
     WhatIfView #whatif-causes { height: auto; max-height: 12; }
+    WhatIfView #whatif-heatmap { max-height: 14; }
     WhatIfView #whatif-fleet-head { height: 2; }
     WhatIfView #whatif-fleet { height: auto; max-height: 10; }
     """
@@ -135,6 +163,7 @@ class WhatIfView(Vertical, can_focus=True):
     def compose(self) -> ComposeResult:
         yield TextLine(id="whatif-head")
         yield WhatIfCurve(id="whatif-curve")
+        yield TierHeatMap(id="whatif-heatmap")
         yield Static(id="whatif-causes")
         yield TextLine(id="whatif-fleet-head")
         yield DataTable(id="whatif-fleet", show_cursor=False, zebra_stripes=True)
@@ -147,6 +176,9 @@ class WhatIfView(Vertical, can_focus=True):
         head = self.query_one("#whatif-head", TextLine)
         causes = self.query_one("#whatif-causes", Static)
         self.query_one("#whatif-curve", WhatIfCurve).show(summary)
+        self.query_one("#whatif-heatmap", TierHeatMap).show(
+            ((summary or {}).get("tiers") or {}).get("surface")
+        )
         fleet = (summary or {}).get("fleet")
         self.query_one("#whatif-fleet-head").display = bool(fleet)
         self.query_one("#whatif-fleet").display = bool(fleet)
@@ -155,6 +187,8 @@ class WhatIfView(Vertical, can_focus=True):
             causes.update("")
             return
         head.set(headline(summary))
+        # a third line for the tiers
+        head.styles.height = 3 if summary.get("tiers") else 2
         causes.update(cause_bars(summary.get("misses") or {}, summary["prompt_tokens"]))
         if fleet:
             self.query_one("#whatif-fleet-head", TextLine).set(fleet_line(fleet))

@@ -82,6 +82,35 @@ CASES = [
     (["whatif", SHARED, "--tokenizer", "{tmp}/nope"], "nope' does not exist"),
     (["whatif", SHARED, "-o", "{tmp}/missing/x.jsonl"], "x.jsonl: no directory"),
     (["whatif", "{header_only.jsonl}"], "header_only.jsonl: no requests in it"),
+    # whatif's tiers: a disk below no host, capacities in bytes without a model, prices of nothing
+    (["whatif", SHARED, "--method", "one-pass", "--disk-capacity", "1k"], "give --host-capacity too"),
+    (["whatif", SHARED, "--gpu-hour-cost", "2"], "--gpu-hour-cost: prices the tiers below the device"),
+    (["whatif", SHARED, "--method", "one-pass", "--host-capacity", "1GiB"], "capacity '1GiB' is in bytes"),
+    (["whatif", SHARED, "--method", "one-pass", "--host-capacity", "-5"], "capacity '-5': write tokens"),
+    (
+        ["whatif", SHARED, "--method", "one-pass", "--host-capacity", "1k", "--disk-capacity", "1k,0"],
+        "capacity '0' is less than one block",
+    ),
+    (["whatif", SHARED, "--host-bandwidth", "0"], "'--host-bandwidth': 0.0 is not in the range x>0"),
+    (["whatif", SHARED, "--disk-bandwidth", "-1"], "'--disk-bandwidth': -1.0 is not in the range x>0"),
+    (["whatif", SHARED, "--gpu-tflops", "0"], "'--gpu-tflops': 0.0 is not in the range x>0"),
+    (["whatif", SHARED, "--gpu-hour-cost", "-1"], "'--gpu-hour-cost': -1.0 is not in the range x>=0"),
+    (
+        ["whatif", SHARED, "--method", "one-pass", "--host-capacity", "1k", "--model-params", "-3B"],
+        "'-3B': a model has more than 0 parameters",
+    ),
+    (
+        ["whatif", SHARED, "--method", "one-pass", "--host-capacity", "1k", "--model-params", "lots"],
+        "'lots': write a parameter count as 8B",
+    ),
+    (
+        ["whatif", SHARED, "--method", "one-pass", "--host-capacity", "1k", "--gpu-hour-cost", "2"],
+        "prices the seconds saved, which need the K/V bytes per token (--kv-config)",
+    ),
+    (
+        ["whatif", SHARED, "--method", "one-pass", "--host-capacity", "1k", "--workers", "2"],
+        "tiers are for one worker: leave out --workers",
+    ),
     # the engine's options, wherever they are taken (the root command takes live's)
     (["generate", "hi", "--block-size", "99999999999999"], "99999999999999 is not in the range 1<=x<=4096"),
     (["generate", "hi", "--num-blocks", "0"], "'--num-blocks': 0 is not in the range 1<=x<=4194304"),

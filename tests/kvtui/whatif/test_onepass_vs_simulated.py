@@ -1,18 +1,21 @@
-"""The one-pass LRU curve equals a full simulation through the real scheduler and KVCacheManager wherever the
-one-pass model's assumptions hold: requests one at a time (each finishes before the next arrives), no chunking
+"""The one-pass LRU curve, and its split over device, host and disk tiers, equals a full simulation through the
+real scheduler and KVCacheManager wherever the one-pass model's assumptions hold: requests one at a time (each finishes before the next arrives), no chunking
 (the batch budget holds the longest prompt), no preemption (every capacity holds the longest request), LRU, and
 no partial-block reuse (prompts of whole blocks whose last block is their own). Where the engine's locks,
 chunking or preemption break them, `kvtui whatif --method both` shows both figures and what differed."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtui.whatif import onepass
+from kvtui.whatif.cost import CostModel
 from kvtui.whatif.report import compare_lines
 from kvtui.whatif.requests import SimRequest, Workload
 from kvtui.whatif.simulate import SimConfig, simulate
+from kvtui.whatif.tiers import tier_split
 
 B = 4
 
@@ -103,3 +106,65 @@ def test_where_the_engine_breaks_them_both_figures_are_reported_with_the_reasons
     }
     text = "\n".join(compare_lines(report))
     assert "in flight" in text and f"{100 * (result.hit_tokens - expected) / prompt:+.1f}" in text
+
+
+@settings(max_examples=60, deadline=None)
+@given(hash_id_workloads(), st.data())
+def test_the_tier_split_equals_the_full_simulation_with_host_and_disk(prompts, data):
+    """The same conditions with a host tier (and a disk below it): each tier serves what the one-pass split
+    says, so demotion, promotion and the tiers' LRU order are the exclusive hierarchy's."""
+    workload = as_workload(prompts)
+    longest = max(len(p) for p in prompts)
+    distinct = len({tuple(p[: i + 1]) for p in prompts for i in range(len(p))})
+    curve = onepass.lru_curve_of(workload, B)
+    longest_tokens = longest * B
+    for _ in range(4):
+        device = data.draw(st.integers(longest + 1, max(longest + 1, distinct + 1)), label="device blocks")
+        host = data.draw(st.integers(1, max(1, distinct)), label="host blocks")
+        disk = data.draw(st.sampled_from([0, 1, 2, max(1, distinct // 2)]), label="disk blocks")
+        config = SimConfig(
+            device * B,
+            B,
+            "lru",
+            max_batched_tokens=longest_tokens,
+            max_num_seqs=1,
+            host_capacity_tokens=host * B,
+            disk_capacity_tokens=disk * B,
+        )
+        result = simulate(workload.requests, config, hash_ids=True)
+        assert result.preemptions == 0 and result.partial_tokens == 0
+        split = tier_split(curve, device, host, disk)
+        got = result.tier_hits
+        assert (got["device"], got["host"], got.get("disk", 0)) == (split.device, split.host, split.disk), (
+            device,
+            host,
+            disk,
+        )
+        assert result.hit_tokens == split.total
+
+
+def test_a_prefix_found_on_host_is_loaded_back_and_the_clock_charges_the_load():
+    # r1 pushes r0's tail blocks out of a 5-block device onto the host (the stack is then 4 5 6 11 1 2 3 10):
+    # r2 finds block 1 on the device and blocks 2 and 3 on the host
+    prompts = [[1, 2, 3, 10], [4, 5, 6, 11], [1, 2, 3, 12]]
+    requests = [
+        SimRequest(f"r{i}", 0.0, None, None, 1, hash_ids=ids, input_length=len(ids) * B, trace_block_size=B)
+        for i, ids in enumerate(prompts)
+    ]
+    workload = Workload("host", "mooncake", requests)
+    split = tier_split(onepass.lru_curve_of(workload, B), 5, 4)
+    assert (split.device, split.host, split.disk) == (B, 2 * B, 0)
+    results = {}
+    for per_host_token in (0.0, 1.0):
+        cost = CostModel(per_host_token=per_host_token)
+        config = SimConfig(5 * B, B, "lru", cost=cost, max_num_seqs=1, host_capacity_tokens=4 * B)
+        results[per_host_token] = simulate(requests, config, hash_ids=True)
+    result = results[1.0]
+    assert result.tier_hits == {"device": B, "host": 2 * B}
+    assert result.hit_tokens == 3 * B
+    # the same steps, and a second for each token loaded from host
+    assert result.steps == results[0.0].steps
+    assert result.simulated_seconds - results[0.0].simulated_seconds == pytest.approx(2 * B)
+    # without a host tier blocks 2 and 3 were dropped: computed again
+    alone = simulate(requests, SimConfig(5 * B, B, "lru", max_num_seqs=1), hash_ids=True)
+    assert alone.hit_tokens == B and alone.tier_hits is None

@@ -193,3 +193,95 @@ def test_the_ui_flag_hands_the_whole_job_to_the_app(monkeypatch):
     summary = seen["summary"]
     assert summary["current"]["capacity_tokens"] == 256 and summary["curve"]
     assert sum(summary["misses"].values()) > 0
+
+
+def _rate(tokens: int) -> float:
+    """The fixed summary's curve as a function: 3.5 points per doubling from one block, up to 60%."""
+    import math
+
+    return min(0.6, 0.035 * math.log2(max(tokens, 512) / 512))
+
+
+def tiered_summary() -> dict:
+    """The fixed summary with a host tier of 1M and a disk of 1M under each device capacity."""
+    devices = [512 * 4**i for i in range(8)]
+    hosts = [0] + devices
+    host, disk = 1_000_000, 1_000_000
+    points = [p for p in SUMMARY["points"] if p["method"] == "simulated"]
+    for c in (300_000, 3_000_000, 30_000_000):
+        device, below = _rate(c), _rate(c + host)
+        points.append(
+            {
+                "capacity_tokens": c,
+                "host_capacity_tokens": host,
+                "disk_capacity_tokens": disk,
+                "block_size": 512,
+                "eviction": "lru",
+                "method": "one-pass",
+                "token_hit_rate": _rate(c + host + disk),
+                "tiers": {"device": device, "host": below - device, "disk": _rate(c + host + disk) - below},
+                "misses": {},
+                "prefill_seconds_saved": 1000.0 * (below - device),
+            }
+        )
+    curve = [
+        {
+            "capacity_tokens": d,
+            "device": _rate(d),
+            "host": _rate(d + host) - _rate(d),
+            "disk": 0.6 - _rate(d + host),
+        }
+        for d in devices
+    ]
+    tiers = {
+        "current": {"host_capacity_tokens": host, "disk_capacity_tokens": disk},
+        "curve": curve,
+        "surface": {
+            "device_tokens": devices,
+            "host_tokens": hosts,
+            "disk_tokens": disk,
+            "token_hit_rate": [[_rate(d + h + disk) for h in hosts] for d in devices],
+            "prefill_seconds_saved": None,
+        },
+    }
+    current = {**SUMMARY["current"], "host_capacity_tokens": host, "disk_capacity_tokens": disk}
+    return {**SUMMARY, "points": points, "tiers": tiers, "current": current, "fleet": None}
+
+
+def test_snapshot_of_the_tiers_curve_per_tier_and_the_surface(snap_compare):
+    """With tiers: the device + host and + disk lines over the device-only curve, and the heat map."""
+    summary = tiered_summary()
+    app = WhatIfApp(lambda make_progress: summary, source="mooncake_12k.jsonl", requests=12000, stages=1)
+    assert snap_compare(app, terminal_size=(110, 48), run_before=_finished)
+
+
+@pytest.mark.anyio
+async def test_the_heat_map_shows_the_surface_and_hides_without_tiers():
+    summary = tiered_summary()
+    app = WhatIfApp(lambda make_progress: summary, source="m", requests=10, stages=1)
+    async with app.run_test(size=(110, 48)) as pilot:
+        await _finished(pilot)
+        heat = app.query_one("#whatif-heatmap")
+        assert heat.display and heat.size.height == len(summary["tiers"]["surface"]["device_tokens"]) + 2
+        lines = heat.render().plain.splitlines()
+        assert "disk 1M" in lines[0]
+        assert lines[1].split() == [
+            "device",
+            "-",
+            "512",
+            "2.05k",
+            "8.19k",
+            "32.8k",
+            "131k",
+            "524k",
+            "2.1M",
+            "8.39M",
+        ]
+        # a row: its device capacity, then each host capacity's hit rate
+        rates = summary["tiers"]["surface"]["token_hit_rate"][0]
+        assert lines[2].split() == ["512", *[f"{100 * r:.0f}%" for r in rates]]
+        head = str(app.query_one("#whatif-head").render())
+        assert "+ host 1M + disk 1M" in head and "% host" in head and "s of prefill saved" in head
+        app.query_one(WhatIfView).show(SUMMARY)
+        await pilot.pause()
+        assert not heat.display
