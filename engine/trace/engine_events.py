@@ -291,6 +291,10 @@ ENGINE_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "curve": (_LIST, "the one-pass LRU curve at log-spaced capacities: capacity_tokens, token_hit_rate"),
         "misses": (_DICT, "this run's missed prompt tokens by cause"),
         "fleet": (_DICT + "?", "with --workers: the fleet report"),
+        "tiers": (
+            _DICT + "?",
+            "with --host-capacity: assumptions, trace_seconds, current, curve and surface per tier",
+        ),
     },
     # --- the machine -----------------------------------------------------------------------------------
     "roofline": {
