@@ -4,12 +4,14 @@ of our own sent through `kvtui proxy` with an attached view:
 - sequential: chats under two system prompts, follow-up turns that carry the previous answer's token ids,
   a long document that makes the pool evict, one request at a time;
 - concurrent: bursts of four requests sent together, sharing a head new to the server, then a burst that
-  finds it cached, each request's tail its own.
+  finds it cached; the second and fourth of a burst ask the same question, so they share a block beyond the
+  head, which vLLM serves to the later one from the blocks the earlier one allocated in the same step.
 
 `kvtui whatif LOG` replays each log at the server's settings (the proxy read them from /metrics) and its
-fidelity section is held against vLLM's own cached tokens: exact on the sequential log, within 0.1 points of
-prompt tokens under concurrency. The live proxy's predictions (the published view, and the blocks of requests
-it forwarded and vLLM has not published yet) must agree with vLLM on every request.
+fidelity section is held against vLLM's own cached tokens: exact on both logs (whole-block runs cache a block
+when it is allocated, as vLLM does, so which requests share a step does not matter, only their order). The
+live proxy's predictions (the published view, and the blocks of requests it forwarded and vLLM has not
+published yet) must agree with vLLM on the sequential workload and are printed under concurrency.
 """
 
 from __future__ import annotations
@@ -110,12 +112,14 @@ def logs(vllm, tokenizer, tmp_path_factory):
                     threads = [
                         threading.Thread(
                             target=run.post,
-                            args=(head + enc(user_turn(f"{QUESTIONS[k % 3]} Case {burst}-{k}.")),),
+                            args=(head + enc(user_turn(f"{QUESTIONS[q]} Case {burst}-{k}.")),),
                         )
-                        for k in range(4)
+                        for k, q in enumerate((1, 0, 2, 0))
                     ]
                     for t in threads:
                         t.start()
+                        # the proxy and vLLM meet them in the same order (vLLM admits first come, first served)
+                        time.sleep(0.002)
                     for t in threads:
                         t.join()
                     sent += 4
@@ -150,23 +154,15 @@ def test_the_twin_is_exact_on_a_sequential_workload(logs):
     assert fidelity["equal"] == len(records), fidelity["differ"]
 
 
-def test_the_twins_fidelity_section_under_concurrency_accounts_for_every_request(logs):
-    """Under concurrency what vLLM caches depends on which requests share a step, which the machine's load
-    decides; the figures are printed (the MAE is a measurement, not a pass mark) and the section must account
-    for every request: each one equal or listed with its prediction, vLLM's count and the difference."""
+def test_the_twin_is_exact_under_concurrency(logs):
+    """Hits under vLLM depend on the order requests were admitted in, not on which shared a step (it caches a
+    block when it allocates it, and so does a whole-block twin): exact, whatever the machine's load."""
     path, records = logs["concurrent"]
     fidelity = replay(path)["fidelity"]
     print(f"\nconcurrent fidelity: {json.dumps(fidelity)}")
     assert fidelity["requests"] == len(records)
-    assert fidelity["equal"] + len(fidelity["differ"]) == len(records)
-    served = {r["request_id"]: r["cached_tokens"] for r in records}
-    assert all(
-        d["server"] == served[d["request_id"]] and d["predicted"] != d["server"] for d in fidelity["differ"]
-    )
-    mae = sum(abs(d["predicted"] - d["server"]) / d["prompt_tokens"] for d in fidelity["differ"]) / len(
-        records
-    )
-    assert fidelity["mae_points"] == pytest.approx(100 * mae, abs=1e-3)
+    assert fidelity["equal"] == len(records), fidelity["differ"]
+    assert fidelity["mae_points"] == 0
 
 
 def _live_rows(records):
