@@ -67,13 +67,15 @@ class EngineCore:
         new_generator: Callable[[SamplingParams], object] = lambda params: None,
         *,
         cache_generated: bool = True,
+        cache_on_allocation: bool = False,
         step_events: bool = True,
         keep_finished: bool = True,
     ):
         """cache_generated=False: generated tokens take pool space but never enter the prefix cache (hash-id
         workloads, whose outputs are unknown). step_events=False: no request, step, chunk and token events (a
         what-if run that writes no trace); the cache's own events are always emitted. keep_finished=False:
-        a finished request is forgotten (long what-if runs)."""
+        a finished request is forgotten (long what-if runs). cache_on_allocation: blocks enter the prefix cache when
+        allocated, as vLLM's do (a what-if twin of a vLLM server)."""
         self.shape, self.config, self.trace = shape, config, trace
         self.token_text = token_text
         self.eos_ids = eos_ids
@@ -82,7 +84,9 @@ class EngineCore:
         self.step_events = step_events
         self.keep_finished = keep_finished
         # the manager deals in block ids; the engine's worker applies its decisions to K/V memory
-        self.cache = KVCacheManager(shape, config, trace, token_text, cache_generated=cache_generated)
+        self.cache = KVCacheManager(
+            shape, config, trace, token_text, cache_generated, cache_on_allocation=cache_on_allocation
+        )
         self.scheduler = Scheduler(self.cache, trace, config.max_batched_tokens, config.max_num_seqs)
         self.requests: dict[str, Request] = {}
         # called with a request as it finishes, after its blocks are released (the engine's sink divergence)
@@ -205,7 +209,7 @@ class EngineCore:
                 num_prefill=len(scheduled.chunks) - scheduled.num_decode,
                 num_decode=scheduled.num_decode,
                 duration=round(trace.now() - scheduled.started, 6),
-                free_blocks=self.cache.num_free(),
+                free_blocks=self.cache.pool.num_free(),
             )
         return finished
 

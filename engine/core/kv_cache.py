@@ -4,24 +4,22 @@ in block ids, and what the worker must do to K/V memory is data it records (vLLM
 It owns the parts, each one concept in its own module:
     BlockPool    (blocks.py)        physical blocks, free list, ref counts; the copies the worker must make
     PrefixCache  (prefix_cache.py)  the prefix tree of whole blocks and the tails after them, or none at all
+    LowerTiers   (tiers.py)         host (and disk) below the pool: evicted blocks go there, matches load them
     RingManager  (rings.py)         window layers' rings: rows, heads, snapshots, restarts
-
 and speaks one small vocabulary (as vLLM v1's KVCacheManager does):
     probe         what a prompt would reuse (a query: changes nothing)
-    admit         share the longest usable cached prefix, lock it, explain the match
+    admit         share the longest usable cached prefix (loading lower-tier blocks), lock it, explain the match
     can_append / tokens_that_fit / allocate_slots   room for the next tokens (copy-on-write first)
     cache_blocks  put newly filled blocks into the tree
     fork          share every block with a copy of a request
     truncate      carry out an edit's plan (engine/core/edits.py): keep [0, m), copy m's block, release the rest
     free          finish or preemption: cache what was computed, drop the lock, release the blocks and rings
-
 A request's regions: [0, num_cached) shared from the tree at admission; [num_cached, num_computed) computed by
 the request, whose full blocks enter the tree as they fill (so a preempted or edited request, or the next turn of
-a chat, finds them); [num_computed, end) still to compute.
-
-A block's life: allocated (evicting the prefix cache's choice first when the free list is empty), shared,
-released; at ref count 0 the prefix cache keeps it (cached) or the pool frees it. A copy-on-write allocates the
-copy, records it for the worker (`pool.take_copies()`), and releases the original.
+a chat, finds them); [num_computed, end) still to compute. A block's life: allocated (evicting the prefix cache's
+choice first when the free list is empty), shared, released; at ref count 0 the prefix cache keeps it (cached)
+or the pool frees it. A copy-on-write allocates the copy, records it for the worker (`pool.take_copies()`), and
+releases the original.
 """
 
 from __future__ import annotations
@@ -52,11 +50,15 @@ class KVCacheManager:
         trace: TraceSink,
         token_text: Callable[[int], str] = str,
         cache_generated: bool = True,
+        cache_on_allocation: bool = False,
     ):
         self.trace = trace
         # False: only prompt blocks enter the prefix cache (generated tokens of unknown content: hash-id
         # workloads, whose next turn's ids already carry them)
         self.cache_generated = cache_generated
+        # True: a block enters the cache when allocated for the tokens a step computes (vLLM's moment: a request
+        # admitted later in the same step finds it), not once computed
+        self.cache_on_allocation = cache_on_allocation
         self.token_text = token_text
         self.block_size = bs = config.block_size
         self.pool = BlockPool(config.pool_blocks(shape), bs, trace)
@@ -83,9 +85,6 @@ class KVCacheManager:
     def capacity_tokens(self) -> int:
         """Tokens the whole pool holds: no sequence (prompt + max_tokens) may need more."""
         return self.pool.num_blocks * self.block_size
-
-    def num_free(self) -> int:
-        return self.pool.num_free()
 
     def num_cached(self) -> int:
         """Blocks nobody uses that the cache keeps (tree blocks and tails)."""
@@ -238,17 +237,19 @@ class KVCacheManager:
             )
         for logical in range(len(req.block_table), self.pool.blocks_for(start + n)):
             req.block_table.append(self.allocate_block(req.request_id, logical))
+        if self.cache_on_allocation:
+            self.cache_blocks(req, start + n)
 
     # --- caching and freeing ------------------------------------------------------------------------------
-    def _cacheable(self, req: Request) -> int:
+    def _cacheable(self, req: Request, computed: int | None = None) -> int:
         """Positions of the request whose K/V may enter the prefix cache: all it computed, or only its prompt."""
-        if self.cache_generated:
-            return req.num_computed
-        return min(req.num_computed, len(req.prompt_token_ids))
+        computed = req.num_computed if computed is None else computed
+        return computed if self.cache_generated else min(computed, len(req.prompt_token_ids))
 
-    def cache_blocks(self, req: Request) -> None:
-        """Put the request's newly filled blocks into the tree and move its lock to the end of its path."""
-        full = min(self._cacheable(req) // self.block_size, len(req.block_table))
+    def cache_blocks(self, req: Request, computed: int | None = None) -> None:
+        """Put the request's newly filled blocks (up to `computed`, default what it computed) into the tree and
+        move its lock to the end of its path."""
+        full = min(self._cacheable(req, computed) // self.block_size, len(req.block_table))
         if full <= req.blocks_in_tree:
             return
         tokens = req.token_slice(0, full * self.block_size)

@@ -31,7 +31,6 @@ from engine.core.quiet_rows import scan, schedule_beside, take_quiet, take_run
 from engine.core.request import Request, SamplingParams
 from engine.models.shape import ModelShape
 from engine.trace.writer import TraceSink, TraceWriter
-from kvtui.whatif.allocation_caching import cache_on_allocation
 from kvtui.whatif.causes import MissLedger
 from kvtui.whatif.cost import CostModel
 from kvtui.whatif.hash_keys import prefill_keys
@@ -105,13 +104,12 @@ class Worker:
             # texts only when a trace is written
             str if self.tracing else None,
             cache_generated=not hash_ids,
+            # vLLM's granularity, and its moment of caching: a block is found from its allocation on
+            cache_on_allocation=not config.partial_hits,
             step_events=self.tracing,
             keep_finished=False,
         )
         self.manager, self.scheduler = self.core.cache, self.core.scheduler
-        if not config.partial_hits:
-            # vLLM's granularity, and its moment of caching (allocation_caching.py)
-            cache_on_allocation(self.manager)
         # request id -> its tokens still to come (recorded), or None (fresh ones)
         self.outputs: dict[str, deque[int] | None] = {}
         self.preemptions = self.finished = 0

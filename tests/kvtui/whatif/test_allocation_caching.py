@@ -9,7 +9,6 @@ from engine.core.kv_cache import KVCacheManager
 from engine.core.request import Request, SamplingParams
 from engine.trace.reader import read_trace
 from engine.trace.writer import TraceSink
-from kvtui.whatif.allocation_caching import cache_on_allocation
 from kvtui.whatif.loaders import load_proxy_log
 from kvtui.whatif.requests import SimRequest
 from kvtui.whatif.simulate import SHAPE, SimConfig, simulate
@@ -20,10 +19,7 @@ HEAD = list(range(100, 124))
 
 def manager(allocation: bool) -> KVCacheManager:
     config = SimConfig(capacity_tokens=16 * 8, block_size=8, partial_hits=False).engine_config()
-    m = KVCacheManager(SHAPE, config, TraceSink())
-    if allocation:
-        cache_on_allocation(m)
-    return m
+    return KVCacheManager(SHAPE, config, TraceSink(), cache_on_allocation=allocation)
 
 
 def request(rid: str, tail: list[int]) -> Request:
