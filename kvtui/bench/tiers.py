@@ -7,7 +7,8 @@ own (so nothing of an earlier round is found), through four phases, each timed t
     device   asked again at once: the blocks are on the device, only the last token is computed
     offload  every cached block evicted, so copied to host (the copies are applied and timed on their own)
     host     asked again: the blocks are loaded back from host, the last token computed
-Per block: recompute = (cold - device) / blocks, load = (host - device) / blocks, offload = offload / blocks.
+Per block: recompute = (cold - device) / blocks; load and offload: the copies alone, timed between the phases
+(the same copies the engine applies before a forward), over blocks.
 Medians over rounds; the phases alternate within each round, so load on the machine falls on all of them.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from engine.worker.tier_tensors import apply_copies
 
-PHASES = ("cold", "device", "host", "offload")
+PHASES = ("cold", "device", "host", "offload", "load")
 
 
 @dataclass
@@ -45,7 +46,7 @@ class TierCosts:
 
         return {
             "recompute": med(lambda r: (r["cold"] - r["device"]) / n),
-            "load": med(lambda r: max(r["host"] - r["device"], 0.0) / n),
+            "load": med(lambda r: r["load"] / n),
             "offload": med(lambda r: r["offload"] / n),
         }
 
@@ -57,8 +58,25 @@ def _first_token(engine, prompt: list[int], salt: str) -> tuple[float, int]:
     from engine.engine import SamplingParams
 
     start = time.perf_counter()
-    out = engine.generate([prompt], SamplingParams(max_tokens=1), cache_salt=salt)[0]
-    return time.perf_counter() - start, out.cached_tokens
+    rid = engine.submit(prompt, SamplingParams(max_tokens=1), cache_salt=salt)
+    while engine.has_unfinished():
+        engine.step()
+    seconds = time.perf_counter() - start
+    return seconds, engine.output(rid).cached_tokens
+
+
+def _time_loads(engine) -> float:
+    """Seconds to copy every block host holds into free device blocks, as a load does (the free blocks' contents
+    are nobody's; the request that follows loads the blocks again through the engine)."""
+    from engine.core.blocks import BlockCopy
+
+    slots = sorted(engine.cache.tiers.slots()["host"])
+    free = list(engine.cache.pool.free)[: len(slots)]
+    size = engine.config.block_size
+    moves = [BlockCopy(s, d, size, "host", "device") for s, d in zip(slots, free)]
+    start = time.perf_counter()
+    apply_copies(moves, engine.kv, engine.host_kv)
+    return time.perf_counter() - start
 
 
 def run_tiers(engine, prompt: list[int], rounds: int, progress=None) -> TierCosts:
@@ -80,13 +98,14 @@ def run_tiers(engine, prompt: list[int], rounds: int, progress=None) -> TierCost
         start = time.perf_counter()
         apply_copies(engine.cache.pool.take_copies(), engine.kv, engine.host_kv)
         offload = time.perf_counter() - start
+        load = _time_loads(engine)
         host, hit_host = _first_token(engine, prompt, salt)
         if hit or hit_device != blocks * bs or hit_host != blocks * bs:
             raise RuntimeError(
                 f"round {r}: cached tokens {hit}, {hit_device}, {hit_host}: the pool or the host tier is too "
                 "small for the prompt"
             )
-        costs.rounds.append({"cold": cold, "device": device, "host": host, "offload": offload})
+        costs.rounds.append({"cold": cold, "device": device, "host": host, "offload": offload, "load": load})
         if progress:
             progress(f"round {r + 1}/{rounds}: cold {cold * 1e3:.1f} ms, host hit {host * 1e3:.1f} ms")
     return costs
@@ -105,7 +124,7 @@ def format_tiers(costs: TierCosts) -> str:
         "per block:",
         f"  compute its tokens again         {per['recompute'] * 1e3:9.3f} ms",
         f"  load it from host                {per['load'] * 1e3:9.3f} ms"
-        f"   ({kib / 1024 / per['load'] if per['load'] > 0 else float('inf'):.2f} GiB/s)",
+        f"   ({costs.bytes_per_block / 2**30 / per['load'] if per['load'] > 0 else float('inf'):.2f} GiB/s)",
         f"  offload it to host               {per['offload'] * 1e3:9.3f} ms",
         f"loading is {ratio:.1f}x cheaper than computing again: a host tier pays for every block it serves"
         if ratio > 1

@@ -10,6 +10,7 @@ import click
 from kvtui.bench.vllm_peer import vllm_bench
 from kvtui.commands.attach_commands import attach_bench
 from kvtui.commands.bench_engine_commands import ENGINE_BENCHES
+from kvtui.commands.bench_tier_commands import tiers_bench
 from kvtui.commands.engine_options import (
     MAX_NUM_BLOCKS,
     check_device,
@@ -353,6 +354,8 @@ for _command in ENGINE_BENCHES:
     bench.add_command(_command)
 # kvtui/commands/attach_commands.py
 bench.add_command(attach_bench)
+# kvtui/commands/bench_tier_commands.py: the host tier against recomputing
+bench.add_command(tiers_bench)
 # kvtui/bench/vllm_peer.py: our engine against a running vLLM server
 bench.add_command(vllm_bench)
 

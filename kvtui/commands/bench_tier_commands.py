@@ -1,0 +1,59 @@
+"""`kvtui bench tiers`: loading a block from the host tier against computing its tokens again (kvtui/bench/tiers.py;
+added to the `kvtui bench` group in bench_commands.py)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from kvtui.commands.bench_engine_commands import THREADS, _say, _threads
+from kvtui.commands.engine_options import engine_config, engine_options, load_engine
+
+
+def tier_costs_path():
+    """Where the last measurement is kept for the views (per user, beside the dequantized model)."""
+    from engine.models.packaged import cache_dir
+
+    return cache_dir() / "bench" / "tiers.json"
+
+
+@click.command("tiers", short_help="Load a block from the host tier vs compute it again, per block.")
+@engine_options
+@click.option(
+    "--blocks",
+    type=click.IntRange(1, 4096),
+    default=16,
+    show_default=True,
+    help="Whole blocks in the prompt (its length is blocks x block size + 1).",
+)
+@click.option("--rounds", type=click.IntRange(min=1), default=5, show_default=True, help="Rounds; medians.")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@THREADS
+def tiers_bench(model, blocks, rounds, as_json, threads, **options):
+    """A prompt of BLOCKS whole blocks, four ways per round: nothing cached, on the device, evicted to host
+    (the offload timed), loaded back from host. Per block: the time to compute its tokens again, to load it from
+    host and to offload it. The figure is kept for the views (the pool's host tier shows it).
+
+    \b
+    Examples:
+      kvtui bench tiers
+      kvtui bench tiers --blocks 32 --rounds 9 --block-size 16
+    """
+    from kvtui.bench.tiers import format_tiers, run_tiers, save
+
+    options["host_blocks"] = 0
+    config = engine_config(
+        {"num_blocks": blocks + 4, "partial_hits": False, "max_batched_tokens": 4096}, **options
+    )
+    config.host_blocks = blocks + 4
+    config.max_batched_tokens = max(config.max_batched_tokens, blocks * config.block_size + 1)
+    _threads(threads)
+    engine = load_engine(model, config)
+    # a prompt no chat template shapes: the tokenizer's ids of plain text, repeated to length
+    text = "A KV cache keeps the keys and values of every token so the next one need not compute them. "
+    ids = engine.encode(text * (1 + blocks * config.block_size // 16))
+    prompt = ids[: blocks * config.block_size + 1]
+    costs = run_tiers(engine, prompt, rounds, progress=_say)
+    save(costs, tier_costs_path())
+    click.echo(json.dumps(costs.to_json(), indent=1) if as_json else format_tiers(costs))
