@@ -105,3 +105,15 @@ def test_the_embedded_model_with_a_host_tier():
     assert_bitwise_equal(kept, loaded)
     out = loaded[-1]
     assert out.token_ids == greedy_generate(engine.model, out.prompt_token_ids, 4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_the_host_tier_is_pinned_and_copies_on_its_own_stream():
+    model = tiny_model("llama-gqa").to("cuda")
+    docs = random_prompts([20, 22, 18, 25], seed=3)
+    kept, _ = run_documents(model, docs, num_blocks=80)
+    loaded, seen = run_documents(model, docs, num_blocks=14, host_blocks=40)
+    assert seen["block_loaded"] > 10
+    assert_bitwise_equal(kept, loaded)
+    engine = Engine.from_model(model, config=EngineConfig(block_size=4, num_blocks=8, host_blocks=4))
+    assert engine.host_kv.kv.is_pinned() and engine.host_kv.stream is not None
