@@ -5,7 +5,9 @@ anything else, which passes untouched). Every byte goes through unchanged, both 
 (its head and body as they came) and written upstream as is, the answer is streamed back as it arrives, and the
 proxy reads a copy of it on the side. For each completion request it records one JSON line:
 
-    arrival            wall-clock seconds when the request arrived (kvtui whatif reads this log as a workload)
+    arrival            wall-clock seconds when the request's head arrived
+    forwarded          wall-clock seconds when the proxy had written it whole to the server: the order the
+                       server got requests in (request ids follow it; kvtui whatif replays the log in it)
     request_id, endpoint, stream, status, model
     prompt_token_ids   as vLLM saw them: asked of vLLM's own /tokenize with the same prompt or messages (the
                        same chat template, the same add_special_tokens), never our own tokenizer; a prompt of
@@ -36,6 +38,7 @@ import asyncio
 import json
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from kvtui.sources.in_flight import InFlight
@@ -107,6 +110,8 @@ class Proxy:
         self._asked_cache = False
         # prompts forwarded and not yet answered (kvtui/sources/in_flight.py)
         self.in_flight = InFlight()
+        # (record, its prompt ids' task) not explained yet, in the order they were forwarded
+        self._to_explain: deque[tuple] = deque()
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -168,14 +173,14 @@ class Proxy:
                     body = await _read_raw_body(reader, head)
                     up_writer.write(raw + body)
                 await up_writer.drain()
-                t_out = time.perf_counter()
+                t_out, forwarded = time.perf_counter(), time.time()
                 self.stats.requests += 1
                 self.stats.forward.append(t_out - t_in)
                 method, _, rest = head.first.partition(" ")
                 path = rest.split(" ", 1)[0].split("?", 1)[0]
                 record = None
                 if method == "POST" and path in COMPLETION_PATHS:
-                    record = self._start_record(path, head, body, arrival)
+                    record = self._start_record(path, head, body, arrival, forwarded)
                 try:
                     keep = await self._answer(up_reader, writer, record, t_out, method)
                 except _NoAnswer:
@@ -234,7 +239,9 @@ class Proxy:
         return "close" not in head.get("connection").lower()
 
     # -------------------------------------------------------------------- the record
-    def _start_record(self, path: str, head: Head, body: bytes, arrival: float) -> dict | None:
+    def _start_record(
+        self, path: str, head: Head, body: bytes, arrival: float, forwarded: float
+    ) -> dict | None:
         try:
             if "chunked" in head.get("transfer-encoding").lower():
                 body = _dechunk(body)
@@ -246,6 +253,7 @@ class Proxy:
         self._next_id += 1
         record = {
             "arrival": round(arrival, 6),
+            "forwarded": round(forwarded, 6),
             "request_id": f"proxy-{self._next_id}",
             "endpoint": path,
             "stream": bool(request.get("stream")),
@@ -256,12 +264,20 @@ class Proxy:
         task = asyncio.ensure_future(self._prompt_ids(path, request))
         record["_ids"] = task
         if self.explain is not None:
-            task.add_done_callback(lambda t: self._explain_at_arrival(record, t))
+            self._to_explain.append((record, task))
+            task.add_done_callback(lambda _: self._explain_in_order())
         return record
+
+    def _explain_in_order(self) -> None:
+        """Explain the records whose ids are known, in the order they were forwarded: a prompt's /tokenize may
+        come back after a later one's, and the later one's prediction counts the earlier one in flight."""
+        while self._to_explain and self._to_explain[0][1].done():
+            self._explain_at_arrival(*self._to_explain.popleft())
 
     def _explain_at_arrival(self, record: dict, task) -> None:
         ids = task.result() if not task.cancelled() and task.exception() is None else None
-        if not ids:
+        # no ids, or answered already (explained too late to predict anything)
+        if not ids or "status" in record:
             return
         options = {"salt": record["cache_salt"]} if record["cache_salt"] is not None else {}
         results = self.explain(ids, options)

@@ -2,7 +2,12 @@
 vLLM) replayed at the server's settings, and each request's predicted hit tokens set against the server's.
 
     {"requests", "equal", "mae_points",
-     "differ": [{"request_id", "prompt_tokens", "server", "predicted", "why"}]}
+     "differ": [{"request_id", "prompt_tokens", "server", "predicted", "why"}], "settings",
+     "clock", "cost_clock": {"equal", "mae_points"}}
+
+`clock`: "recorded" when the log carries every request's answer times (the proxy's ttft and tpot): the twin's
+cache then runs on the server's own clock (timeline.py), and `cost_clock` gives the simulated run's figures
+beside it; "cost" otherwise (the simulated run, on the cost model's clock).
 
 `mae_points`: the mean over requests of |predicted - server| / prompt tokens, in points (100 = a whole
 prompt). `why` reads the twin's own miss causes for the request: where the twin missed tokens the server
@@ -17,6 +22,20 @@ from kvtui.whatif.capacity import human_tokens
 
 def has_server_cached(loaded) -> bool:
     return any(r.server_cached is not None for r in getattr(loaded, "requests", ()))
+
+
+def fidelity_section(loaded, cost_hits: dict, config) -> dict:
+    """The fidelity of the replay on the server's recorded clock where the log allows it, else of the simulated
+    run (`cost_hits`, its hits)."""
+    from kvtui.whatif.timeline import TimelineReplay, has_timeline
+
+    if not has_timeline(loaded.requests):
+        return {**fidelity(loaded, cost_hits, config), "clock": "cost"}
+    cost = fidelity(loaded, cost_hits, config)
+    out = fidelity(loaded, TimelineReplay(config).run(loaded.requests), config)
+    out["clock"] = "recorded"
+    out["cost_clock"] = {"equal": cost["equal"], "mae_points": cost["mae_points"]}
+    return out
 
 
 def fidelity(loaded, hits: dict, config) -> dict:
@@ -86,6 +105,12 @@ def fidelity_lines(report: dict) -> list[str]:
         f"mean absolute error {f['mae_points']:.2f} points of prompt tokens; at block {s['block_size']}, "
         f"{human_tokens(s['capacity_tokens'])} tokens" + (", whole blocks" if s["whole_blocks"] else ""),
     ]
+    if f.get("clock") == "recorded":
+        c = f["cost_clock"]
+        lines.append(
+            f"          on the server's recorded clock (the answers' times); on the cost model's clock "
+            f"{c['equal']} of {f['requests']}, {c['mae_points']:.2f} points"
+        )
     for d in f["differ"][:20]:
         lines.append(
             f"  {d['request_id']}: server {d['server']}, predicted {d['predicted']} of "
