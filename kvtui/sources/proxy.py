@@ -26,7 +26,8 @@ proxy reads a copy of it on the side. For each completion request it records one
                        arrival (`explain`, the best worker's message, `explain_reason` its reason word), and
                        `agrees` (prediction == cached_tokens); the view's published blocks, or the blocks of
                        prompts forwarded and not yet answered when they serve more (in_flight.py:
-                       `in_flight_tokens`), since vLLM caches a block before it publishes it
+                       `in_flight_tokens`), since vLLM caches a block before it publishes it; requests are
+                       explained in the order they were forwarded (a late /tokenize holds back the later ones)
 
 The log is the proxy-log format of kvtui/whatif/loaders.py: "what if this vLLM had twice the blocks".
 Side requests (/tokenize) never delay the answer: they run beside it.
@@ -140,6 +141,8 @@ class Proxy:
     # -------------------------------------------------------------------- one client connection
     async def _client(self, reader, writer) -> None:
         up_reader = up_writer = None
+        # a record started and not yet handed to its finishing task
+        record = None
         try:
             while True:
                 try:
@@ -157,6 +160,9 @@ class Proxy:
                     except OSError as exc:
                         why = f"cannot reach the upstream {self.upstream} ({os.strerror(exc.errno) if exc.errno else exc}): is vLLM running?"
                         return await self._bad_gateway(reader, writer, head, why)
+                method, _, rest = head.first.partition(" ")
+                path = rest.split(" ", 1)[0].split("?", 1)[0]
+                recorded = method == "POST" and path in COMPLETION_PATHS
                 if "100-continue" in head.get("expect").lower():
                     # the client (curl, for a body over 1 KiB) waits for the server's go-ahead: relay it
                     up_writer.write(raw)
@@ -168,29 +174,32 @@ class Proxy:
                         # refused: what it said is the answer; the connection ends with it
                         return
                     body = await _read_raw_body(reader, head)
+                    # started as the last bytes go (no await between): records follow the order vLLM got them
+                    record = self._start_record(path, head, body, arrival) if recorded else None
                     up_writer.write(body)
                 else:
                     body = await _read_raw_body(reader, head)
+                    record = self._start_record(path, head, body, arrival) if recorded else None
                     up_writer.write(raw + body)
                 await up_writer.drain()
-                t_out, forwarded = time.perf_counter(), time.time()
+                t_out = time.perf_counter()
                 self.stats.requests += 1
                 self.stats.forward.append(t_out - t_in)
-                method, _, rest = head.first.partition(" ")
-                path = rest.split(" ", 1)[0].split("?", 1)[0]
-                record = None
-                if method == "POST" and path in COMPLETION_PATHS:
-                    record = self._start_record(path, head, body, arrival, forwarded)
                 try:
                     keep = await self._answer(up_reader, writer, record, t_out, method)
                 except _NoAnswer:
                     why = f"the upstream {self.upstream} closed the connection without answering"
                     return await self._bad_gateway(None, writer, head, why)
+                record = None
                 if not keep or "close" in head.get("connection").lower():
                     return
         except (ConnectionError, asyncio.IncompleteReadError, HttpError, ValueError):
             return
         finally:
+            if record is not None:
+                # never answered: not in flight any more, and never explained late
+                record.setdefault("status", "unanswered")
+                self.in_flight.remove(record["request_id"])
             writer.close()
             if up_writer is not None:
                 up_writer.close()
@@ -239,9 +248,7 @@ class Proxy:
         return "close" not in head.get("connection").lower()
 
     # -------------------------------------------------------------------- the record
-    def _start_record(
-        self, path: str, head: Head, body: bytes, arrival: float, forwarded: float
-    ) -> dict | None:
+    def _start_record(self, path: str, head: Head, body: bytes, arrival: float) -> dict | None:
         try:
             if "chunked" in head.get("transfer-encoding").lower():
                 body = _dechunk(body)
@@ -253,7 +260,7 @@ class Proxy:
         self._next_id += 1
         record = {
             "arrival": round(arrival, 6),
-            "forwarded": round(forwarded, 6),
+            "forwarded": round(time.time(), 6),
             "request_id": f"proxy-{self._next_id}",
             "endpoint": path,
             "stream": bool(request.get("stream")),
