@@ -6,14 +6,14 @@ What a loaded server's cache holds depends on when each request held, freed and 
 server's timing, not a cost model's. Here the server's own times drive the cache, and the twin's scheduler
 decides only what vLLM's decides from them:
 
-    arrive   the request joins the queue; the queue is admitted first come, first served while the head's
+    arrive   when the server got it (the log's `forwarded`), the request joins the queue; the queue is admitted first come, first served while the head's
              prompt finds blocks (vLLM's queue: one that does not fit holds back those behind it)
     admit    the prefix lookup (the hit), then every prompt block allocated and cached at once, before the next
              lookup (vLLM caches a block when it allocates it)
-    decode   each recorded output token fed at the time it came (a stream's first token and time per token; an
-             answer read whole: its tokens spread evenly from its admission to its end): its block allocated, cached once full;
-             with no block left, the last admitted request is preempted (its blocks freed, back to the head of
-             the queue), as vLLM does
+    decode   each recorded output token fed at the time it came (a stream's first token and time per token;
+             an answer read whole: its tokens spread evenly from its admission to its end): its block
+             allocated, cached once full; with no block left, the last admitted request is preempted (its
+             blocks freed, back to the head of the queue), as vLLM does
     finish   at the recorded end of the answer: its blocks freed, last block first (the manager's LRU order)
 
 vLLM counts a request's cached tokens at its first admission, so the hits here are the first lookup's, also for

