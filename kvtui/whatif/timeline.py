@@ -6,8 +6,9 @@ What a loaded server's cache holds depends on when each request held, freed and 
 server's timing, not a cost model's. Here the server's own times drive the cache, and the twin's scheduler
 decides only what vLLM's decides from them:
 
-    arrive   when the server got it (the log's `forwarded`), the request joins the queue; the queue is admitted first come, first served while the head's
-             prompt finds blocks (vLLM's queue: one that does not fit holds back those behind it)
+    arrive   when the server got it (the log's `forwarded`), the request joins the queue; the queue is
+             admitted first come, first served while the head's prompt finds blocks (vLLM's queue: one that
+             does not fit holds back those behind it)
     admit    the prefix lookup (the hit), then every prompt block allocated and cached at once, before the next
              lookup (vLLM caches a block when it allocates it)
     decode   each recorded output token fed at the time it came (a stream's first token and time per token;
