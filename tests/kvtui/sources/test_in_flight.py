@@ -134,3 +134,42 @@ def test_predictions_follow_the_order_requests_were_forwarded_in():
     finally:
         running.close()
         server.shutdown()
+
+
+def test_a_request_the_upstream_never_answers_leaves_the_in_flight_set():
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    requests = []
+
+    # reads each request whole (the proxy's /metrics ask, then the completion) and hangs up without a word
+    def hang_up():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            requests.append(conn.recv(65536))
+            conn.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    fleet = FleetState({})
+    fleet.apply(
+        {"seq": 0, "t": 0.0, "type": "attach_worker", "worker": "v", "source": "tcp://s:1", "name": "v"}
+    )
+    fleet.apply_all([KvBlockStored([1], None, [120, 121], 2, None, "GPU", None, None, None, 0, worker="v")])
+    running = Running(f"http://127.0.0.1:{listener.getsockname()[1]}", explain=LockedFleet(fleet).explain)
+    try:
+        # a prompt of token ids: explained (and put in flight) without a /tokenize
+        answer = raw_exchange(
+            running.proxy.port, post("/v1/completions", {"model": "m", "prompt": [5, 6, 7, 8]})
+        )
+        assert b"502 Bad Gateway" in answer
+        assert any(b"/v1/completions" in r for r in requests)
+        # out by the time the proxy closed the client's connection
+        assert not running.proxy.in_flight.prompts
+    finally:
+        running.close()
+        listener.close()
