@@ -5,7 +5,7 @@ vLLM) replayed at the server's settings, and each request's predicted hit tokens
      "differ": [{"request_id", "prompt_tokens", "server", "predicted", "why"}], "settings",
      "clock", "cost_clock": {"equal", "mae_points"}}
 
-`clock`: "recorded" when the log carries every request's answer times (the proxy's ttft and tpot): the twin's
+`clock`: "recorded" when the log carries every answered request's times (the proxy's ttft and tpot): the twin's
 cache then runs on the server's own clock (timeline.py), and `cost_clock` gives the simulated run's figures
 beside it; "cost" otherwise (the simulated run, on the cost model's clock).
 
@@ -27,12 +27,13 @@ def has_server_cached(loaded) -> bool:
 def fidelity_section(loaded, cost_hits: dict, config) -> dict:
     """The fidelity of the replay on the server's recorded clock where the log allows it, else of the simulated
     run (`cost_hits`, its hits)."""
-    from kvtui.whatif.timeline import TimelineReplay, has_timeline
+    from kvtui.whatif.timeline import TimelineReplay, on_the_clock
 
-    if not has_timeline(loaded.requests):
+    timed = on_the_clock(loaded.requests)
+    if timed is None:
         return {**fidelity(loaded, cost_hits, config), "clock": "cost"}
     cost = fidelity(loaded, cost_hits, config)
-    out = fidelity(loaded, TimelineReplay(config).run(loaded.requests), config)
+    out = fidelity(loaded, TimelineReplay(config).run(timed), config)
     out["clock"] = "recorded"
     out["cost_clock"] = {"equal": cost["equal"], "mae_points": cost["mae_points"]}
     return out

@@ -47,11 +47,14 @@ class _Live:
     finished: bool = False
 
 
-def has_timeline(requests) -> bool:
-    """Every request carries its recorded answer times and output ids (a proxy log)."""
-    return bool(requests) and all(
-        r.timeline is not None and r.output_token_ids and len(r.output_token_ids) >= 1 for r in requests
-    )
+def on_the_clock(requests) -> list | None:
+    """The requests the recorded clock replays: those with their answer's times and output ids; one without
+    and without the server's cached tokens never ran as far as the log says (a refused request) and is left
+    out. None when a request the server answered has no times (not a proxy log): no recorded clock."""
+    timed = [r for r in requests if r.timeline is not None and r.output_token_ids]
+    if not timed or any(r.server_cached is not None for r in requests if r.timeline is None):
+        return None
+    return timed
 
 
 def token_times(arrival: float, timeline: tuple, n: int, admitted: float) -> list[float]:

