@@ -142,3 +142,19 @@ def test_a_real_loaded_vllm_that_evicts_is_followed_on_its_own_clock():
     assert fidelity["clock"] == "recorded" and fidelity["requests"] == 37
     assert (fidelity["equal"], fidelity["mae_points"]) == (35, 1.3781)
     assert (fidelity["cost_clock"]["equal"], fidelity["cost_clock"]["mae_points"]) == (29, 9.9359)
+
+
+def test_a_difference_between_requests_that_came_together_says_so(tmp_path):
+    # the same document 2 ms apart: the server admitted the later first (it served the earlier one)
+    rows = [
+        {**record("a", 0.0, doc(0), [7, 8], 0.5, cached=48), "forwarded": 100.0},
+        {**record("b", 0.0, doc(0), [7, 8], 0.5, cached=0), "forwarded": 100.002},
+        {**record("c", 0.0, doc(1), [7, 8], 0.5, cached=0), "forwarded": 103.0},
+    ]
+    fidelity = json.loads(
+        CliRunner().invoke(main, ["whatif", str(write(tmp_path, rows)), "--json", "-q"]).output
+    )["fidelity"]
+    why = {d["request_id"]: d["why"] for d in fidelity["differ"]}
+    assert set(why) == {"a", "b"}
+    assert "b, which shares its first 64 tokens, reached the server 2.0 ms from it" in why["a"]
+    assert "vLLM may have admitted the two in the other order" in why["b"]
