@@ -3,9 +3,10 @@ of our own sent through `kvtui proxy` with an attached view:
 
 - sequential: chats under two system prompts, follow-up turns that carry the previous answer's token ids,
   a long document that makes the pool evict, one request at a time;
-- concurrent: bursts of four requests sent together, sharing a head new to the server, then a burst that
-  finds it cached; the second and fourth of a burst ask the same question, so they share a block beyond the
-  head, which vLLM serves to the later one from the blocks the earlier one allocated in the same step.
+- concurrent: bursts of four requests in flight together (20 ms apart), sharing a head new to the server, then
+  a burst that finds it cached; the second and fourth of a burst ask the same question, so they share a block
+  beyond the head, which vLLM serves to the later one from the blocks the earlier one allocated (in the same
+  step, or one before while the earlier is still in flight).
 
 `kvtui whatif LOG` replays each log at the server's settings (the proxy read them from /metrics) on the
 server's recorded clock (the answers' times) and its fidelity section is held against vLLM's own cached tokens:
