@@ -331,6 +331,8 @@ class Proxy:
         self, record: dict, answer: Answer, status: str, sse: bool, t_out: float
     ) -> None:
         ids = await record.pop("_ids")
+        # its ids' callback may not have run yet: explained now, before it counts as answered
+        self._explain_in_order()
         # answered: its blocks are published by now
         self.in_flight.remove(record["request_id"])
         if answer.prompt_token_ids:
