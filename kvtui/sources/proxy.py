@@ -5,7 +5,9 @@ anything else, which passes untouched). Every byte goes through unchanged, both 
 (its head and body as they came) and written upstream as is, the answer is streamed back as it arrives, and the
 proxy reads a copy of it on the side. For each completion request it records one JSON line:
 
-    arrival            wall-clock seconds when the request arrived (kvtui whatif reads this log as a workload)
+    arrival            wall-clock seconds when the request's head arrived
+    forwarded          wall-clock seconds when the proxy had written it whole to the server: the order the
+                       server got requests in (request ids follow it; kvtui whatif replays the log in it)
     request_id, endpoint, stream, status, model
     prompt_token_ids   as vLLM saw them: asked of vLLM's own /tokenize with the same prompt or messages (the
                        same chat template, the same add_special_tokens), never our own tokenizer; a prompt of
@@ -24,7 +26,8 @@ proxy reads a copy of it on the side. For each completion request it records one
                        arrival (`explain`, the best worker's message, `explain_reason` its reason word), and
                        `agrees` (prediction == cached_tokens); the view's published blocks, or the blocks of
                        prompts forwarded and not yet answered when they serve more (in_flight.py:
-                       `in_flight_tokens`), since vLLM caches a block before it publishes it
+                       `in_flight_tokens`), since vLLM caches a block before it publishes it; requests are
+                       explained in the order they were forwarded (a late /tokenize holds back the later ones)
 
 The log is the proxy-log format of kvtui/whatif/loaders.py: "what if this vLLM had twice the blocks".
 Side requests (/tokenize) never delay the answer: they run beside it.
@@ -36,6 +39,7 @@ import asyncio
 import json
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from kvtui.sources.in_flight import InFlight
@@ -107,6 +111,8 @@ class Proxy:
         self._asked_cache = False
         # prompts forwarded and not yet answered (kvtui/sources/in_flight.py)
         self.in_flight = InFlight()
+        # (record, its prompt ids' task) not explained yet, in the order they were forwarded
+        self._to_explain: deque[tuple] = deque()
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -135,6 +141,8 @@ class Proxy:
     # -------------------------------------------------------------------- one client connection
     async def _client(self, reader, writer) -> None:
         up_reader = up_writer = None
+        # a record started and not yet handed to its finishing task
+        record = None
         try:
             while True:
                 try:
@@ -152,6 +160,9 @@ class Proxy:
                     except OSError as exc:
                         why = f"cannot reach the upstream {self.upstream} ({os.strerror(exc.errno) if exc.errno else exc}): is vLLM running?"
                         return await self._bad_gateway(reader, writer, head, why)
+                method, _, rest = head.first.partition(" ")
+                path = rest.split(" ", 1)[0].split("?", 1)[0]
+                recorded = method == "POST" and path in COMPLETION_PATHS
                 if "100-continue" in head.get("expect").lower():
                     # the client (curl, for a body over 1 KiB) waits for the server's go-ahead: relay it
                     up_writer.write(raw)
@@ -163,29 +174,32 @@ class Proxy:
                         # refused: what it said is the answer; the connection ends with it
                         return
                     body = await _read_raw_body(reader, head)
+                    # started as the last bytes go (no await between): records follow the order vLLM got them
+                    record = self._start_record(path, head, body, arrival) if recorded else None
                     up_writer.write(body)
                 else:
                     body = await _read_raw_body(reader, head)
+                    record = self._start_record(path, head, body, arrival) if recorded else None
                     up_writer.write(raw + body)
                 await up_writer.drain()
                 t_out = time.perf_counter()
                 self.stats.requests += 1
                 self.stats.forward.append(t_out - t_in)
-                method, _, rest = head.first.partition(" ")
-                path = rest.split(" ", 1)[0].split("?", 1)[0]
-                record = None
-                if method == "POST" and path in COMPLETION_PATHS:
-                    record = self._start_record(path, head, body, arrival)
                 try:
                     keep = await self._answer(up_reader, writer, record, t_out, method)
                 except _NoAnswer:
                     why = f"the upstream {self.upstream} closed the connection without answering"
                     return await self._bad_gateway(None, writer, head, why)
+                record = None
                 if not keep or "close" in head.get("connection").lower():
                     return
         except (ConnectionError, asyncio.IncompleteReadError, HttpError, ValueError):
             return
         finally:
+            if record is not None:
+                # never answered: not in flight any more, and never explained late
+                record.setdefault("status", "unanswered")
+                self.in_flight.remove(record["request_id"])
             writer.close()
             if up_writer is not None:
                 up_writer.close()
@@ -246,6 +260,7 @@ class Proxy:
         self._next_id += 1
         record = {
             "arrival": round(arrival, 6),
+            "forwarded": round(time.time(), 6),
             "request_id": f"proxy-{self._next_id}",
             "endpoint": path,
             "stream": bool(request.get("stream")),
@@ -256,12 +271,20 @@ class Proxy:
         task = asyncio.ensure_future(self._prompt_ids(path, request))
         record["_ids"] = task
         if self.explain is not None:
-            task.add_done_callback(lambda t: self._explain_at_arrival(record, t))
+            self._to_explain.append((record, task))
+            task.add_done_callback(lambda _: self._explain_in_order())
         return record
+
+    def _explain_in_order(self) -> None:
+        """Explain the records whose ids are known, in the order they were forwarded: a prompt's /tokenize may
+        come back after a later one's, and the later one's prediction counts the earlier one in flight."""
+        while self._to_explain and self._to_explain[0][1].done():
+            self._explain_at_arrival(*self._to_explain.popleft())
 
     def _explain_at_arrival(self, record: dict, task) -> None:
         ids = task.result() if not task.cancelled() and task.exception() is None else None
-        if not ids:
+        # no ids, or answered already (explained too late to predict anything)
+        if not ids or "status" in record:
             return
         options = {"salt": record["cache_salt"]} if record["cache_salt"] is not None else {}
         results = self.explain(ids, options)
@@ -308,6 +331,8 @@ class Proxy:
         self, record: dict, answer: Answer, status: str, sse: bool, t_out: float
     ) -> None:
         ids = await record.pop("_ids")
+        # its ids' callback may not have run yet: explained now, before it counts as answered
+        self._explain_in_order()
         # answered: its blocks are published by now
         self.in_flight.remove(record["request_id"])
         if answer.prompt_token_ids:

@@ -22,6 +22,7 @@ with no model (no torch, no K/V memory), under other capacities, block sizes, po
     onepass.py       the bridge from a workload to the curve and the bound
     answers.py       --target: the smallest capacity for a share of the ceiling
     fidelity.py      the twin against the server's cached tokens
+    timeline.py      a proxy log's requests through the cache manager on the server's recorded clock
     runs.py          one simulated configuration or fleet as a job
     jobs.py          jobs in this process, over local cores (--jobs) or on Ray (--ray)
     sweep.py         every configuration asked for, the ceiling, the answers and the fleets: one report

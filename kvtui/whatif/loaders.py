@@ -17,7 +17,9 @@ from the content (`detect_format`), and `--format` overrides it.
                     "output_token_ids": [4, 5],           what it generated (or "output_length": N)
                     "cache_salt": null,                   optional (vLLM's cache_salt; a LoRA name may go here)
                     "cached_tokens": 64,                  optional: what the server served from its cache
-                    "server": {"block_size": 32, ...}}    optional: its cache settings (kvtui proxy records them)
+                    "server": {"block_size": 32, ...},    optional: its cache settings (kvtui proxy records them)
+                    "forwarded": 12.51,                   optional: when the server got it (arrival otherwise)
+                    "ttft": 0.4, "tpot": 0.05, "stream": true}   optional: when its answer came (timeline.py)
                arrivals are made relative to the first one; with cached_tokens the report checks the twin
                against the server (fidelity.py), and with server it replays at the server's settings
 
@@ -246,7 +248,10 @@ def _proxy_request(obj, number: int) -> SimRequest:
     output = obj.get("output_token_ids")
     if output is not None and not (isinstance(output, list) and all(type(t) is int for t in output)):
         raise ValueError("output_token_ids must be a list of token ids")
-    if "arrival" in obj:
+    if type(obj.get("forwarded")) in (int, float):
+        # when the server got it (kvtui proxy): the order it admitted requests in
+        arrival = float(obj["forwarded"])
+    elif "arrival" in obj:
         arrival = float(obj["arrival"])
     elif "timestamp" in obj:
         arrival = float(obj["timestamp"]) / 1000
@@ -263,7 +268,23 @@ def _proxy_request(obj, number: int) -> SimRequest:
         max(length, 1),
         None if salt is None else str(salt),
         server_cached=cached if type(cached) is int else None,
+        timeline=_answer_times(obj, len(output or ())),
     )
+
+
+def _answer_times(obj: dict, n: int) -> tuple[float | None, float] | None:
+    """(first output token or None, last) in seconds after arrival, from the proxy's ttft and tpot: a stream
+    has both, an answer read whole only its end (its ttft); None when the record cannot say."""
+    ttft, tpot, stream = obj.get("ttft"), obj.get("tpot"), obj.get("stream")
+    if not n or type(ttft) not in (int, float) or ttft < 0:
+        return None
+    if not stream:
+        return (None, float(ttft))
+    if n == 1:
+        return (float(ttft), float(ttft))
+    if type(tpot) not in (int, float) or tpot < 0:
+        return None
+    return (float(ttft), float(ttft) + tpot * (n - 1))
 
 
 def _why(exc: Exception) -> str:

@@ -92,6 +92,9 @@ class SimRequest:
     phase: str | None = None
     # the server's cached tokens for this request, when its log says (a proxy log): the twin's check
     server_cached: int | None = None
+    # when its answer came, in seconds after its arrival (a proxy log): (first output token or None, last),
+    # the server's clock the fidelity replay runs on (timeline.py)
+    timeline: tuple[float | None, float] | None = None
     _keys: dict = field(default_factory=dict, repr=False)
 
     @property

@@ -149,9 +149,9 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
             "fleet's total capacity, batch budget and sequences"
         )
     if first_hits is not None:
-        from kvtui.whatif.fidelity import fidelity
+        from kvtui.whatif.fidelity import fidelity_section
 
-        report["fidelity"] = fidelity(loaded, first_hits, first)
+        report["fidelity"] = fidelity_section(loaded, first_hits, first)
     report["current"] = {
         "capacity_tokens": first.capacity_tokens,
         "block_size": first.block_size,

@@ -3,6 +3,8 @@ published (kvtui/sources/in_flight.py), and the proxy taking the larger of that 
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 import time
 
@@ -74,3 +76,100 @@ def test_the_proxy_predicts_from_a_request_in_flight():
     finally:
         running.close()
         server.shutdown()
+
+
+class LateTokenize(FakeVllm):
+    """The stand-in, answering the first prompt's /tokenize after the second's (the second's ids are known
+    first), and both completions after that (both still in flight when the proxy explains them)."""
+
+    second_tokenized = threading.Event()
+    first_tokenized = threading.Event()
+
+    def do_POST(self):
+        data = self.rfile.read(int(self.headers["Content-Length"]))
+        prompt = json.loads(data)["prompt"]
+        if self.path == "/tokenize":
+            if prompt == "abcdef":
+                self.second_tokenized.wait(10)
+                time.sleep(0.2)
+            self._json({"tokens": [ord(c) for c in prompt], "count": len(prompt)})
+            (self.second_tokenized if prompt == "abcdxy" else self.first_tokenized).set()
+            return
+        self.first_tokenized.wait(10)
+        time.sleep(0.5)
+        self.rfile = io.BytesIO(data)
+        super().do_POST()
+
+
+def test_predictions_follow_the_order_requests_were_forwarded_in():
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), LateTokenize)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    fleet = FleetState({})
+    fleet.apply(
+        {"seq": 0, "t": 0.0, "type": "attach_worker", "worker": "v", "source": "tcp://s:1", "name": "v"}
+    )
+    fleet.apply_all([KvBlockStored([1], None, [120, 121], 2, None, "GPU", None, None, None, 0, worker="v")])
+    running = Running(f"http://127.0.0.1:{server.server_address[1]}", explain=LockedFleet(fleet).explain)
+    try:
+        first = threading.Thread(
+            target=raw_exchange,
+            args=(running.proxy.port, post("/v1/completions", {"model": "m", "prompt": "abcdef"})),
+        )
+        first.start()
+        deadline = time.monotonic() + 10
+        while running.proxy.stats.requests < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # forwarded second; its ids are known first
+        raw_exchange(running.proxy.port, post("/v1/completions", {"model": "m", "prompt": "abcdxy"}))
+        first.join()
+        deadline = time.monotonic() + 30
+        while len(running.records) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        by_id = {r["request_id"]: r for r in running.records}
+        assert by_id["proxy-1"]["forwarded"] < by_id["proxy-2"]["forwarded"]
+        # explained after the first: its blocks in flight count
+        assert by_id["proxy-2"]["predicted_cached"] == by_id["proxy-2"]["in_flight_tokens"] == 4
+    finally:
+        running.close()
+        server.shutdown()
+
+
+def test_a_request_the_upstream_never_answers_leaves_the_in_flight_set():
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    requests = []
+
+    # reads each request whole (the proxy's /metrics ask, then the completion) and hangs up without a word
+    def hang_up():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            requests.append(conn.recv(65536))
+            conn.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    fleet = FleetState({})
+    fleet.apply(
+        {"seq": 0, "t": 0.0, "type": "attach_worker", "worker": "v", "source": "tcp://s:1", "name": "v"}
+    )
+    fleet.apply_all([KvBlockStored([1], None, [120, 121], 2, None, "GPU", None, None, None, 0, worker="v")])
+    running = Running(f"http://127.0.0.1:{listener.getsockname()[1]}", explain=LockedFleet(fleet).explain)
+    try:
+        # a prompt of token ids: explained (and put in flight) without a /tokenize
+        answer = raw_exchange(
+            running.proxy.port, post("/v1/completions", {"model": "m", "prompt": [5, 6, 7, 8]})
+        )
+        assert b"502 Bad Gateway" in answer
+        assert any(b"/v1/completions" in r for r in requests)
+        # out by the time the proxy closed the client's connection
+        assert not running.proxy.in_flight.prompts
+    finally:
+        running.close()
+        listener.close()
