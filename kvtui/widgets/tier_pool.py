@@ -91,8 +91,8 @@ def tier_heading(state: CacheState, tier: str, size: int) -> list[tuple[str, str
     if moves is not None:
         parts.append(
             (
-                f" · in {moves.offloaded} ({fmt_bytes(moves.offloaded_bytes)})"
                 f" · loaded back {moves.loaded} ({fmt_bytes(moves.loaded_bytes)})"
+                f" · in {moves.offloaded} ({fmt_bytes(moves.offloaded_bytes)})"
                 + (f" · moved down {moves.demoted}" if moves.demoted else "")
                 + f" · dropped {moves.dropped_capacity} (full)"
                 + (f", {moves.dropped_on_device} (on device again)" if moves.dropped_on_device else ""),
@@ -118,7 +118,7 @@ def tier_row_segments(
         return [Segment(" " * margin)] + [
             Segment(text, palette[role]) for text, role in tier_heading(state, row.tier, size)
         ]
-    segments = [Segment(f"{row.tier[0]}{row.first:>{margin - 2}} ", dim)]
+    segments = [Segment(f"{row.tier[0] + str(row.first):>{margin - 1}} ", dim)]
     slots = state.tier_slots.get(row.tier, {})
     held_style, free_style = (
         palette[row.tier] if row.tier in ("host", "disk") else palette["host"],
