@@ -126,9 +126,11 @@ def _tiers(out: _Parts, state: CacheState, req: RequestRecord, detail: dict) -> 
     for tier in dict.fromkeys(t for t in tiers if t != "device"):
         blocks, nbytes = loaded.get(tier, (tiers.count(tier), tiers.count(tier) * state.bytes_per_block))
         out.append(f"{tiers.count(tier) * state.block_size} tokens from {tier}", role="host")
+        on_device = tiers.count("device") * state.block_size
         out.append(
-            f" ({plural(blocks, 'block')} loaded back into the device, {fmt_bytes(nbytes)}); "
-            f"{tiers.count('device') * state.block_size} from the device\n"
+            f" ({plural(blocks, 'block')} loaded back into the device, {fmt_bytes(nbytes)})"
+            + (f", after {on_device} on the device" if on_device else "")
+            + "\n"
         )
     if detail.get("not_loaded"):
         where = " and ".join(state.lower_tiers) or "a lower tier"
