@@ -8,6 +8,7 @@ from collections import Counter
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.trace import read_trace
 from kvtui.state import replay, state_fingerprint
+from kvtui.state.timeline import Timeline
 from tests.helpers.oracle import Witness, differences
 from tests.helpers.tiny_models import tiny_model
 from tests.kvtui.state.reducer_events import HEADER, Events, arrive
@@ -127,3 +128,14 @@ def test_a_host_tier_live_equals_replay_and_the_engine(tmp_path):
     loads = [r.loaded for r in replayed.requests.values()]
     assert loads[0] is None and loads[1] == {"host": [3, 3 * trace.header["bytes_per_block"]]}
     assert replayed.tier_hits == engine.cache.hit_rates.tier_hits and replayed.tier_hits["host"] == 12
+
+
+def test_seeking_the_host_tier_fixture_equals_a_straight_replay():
+    """Keyframes copy the tier state: a state rebuilt from one never sees a later event (seek back and forth)."""
+    trace = read_trace("fixtures/traces/host_tier.jsonl", strict=True)
+    timeline = Timeline(trace.header, trace.events, keyframe_every=5)
+    for k in [len(trace.events), 3, 200, 377, 150, 0, 321]:
+        seen = state_fingerprint(timeline.state_at(k))
+        straight = state_fingerprint(replay(trace.header, trace.events[:k]))
+        assert [key for key in seen if seen[key] != straight[key]] == [], k
+    assert replay(trace.header, trace.events).tier_moves["host"].loaded == 6
