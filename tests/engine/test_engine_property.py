@@ -1,4 +1,5 @@
-"""Stateful property test of the whole engine on a tiny model: submit (parallel samples too), a follow-up turn, step, fork, edit
+"""Stateful property test of the whole engine on a tiny model: submit (parallel samples too), a follow-up turn (also once the pool evicted part of the conversation), step,
+fork, edit
 (running, waiting and finished requests), abort, evict in any order, under memory pressure.
 
 After every rule: ref counts equal the number of block tables holding each block, free + used + cached =
@@ -58,7 +59,7 @@ class EngineMachine(RuleBasedStateMachine):
         block_size=st.integers(1, 3),
         budget=st.integers(2, 8),
         model=st.sampled_from([*sorted(MODELS), "sinks"]),
-        host_blocks=st.sampled_from([0, 1, 2, 3, 5, 8]),
+        host_blocks=st.sampled_from([0, 1, 3, 6, 12]),
     )
     def setup(self, policy, block_size, budget, model, host_blocks):
         config = EngineConfig(
@@ -103,9 +104,26 @@ class EngineMachine(RuleBasedStateMachine):
     def follow_up(self, index, tail):
         """The next turn of a conversation: an earlier request's sequence and more (its blocks may be on host
         by now, so the match loads them back)."""
-        req = self._pick(index)
+        # a finished conversation is the one whose blocks were left to the cache (and so to host)
+        req = self._pick(index, {Status.FINISHED}) or self._pick(index)
         if req is not None and len(self.engine.requests) < 8:
             self.engine.submit(req.tokens + tail, SamplingParams(max_tokens=2), cache_salt=req.cache_salt)
+
+    @rule(
+        prompt=prompts, n=st.integers(1, 8), tail=st.lists(st.sampled_from([3, 4, 5]), min_size=1, max_size=2)
+    )
+    def turn_resumes_after_eviction(self, prompt, n, tail):
+        """A turn runs to its end, the pool evicts some cached blocks (to host, when there is one), and the next
+        turn of the conversation comes (its match loads back what host still holds)."""
+        if len(self.engine.requests) >= 7:
+            return
+        rid = self.engine.submit(prompt, SamplingParams(max_tokens=2))
+        for _ in range(40):
+            if self.engine.requests[rid].status == Status.FINISHED:
+                break
+            self.engine.step()
+        self.engine.cache.evict(n)
+        self.engine.submit(self.engine.requests[rid].tokens + tail, SamplingParams(max_tokens=2))
 
     @rule()
     def step(self):
