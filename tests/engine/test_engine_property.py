@@ -1,6 +1,6 @@
-"""Stateful property test of the whole engine on a tiny model: submit (parallel samples too), a follow-up turn (also once the pool evicted part of the conversation), step,
-fork, edit
-(running, waiting and finished requests), abort, evict in any order, under memory pressure.
+"""Stateful property test of the whole engine on a tiny model: submit (parallel samples too), a follow-up turn
+(also once the pool evicted part of the conversation), step, fork, edit (running, waiting and finished
+requests), abort, evict in any order, under memory pressure.
 
 After every rule: ref counts equal the number of block tables holding each block, free + used + cached =
 total, the prefix tree never holds a free block, no locked or referenced block is ever evicted, and the
