@@ -1,6 +1,7 @@
 """Summaries of a trace for `kvtui stats`: hit rates and TTFT / TPOT / ITL percentiles per workload phase, as
-a table (`format_stats`) or one JSON object (`stats_json`). Every figure is computed by engine/trace/metrics.py, the
-same definitions the UI uses."""
+a table (`format_stats`) or one JSON object (`stats_json`), and with a host tier the hit tokens each tier served
+and the bytes loaded back (`tier_totals`). Every figure is computed by engine/trace/metrics.py, the same
+definitions the UI uses."""
 
 from __future__ import annotations
 
@@ -87,11 +88,45 @@ def phase_json(s: PhaseStats) -> dict:
     }
 
 
+def tier_totals(events: list[dict]) -> dict | None:
+    """{"device": {"hit_tokens"}, "host": {"hit_tokens", "loaded_bytes"}, ...}: hit tokens as the engine counted
+    them (its last hit_rates event), bytes as its block_loaded events say; None for a trace without tiers."""
+    hits: dict | None = None
+    loaded: dict[str, int] = {}
+    for e in events:
+        kind = e["type"]
+        if kind == "hit_rates" and e.get("tiers"):
+            hits = e["tiers"]
+        elif kind == "block_loaded":
+            loaded[e["tier"]] = loaded.get(e["tier"], 0) + e["bytes"]
+    if hits is None and not loaded:
+        return None
+    names = dict.fromkeys([*(hits or {"device": None}), *loaded])
+    return {
+        name: {
+            "hit_tokens": (hits or {}).get(name, {}).get("hit_tokens", 0),
+            **({} if name == "device" else {"loaded_bytes": loaded.get(name, 0)}),
+        }
+        for name in names
+    }
+
+
+def format_tiers(tiers: dict) -> str:
+    """The tiers as one line under the table."""
+    parts = [
+        f"{name} {counts['hit_tokens']:,} hit tokens"
+        + (f" ({counts['loaded_bytes'] / 2**20:,.1f} MiB loaded back)" if "loaded_bytes" in counts else "")
+        for name, counts in tiers.items()
+    ]
+    return "tiers: " + ", ".join(parts)
+
+
 def stats_json(
     trace_file: str, header: dict, events: list[dict], stats: list[PhaseStats], error: str | None = None
 ) -> dict:
-    """`kvtui stats --json`: one object. Extend it by adding keys (an attach trace adds "workers")."""
-    return {
+    """`kvtui stats --json`: one object. Extend it by adding keys (an attach trace adds "workers"; a trace with a
+    host tier "tiers")."""
+    out = {
         "trace": trace_file,
         "events": len(events),
         "block_size": header.get("block_size"),
@@ -101,6 +136,10 @@ def stats_json(
         "phases": [phase_json(s) for s in stats[:-1]],
         "all": phase_json(stats[-1]),
     }
+    tiers = tier_totals(events)
+    if tiers is not None:
+        out["tiers"] = tiers
+    return out
 
 
 def _ms(values: list[float]) -> str:

@@ -23,14 +23,15 @@ def schema():
     help="Print one JSON object instead of the table: the same figures, rates in 0..1, seconds.",
 )
 def stats(trace_file, as_json):
-    """Hit rates and TTFT / TPOT / ITL percentiles (p50/p95/p99) per workload phase of a TRACE_FILE.
+    """Hit rates and TTFT / TPOT / ITL percentiles (p50/p95/p99) per workload phase of a TRACE_FILE (and hit
+    tokens by tier with the bytes loaded back, for a trace with a host tier).
 
     A bad line stops the summary there (a warning names it); everything before it is counted.
     """
     import json
 
     from engine.trace.reader import read_trace, skipped_warnings
-    from engine.trace.stats import format_stats, stats_json, summarize
+    from engine.trace.stats import format_stats, format_tiers, stats_json, summarize, tier_totals
 
     try:
         # the reader replay uses, and its warnings
@@ -72,6 +73,9 @@ def stats(trace_file, as_json):
         click.echo(format_workers(workers))
     else:
         click.echo(format_stats(summary))
+        tiers = tier_totals(trace.events)
+        if tiers is not None:
+            click.echo(format_tiers(tiers))
         if ledger is not None:
             click.echo(misses_text(ledger))
 

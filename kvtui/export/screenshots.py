@@ -69,6 +69,13 @@ SHOTS: tuple[Shot, ...] = (
         "7 What if: hit rate against capacity, miss causes",
         whatif=("--capacity", "256,1k,4k"),
     ),
+    Shot("host-pool", "fixtures/traces/host_tier.jsonl", ("1",), "1 Pool with a host tier: its slots below"),
+    Shot(
+        "host-tree",
+        "fixtures/traces/host_tier.jsonl",
+        ("3",),
+        "3 Prefix tree with a host tier: host blocks under their parents, tokens from host",
+    ),
     Shot("help", "fixtures/traces/chat.jsonl", ("question_mark",), "?: help", (110, 40)),
     Shot("fleet", "fixtures/attach/concurrent8_smollm2.jsonl", ("1",), "kvtui attach: the fleet"),
     Shot("fleet-tree", "fixtures/attach/concurrent8_smollm2.jsonl", ("2",), "kvtui attach: the hash tree"),

@@ -69,6 +69,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "prefix_match",
         "hit_rates",
     ),
+    "The tiers below the device (`host_blocks`)": ("block_offloaded", "block_loaded", "host_evicted"),
     "Edits": ("edit", "invalidate"),
     "Sliding-window rings and sinks": ("ring_write", "ring_resume", "ring_kept", "sink_divergence"),
     "K/V precision": ("kv_divergence",),
@@ -115,6 +116,15 @@ SUMMARY: dict[str, str] = {
     "radix_hit": "A request reuses a node's blocks.",
     "prefix_match": "The miss explainer of one request: matched tokens and why matching stopped.",
     "hit_rates": "Token, request and block hit rates after a lookup, cumulative and windowed.",
+    "block_offloaded": (
+        "A whole cached block the device evicted (right after its `block_evicted`) was copied into a host slot, "
+        "or a host block moved down to disk."
+    ),
+    "block_loaded": (
+        "A prefix match reached a block below the device: copied into a device block of the request (after that "
+        "block's `block_allocated`; a `radix_insert` of the loaded blocks and the `prefix_match` follow)."
+    ),
+    "host_evicted": "A block left a lower tier: the oldest of a full one, or computed again on the device.",
     "edit": "A token edit: position m, kind, new tokens.",
     "invalidate": (
         "What the edit kept, dropped and copied, the recompute cost and the request's status after it (an "

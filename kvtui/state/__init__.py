@@ -10,6 +10,7 @@ One module per concern, each a mixin of `CacheState` holding that concern's fiel
   tree.py         the radix tree: nodes, hits, lock refs, recent evictions
   rings.py        sliding-window rings, window-layer restarts and attention-sink divergence
   metrics.py      step / hit-rate / inter-token-latency series (`History`) and counters
+  tiers.py        the lower tiers (host, disk): their slots, blocks moved between tiers, hits by tier
   cache_state.py  `CacheState`: composes them, dispatches events, snapshots
   replaying.py    `replay` (a straight replay) and `state_fingerprint`
 

@@ -1,6 +1,6 @@
 """`CacheState`: everything known about the cache after some events, and the one place events are applied.
 
-`CacheState` composes the reducers (pool, requests, tree, rings, metrics: one mixin each, all on one object so
+`CacheState` composes the reducers (pool, requests, tree, rings, metrics, lower tiers: one mixin each, all on one object so
 the views read plain attributes) and dispatches each event to the one `_on_<type>` handler that folds it in.
 `snapshot` copies a state cheaply: flat lists are copied, and requests, radix nodes and rings are copied on
 write (see `_GENERATIONS`).
@@ -15,6 +15,7 @@ from kvtui.state.metrics import History, MetricsReducer
 from kvtui.state.pool import PoolReducer
 from kvtui.state.requests import RequestsReducer
 from kvtui.state.rings import RingsReducer
+from kvtui.state.tiers import TiersReducer
 from kvtui.state.tree import TreeReducer
 
 # Copy-on-write ownership: a state may mutate a RequestRecord / RadixNode / Ring in place only if the object's
@@ -23,7 +24,7 @@ from kvtui.state.tree import TreeReducer
 _GENERATIONS = itertools.count(1)
 
 
-class CacheState(PoolReducer, RequestsReducer, TreeReducer, RingsReducer, MetricsReducer):
+class CacheState(PoolReducer, RequestsReducer, TreeReducer, RingsReducer, MetricsReducer, TiersReducer):
     """Everything known about the cache after `index` events. Mutated only by `apply`."""
 
     def __init__(self, header: dict, history: History | None = None):
@@ -49,6 +50,7 @@ class CacheState(PoolReducer, RequestsReducer, TreeReducer, RingsReducer, Metric
         self._init_tree()
         self._init_rings()
         self._init_metrics(history)
+        self._init_tiers(header)
 
     def snapshot(self) -> CacheState:
         """A copy that later `apply` calls on either side never disturb (cheap: objects are copied on write)."""
@@ -58,6 +60,7 @@ class CacheState(PoolReducer, RequestsReducer, TreeReducer, RingsReducer, Metric
         self._snapshot_requests(new)
         self._snapshot_tree(new)
         self._snapshot_rings(new)
+        self._snapshot_tiers(new)
         new.counts = dict(self.counts)
         self._gen, new._gen = next(_GENERATIONS), next(_GENERATIONS)
         return new

@@ -73,6 +73,7 @@ class MetricsReducer:
 
     def _on_hit_rates(self, ev: dict) -> None:
         self.hit_rates = ev
+        self._record_tier_hits(ev)
         hist = self.history.hits
         if self.n_hits == len(hist):
             w = ev.get("window") or {}

@@ -60,4 +60,8 @@ def state_fingerprint(state: CacheState) -> dict[str, Any]:
         "n_itl": state.n_itl,
         "last_edit": state.last_edit and state.last_edit["seq"],
         "last_invalidate": state.last_invalidate and state.last_invalidate["seq"],
+        "tier_slots": state.tier_slots,
+        "tier_moves": state.tier_moves,
+        "tier_hits": state.tier_hits,
+        "loaded": {rid: r.loaded for rid, r in sorted(state.requests.items()) if r.loaded},
     }

@@ -46,6 +46,8 @@ class RequestRecord:
     num_output: int = 0
     # the prefix_match event: the miss explainer
     match: dict | None = None
+    # lower tier -> [blocks, bytes] its latest admission loaded back into the device (None: nothing loaded)
+    loaded: dict[str, list[int]] | None = None
     # Timeline marks: (t, kind, step) with kind in arrived/scheduled/prefill/decode/edit/preempted/finished.
     marks: list[tuple[float, str, int]] = field(default_factory=list)
     edits: list[dict] = field(default_factory=list)
@@ -234,6 +236,7 @@ class RequestsReducer:
         req = self._req(ev["request_id"])
         if req is not None:
             req.match = ev
+            req.loaded = self.take_loads(ev["request_id"])
             # the cached prefix is valid K/V from the start
             req.num_computed = ev["matched_tokens"]
             if not (ev.get("detail") or {}).get("readmission"):

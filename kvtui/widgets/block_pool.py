@@ -3,7 +3,8 @@
 A cell is two columns: a glyph and a gap. `■` in use (owner's color in owner mode), a digit = shared with that
 ref count, `□` cached (ref 0, kept in the prefix tree, evictable), `·` free, `▶` being written this step.
 After an edit the blocks named by the `invalidate` event are marked: kept, dropped, copied (the palette's roles
-of those names, kvtui/widgets/palette.py). Rows start with the physical index of their first cell.
+of those names, kvtui/widgets/palette.py). Rows start with the physical index of their first cell. With a host
+tier, its slots follow the device's blocks (kvtui/widgets/tier_pool.py), and the cursor runs on into them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,17 @@ from textual.strip import Strip
 from kvtui.state import CACHED, FREE, SHARED, USED, WRITING, CacheState
 from kvtui.widgets.base import STATE_GLYPH, STATE_ROLE, LineView, View, fmt_bytes, fmt_seconds, pad, show_text
 from kvtui.widgets.palette import Palette, markup
+from kvtui.widgets.tier_pool import (
+    PoolRow,
+    cell_of,
+    num_cells,
+    pool_rows,
+    row_of_cell,
+    slot_at,
+    slot_details,
+    tier_legend,
+    tier_row_segments,
+)
 
 CELL = 2
 # "12345 " row label
@@ -73,7 +85,16 @@ class BlockPoolView(LineView):
         state = self.view.state
         if state is None or not state.num_blocks:
             return 1
-        return -(-state.num_blocks // self.columns(width))
+        if not state.tier_slots:
+            return -(-state.num_blocks // self.columns(width))
+        return len(self.rows(state, width))
+
+    def rows(self, state: CacheState, width: int) -> list[PoolRow]:
+        """The grid's rows: the device's blocks, then each lower tier's heading and slots."""
+        key = (id(state), state.index, width)
+        if key != getattr(self, "_rows_key", None):
+            self._rows, self._rows_key = pool_rows(state, self.columns(width)), key
+        return self._rows
 
     def cell_style(
         self, state: CacheState, p: int, kind: str, palette: Palette | None = None
@@ -103,6 +124,15 @@ class BlockPoolView(LineView):
         )
         cursor_style = palette["cursor"]
         cols = self.columns(width)
+        if state.tier_slots:
+            grid_row = self.rows(state, width)[row] if row < len(self.rows(state, width)) else None
+            if grid_row is None:
+                return pad([], width)
+            if grid_row.tier != "device":
+                cursor = slot_at(state, self.cursor)
+                segs = tier_row_segments(state, grid_row, cols, MARGIN, palette, cursor, self.has_focus)
+                return pad(segs, width)
+            row = grid_row.first // cols
         first = row * cols
         segments = [Segment(f"{first:>{MARGIN - 1}} ", dim)]
         marks = edit_marks(state)
@@ -142,10 +172,16 @@ class BlockPoolView(LineView):
         state = self.view.state
         if state is None or not state.num_blocks:
             return
-        self.cursor = max(0, min(state.num_blocks - 1, p))
-        self.scroll_to_row(self.cursor // self.columns(self.content_width()))
+        width = self.content_width()
+        self.cursor = max(0, min(num_cells(state) - 1, p))
+        cols = self.columns(width)
+        self.scroll_to_row(
+            row_of_cell(state, self.rows(state, width), self.cursor, cols)
+            if state.tier_slots
+            else self.cursor // cols
+        )
         self.refresh()
-        owners = state.owners[self.cursor]
+        owners = state.owners[self.cursor] if self.cursor < state.num_blocks else ()
         self.post_message(self.BlockSelected(self.cursor, owners[0][0] if owners else None))
 
     def action_move(self, delta: int) -> None:
@@ -156,7 +192,7 @@ class BlockPoolView(LineView):
 
     def action_jump(self, where: int) -> None:
         state = self.view.state
-        self._set_cursor(where if where >= 0 or state is None else state.num_blocks - 1)
+        self._set_cursor(where if where >= 0 or state is None else num_cells(state) - 1)
 
     def action_toggle_owner(self) -> None:
         self.by_owner = not self.by_owner
@@ -171,8 +207,20 @@ class BlockPoolView(LineView):
         if x < MARGIN:
             return
         col = (x - MARGIN) // CELL
-        if col < self.columns(width):
-            self._set_cursor(y * self.columns(width) + col)
+        cols = self.columns(width)
+        state = self.view.state
+        if col >= cols or state is None:
+            return
+        if not state.tier_slots:
+            self._set_cursor(y * cols + col)
+            return
+        rows = self.rows(state, width)
+        if y < len(rows) and rows[y].first >= 0:
+            grid_row = rows[y]
+            if grid_row.tier == "device":
+                self._set_cursor(grid_row.first + col)
+            else:
+                self._set_cursor(cell_of(state, grid_row.tier, grid_row.first + col))
 
 
 def pool_legend(state: CacheState | None, view: View | None = None) -> Content:
@@ -190,6 +238,7 @@ def pool_legend(state: CacheState | None, view: View | None = None) -> Content:
         ("▶", WRITING, "writing", len(state.writing)),
     ):
         parts += [(glyph, markup(STATE_ROLE[kind])), f" {label} {count}  "]
+    parts += tier_legend(state)
     parts.append((f"{state.num_blocks}×{state.block_size} tok", markup("dim")))
     if state.kv_dtype:
         parts.append((f" K/V {state.kv_dtype}", markup("dim")))
@@ -225,6 +274,9 @@ def edit_summary(state: CacheState | None, request_id: str | None) -> Content:
 def block_details(state: CacheState | None, physical: int | None) -> Content:
     """What one block holds: state, ref count, owners (request:logical), hash, radix node, age, tokens."""
     dim = markup("dim")
+    lower = slot_at(state, physical) if state is not None and physical is not None else None
+    if lower is not None:
+        return slot_details(state, *lower)
     if state is None or physical is None or not 0 <= physical < state.num_blocks:
         return Content.styled("Select a block (arrows in the pool, Enter selects its owner).", dim)
     kind = state.block_state(physical)

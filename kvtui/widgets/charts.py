@@ -3,7 +3,8 @@
 Hit rates (from `hit_rates` events): token = hit tokens / prompt tokens that could match; request = requests
 with any hit / requests; block = block hits / block lookups; each cumulative and over the last N requests
 (the windowed value is what changes now; the cumulative one hides it). Memory (from `step` events): blocks used,
-cached (evictable) and free, and the byte arithmetic: formula bytes for the tokens held vs pool bytes.
+cached (evictable) and free, and the byte arithmetic: formula bytes for the tokens held vs pool bytes. With a
+host tier: hit tokens by the tier that served them, and the blocks and bytes moved between the tiers.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ class ChartsView(LineView):
         ):
             out.append(("spark", label, _series(steps, n_steps, i), top, f"{now}", color))
         out.extend(("text", line) for line in memory_lines(state))
+        if state.tier_slots:
+            out.append(("head", "tiers: hit tokens by the tier that served them, blocks and bytes moved"))
+            out.extend(("text", line) for line in tier_lines(state))
         out.append(("head", "engine steps"))
         last = steps[n_steps - 1] if n_steps else None
         out.append(
@@ -151,6 +155,27 @@ class ChartsView(LineView):
             ],
             width,
         )
+
+
+def tier_lines(state: CacheState) -> list[str]:
+    """Hit tokens by tier (the hit_rates events' counts) and each lower tier's traffic."""
+    total = sum(state.tier_hits.values())
+    lines = [
+        "  "
+        + " · ".join(
+            f"{tier} {plural(n, 'hit token')}" + (f" ({n / total:.0%})" if total else "")
+            for tier, n in state.tier_hits.items()
+        )
+    ]
+    for tier, moves in state.tier_moves.items():
+        held, size = len(state.tier_slots[tier]), state.tier_capacity.get(tier, 0)
+        lines.append(
+            f"  {tier}: {held}/{size} slots held; in {plural(moves.offloaded, 'block')} "
+            f"({fmt_bytes(moves.offloaded_bytes)}), loaded back {moves.loaded} ({fmt_bytes(moves.loaded_bytes)})"
+            + (f", moved down {moves.demoted}" if moves.demoted else "")
+            + f", dropped {moves.dropped_capacity} when full, {moves.dropped_on_device} computed again on the device"
+        )
+    return lines
 
 
 def memory_lines(state: CacheState) -> list[str]:

@@ -4,7 +4,8 @@ It reads the request's `prefix_match` event and says it in words, with the promp
 roles (kvtui/widgets/palette.py): `matched` (the cached role's colour) = served from the cache, `equal` (the
 recompute role's) = equal to the cached tokens but recomputed anyway (matching works on whole blocks, and a
 token equal again after the first difference is never a hit), `dropped` (error) = the first difference,
-`token` shades = computed. Spaces in the compared tokens are shown as `␣` (chat-template jitter is often one space).
+`token` shades = computed, `host` shades = served from the cache but loaded back from the host tier first.
+Spaces in the compared tokens are shown as `␣` (chat-template jitter is often one space).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from textual.content import Content
 
 from kvtui.state import CacheState, RequestRecord
-from kvtui.widgets.base import fmt_seconds, plural, show_text
+from kvtui.widgets.base import fmt_bytes, fmt_seconds, plural, show_text
 from kvtui.widgets.palette import markup
 
 REASONS = {
@@ -28,6 +29,7 @@ REASONS = {
     "cache_end": "the cache holds no continuation of this prefix: the rest of the prompt is new",
 }
 MATCHED = ("matched-a", "matched-b")
+LOADED = ("host-a", "host-b")
 EQUAL_RECOMPUTED = ("equal-a", "equal-b")
 DIFFERENT = "dropped"
 COMPUTED = ("token-a", "token-b")
@@ -49,6 +51,7 @@ SHOWN_KEYS = {
     "block_size",
     "other_salts",
     "hash",
+    "not_loaded",
 }
 
 
@@ -94,6 +97,7 @@ def explain(state: CacheState | None, req: RequestRecord | None, misses=None) ->
     out.append(reason, role="warning")
     out.append(f" - {REASONS.get(reason, 'reason not known to this kvtui')}\n")
     _reason_detail(out, reason, detail, matched, state.block_size)
+    _tiers(out, state, req, detail)
     if detail.get("reused_partial"):
         out.append(
             f"the last {detail['reused_partial']} of them come from a partly used cached block (copied "
@@ -105,11 +109,36 @@ def explain(state: CacheState | None, req: RequestRecord | None, misses=None) ->
     extra = {k: v for k, v in detail.items() if k not in SHOWN_KEYS}
     if extra:
         out.append(", ".join(f"{k}={v}" for k, v in extra.items()) + "\n", role="dim")
-    _prompt(out, req, matched, total, reason, detail)
+    _prompt(out, req, matched, total, reason, detail, state.block_size)
     out.append(
-        "\ngreen from cache · yellow equal but recomputed · red first difference · grey computed", role="dim"
+        "\ngreen from cache"
+        + (" · blue loaded from host" if match.get("tiers") and set(match["tiers"]) - {"device"} else "")
+        + " · yellow equal but recomputed · red first difference · grey computed",
+        role="dim",
     )
     return out.content()
+
+
+def _tiers(out: _Parts, state: CacheState, req: RequestRecord, detail: dict) -> None:
+    """How much of the match came from each tier below the device, and what could not be loaded."""
+    tiers = req.match.get("tiers") or []
+    loaded = req.loaded or {}
+    for tier in dict.fromkeys(t for t in tiers if t != "device"):
+        blocks, nbytes = loaded.get(tier, (tiers.count(tier), tiers.count(tier) * state.bytes_per_block))
+        out.append(f"{tiers.count(tier) * state.block_size} tokens from {tier}", role="host")
+        on_device = tiers.count("device") * state.block_size
+        out.append(
+            f" ({plural(blocks, 'block')} loaded back into the device, {fmt_bytes(nbytes)})"
+            + (f", after {on_device} on the device" if on_device else "")
+            + "\n"
+        )
+    if detail.get("not_loaded"):
+        where = " and ".join(state.lower_tiers) or "a lower tier"
+        out.append(
+            f"{plural(detail['not_loaded'], 'more block')} matched in {where} but the device had no room to load "
+            "them: recomputed\n",
+            role="recompute",
+        )
 
 
 def _reason_detail(out: _Parts, reason: str, detail: dict, matched: int, block_size: int) -> None:
@@ -180,12 +209,16 @@ def _causes(out: _Parts, misses) -> None:
     out.append(f" ({missed} of {misses.prompt_tokens} prompt tokens, whole trace)\n", role="dim")
 
 
-def _prompt(out: _Parts, req: RequestRecord, matched: int, total: int, reason: str, detail: dict) -> None:
+def _prompt(
+    out: _Parts, req: RequestRecord, matched: int, total: int, reason: str, detail: dict, block_size: int
+) -> None:
     pos = detail.get("position")
     diff_at = pos if reason in ("divergent", "evicted") and pos is not None else None
+    tiers = (req.match or {}).get("tiers") or []
     for i, text in enumerate(req.texts[:total]):
         if i < matched:
-            style = MATCHED[i % 2]
+            lower = i // block_size < len(tiers) and tiers[i // block_size] != "device"
+            style = (LOADED if lower else MATCHED)[i % 2]
         elif diff_at is not None and i < diff_at:
             style = EQUAL_RECOMPUTED[i % 2]
         elif diff_at is not None and i == diff_at:

@@ -15,6 +15,8 @@ The meaning of a colour stays the same in every theme:
     cached        $success                      cached (ref 0, kept in the prefix tree); served from cache
     writing       $text on $warning, bold       being written this step / this write to a ring
     evicted       $error, bold                  evicted, dropped, an error
+    host, disk    $accent bold, $text-secondary a block held in a tier below the device (pool, tree); host-a/b
+                                                (on $secondary): prompt tokens loaded back from host (miss explainer)
     kept          $text on $success             an edit kept this block's K/V
     dropped       $text on $error, bold         an edit dropped this block
     copied        $text on $primary, bold       an edit copied this block (copy-on-write)
@@ -91,6 +93,9 @@ ROLES: dict[str, Role] = {
     "cached": Role("$success"),
     "writing": _on("$warning", "bold"),
     "evicted": Role("$error", text_style="bold"),
+    # the tiers below the device: a block held in host (or disk) memory
+    "host": Role("$accent", text_style="bold"),
+    "disk": Role("$text-secondary"),
     # the last edit's boundary
     "kept": _on("$success"),
     "dropped": _on("$error", "bold"),
@@ -109,6 +114,8 @@ ROLES: dict[str, Role] = {
     "generated-b": _on("$success-darken-2"),
     "matched-a": _on("$success"),
     "matched-b": _on("$success-darken-1"),
+    "host-a": _on("$secondary"),
+    "host-b": _on("$secondary-darken-2"),
     "equal-a": _on("$warning"),
     "equal-b": _on("$warning-darken-1"),
     "token-cursor": Role("$background", "$foreground", "bold"),

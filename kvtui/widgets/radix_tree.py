@@ -6,7 +6,8 @@ under the tree. Siblings always start inside the same block (the tree branches a
 node with an earlier sibling shows where it parts from it: `…N=` for the N equal leading tokens, then the
 first different token highlighted. Lock refs are derived from the events: a request that hit or inserted a
 node holds it until it finishes. The cursor selects a node; its blocks are highlighted in the pool (Enter
-shows the pool).
+shows the pool). With a host tier, the blocks held there hang under their parent block in the tier's colour
+(kvtui/state/tier_tree.py), one row per unbranched run: what a prefix match can still load back.
 Textual's Tree widget rebuilds every line on change; this view only builds the visible rows.
 """
 
@@ -19,6 +20,7 @@ from textual.message import Message
 from textual.strip import Strip
 
 from kvtui.state import CacheState
+from kvtui.state.tier_tree import TierRun, run_tokens, tree_rows
 from kvtui.widgets.base import LineView, fit_segments, fmt_seconds, join_texts, pad, plural, show_text
 from kvtui.widgets.palette import Palette
 
@@ -47,16 +49,16 @@ class RadixTreeView(LineView):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.cursor = 0
-        self._rows: list[tuple[int, int]] = []
+        self._rows: list[tuple[int, int | TierRun]] = []
         self._rows_key: tuple | None = None
 
-    def rows(self) -> list[tuple[int, int]]:
+    def rows(self) -> list[tuple[int, int | TierRun]]:
         state = self.view.state
         if state is None:
             return []
         key = (id(state), state.index)
         if key != self._rows_key:
-            self._rows, self._rows_key = state.radix_rows(), key
+            self._rows, self._rows_key = tree_rows(state), key
         return self._rows
 
     def row_count(self, width: int) -> int:
@@ -95,12 +97,14 @@ class RadixTreeView(LineView):
 
     def _node_row(self, state: CacheState, index: int, width: int) -> Strip:
         depth, node_id = self._rows[index]
-        node = state.nodes[node_id]
         palette = self.palette()
         dim = palette["dim"]
         indent = "│ " * min(depth, MAX_INDENT // 2)
         if depth > MAX_INDENT // 2:
             indent = f"…{depth:>3}" + indent[4:]
+        if isinstance(node_id, TierRun):
+            return self._run_row(state, node_id, indent, index, width)
+        node = state.nodes[node_id]
         recent = state.seq - node.mark_seq <= RECENT_EVENTS and node.mark in MARK_ROLE
         segs = [Segment(indent, dim), Segment("├ ", dim)]
         if recent:
@@ -119,15 +123,53 @@ class RadixTreeView(LineView):
         segs.append(Segment(right, dim))
         return pad(segs, width)
 
+    def _run_row(self, state: CacheState, run: TierRun, indent: str, index: int, width: int) -> Strip:
+        """Blocks held in a lower tier: the tier's name and colour, their tokens, slots and positions."""
+        palette = self.palette()
+        dim = palette["dim"]
+        role = run.tier if run.tier in ("host", "disk") else "host"
+        first = state.tier_slots[run.tier][run.slots[0]]
+        segs = [Segment(indent, dim), Segment("└ ", dim), Segment(f"{run.tier} ", palette[role])]
+        right = (
+            f"  {run.tier[0]}{','.join(map(str, run.slots[:3]))}{'…' if len(run.slots) > 3 else ''}"
+            f" L{first.logical}{f'-{first.logical + len(run.slots) - 1}' if len(run.slots) > 1 else ''}"
+            f" in {run.tier} {fmt_seconds(max(0.0, state.t - first.arrived))}"
+        )
+        used = sum(s.cell_length for s in segs)
+        room = max(8, width - used - len(right))
+        style = palette[role]
+        if index == self.cursor:
+            style = style + (palette["cursor"] if self.has_focus else Style(underline=True))
+        _, texts = run_tokens(state, run)
+        segs += _fit([Segment(show_text(join_texts(texts)), style)], room)
+        segs.append(Segment(right, dim))
+        return pad(segs, width)
+
     def _header(self, state: CacheState, rows: list) -> list[Segment]:
         locked = sum(1 for n in state.nodes.values() if n.lockers)
         palette = self.palette()
+        nodes = sum(1 for _, item in rows if not isinstance(item, TierRun))
+        held = sum(len(slots) for slots in state.tier_slots.values())
         segs = [
             Segment(
-                f"root · {plural(len(rows), 'node')} · {locked} locked · {plural(state.evictions, 'block')} evicted",
+                f"root · {plural(nodes, 'node')} · {locked} locked · {plural(state.evictions, 'block')} evicted",
                 palette["heading"],
             )
         ]
+        if held:
+            tiers = " + ".join(name for name, slots in state.tier_slots.items() if slots)
+            segs.append(
+                Segment(f" · {plural(held, 'block')} in {tiers} hang under their parents", palette["host"])
+            )
+        run = self.selected_run()
+        if run is not None:
+            segs.append(
+                Segment(
+                    f" · {run.tier}: {len(run_tokens(state, run)[0])} tok in {plural(len(run.slots), 'block')}, "
+                    "loaded back when a prompt's match reaches them",
+                    palette["dim"],
+                )
+            )
         node = self.selected(state)
         if node is not None:
             segs.append(
@@ -149,7 +191,14 @@ class RadixTreeView(LineView):
         rows = self.rows()
         if state is None or not rows:
             return None
-        return state.nodes.get(rows[min(self.cursor, len(rows) - 1)][1])
+        item = rows[min(self.cursor, len(rows) - 1)][1]
+        return None if isinstance(item, TierRun) else state.nodes.get(item)
+
+    def selected_run(self) -> TierRun | None:
+        """The lower-tier run under the cursor, if the cursor is on one."""
+        rows = self.rows()
+        item = rows[min(self.cursor, len(rows) - 1)][1] if rows else None
+        return item if isinstance(item, TierRun) else None
 
     def action_move(self, delta: int) -> None:
         self.cursor = max(0, min(len(self.rows()) - 1, self.cursor + delta))
@@ -180,6 +229,8 @@ def block_run(blocks: list[int]) -> str:
 
 def _sibling_before(state: CacheState, node_id: int) -> bool:
     """The node has an earlier sibling: its row may start with `…N=`."""
+    if isinstance(node_id, TierRun):
+        return False
     node = state.nodes.get(node_id)
     parent = state.nodes.get(node.parent_id) if node is not None else None
     return parent is not None and bool(parent.children) and parent.children[0] != node_id

@@ -1,12 +1,14 @@
-"""Stateful property test of the whole engine on a tiny model: submit (parallel samples too), step, fork, edit
-(running, waiting and finished requests), abort, evict in any order, under memory pressure.
+"""Stateful property test of the whole engine on a tiny model: submit (parallel samples too), a follow-up turn
+(also once the pool evicted part of the conversation), step, fork, edit (running, waiting and finished
+requests), abort, evict in any order, under memory pressure.
 
 After every rule: ref counts equal the number of block tables holding each block, free + used + cached =
 total, the prefix tree never holds a free block, no locked or referenced block is ever evicted, and the
 differential oracle (tests/helpers/oracle.py) finds the UI's state, built from the events alone, equal to the engine's
 own. When an example ends, every request is run to completion and each greedy continuation equals
 transformers' own generate on the sequence it continued from. The models: full attention, a sliding window
-(rings, snapshots, window back-off), and attention sinks. KVTUI_ENGINE_EXAMPLES sets the number of examples.
+(rings, snapshots, window back-off), and attention sinks; a host tier of a few blocks (or none), so blocks are
+offloaded, loaded back and dropped from host often. KVTUI_ENGINE_EXAMPLES sets the number of examples.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -40,6 +42,15 @@ prompts = st.lists(st.sampled_from([3, 4, 5]), min_size=1, max_size=3).map(
     lambda tail: [10, 11, 12, 13, 14] + tail
 )
 pick = st.integers(0, 1000)
+# the lower-tier events of every example run (printed at the end with -s; per example in hypothesis statistics)
+TIER_EVENTS = ("block_offloaded", "block_loaded", "host_evicted")
+TIER_COUNTS: Counter = Counter()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _report_tier_counts():
+    yield
+    print(f"\nlower-tier events over all examples: {dict(TIER_COUNTS)}")
 
 
 class EngineMachine(RuleBasedStateMachine):
@@ -48,13 +59,15 @@ class EngineMachine(RuleBasedStateMachine):
         block_size=st.integers(1, 3),
         budget=st.integers(2, 8),
         model=st.sampled_from([*sorted(MODELS), "sinks"]),
+        host_blocks=st.sampled_from([0, 1, 3, 6, 12]),
     )
-    def setup(self, policy, block_size, budget, model):
+    def setup(self, policy, block_size, budget, model, host_blocks):
         config = EngineConfig(
             block_size=block_size,
             num_blocks=28 // block_size,
             max_batched_tokens=budget,
             eviction=policy,
+            host_blocks=host_blocks,
             **(SINKS if model == "sinks" else {}),
         )
         self.model = MODELS["full" if model == "sinks" else model]
@@ -62,8 +75,11 @@ class EngineMachine(RuleBasedStateMachine):
         self.engine = Engine.from_model(self.model, config=config)
         self.engine.trace.listeners.append(self._check_event)
         self.witness = Witness(self.engine)
+        self.tier_events: Counter = Counter()
 
     def _check_event(self, event):
+        if event["type"] in TIER_EVENTS:
+            self.tier_events[event["type"]] += 1
         if event["type"] == "block_evicted":
             assert self.engine.cache.pool.ref_counts[event["physical"]] == 0
             # a partial tail hangs off a node; it is not part of it
@@ -83,6 +99,31 @@ class EngineMachine(RuleBasedStateMachine):
     def submit(self, prompt, max_tokens, salt, n):
         if len(self.engine.requests) < 8:
             self.engine.submit(prompt, SamplingParams(max_tokens=max_tokens, n=n), cache_salt=salt)
+
+    @rule(index=pick, tail=st.lists(st.sampled_from([3, 4, 5]), min_size=1, max_size=2))
+    def follow_up(self, index, tail):
+        """The next turn of a conversation: an earlier request's sequence and more (its blocks may be on host
+        by now, so the match loads them back)."""
+        # a finished conversation is the one whose blocks were left to the cache (and so to host)
+        req = self._pick(index, {Status.FINISHED}) or self._pick(index)
+        if req is not None and len(self.engine.requests) < 8:
+            self.engine.submit(req.tokens + tail, SamplingParams(max_tokens=2), cache_salt=req.cache_salt)
+
+    @rule(
+        prompt=prompts, n=st.integers(1, 8), tail=st.lists(st.sampled_from([3, 4, 5]), min_size=1, max_size=2)
+    )
+    def turn_resumes_after_eviction(self, prompt, n, tail):
+        """A turn runs to its end, the pool evicts some cached blocks (to host, when there is one), and the next
+        turn of the conversation comes (its match loads back what host still holds)."""
+        if len(self.engine.requests) >= 7:
+            return
+        rid = self.engine.submit(prompt, SamplingParams(max_tokens=2))
+        for _ in range(40):
+            if self.engine.requests[rid].status == Status.FINISHED:
+                break
+            self.engine.step()
+        self.engine.cache.evict(n)
+        self.engine.submit(self.engine.requests[rid].tokens + tail, SamplingParams(max_tokens=2))
 
     @rule()
     def step(self):
@@ -110,7 +151,7 @@ class EngineMachine(RuleBasedStateMachine):
             # out of range for this kind: a message, and nothing changed
             pass
 
-    @rule(n=st.integers(1, 4))
+    @rule(n=st.integers(1, 8))
     def evict(self, n):
         self.engine.cache.evict(n)
 
@@ -146,6 +187,9 @@ class EngineMachine(RuleBasedStateMachine):
             engine.step()
         assert not engine.has_unfinished()
         assert differences(engine, self.witness.state()) == []
+        TIER_COUNTS.update(self.tier_events)
+        for kind in self.tier_events:
+            event(kind)
         if self.sinks:
             # attention sinks change the answer on purpose (the sink_divergence event says by how much)
             return

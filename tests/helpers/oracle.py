@@ -3,7 +3,8 @@
 `Witness` listens to an engine's trace the way the live UI does (each event through JSON, into a `Timeline`)
 and `differences(engine, state)` lists every place where the view and the engine disagree: blocks (state, ref
 count, owners, hash, tokens), requests (status, block table, computed, cached, tokens), tree nodes (blocks,
-tokens, lock count, hits), ring slots and the hit-rate counters. An empty list means the view is the truth.
+tokens, lock count, hits), ring slots, the hit-rate counters and the lower tiers (each slot's block, hit tokens
+and bytes loaded by tier). An empty list means the view is the truth.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def differences(engine, state) -> list[str]:
     _tree(engine, state, out)
     _rings(engine, state, out)
     _hit_rates(engine, state, out)
+    _tiers(engine, state, out)
     return out
 
 
@@ -139,3 +141,25 @@ def _hit_rates(engine, state, out):
     seen = {k: v for k, v in seen.items() if k not in ("seq", "t", "type")}
     if seen != json.loads(json.dumps(expected)):
         out.append(f"hit rates: engine {expected}, view {seen}")
+
+
+def _tiers(engine, state, out):
+    tiers = engine.cache.tiers
+    expected = {} if tiers is None else tiers.slots()
+    if expected != state.tier_hashes():
+        out.append(f"tier slots: engine {expected}, view {state.tier_hashes()}")
+    for store in () if tiers is None else tiers.stores:
+        for key, block in store.blocks.items():
+            view = state.tier_slots.get(store.name, {}).get(block.slot)
+            if view is None or view.hash != key:
+                continue
+            seen = (view.parent_hash, list(view.token_ids), view.logical)
+            if seen != (block.parent_key, block.token_ids, block.logical):
+                out.append(f"{store.name} slot {block.slot}: engine {block}, view {view}")
+    hits = engine.cache.hit_rates.tier_hits
+    if hits != state.tier_hits:
+        out.append(f"hit tokens by tier: engine {hits}, view {state.tier_hits}")
+    loaded = {} if tiers is None else tiers.loaded_bytes
+    seen = {name: moves.loaded_bytes for name, moves in state.tier_moves.items()}
+    if loaded != seen:
+        out.append(f"bytes loaded by tier: engine {loaded}, view {seen}")

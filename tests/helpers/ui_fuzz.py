@@ -265,7 +265,8 @@ def char_tokenizer():
 
 
 def live_target() -> Target:
-    """`kvtui live` on a tiny random model with a character tokenizer and a small pool (evictions come soon)."""
+    """`kvtui live` on a tiny random model with a character tokenizer, a small pool (evictions come soon) and a
+    host tier below it (evicted blocks go there and come back)."""
     from engine.engine import Engine, EngineConfig
     from kvtui.app import KvtuiApp
     from kvtui.app.feed import EngineWorker, EventFeed
@@ -276,7 +277,7 @@ def live_target() -> Target:
     tokenizer = char_tokenizer()
 
     def engine():
-        config = EngineConfig(device="cpu", block_size=4, num_blocks=48, max_batched_tokens=64)
+        config = EngineConfig(device="cpu", block_size=4, num_blocks=48, max_batched_tokens=64, host_blocks=8)
         return Engine.from_model(tiny_model("llama-gqa"), tokenizer=tokenizer, config=config)
 
     def make(clock: FakeClock) -> App:

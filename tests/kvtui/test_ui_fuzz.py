@@ -27,9 +27,16 @@ from tests.helpers.ui_fuzz import (
 pytestmark = pytest.mark.anyio
 
 SIZES = [(80, 24), (120, 40)]
-TARGETS = ["edit_series", "gemma3_hybrid_window", "whatif", "attach", "live"]
+TARGETS = ["edit_series", "gemma3_hybrid_window", "host_tier", "whatif", "attach", "live"]
 # per case in the normal test suite
-SHORT = {"edit_series": 30, "gemma3_hybrid_window": 30, "whatif": 30, "attach": 30, "live": 30}
+SHORT = {
+    "edit_series": 30,
+    "gemma3_hybrid_window": 30,
+    "host_tier": 30,
+    "whatif": 30,
+    "attach": 30,
+    "live": 30,
+}
 TOTAL = int(os.environ.get("KVTUI_FUZZ_PRESSES", "0"))
 BASE_SEED = int(os.environ.get("KVTUI_FUZZ_SEED", "0"))
 ATTACH_TRACES = sorted(ATTACH.glob("*.jsonl"))

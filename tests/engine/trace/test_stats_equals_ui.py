@@ -1,5 +1,5 @@
-"""`kvtui stats` and the UI give the same numbers on every fixture trace: hit rates, and TTFT / TPOT / ITL
-percentiles (one module, engine/trace/metrics.py, defines them all)."""
+"""`kvtui stats` and the UI give the same numbers on every fixture trace: hit rates, TTFT / TPOT / ITL
+percentiles (one module, engine/trace/metrics.py, defines them all), and hits and bytes by tier."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def test_stats_json_equals_what_the_ui_shows(path):
     trace = read_trace(path, strict=True)
     result = CliRunner().invoke(stats_cmd, ["--json", str(path)])
     assert result.exit_code == 0, result.output
-    figures = json.loads(result.output)["all"]
+    out = json.loads(result.output)
+    figures = out["all"]
     # the UI's reducer, at the end of the trace
     state = replay(trace.header, trace.events)
 
@@ -45,6 +46,22 @@ def test_stats_json_equals_what_the_ui_shows(path):
     else:
         for rate in ("token_hit_rate", "request_hit_rate", "block_hit_rate"):
             assert figures[rate] == pytest.approx(shown[rate], abs=1e-12), rate
+
+    # hits by tier and bytes loaded back (a trace with a host tier only), as the metrics view shows them
+    if not state.tier_slots:
+        assert "tiers" not in out
+        return
+    ui_tiers = {
+        name: {
+            "hit_tokens": n,
+            **({} if name == "device" else {"loaded_bytes": state.tier_moves[name].loaded_bytes}),
+        }
+        for name, n in state.tier_hits.items()
+    }
+    assert out["tiers"] == ui_tiers
+    assert sum(counts["hit_tokens"] for counts in ui_tiers.values()) == figures["hit_counts"]["hit_tokens"]
+    text = CliRunner().invoke(stats_cmd, [str(path)]).output
+    assert f"host {ui_tiers['host']['hit_tokens']:,} hit tokens" in text
 
 
 def test_one_percentile_definition():

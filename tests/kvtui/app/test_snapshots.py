@@ -57,9 +57,9 @@ def test_help(snap_compare):
 REAL = Path(__file__).resolve().parents[1] / "data"
 
 
-def real_app(name: str) -> KvtuiApp:
+def real_app(name: str, folder: Path = REAL) -> KvtuiApp:
     """A recorded SmolLM2 trace, opened the way `kvtui replay` opens it (interesting point and request)."""
-    parsed = read_trace(REAL / f"{name}.jsonl", strict=True)
+    parsed = read_trace(folder / f"{name}.jsonl", strict=True)
     return KvtuiApp(
         Timeline(parsed.header, parsed.events),
         source=f"{name}.jsonl",
@@ -93,3 +93,10 @@ def test_real_trace_tree_node_highlighted_in_pool(snap_compare):
 def test_sinks_trace_rings(snap_compare):
     """`kvtui sinks --trace` on a tiny random model: the window, sinks and heavy-hitter rings, slots by role."""
     assert snap_compare(real_app("sinks_tiny"), press=["5"], terminal_size=(110, 34))
+
+
+@pytest.mark.parametrize("tab", ["1", "3", "4"])
+def test_host_tier(snap_compare, tab):
+    """A host tier: its slots under the pool, its blocks in the tree and the miss explainer, hits by tier."""
+    app = real_app("host_tier", TRACE.parent)
+    assert snap_compare(app, press=[tab], terminal_size=(110, 34))

@@ -92,7 +92,9 @@ def test_app_css_colours_are_theme_variables():
 
 # the concepts drawn side by side, whose colours must be told apart
 GROUPS = {
-    "block states": ("free", "used", "shared", "cached", "writing", "evicted"),
+    "block states": ("free", "used", "shared", "cached", "writing", "evicted", "host"),
+    "tiers": ("cached", "host", "disk", "free"),
+    "matched tokens": ("matched-a", "matched-b", "host-a", "host-b", "token-a", "token-b"),
     "edit marks": ("kept", "dropped", "copied"),
     "mask regions": ("cached", "prefill", "sink", "evicted"),
     "tree marks": ("insert-mark", "hit-mark", "split-mark", "evict-mark"),
