@@ -11,13 +11,6 @@ from kvtui.commands.bench_engine_commands import THREADS, _say, _threads
 from kvtui.commands.engine_options import engine_config, engine_options, load_engine
 
 
-def tier_costs_path():
-    """Where the last measurement is kept for the views (per user, beside the dequantized model)."""
-    from engine.models.packaged import cache_dir
-
-    return cache_dir() / "bench" / "tiers.json"
-
-
 @click.command("tiers", short_help="Load a block from the host tier vs compute it again, per block.")
 @engine_options
 @click.option(
@@ -41,6 +34,7 @@ def tiers_bench(model, blocks, rounds, as_json, threads, **options):
       kvtui bench tiers --blocks 32 --rounds 9 --block-size 16
     """
     from kvtui.bench.tiers import format_tiers, run_tiers, save
+    from kvtui.state.tier_costs import tier_costs_path
 
     options["host_blocks"] = 0
     config = engine_config(

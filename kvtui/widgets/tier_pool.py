@@ -15,6 +15,7 @@ from rich.style import Style
 from textual.content import Content
 
 from kvtui.state import CacheState
+from kvtui.state.tier_costs import measured_tier_costs
 from kvtui.widgets.base import fmt_bytes, fmt_seconds, plural, show_text
 from kvtui.widgets.palette import Palette, markup
 
@@ -170,4 +171,19 @@ def slot_details(state: CacheState, tier: str, slot: int) -> Content:
             dim,
         )
     )
+    parts.append(("\n" + load_against_recompute(state), dim))
     return Content.assemble(*parts)
+
+
+def load_against_recompute(state: CacheState) -> str:
+    """Whether a load pays, as `kvtui bench tiers` measured it on this machine for this model and block size."""
+    model = (state.header.get("model") or {}).get("name")
+    costs = measured_tier_costs(model, state.block_size)
+    if costs is None:
+        return "kvtui bench tiers measures a load against computing the block again on this machine"
+    load, recompute = costs["load"], costs["recompute"]
+    verdict = "a load pays" if load < recompute else "computing again is cheaper"
+    return (
+        f"on this machine ({costs['device']}, kvtui bench tiers {costs['measured']}): load "
+        f"{load * 1e3:.3g} ms a block, compute again {recompute * 1e3:.3g} ms: {verdict}"
+    )

@@ -3,6 +3,8 @@ blocks, the cursor running on into them, and a slot's details."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from engine.trace import read_trace
@@ -79,3 +81,27 @@ def test_a_pool_without_tiers_draws_no_tier_rows(small_trace):
     cols = widget.columns(80)
     assert widget.row_count(80) == -(-state.num_blocks // cols)
     assert num_cells(state) == state.num_blocks and "host" not in pool_legend(state).plain
+
+
+def test_a_host_slot_says_whether_a_load_pays_as_the_bench_measured(state, tmp_path, monkeypatch):
+    from kvtui.widgets.tier_pool import load_against_recompute
+
+    monkeypatch.setenv("KVTUI_CACHE_DIR", str(tmp_path))
+    assert "kvtui bench tiers measures" in load_against_recompute(state)
+    model = state.header["model"]["name"]
+    figure = {
+        "model": model,
+        "block_size": state.block_size,
+        "device": "cpu",
+        "measured": "2026-12-05 15:16",
+        "per_block_seconds": {"recompute": 0.0214, "load": 0.000065, "offload": 0.000085},
+    }
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "tiers.json").write_text(json.dumps(figure))
+    line = load_against_recompute(state)
+    assert "load 0.065 ms a block, compute again 21.4 ms: a load pays" in line and "cpu" in line
+    slot = min(state.tier_slots["host"])
+    assert "a load pays" in block_details(state, cell_of(state, "host", slot)).plain
+    # measured for another block size: not this trace's figure
+    (tmp_path / "bench" / "tiers.json").write_text(json.dumps({**figure, "block_size": state.block_size + 1}))
+    assert "kvtui bench tiers measures" in load_against_recompute(state)
