@@ -110,33 +110,19 @@ def explain(
         if not rest:
             return "full_match", {}
         # a difference inside the partial block is a divergence, not the block floor
-        stop = _first_difference(start, matched, rest, nexts)
+        stop = first_difference(start, matched, rest, nexts)
         if stop is not None:
             return stop
-        equal = max((common_prefix(rest, toks) for _, toks in nexts), default=0)
-        return "block_floor", {
-            "position": start,
-            "block_size": bs,
-            "partial_tokens": len(rest),
-            "equal_tokens": equal,
-        }
+        return block_floor(start, bs, rest, nexts)
     evicted = tree.evicted.get(keys[matched])
     if evicted is not None:
-        seq, t, policy = evicted
-        return "evicted", {
-            "position": start,
-            "block": matched,
-            "hash": keys[matched],
-            "evicted_seq": seq,
-            "evicted_at": t,
-            "policy": policy,
-        }
+        return evicted_reason(start, matched, keys[matched], evicted)
     others = [s for s in tree.salts_of.get(contents[matched], ()) if s != cache_salt]
     if others:
         return "salt", {"position": start, "block": matched, "other_salts": len(others)}
     # a full block with equal tokens would have had the same key: some token of this block differs from
     # every cached continuation, or the longest one (a tail) ends first
-    stop = _first_difference(start, matched, list(token_ids[start : start + bs]), nexts)
+    stop = first_difference(start, matched, list(token_ids[start : start + bs]), nexts)
     if stop is not None:
         return stop
     if matched == 0 and not nexts:
@@ -145,7 +131,31 @@ def explain(
     return "cache_end", {"position": start, "node_id": node_id}
 
 
-def _first_difference(start: int, block: int, mine: list[int], nexts) -> tuple[str, dict] | None:
+def block_floor(start: int, block_size: int, rest: list[int], nexts) -> tuple[str, dict]:
+    """Every whole block matched; the `rest` of the prompt (a partly filled block) is not reused."""
+    equal = max((common_prefix(rest, toks) for _, toks in nexts), default=0)
+    return "block_floor", {
+        "position": start,
+        "block_size": block_size,
+        "partial_tokens": len(rest),
+        "equal_tokens": equal,
+    }
+
+
+def evicted_reason(start: int, block: int, key: str, gone: tuple[int, float, str]) -> tuple[str, dict]:
+    """The next block was cached once: when it went ((seq, t) of its event) and by which policy."""
+    seq, t, policy = gone
+    return "evicted", {
+        "position": start,
+        "block": block,
+        "hash": key,
+        "evicted_seq": seq,
+        "evicted_at": t,
+        "policy": policy,
+    }
+
+
+def first_difference(start: int, block: int, mine: list[int], nexts) -> tuple[str, dict] | None:
     """The continuation sharing the most leading tokens with `mine`: `divergent` at its first different token,
     `cache_end` where it ends first; None when there is none or it equals all of `mine`."""
     if not nexts:

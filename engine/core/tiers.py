@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from engine.core.blocks import BlockCopy, BlockPool
 from engine.core.hashing import root_key
-from engine.core.miss_explainer import common_prefix
+from engine.core.miss_explainer import block_floor, evicted_reason, first_difference
 from engine.trace.writer import TraceSink
 
 DEVICE = "device"
@@ -249,42 +249,17 @@ def explain_below(tree, tiers: LowerTiers, match, tokens, hashes, max_blocks: in
     keys, contents = hashes[0], hashes[1]
     end = len(match.blocks) + len(match.lower)
     start = end * bs
-    nexts = [(None, block.token_ids) for block in tiers.continuations(keys[end - 1])]
+    # the lower blocks hang below the device path's last node (the root when the device had none of them)
+    node_id = match.nodes[-1].node_id if match.nodes else tree.root.node_id
+    nexts = [(node_id, block.token_ids) for block in tiers.continuations(keys[end - 1])]
     if end == max_blocks:
         rest = list(tokens[start : len(tokens) - 1])
-        if not rest:
-            return "full_match", {}
-        equal = max((common_prefix(rest, toks) for _, toks in nexts), default=0)
-        return "block_floor", {
-            "position": start,
-            "block_size": bs,
-            "partial_tokens": len(rest),
-            "equal_tokens": equal,
-        }
+        return ("full_match", {}) if not rest else block_floor(start, bs, rest, nexts)
     gone = tiers.dropped.get(keys[end]) or tree.evicted.get(keys[end])
     if gone is not None:
-        seq, t, policy = gone
-        return "evicted", {
-            "position": start,
-            "block": end,
-            "hash": keys[end],
-            "evicted_seq": seq,
-            "evicted_at": t,
-            "policy": policy,
-        }
+        return evicted_reason(start, end, keys[end], gone)
     others = [s for s in tree.salts_of.get(contents[end], ()) if s != match.cache_salt]
     if others:
         return "salt", {"position": start, "block": end, "other_salts": len(others)}
-    node_id = match.nodes[-1].node_id if match.nodes else tree.root.node_id
-    mine = list(tokens[start : start + bs])
-    if nexts:
-        same, theirs = max(((common_prefix(mine, toks), toks) for _, toks in nexts), key=lambda c: c[0])
-        if same < len(mine) and same < len(theirs):
-            return "divergent", {
-                "position": start + same,
-                "block": end,
-                "node_id": node_id,
-                "expected_id": theirs[same],
-                "actual_id": mine[same],
-            }
-    return "cache_end", {"position": start, "node_id": node_id}
+    stop = first_difference(start, end, list(tokens[start : start + bs]), nexts)
+    return stop or ("cache_end", {"position": start, "node_id": node_id})

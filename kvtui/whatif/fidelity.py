@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 
+from engine.core.miss_explainer import common_prefix
 from kvtui.whatif.capacity import human_tokens
 
 
@@ -115,7 +116,7 @@ def _close_by(r, by_time: list, times: list, block_size: int) -> str:
             break
         if o is r or o.cache_salt != r.cache_salt:
             continue
-        shared = _common(r.prompt, o.prompt) // block_size * block_size
+        shared = common_prefix(r.prompt, o.prompt) // block_size * block_size
         if shared and (best is None or shared > best[1]):
             best = (o, shared)
     if best is None:
@@ -126,15 +127,6 @@ def _close_by(r, by_time: list, times: list, block_size: int) -> str:
         f"; {o.request_id}, which shares its first {shared} tokens, reached the server {gap:.1f} ms from it: "
         "vLLM may have admitted the two in the other order"
     )
-
-
-def _common(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def fidelity_lines(report: dict) -> list[str]:

@@ -30,6 +30,16 @@ def test_whole_blocks_of_a_shared_head_under_the_same_salt():
     assert flight.served(list(range(40)), None, 16) == 0
 
 
+def attached_view() -> FleetState:
+    """An attached worker whose view knows the block size (2 tokens) from another prompt's block only."""
+    fleet = FleetState({})
+    fleet.apply(
+        {"seq": 0, "t": 0.0, "type": "attach_worker", "worker": "v", "source": "tcp://s:1", "name": "v"}
+    )
+    fleet.apply_all([KvBlockStored([1], None, [120, 121], 2, None, "GPU", None, None, None, 0, worker="v")])
+    return fleet
+
+
 class SlowVllm(FakeVllm):
     """The stand-in, answering completions after a pause: the first request is still in flight when the
     second arrives."""
@@ -45,12 +55,8 @@ def test_the_proxy_predicts_from_a_request_in_flight():
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), SlowVllm)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    fleet = FleetState({})
-    fleet.apply(
-        {"seq": 0, "t": 0.0, "type": "attach_worker", "worker": "v", "source": "tcp://s:1", "name": "v"}
-    )
     # the view knows the block size (2 tokens) from another prompt's block; nothing of "abcd..." is published
-    fleet.apply_all([KvBlockStored([1], None, [120, 121], 2, None, "GPU", None, None, None, 0, worker="v")])
+    fleet = attached_view()
     running = Running(f"http://127.0.0.1:{server.server_address[1]}", explain=LockedFleet(fleet).explain)
     try:
         first = threading.Thread(
@@ -106,11 +112,7 @@ def test_predictions_follow_the_order_requests_were_forwarded_in():
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), LateTokenize)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    fleet = FleetState({})
-    fleet.apply(
-        {"seq": 0, "t": 0.0, "type": "attach_worker", "worker": "v", "source": "tcp://s:1", "name": "v"}
-    )
-    fleet.apply_all([KvBlockStored([1], None, [120, 121], 2, None, "GPU", None, None, None, 0, worker="v")])
+    fleet = attached_view()
     running = Running(f"http://127.0.0.1:{server.server_address[1]}", explain=LockedFleet(fleet).explain)
     try:
         first = threading.Thread(
@@ -155,11 +157,7 @@ def test_a_request_the_upstream_never_answers_leaves_the_in_flight_set():
             conn.close()
 
     threading.Thread(target=hang_up, daemon=True).start()
-    fleet = FleetState({})
-    fleet.apply(
-        {"seq": 0, "t": 0.0, "type": "attach_worker", "worker": "v", "source": "tcp://s:1", "name": "v"}
-    )
-    fleet.apply_all([KvBlockStored([1], None, [120, 121], 2, None, "GPU", None, None, None, 0, worker="v")])
+    fleet = attached_view()
     running = Running(f"http://127.0.0.1:{listener.getsockname()[1]}", explain=LockedFleet(fleet).explain)
     try:
         # a prompt of token ids: explained (and put in flight) without a /tokenize
