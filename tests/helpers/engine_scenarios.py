@@ -77,6 +77,9 @@ def random_scenario(seed: int) -> Scenario:
         partial_hits=rng.random() < 0.7,
         prefix_cache=rng.random() < 0.9,
     )
+    if config["prefix_cache"]:
+        # a host tier below the pool in half the scenarios (its own draw: the other draws stay as they were)
+        config["host_blocks"] = random.Random(f"host-{seed}").choice([0, 0, 3, 12])
     scenario = Scenario(seed, rng.choice(sorted(MODEL_CONFIGS)), config)
     shared = [rng.randint(3, 96) for _ in range(rng.randint(2, 8))]
     submitted = 0

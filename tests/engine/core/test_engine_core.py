@@ -1,7 +1,7 @@
 """The engine core is the engine's bookkeeping: the same workload through `Engine` (a tiny model, greedy) and
 through a bare `EngineCore` fed the engine's sampled tokens gives the identical event stream (wall-clock fields
 aside), on random scenarios over full, window and alternating models, with pool pressure, forks, edits, aborts
-and n > 1 samples. KVTUI_CORE_SCENARIOS sets the number of scenarios."""
+n > 1 samples and, in half of them, a host tier. KVTUI_CORE_SCENARIOS sets the number of scenarios."""
 
 from __future__ import annotations
 
