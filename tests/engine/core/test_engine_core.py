@@ -1,6 +1,6 @@
 """The engine core is the engine's bookkeeping: the same workload through `Engine` (a tiny model, greedy) and
 through a bare `EngineCore` fed the engine's sampled tokens gives the identical event stream (wall-clock fields
-aside), on random scenarios over full, window and alternating models, with pool pressure, forks, edits, aborts
+aside), on random scenarios over full, window and alternating models, with pool pressure, forks, edits, aborts,
 n > 1 samples and, in half of them, a host tier. KVTUI_CORE_SCENARIOS sets the number of scenarios."""
 
 from __future__ import annotations
