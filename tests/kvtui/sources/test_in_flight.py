@@ -50,28 +50,41 @@ class SlowVllm(FakeVllm):
         super().do_POST()
 
 
-def test_the_proxy_predicts_from_a_request_in_flight():
+def proxy_before(handler) -> tuple:
+    """A stand-in vLLM answering with `handler`, and the proxy in front of it explaining against an attached
+    view: (server, running)."""
     from http.server import ThreadingHTTPServer
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowVllm)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    return server, Running(url, explain=LockedFleet(attached_view()).explain)
+
+
+def complete_in_background(running, prompt: str) -> threading.Thread:
+    thread = threading.Thread(
+        target=raw_exchange,
+        args=(running.proxy.port, post("/v1/completions", {"model": "m", "prompt": prompt})),
+    )
+    thread.start()
+    return thread
+
+
+def wait_until(condition, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_the_proxy_predicts_from_a_request_in_flight():
     # the view knows the block size (2 tokens) from another prompt's block; nothing of "abcd..." is published
-    fleet = attached_view()
-    running = Running(f"http://127.0.0.1:{server.server_address[1]}", explain=LockedFleet(fleet).explain)
+    server, running = proxy_before(SlowVllm)
     try:
-        first = threading.Thread(
-            target=raw_exchange,
-            args=(running.proxy.port, post("/v1/completions", {"model": "m", "prompt": "abcdef"})),
-        )
-        first.start()
-        deadline = time.monotonic() + 10
-        while not running.proxy.in_flight.prompts and time.monotonic() < deadline:
-            time.sleep(0.01)
+        first = complete_in_background(running, "abcdef")
+        wait_until(lambda: running.proxy.in_flight.prompts, 10)
         raw_exchange(running.proxy.port, post("/v1/completions", {"model": "m", "prompt": "abcdxy"}))
         first.join()
-        deadline = time.monotonic() + 30
-        while len(running.records) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(running.records) >= 2, 30)
         by_id = {r["request_id"]: r for r in running.records}
         second = by_id["proxy-2"]
         # "abcd" of the first prompt's whole blocks: 4 tokens, as vLLM would serve it
@@ -108,27 +121,14 @@ class LateTokenize(FakeVllm):
 
 
 def test_predictions_follow_the_order_requests_were_forwarded_in():
-    from http.server import ThreadingHTTPServer
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), LateTokenize)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    fleet = attached_view()
-    running = Running(f"http://127.0.0.1:{server.server_address[1]}", explain=LockedFleet(fleet).explain)
+    server, running = proxy_before(LateTokenize)
     try:
-        first = threading.Thread(
-            target=raw_exchange,
-            args=(running.proxy.port, post("/v1/completions", {"model": "m", "prompt": "abcdef"})),
-        )
-        first.start()
-        deadline = time.monotonic() + 10
-        while running.proxy.stats.requests < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        first = complete_in_background(running, "abcdef")
+        wait_until(lambda: running.proxy.stats.requests >= 1, 10)
         # forwarded second; its ids are known first
         raw_exchange(running.proxy.port, post("/v1/completions", {"model": "m", "prompt": "abcdxy"}))
         first.join()
-        deadline = time.monotonic() + 30
-        while len(running.records) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(running.records) >= 2, 30)
         by_id = {r["request_id"]: r for r in running.records}
         assert by_id["proxy-1"]["forwarded"] < by_id["proxy-2"]["forwarded"]
         # explained after the first: its blocks in flight count
@@ -157,8 +157,8 @@ def test_a_request_the_upstream_never_answers_leaves_the_in_flight_set():
             conn.close()
 
     threading.Thread(target=hang_up, daemon=True).start()
-    fleet = attached_view()
-    running = Running(f"http://127.0.0.1:{listener.getsockname()[1]}", explain=LockedFleet(fleet).explain)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    running = Running(url, explain=LockedFleet(attached_view()).explain)
     try:
         # a prompt of token ids: explained (and put in flight) without a /tokenize
         answer = raw_exchange(
