@@ -187,3 +187,26 @@ def continuations(tree: ExplainedTree, path, cache_salt) -> list[tuple[int, list
             return [(node.node_id, node.token_ids[used * bs : (used + 1) * bs])]
         nexts = list(node.children.values())
     return [(c.node_id, c.token_ids[:bs]) for c in nexts]
+
+
+def explain_below(tree, tiers, match, tokens, hashes, max_blocks: int) -> tuple[str, dict]:
+    """Why a match that ran on past the device tree into lower tiers (engine/core/tiers.py's LowerTiers: the
+    blocks held below a key, the keys dropped from the last tier) stopped where it did."""
+    bs = tree.block_size
+    keys, contents = hashes[0], hashes[1]
+    end = len(match.blocks) + len(match.lower)
+    start = end * bs
+    # the lower blocks hang below the device path's last node (the root when the device had none of them)
+    node_id = match.nodes[-1].node_id if match.nodes else tree.root.node_id
+    nexts = [(node_id, block.token_ids) for block in tiers.continuations(keys[end - 1])]
+    if end == max_blocks:
+        rest = list(tokens[start : len(tokens) - 1])
+        return ("full_match", {}) if not rest else block_floor(start, bs, rest, nexts)
+    gone = tiers.dropped.get(keys[end]) or tree.evicted.get(keys[end])
+    if gone is not None:
+        return evicted_reason(start, end, keys[end], gone)
+    others = [s for s in tree.salts_of.get(contents[end], ()) if s != match.cache_salt]
+    if others:
+        return "salt", {"position": start, "block": end, "other_salts": len(others)}
+    stop = first_difference(start, end, list(tokens[start : start + bs]), nexts)
+    return stop or ("cache_end", {"position": start, "node_id": node_id})

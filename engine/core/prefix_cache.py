@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 from engine.core.blocks import BlockPool
 from engine.core.hashing import block_hashes, extend_block_hashes, root_key
-from engine.core.miss_explainer import PrefixMatch
+from engine.core.miss_explainer import PrefixMatch, explain_below
 from engine.core.radix import RadixCache
 from engine.core.tails import TailStore
-from engine.core.tiers import DEVICE, LowerTiers, explain_below
+from engine.core.tiers import DEVICE, LowerTiers
 from engine.core.tree_node import Node
 from engine.trace.writer import TraceSink
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 from engine.core.blocks import BlockCopy, BlockPool
 from engine.core.hashing import root_key
-from engine.core.miss_explainer import block_floor, evicted_reason, first_difference
 from engine.trace.writer import TraceSink
 
 DEVICE = "device"
@@ -241,25 +240,3 @@ class LowerTiers:
         store.free.append(block.slot)
         self._forget(block)
         self.trace.emit("host_evicted", hash=key, tier=store.name, slot=block.slot, reason="on_device")
-
-
-def explain_below(tree, tiers: LowerTiers, match, tokens, hashes, max_blocks: int) -> tuple[str, dict]:
-    """Why a match that ran on into lower tiers stopped where it did (the miss explainer's reasons)."""
-    bs = tree.block_size
-    keys, contents = hashes[0], hashes[1]
-    end = len(match.blocks) + len(match.lower)
-    start = end * bs
-    # the lower blocks hang below the device path's last node (the root when the device had none of them)
-    node_id = match.nodes[-1].node_id if match.nodes else tree.root.node_id
-    nexts = [(node_id, block.token_ids) for block in tiers.continuations(keys[end - 1])]
-    if end == max_blocks:
-        rest = list(tokens[start : len(tokens) - 1])
-        return ("full_match", {}) if not rest else block_floor(start, bs, rest, nexts)
-    gone = tiers.dropped.get(keys[end]) or tree.evicted.get(keys[end])
-    if gone is not None:
-        return evicted_reason(start, end, keys[end], gone)
-    others = [s for s in tree.salts_of.get(contents[end], ()) if s != match.cache_salt]
-    if others:
-        return "salt", {"position": start, "block": end, "other_salts": len(others)}
-    stop = first_difference(start, end, list(tokens[start : start + bs]), nexts)
-    return stop or ("cache_end", {"position": start, "node_id": node_id})
