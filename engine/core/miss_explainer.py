@@ -191,7 +191,7 @@ def continuations(tree: ExplainedTree, path, cache_salt) -> list[tuple[int, list
 
 def explain_below(tree, tiers, match, tokens, hashes, max_blocks: int) -> tuple[str, dict]:
     """Why a match that ran on past the device tree into lower tiers (engine/core/tiers.py's LowerTiers: the
-    blocks held below a key, the keys dropped from the last tier) stopped where it did."""
+    blocks held below a key) stopped where it did; a block dropped from the last tier is in `tree.evicted`."""
     bs = tree.block_size
     keys, contents = hashes[0], hashes[1]
     end = len(match.blocks) + len(match.lower)
@@ -202,7 +202,7 @@ def explain_below(tree, tiers, match, tokens, hashes, max_blocks: int) -> tuple[
     if end == max_blocks:
         rest = list(tokens[start : len(tokens) - 1])
         return ("full_match", {}) if not rest else block_floor(start, bs, rest, nexts)
-    gone = tiers.dropped.get(keys[end]) or tree.evicted.get(keys[end])
+    gone = tree.evicted.get(keys[end])
     if gone is not None:
         return evicted_reason(start, end, keys[end], gone)
     others = [s for s in tree.salts_of.get(contents[end], ()) if s != match.cache_salt]

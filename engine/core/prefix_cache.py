@@ -110,6 +110,8 @@ class RadixPrefixCache(PrefixCache):
         self.tails = TailStore(pool, trace, self.radix.clock)
         # host (and disk) below the device: evicted blocks go there, matches continue there
         self.tiers = self.radix.tiers = tiers
+        if tiers is not None:
+            tiers.remember_eviction = self.radix.remember_eviction
 
     def match(self, tokens, cache_salt, hashes=None) -> PrefixMatch:
         if self.tiers is None:

@@ -363,14 +363,19 @@ class RadixCache:
         """Evict up to `num_blocks` cached blocks now and put them on the pool's free list (tests, CLI)."""
         return eviction.evict_to_free_list(self.pool, self.evict_one, num_blocks)
 
+    def remember_eviction(self, key: str, event: dict, policy: str) -> None:
+        """A block left the cache (the device, or the last tier below it): its event and policy, for `evicted`."""
+        self.evicted[key] = (event["seq"], event["t"], policy)
+        self.evicted.move_to_end(key)
+        while len(self.evicted) > self._evicted_memory:
+            self.evicted.popitem(last=False)
+
     def _evict_last_block(self, node: Node) -> int:
         physical, key = node.blocks[-1], node.keys[-1]
         event = self.trace.emit(
             "block_evicted", physical=physical, hash=key, policy=self.policy, node_id=node.node_id
         )
-        self.evicted[key] = (event["seq"], event["t"], self.policy)
-        while len(self.evicted) > self._evicted_memory:
-            self.evicted.popitem(last=False)
+        self.remember_eviction(key, event, self.policy)
         if self.tiers is not None:
             self.tiers.offload(last_block_of(node, self.block_size), physical)
         salts = self.salts_of[node.contents[-1]]

@@ -95,8 +95,8 @@ class LowerTiers:
         self.pool, self.trace = pool, trace
         self.bytes_per_block = bytes_per_block
         self.token_text = token_text
-        # keys that left the last tier -> (seq and t of the host_evicted event, "lru (tier)"), for the explainer
-        self.dropped: OrderedDict[str, tuple[int, float, str]] = OrderedDict()
+        # told of each block that leaves the last tier (the prefix cache sets it: the explainer's evicted memory)
+        self.remember_eviction: Callable[[str, dict, str], None] = lambda key, event, policy: None
         # parent key -> keys held below it in some lower tier (the explainer's continuations)
         self._children: dict[str, set[str]] = {}
         self.loaded_bytes = {store.name: 0 for store in self.stores}
@@ -189,9 +189,7 @@ class LowerTiers:
         if moved:
             return
         event = self.trace.emit("host_evicted", hash=key, tier=store.name, slot=slot, reason="capacity")
-        self.dropped[key] = (event["seq"], event["t"], f"lru ({store.name})")
-        while len(self.dropped) > 4096:
-            self.dropped.popitem(last=False)
+        self.remember_eviction(key, event, f"lru ({store.name})")
 
     def _forget(self, block: TierBlock) -> None:
         siblings = self._children.get(block.parent_key)
