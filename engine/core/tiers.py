@@ -76,9 +76,6 @@ class TierStore:
         self.free: deque[int] = deque(range(num_slots))
         self.blocks: OrderedDict[str, TierBlock] = OrderedDict()
 
-    def __len__(self) -> int:
-        return len(self.blocks)
-
 
 class LowerTiers:
     """Host (and disk) below a device pool: where evicted blocks go and where matches continue."""

@@ -22,8 +22,6 @@ from pathlib import Path
 
 from engine.worker.tier_tensors import apply_copies
 
-PHASES = ("cold", "device", "host", "offload", "load")
-
 
 @dataclass
 class TierCosts:
