@@ -4,6 +4,7 @@ added to the `kvtui bench` group in bench_commands.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import click
 
@@ -36,12 +37,13 @@ def tiers_bench(model, blocks, rounds, as_json, threads, **options):
     from kvtui.bench.tiers import format_tiers, run_tiers, save
     from kvtui.state.tier_costs import tier_costs_path
 
-    options["host_blocks"] = 0
-    config = engine_config(
-        {"num_blocks": blocks + 4, "partial_hits": False, "max_batched_tokens": 4096}, **options
-    )
-    config.host_blocks = blocks + 4
-    config.max_batched_tokens = max(config.max_batched_tokens, blocks * config.block_size + 1)
+    config = engine_config({"partial_hits": False}, **options)
+    # the pool and the host tier hold the prompt, and one chunk prefills it: whatever was typed
+    room = {"num_blocks": blocks + 4, "host_blocks": blocks + 4}
+    try:
+        config = replace(config, **room, max_batched_tokens=blocks * config.block_size + 1)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     _threads(threads)
     engine = load_engine(model, config)
     # a prompt no chat template shapes: the tokenizer's ids of plain text, repeated to length
