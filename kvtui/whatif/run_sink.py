@@ -1,6 +1,6 @@
 """The trace sink of a what-if worker that writes no trace: only the events the run reads are built and handed
-on (prefix matches, tree inserts, evictions, preemptions, loads from lower tiers and what leaves them: the miss
-ledger's, the worker's and the tiers' own); every other
+on (prefix matches, tree inserts, evictions, preemptions, and what leaves a lower tier: the miss ledger's, the
+worker's and the tiers' own); every other
 event still takes its sequence number, so the numbers are those of the trace the run would write. A
 production-size run emits over a million events, most of which nobody would read."""
 
@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from engine.trace.writer import TraceSink
 
-READ = frozenset(
-    {"prefix_match", "radix_insert", "block_evicted", "request_preempted", "block_loaded", "host_evicted"}
-)
+READ = frozenset({"prefix_match", "radix_insert", "block_evicted", "request_preempted", "host_evicted"})
 
 
 class RunSink(TraceSink):

@@ -117,8 +117,6 @@ class Worker:
         self.partial_tokens = 0
         # request -> its partly filled block, known unshared (quiet_rows.scan)
         self._own: dict = {}
-        # seconds of loads from lower tiers made by this step's admissions, charged to the step
-        self._load_seconds = 0.0
         self.sink.listeners.append(self._on_event)
         self.core.finish_listeners.append(self._on_finish)
         if self.tracing:
@@ -157,9 +155,6 @@ class Worker:
         if kind == "request_preempted":
             self.preemptions += 1
             self._own.pop(event["request_id"], None)
-            return
-        if kind == "block_loaded":
-            self._load_seconds += self.config.cost.load_seconds(event["tier"], self.config.block_size)
             return
         if kind == "prefix_match":
             detail = event["detail"]
@@ -219,14 +214,15 @@ class Worker:
         self.now += self.config.cost.step_seconds(
             scheduled.num_prefill_tokens, scheduled.num_decode + len(quiet)
         )
-        # a token loaded from a lower tier costs its load instead of its prefill
-        self.now += self._load_seconds
-        self._load_seconds = 0.0
+        # no K/V memory here: of the pool's copies (copy-on-write, tier moves) only the loads from a lower tier
+        # count, each at its load's cost instead of its tokens' prefill
+        for copy in self.manager.pool.take_copies():
+            if copy.dst_tier == "device" and copy.src_tier != "device":
+                self.now += self.config.cost.load_seconds(copy.src_tier, copy.num_tokens)
         self.core.update_from_output(scheduled, self._token_for)
         if quiet:
             self._fresh = take_quiet(quiet, self.outputs, self._fresh, self.now)
-        # no K/V memory here: the pool's copies (copy-on-write, tier moves) and the window rings' are dropped
-        self.manager.pool.take_copies()
+        # and the window rings' copies are dropped
         self.manager.rings.take_pending()
 
     def advance_to(self, t: float) -> None:
