@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from kvtui.bench.proxy_latency import ProxyThread
 from kvtui.cli import main
 from tests.integration.attach_harness import Attached
-from tests.integration.workload import QUESTIONS, document, system, user_turn
+from tests.integration.workload import QUESTIONS, completion_body, document, system, user_turn
 
 NONCE = f"Twin {time.time_ns() % 100000}. "
 
@@ -48,16 +48,9 @@ class ProxyRun(ProxyThread):
     def post(self, ids: list[int], max_tokens: int = 8) -> dict:
         import urllib.request
 
-        body = {
-            "model": "smollm2",
-            "prompt": ids,
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "return_token_ids": True,
-        }
         req = urllib.request.Request(
             f"http://127.0.0.1:{self.proxy.port}/v1/completions",
-            json.dumps(body).encode(),
+            json.dumps(completion_body(ids, max_tokens)).encode(),
             {"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=300) as r:

@@ -66,19 +66,24 @@ def _counters(server) -> tuple[float, float]:
     return sum(f.get("prefix_hits", 0.0) for f in ranks), sum(f.get("prefix_queries", 0.0) for f in ranks)
 
 
-def send(
-    server, name: str, ids: list[int], salt: str | None = None, max_tokens: int = 2, extra: dict | None = None
-) -> Sent:
-    """One completion on token ids (`extra`: more of the body); vLLM's hit and queried tokens from /metrics
-    around it."""
-    hits0, queries0 = _counters(server)
-    body = {
+def completion_body(ids: list[int], max_tokens: int) -> dict:
+    """A greedy completion on token ids that returns its ids."""
+    return {
         "model": "smollm2",
         "prompt": ids,
         "max_tokens": max_tokens,
         "temperature": 0.0,
         "return_token_ids": True,
     }
+
+
+def send(
+    server, name: str, ids: list[int], salt: str | None = None, max_tokens: int = 2, extra: dict | None = None
+) -> Sent:
+    """One completion on token ids (`extra`: more of the body); vLLM's hit and queried tokens from /metrics
+    around it."""
+    hits0, queries0 = _counters(server)
+    body = completion_body(ids, max_tokens)
     if salt is not None:
         body["cache_salt"] = salt
     body.update(extra or {})
