@@ -1,5 +1,5 @@
 """A CPU float32 model's linears through the C panel kernel inside the engine's forwards, from copies of their
-weights repacked into panels of 16 outputs (engine/worker/kernels/panel_linear.c).
+weights repacked into panels of one vector's outputs (engine/worker/kernels/panel_linear.c).
 
 A decode step of N sequences multiplies N rows by every weight: it reads the weights once whatever N, so its
 product should cost what reading them costs; a prefill multiplies hundreds of rows and should run at the

@@ -29,6 +29,14 @@ FLAGS = ["-O3", "-fPIC", "-shared", "-fopenmp", "-fno-math-errno", "-fno-trappin
 KERNEL_FLAGS = {"decode_ops": ["-ffp-contract=off"], "kv_quantize": ["-ffp-contract=off"]}
 # -march=native is x86 and recent Arm; older Arm compilers spell it -mcpu=native
 NATIVE = (["-march=native"], ["-mcpu=native"], [])
+# KVTUI_MARCH=x86-64-v3 builds for that ISA instead of this machine's (an AVX2 build on an AVX-512 CPU)
+MARCH_VARIABLE = "KVTUI_MARCH"
+
+
+def _targets() -> tuple[list[str], ...]:
+    """The -march choices to try in turn: KVTUI_MARCH's alone where it is set, else this machine's."""
+    march = os.environ.get(MARCH_VARIABLE, "").strip()
+    return ([f"-march={march}"],) if march else NATIVE
 
 # name -> the loaded library, or None when it cannot be built here
 _loaded: dict[str, ctypes.CDLL | None] = {}
@@ -58,13 +66,19 @@ def _cache() -> Path:
     return cache_dir() / "kernels"
 
 
+def _sources(source: Path) -> str:
+    """The text a build of `source` compiles: the file and the headers of this folder it may include."""
+    headers = sorted(FOLDER.glob("*.h"))
+    return "\0".join(path.read_text() for path in [source, *headers])
+
+
 def _build(source: Path, compiler: list[str]) -> Path:
     version = subprocess.run([*compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
     errors = []
-    for native in NATIVE:
+    for native in _targets():
         flags = FLAGS + KERNEL_FLAGS.get(source.stem, []) + native
         key = hashlib.sha256(
-            "\0".join([source.read_text(), " ".join(flags), version, _cpu()]).encode()
+            "\0".join([_sources(source), " ".join(flags), version, _cpu()]).encode()
         ).hexdigest()[:16]
         target = _cache() / f"{source.stem}-{key}.so"
         if target.exists():

@@ -10,21 +10,17 @@
    Quantized K/V (paged_decode_8bit, engine/worker/kv_quant.py): a row is D bytes of int8 or float8 e4m3fn and
    its float32 scale; each row is turned into floats once (for all G query heads), its scale folded into the
    scores' scale (K) and the softmax weights (V), so the loops below run on floats as for float32 K/V.
-   Built by engine/worker/kernels/build.py with the machine's own vector width (-march=native).
+   Built by engine/worker/kernels/build.py for the target's vector width (vectors.h).
 */
 #include <float.h>
-#if defined(__AVX2__) || defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* 16 floats: one AVX-512 register, two AVX2 ones; unaligned loads allowed */
-typedef float vf __attribute__((vector_size(64), aligned(4)));
-typedef int32_t vi __attribute__((vector_size(64), aligned(4)));
-#define LANES 16
+#include "kv_rows.h"
+#include "vectors.h"
+
 /* tokens scored at once: their scores stay in registers / L1 */
 #define TILE 32
 /* rows prefetched ahead of the one scored */
@@ -32,121 +28,11 @@ typedef int32_t vi __attribute__((vector_size(64), aligned(4)));
 #define AHEAD 16
 #endif
 
-static inline float hsum(vf x) {
-    /* a tree of halves: 4 dependent adds, not 16 */
-    typedef float v8 __attribute__((vector_size(32)));
-    typedef float v4 __attribute__((vector_size(16)));
-    v8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
-           __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
-    v4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    return (b[0] + b[2]) + (b[1] + b[3]);
-}
-
-static inline vf load(const float *p) {
-    vf x;
-    memcpy(&x, p, sizeof x);
-    return x;
-}
-
-/* how a row is stored: float32, or D bytes + a float32 scale */
-enum { FLOAT32 = 0, INT8 = 1, FP8_E4M3 = 2 };
-
-/* float8 e4m3fn (bias 7, no infinities) as a float x 2^-8, exactly: a normal number's 7 bits of exponent and
-   mantissa moved to float32's places with the bias raised by 112; a subnormal (exponent 0) is mantissa x 2^-17.
-   The 2^-8 is the half float's (below), folded into the row's scale. No NaN is ever stored (the writer clamps
-   to +-448) */
-static inline float e4m3(uint8_t b) {
-    const int magnitude = b & 0x7F;
-    float x;
-    if (b & 0x78) {
-        const uint32_t bits = ((uint32_t)magnitude << 20) + (112u << 23);
-        memcpy(&x, &bits, sizeof x);
-    } else {
-        x = (float)(b & 7) * (1.0f / 131072.0f);
-    }
-    return b & 0x80 ? -x : x;
-}
-
-/* 16 bytes to 16 int32 lanes, sign-extended or not: one instruction (two on AVX2); GCC's own conversion of a
-   byte vector turns into scalar code */
-static inline vi widen(const uint8_t *p, int is_signed) {
-    vi out;
-#if defined(__AVX512F__)
-    const __m128i c = _mm_loadu_si128((const __m128i *)p);
-    const __m512i w = is_signed ? _mm512_cvtepi8_epi32(c) : _mm512_cvtepu8_epi32(c);
-    memcpy(&out, &w, sizeof out);
-#elif defined(__AVX2__)
-    const __m128i lo = _mm_loadl_epi64((const __m128i *)p), hi = _mm_loadl_epi64((const __m128i *)(p + 8));
-    const __m256i a = is_signed ? _mm256_cvtepi8_epi32(lo) : _mm256_cvtepu8_epi32(lo);
-    const __m256i b = is_signed ? _mm256_cvtepi8_epi32(hi) : _mm256_cvtepu8_epi32(hi);
-    memcpy(&out, &a, sizeof a);
-    memcpy((char *)&out + sizeof a, &b, sizeof b);
-#else
-    for (int i = 0; i < LANES; i++) out[i] = is_signed ? (int8_t)p[i] : p[i];
-#endif
-    return out;
-}
-
-/* 16 e4m3fn bytes as floats x 2^-8. With F16C: each byte's sign, exponent and mantissa moved into a half
-   float's places, which is the value x 2^-8 exactly (subnormals included: bias 7 against 15, 3 mantissa bits
-   against 10); (b + (b & 0x80)) << 7 carries the sign from bit 14 to 15. The hardware turns halves into
-   floats. Without: the bits by hand */
-static inline vf e4m3_vector(const uint8_t *p) {
-#if defined(__F16C__) && (defined(__AVX512F__) || defined(__AVX2__))
-    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
-    const __m256i half = _mm256_slli_epi16(_mm256_add_epi16(w, _mm256_and_si256(w, _mm256_set1_epi16(0x80))), 7);
-    vf x;
-#if defined(__AVX512F__)
-    const __m512 f = _mm512_cvtph_ps(half);
-    memcpy(&x, &f, sizeof x);
-#else
-    const __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(half));
-    const __m256 hi = _mm256_cvtph_ps(_mm256_extracti128_si256(half, 1));
-    memcpy(&x, &lo, sizeof lo);
-    memcpy((char *)&x + sizeof lo, &hi, sizeof hi);
-#endif
-    return x;
-#else
-    const vi b = widen(p, 0);
-    const vi normal = ((b & 0x7F) << 20) + (112 << 23);
-    const vf small = __builtin_convertvector(b & 7, vf) * (1.0f / 131072.0f);
-    vi small_bits;
-    memcpy(&small_bits, &small, sizeof small_bits);
-    /* -1 where the exponent is not 0 */
-    const vi is_normal = (b & 0x78) != 0;
-    const vi bits = (normal & is_normal) | (small_bits & ~is_normal) | ((b & 0x80) << 24);
-    vf x;
-    memcpy(&x, &bits, sizeof x);
-    return x;
-#endif
-}
-
-/* a stored row of D values as floats, without its scale, which it returns (for e4m3 the floats are x 2^-8 and
-   the scale x 2^8) */
-static inline __attribute__((always_inline)) float row_floats(const uint8_t *restrict row, int kind, int D,
-                                                              float *restrict out) {
-    const int whole = D / LANES * LANES;
-    for (int i = 0; i < whole; i += LANES) {
-        vf x;
-        if (kind == INT8) {
-            x = __builtin_convertvector(widen(row + i, 1), vf);
-        } else {
-            x = e4m3_vector(row + i);
-        }
-        memcpy(out + i, &x, sizeof x);
-    }
-    for (int i = whole; i < D; i++) out[i] = kind == INT8 ? (float)(int8_t)row[i] : e4m3(row[i]);
-    float scale;
-    memcpy(&scale, row + D, sizeof scale);
-    /* e4m3's floats are x 2^-8: the scale takes the 2^8 (both exact) */
-    return kind == INT8 ? scale : scale * 256.0f;
-}
-
 /* exp(x) for x <= 0: 2^n x exp(r), n = round(x / ln 2), |r| <= ln 2 / 2, exp(r) by a degree-6 polynomial
    (relative error about 2e-7, as Cephes' expf) */
 static inline vf vexp(vf x) {
     /* below -87, 2^n leaves the normal floats (the weight is 0 to float precision anyway) */
-    for (int i = 0; i < LANES; i++) x[i] = x[i] < -87.0f ? -87.0f : x[i];
+    x = at_least(x, -87.0f);
     /* 1.5 x 2^23: adding it rounds to an integer */
     vf t = x * 1.44269504088896341f + 12582912.0f;
     vf n = t - 12582912.0f;
@@ -158,10 +44,7 @@ static inline vf vexp(vf x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    vi e = (__builtin_convertvector(n, vi) + 127) << 23;
-    vf scale;
-    memcpy(&scale, &e, sizeof scale);
-    return p * scale;
+    return p * (vf)((__builtin_convertvector(n, vi) + 127) << 23);
 }
 
 /* the G scores of one key row: the row read once for all G query heads */
@@ -249,7 +132,7 @@ static inline __attribute__((always_inline)) void attend_range(const float *rest
             int64_t j = 0;
             for (; j + LANES <= n; j += LANES) {
                 vf x = vexp(load(sg + j) - top);
-                memcpy(sg + j, &x, sizeof x);
+                store(sg + j, x);
             }
             for (; j < n; j++) sg[j] = expf(sg[j] - top);
             float sum = 0.0f;
@@ -267,7 +150,7 @@ static inline __attribute__((always_inline)) void attend_range(const float *rest
                     const float *restrict vj = values + j * value_stride;
                     for (int c = 0; c < D / LANES; c++) a[c] += w * load(vj + c * LANES);
                 }
-                for (int c = 0; c < D / LANES; c++) memcpy(ag + c * LANES, &a[c], sizeof a[c]);
+                for (int c = 0; c < D / LANES; c++) store(ag + c * LANES, a[c]);
             } else {
                 for (j = 0; j < n; j++) {
                     const float w = sg[j];

@@ -1,8 +1,8 @@
-/* y = x W^T + b, float32 on the CPU, from W repacked into panels of 16 outputs, summed in a given order.
+/* y = x W^T + b, float32 on the CPU, from W repacked into panels of one vector's outputs, summed in a given order.
 
-   W is repacked once (panel_linear.py): panel[p][k][0..15] = W[16p .. 16p + 15][k], so a panel is one
-   sequential stream, and each 16-wide load of it is multiplied into 16 outputs of a row by a broadcast of
-   x[m][k]: no horizontal sums, one accumulator per (row, panel).
+   W is repacked once (panel_linear.py): panel[p][k][0..L-1] = W[Lp .. Lp + L - 1][k] for L = LANES, the
+   vector's floats, so a panel is one sequential stream, and each vector load of it is multiplied into L
+   outputs of a row by a broadcast of x[m][k]: no horizontal sums, one accumulator per (row, panel).
 
    The order of the sums is the caller's: every output is ((b + s_1) + s_2) + ..., where s_j sums the products
    of block j (k in [ends[j-1], ends[j])) one by one with fused multiply-adds, from zero. That is the order of
@@ -13,32 +13,47 @@
    - few rows (a decode step, 1-8 rows): bound by reading the weights, so each weight is read once and every
      row's work done on it while it is in a register, several panels at a time so enough multiply-adds are in
      flight;
-   - many rows (prefill): bound by the multiply-adds, so tiles of 8 rows x 3 panels (24 accumulators), one
-     block of k at a time so the block's panels (3 x 192 x 64 bytes) stay in L1 over every tile of rows; the
-     block's sums are added into y.
-   Built by build.py with the machine's vector width (-march=native) and fused multiply-adds (-ffp-contract).
+   - many rows (prefill): bound by the multiply-adds, so tiles of TILE_ROWS x TILE_PANELS accumulators, one
+     block of k at a time so the block's panels (TILE_PANELS x 192 vectors) stay in L1 over every tile of rows;
+     the block's sums are added into y.
+   Built by build.py for the target's vector width and fused multiply-adds (-ffp-contract).
 */
 #include <stdint.h>
 #include <string.h>
 
-typedef float vf __attribute__((vector_size(64), aligned(4)));
-#define LANES 16
-#define FEW_ROWS 8
+#include "vectors.h"
+
+/* Register blocking follows the target's vector register file (vectors.h): a panel is one vector of LANES
+   outputs, and a tile's TILE_ROWS x TILE_PANELS accumulators, its TILE_PANELS weight vectors and a broadcast
+   fit the registers. The sums' order does not depend on the width. */
+#if VECTOR_REGISTERS == 32
+/* AVX-512, NEON: 8 x 3 accumulators */
 #define TILE_ROWS 8
 #define TILE_PANELS 3
-/* BY_ROWS_AND_PANELS covers 1..8 rows and 1..4 panels: a larger M, R or P would compute nothing */
-_Static_assert(FEW_ROWS == 8 && TILE_ROWS == 8 && TILE_PANELS <= 4, "the dispatch covers 1..8 rows, 1..4 panels");
+#else
+/* AVX2, SSE: 6 x 2 accumulators (the 6 x 16 tile of BLIS's Haswell kernel on AVX2) */
+#define TILE_ROWS 6
+#define TILE_PANELS 2
+#endif
 
-static inline vf load(const float *p) {
-    vf x;
-    memcpy(&x, p, sizeof x);
-    return x;
+#define FEW_ROWS 8
+/* BY_ROWS_AND_PANELS covers 1..8 rows and 1..4 panels: a larger M, R or P would compute nothing */
+_Static_assert(FEW_ROWS == 8 && TILE_ROWS <= 8 && TILE_PANELS <= 4, "the dispatch covers 1..8 rows, 1..4 panels");
+
+/* panels a few-row pass takes for M rows: as many as keep M x P partial sums, P weights and a broadcast in the
+   registers, at most 4 (measured on SmolLM2's shapes with AVX-512: 4 for up to 4 rows, 3 for up to 8) */
+static inline int few_panels(int M) {
+    const int fit = (VECTOR_REGISTERS - 2) / (M + 1);
+    return VECTOR_REGISTERS == 32 ? (M <= 4 ? 4 : 3) : (fit > 4 ? 4 : (fit < 1 ? 1 : fit));
 }
 
-/* the first `width` lanes of v to / from p (the last panel of an N that is not a multiple of 16) */
+/* the outputs of one panel (pack() in panel_linear.py lays the weights out by it) */
+int panel_lanes(void) { return LANES; }
+
+/* the first `width` lanes of v to / from p (the last panel of an N that is not a multiple of LANES) */
 static inline void store_part(float *p, vf v, int64_t width) {
     if (width == LANES)
-        memcpy(p, &v, sizeof v);
+        store(p, v);
     else
         memcpy(p, &v, (size_t)width * sizeof(float));
 }
@@ -46,7 +61,7 @@ static inline void store_part(float *p, vf v, int64_t width) {
 static inline vf load_part(const float *p, int64_t width) {
     vf v = {0};
     if (width == LANES)
-        memcpy(&v, p, sizeof v);
+        v = load(p);
     else
         memcpy(&v, p, (size_t)width * sizeof(float));
     return v;
@@ -73,7 +88,7 @@ static inline vf load_part(const float *p, int64_t width) {
 
 /* ----------------------------------------------------------------------------------------------- few rows */
 
-/* outputs [16 p, 16 (p + P)) of rows 0..M-1, P panels at once (M and P constants after inlining); init: the
+/* outputs [LANES p, LANES (p + P)) of rows 0..M-1, P panels at once (M and P constants after inlining); init: the
    bias of those outputs, or NULL */
 static inline __attribute__((always_inline)) void few(const float *restrict x, int M, int64_t K,
                                                       const float *restrict w, int P, const float *init,
@@ -107,9 +122,8 @@ static void few_any(const float *x, int M, int64_t K, const float *w, int P, con
 static void few_rows(const float *x, int M, int64_t K, const float *packed, int64_t N, const float *bias,
                      const int64_t *ends, int blocks, float *y, int threads) {
     const int64_t count = (N + LANES - 1) / LANES;
-    /* few rows leave the multiply-adds of one panel waiting on each other: more panels per pass (measured on
-       SmolLM2's shapes: 4 for up to 4 rows, 3 for up to 8) */
-    const int P = M <= 4 ? 4 : 3;
+    /* few rows leave the multiply-adds of one panel waiting on each other: more panels per pass */
+    const int P = few_panels(M);
     const int64_t passes = (count + P - 1) / P;
 #pragma omp parallel for schedule(static) num_threads(threads) if (passes > 4)
     for (int64_t pass = 0; pass < passes; pass++) {
@@ -137,7 +151,7 @@ static inline __attribute__((always_inline)) void tile(const float *restrict x, 
                                                        const float *restrict w, int P, int64_t k0, int64_t k1,
                                                        float *restrict y, int64_t N, int64_t n0,
                                                        const float *bias, int first_block) {
-    vf acc[TILE_ROWS * 4];
+    vf acc[FEW_ROWS * 4];
     for (int i = 0; i < R * P; i++) acc[i] = (vf){0};
     const float *xr = x + m0 * K;
     for (int64_t k = k0; k < k1; k++) {
@@ -197,7 +211,7 @@ static void many_rows(const float *x, int64_t M, int64_t K, const float *packed,
     }
 }
 
-/* x [M, K] rows; packed [ceil(N / 16), K, 16]; bias [N] or NULL; ends: the blocks' ends, increasing, the last
+/* x [M, K] rows; packed [ceil(N / LANES), K, LANES]; bias [N] or NULL; ends: the blocks' ends, increasing, the last
    K; y [M, N]. Returns 0, or 1 for arguments out of range (nothing written). */
 int panel_linear(const float *x, int64_t M, int64_t K, const float *packed, int64_t N, const float *bias,
                  const int64_t *ends, int blocks, float *y, int threads) {

@@ -1,6 +1,7 @@
 """The C product of rows by a weight matrix (panel_linear.c) as a torch call: CPU, float32, MKL's sum order.
 
-panel_linear.c multiplies from the weights repacked here into panels of 16 outputs (`pack`) and sums every
+panel_linear.c multiplies from the weights repacked here into panels of one vector's outputs (`pack`: 16 for an
+AVX-512 build, 8 for AVX2, 4 for NEON) and sums every
 output in the order it is given: fused multiply-adds one product at a time within blocks of k, the blocks'
 sums added to the bias in turn. `mkl_blocks` is the order MKL's sgemm uses on an AMD EPYC (float64
 emulations of candidate orders, bit for bit on every shape tried): blocks of 192, except that a K between 192
@@ -18,7 +19,6 @@ import torch
 from engine.worker.kernels import build
 from engine.worker.kernels.build import bind
 
-LANES = 16
 # rows of one few-row pass (panel_linear.c FEW_ROWS): one pass reads the weights once
 FEW_ROWS = 8
 # MKL sgemm's block of k (see mkl_blocks)
@@ -42,6 +42,16 @@ def available() -> bool:
     return _kernel() is not None
 
 
+@functools.cache
+def lanes() -> int:
+    """The outputs of one panel in the kernel as built here (its vector's floats)."""
+    library = build.load("panel_linear")
+    if library is None:
+        raise RuntimeError(f"no panel_linear kernel: {why_not()}")
+    library.panel_lanes.restype = ctypes.c_int
+    return library.panel_lanes()
+
+
 def why_not() -> str:
     """Why the kernel is not available here ('' when it is)."""
     return "" if available() else build.why_not.get("panel_linear", "")
@@ -59,12 +69,13 @@ def mkl_blocks(k: int) -> list[int]:
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """[N, K] -> [ceil(N / 16), K, 16] panels of 16 outputs (the last padded with zeros)."""
+    """[N, K] -> [ceil(N / L), K, L] panels of L = `lanes()` outputs (the last padded with zeros)."""
     n, k = weight.shape
-    padded = -(-n // LANES) * LANES
+    width = lanes()
+    padded = -(-n // width) * width
     full = weight.new_zeros(padded, k)
     full[:n] = weight
-    return full.view(padded // LANES, LANES, k).transpose(1, 2).contiguous()
+    return full.view(padded // width, width, k).transpose(1, 2).contiguous()
 
 
 def product(
@@ -74,7 +85,8 @@ def product(
     weights and bias are checked once here; each call checks only x (a decode step makes one per linear)."""
     if panels.dtype != torch.float32 or panels.device.type != "cpu":
         raise ValueError("panel_linear takes float32 CPU tensors")
-    if panels.dim() != 3 or panels.shape[2] != LANES or panels.shape[0] * LANES < out_features:
+    width = lanes()
+    if panels.dim() != 3 or panels.shape[2] != width or panels.shape[0] * width < out_features:
         raise ValueError(f"panels {tuple(panels.shape)} do not fit {out_features} outputs")
     if not panels.is_contiguous():
         raise ValueError("panels must be contiguous (as pack makes them)")

@@ -17,8 +17,9 @@ def tiny(dtype=torch.float32):
 
 
 def panel_bytes(linears) -> int:
-    # panels of 16 outputs, the last padded with zeros
-    return sum(-(-m.out_features // 16) * 16 * m.in_features * 4 for m in linears)
+    # panels of the kernel's vector width, the last padded with zeros
+    width = panel_linear.lanes()
+    return sum(-(-m.out_features // width) * width * m.in_features * 4 for m in linears)
 
 
 def test_every_linear_is_packed_and_swapped_in_only_inside_a_forward(monkeypatch):

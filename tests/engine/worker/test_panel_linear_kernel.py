@@ -1,6 +1,6 @@
-"""engine/worker/kernels/panel_linear.c: rows times a weight matrix through panels of 16 outputs, summed in the
-order it is given. Against float64 sums in that order it is exact (the order is what it claims); against MKL it is
-bit for bit where the probe says so; for any row count, output counts that are no multiple of 16, with and
+"""engine/worker/kernels/panel_linear.c: rows times a weight matrix through panels of one vector's outputs, summed
+in the order it is given. Against float64 sums in that order it is exact (the order is what it claims); against MKL
+it is bit for bit where the probe says so; for any row count, output counts that are no multiple of 16, with and
 without a bias, on any thread count; and inside the engine's forward."""
 
 from __future__ import annotations
@@ -116,11 +116,12 @@ def test_tensors_the_c_cannot_read_are_refused():
         kernel.panel_linear(torch.randn(3, 24), panels, 40, torch.randn(39))
     with pytest.raises(ValueError, match="bias"):
         kernel.panel_linear(torch.randn(3, 24), panels, 40, torch.randn(40).double())
-    # panels the C would read past: not 16 lanes, or strided
+    # panels the C would read past: not the kernel's lanes, or strided
+    lanes = kernel.lanes()
     with pytest.raises(ValueError, match="do not fit"):
-        kernel.panel_linear(torch.randn(3, 24), panels.reshape(6, 24, 8), 40, None)
+        kernel.panel_linear(torch.randn(3, 24), panels.reshape(-1, 24, lanes // 2), 40, None)
     with pytest.raises(ValueError, match="contiguous"):
-        kernel.panel_linear(torch.randn(3, 24), torch.randn(3, 16, 24).transpose(1, 2), 40, None)
+        kernel.panel_linear(torch.randn(3, 24), torch.randn(-(-40 // lanes), lanes, 24).transpose(1, 2), 40, None)
     with pytest.raises(ValueError, match="blocks"):
         kernel.product(panels, 40, None, [10, 20])
     with pytest.raises(ValueError, match="blocks"):
