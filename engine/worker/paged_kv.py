@@ -27,6 +27,7 @@ class PagedKV:
         device: torch.device,
         kv_dtype: str | None = None,
     ):
+        self.shape = shape
         self.block_size = block_size
         self.num_blocks = num_blocks
         # what attention computes in (the model's dtype); the slab holds that, or quantized rows

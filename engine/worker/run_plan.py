@@ -5,8 +5,11 @@ Two plans, one per kind of machine:
     CPU float32     decode attention by the C kernel over the pool in place (kernels/paged_decode.c), linears by
                     the C panel kernel (packed_linear.py), every step of a Llama-family model fused (fused_forward.py)
     anything else   torch's SDPA over whole blocks gathered, transformers' own linears and modules (the reference)
-An operation the machine or the model cannot take as planned (no C compiler, KVTUI_NO_KERNELS=1, a model the
-fused step does not fit) takes the reference path instead, and the plan says why. Prefill attention is SDPA on
+On the CPU a kernel runs only where it is faster than torch's op on this machine, by a probe on the model's own
+shapes (path_probe.py; KVTUI_PATHS forces either): the decode attention as one choice, the linears per shape
+and row count. An operation the machine or the model cannot take as planned (no C compiler,
+KVTUI_NO_KERNELS=1, a model the fused step does not fit, a kernel that loses its race) takes the reference path
+instead, and the plan says why. Prefill attention is SDPA on
 every plan (sdpa.py). Tests build a runner with a plan of their own to compare two paths.
 """
 
@@ -16,11 +19,14 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.worker import packed_linear
+from engine.models.shape import ModelShape
+from engine.worker import decode_probe, packed_linear
 from engine.worker.fused_fit import why_not as fused_why_not
 from engine.worker.fused_forward import FusedForward
+from engine.worker.kernels import build as kernels_build
 from engine.worker.kernels import paged_decode
 from engine.worker.packed_linear import PackedLinears
+from engine.worker.path_probe import machine
 
 # decode attention: the C kernel reading each sequence's blocks in place, or SDPA over gathered blocks
 PAGED_DECODE = "paged_decode"
@@ -57,9 +63,11 @@ class RunPlan:
     dtype: str = ""
     # (operation, why it takes the reference path here)
     why: tuple[tuple[str, str], ...] = ()
-    # linears packed for the panel kernel, and those whose prefill-sized forwards take it too (MKL's bits)
+    # linears that take the panel kernel at some row count, of all the model's linears
     packed_linears: int = 0
-    exact_linears: int = 0
+    all_linears: int = 0
+    # each probed choice, a line each (path_probe.Decision.describe): the decode attention's, the linears'
+    choices: tuple[str, ...] = ()
     # window layers keep their K/V in rings (engine/worker/attention.py ring_attention: SDPA, a mask)
     rings: bool = False
     # K/V stored quantized (int8 | fp8_e4m3, engine/worker/kv_quant.py); "" the model's dtype
@@ -79,8 +87,8 @@ class RunPlan:
     def describe(self) -> str:
         if self.linears == PANEL:
             linears = (
-                f"C kernel for 1-{packed_linear.MAX_ROWS} rows; prefill-sized in {self.exact_linears} of "
-                f"{self.packed_linears} linears (MKL's bits), stock in the rest"
+                f"C kernel in {self.packed_linears} of {self.all_linears} linears, at the row counts the probe "
+                "chose it for (below)"
             )
         else:
             linears = _WORDS[STOCK]
@@ -103,6 +111,9 @@ class RunPlan:
                 f"dequantized on read (prefill: the gathered prefix; decode: {reads})"
             )
         lines += [f"  ({operation}: {reason})" for operation, reason in self.why]
+        if self.choices:
+            lines.append(f"  probed on {machine()}, kernels built for {kernels_build.target()}:")
+            lines += [f"    {choice}" for choice in self.choices]
         return "\n".join(lines)
 
 
@@ -116,24 +127,41 @@ def build(
     separate: bool = False,
     rings: bool = False,
     kv_dtype: str | None = None,
+    shape: ModelShape | None = None,
+    block_size: int = 16,
 ) -> tuple[RunPlan, PackedLinears | None, FusedForward | None]:
     """`wanted` as it runs here, with its linears and fused step built: each operation this machine or model
-    cannot take as wanted takes the reference path instead, and the plan says why. `separate`: each request
-    runs a forward of its own (longrope); `rings`: window layers keep their K/V in rings."""
-    why = []
+    cannot take as wanted, or that loses its probe here, takes the reference path instead, and the plan says
+    why. `separate`: each request runs a forward of its own (longrope); `rings`: window layers keep their K/V in
+    rings; `shape` and `block_size`: the model's and the pool's, which the decode attention's probe races on."""
+    why, choices = [], []
     attention = wanted.attention
     if attention == PAGED_DECODE and not paged_decode.usable(device, dtype):
         attention = SDPA
         on_target = device.type == "cpu" and dtype == torch.float32
         reason = paged_decode.why_not() if on_target else "the kernel takes float32 on the CPU"
         why.append(("decode attention", reason))
+    elif attention == PAGED_DECODE and shape is not None:
+        decision = decode_probe.decide(
+            shape.kv_heads, shape.q_heads // shape.kv_heads, shape.head_dim, block_size
+        )
+        choices.append(decision.describe())
+        if not decision.kernel:
+            attention = SDPA
+            why.append(("decode attention", "SDPA over gathered blocks is faster here (probe below)"))
     linears = None
     if wanted.linears == PANEL:
         reason = packed_linear.why_not(model)
+        if not reason:
+            linears = PackedLinears(model)
+            choices += linears.describe()
+            if not linears.entries:
+                linears, reason = (
+                    None,
+                    "torch.nn.Linear is faster here at every shape and row count (probe below)",
+                )
         if reason:
             why.append(("linears", reason))
-        else:
-            linears = PackedLinears(model)
     fused = None
     if wanted.step == FUSED:
         reason = "each request runs a forward of its own" if separate else ""
@@ -152,7 +180,8 @@ def build(
         str(dtype),
         tuple(why),
         0 if linears is None else len(linears.entries),
-        0 if linears is None else linears.exact_count,
+        0 if linears is None else sum(linears.shape_counts.values()),
+        tuple(choices),
         rings,
         kv_dtype or "",
     )

@@ -99,6 +99,8 @@ class ModelRunner:
             separate=self.separate,
             rings=self.rings is not None,
             kv_dtype=None if kv.quant is None else kv.quant.name,
+            shape=kv.shape,
+            block_size=kv.block_size,
         )
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None

@@ -38,6 +38,7 @@ def _targets() -> tuple[list[str], ...]:
     march = os.environ.get(MARCH_VARIABLE, "").strip()
     return ([f"-march={march}"],) if march else NATIVE
 
+
 # name -> the loaded library, or None when it cannot be built here
 _loaded: dict[str, ctypes.CDLL | None] = {}
 # name -> why it is None
@@ -135,3 +136,15 @@ def load(name: str) -> ctypes.CDLL | None:
             why_not[name] = str(exc)
     _loaded[name] = library
     return library
+
+
+def build_id(name: str) -> str:
+    """The loaded build of kernel `name` (its file's stem: the source, flags, compiler and CPU hashed); '' where it
+    is not built."""
+    library = load(name)
+    return Path(library._name).stem if library is not None else ""
+
+
+def target() -> str:
+    """The ISA the kernels are built for: KVTUI_MARCH's, or this machine's own."""
+    return os.environ.get(MARCH_VARIABLE, "").strip() or "native"
