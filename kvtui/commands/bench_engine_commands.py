@@ -320,9 +320,6 @@ def decode_bench(
     )
 
 
-ENGINE_BENCHES = [long_bench, overhead_bench, mixed_bench, prefix_bench, decode_bench]
-
-
 def _decode_precision(model: str, contexts, batch: int, steps: int, rounds: int, options: dict) -> None:
     """Decode with K/V at options' kv_dtype against the exact cache, one model, rounds alternating."""
     from engine.engine import Engine

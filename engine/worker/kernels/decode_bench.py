@@ -11,8 +11,10 @@ import time
 
 import torch
 
+from engine.worker.kernels import build
 from engine.worker.kernels.paged_decode import paged_decode
 from engine.worker.kv_quant import KVQuantizer
+from engine.worker.path_probe import machine
 
 PRECISIONS = ("float32", "int8", "fp8_e4m3")
 
@@ -55,7 +57,10 @@ def compare(
 
 
 def format_rows(rows) -> str:
-    lines = [f"{'context':>7} " + " ".join(f"{name:>12}" for name in PRECISIONS) + "   (ms for all layers)"]
+    lines = [
+        f"{machine()}; kernels built for {build.target()}",
+        f"{'context':>7} " + " ".join(f"{name:>12}" for name in PRECISIONS) + "   (ms for all layers)",
+    ]
     for context, seconds in rows:
         base = seconds["float32"]
         cells = [f"{seconds[n] * 1e3:>6.2f} {base / seconds[n]:>4.2f}x" for n in PRECISIONS]

@@ -39,6 +39,32 @@ def test_a_kernel_is_built_once_into_the_cache_and_loaded(fresh):
     assert len(list((fresh / "cache" / "kernels").glob("answer-*.so"))) == 2
 
 
+def test_a_changed_header_is_another_build(fresh):
+    (fresh / "answer.c").write_text('#include "base.h"\nint answer(int x) { return x + BASE; }\n')
+    (fresh / "base.h").write_text("#define BASE 41\n")
+    assert build.load("answer").answer(1) == 42
+    (fresh / "base.h").write_text("#define BASE 1\n")
+    build._loaded.clear()
+    assert build.load("answer").answer(1) == 2
+
+
+def test_kvtui_march_builds_for_another_isa(fresh, monkeypatch):
+    (fresh / "answer.c").write_text(GOOD)
+    monkeypatch.setenv("KVTUI_MARCH", "x86-64-v3")
+    if build._targets() != (["-march=x86-64-v3"],):
+        pytest.fail(f"KVTUI_MARCH gave {build._targets()}")
+    assert build.target() == "x86-64-v3"
+    library = build.load("answer")
+    if library is None:
+        # a compiler for another architecture refuses the name, and says so
+        assert "x86-64-v3" in build.why_not["answer"]
+    else:
+        assert library.answer(1) == 42
+    build._loaded.clear()
+    monkeypatch.setenv("KVTUI_MARCH", "no-such-isa")
+    assert build.load("answer") is None and "no-such-isa" in build.why_not["answer"]
+
+
 def test_a_source_that_does_not_compile_says_why(fresh):
     (fresh / "broken.c").write_text("int broken(void) { return undeclared_name; }\n")
     assert build.load("broken") is None

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.models.random_models import random_model
-from engine.worker import packed_linear
+from engine.worker import packed_linear, path_probe
 from engine.worker.kernels import panel_linear as kernel
 from engine.worker.packed_linear import PackedLinears
 from tests.helpers.torch_threads import torch_threads
@@ -121,7 +121,9 @@ def test_tensors_the_c_cannot_read_are_refused():
     with pytest.raises(ValueError, match="do not fit"):
         kernel.panel_linear(torch.randn(3, 24), panels.reshape(-1, 24, lanes // 2), 40, None)
     with pytest.raises(ValueError, match="contiguous"):
-        kernel.panel_linear(torch.randn(3, 24), torch.randn(-(-40 // lanes), lanes, 24).transpose(1, 2), 40, None)
+        kernel.panel_linear(
+            torch.randn(3, 24), torch.randn(-(-40 // lanes), lanes, 24).transpose(1, 2), 40, None
+        )
     with pytest.raises(ValueError, match="blocks"):
         kernel.product(panels, 40, None, [10, 20])
     with pytest.raises(ValueError, match="blocks"):
@@ -174,3 +176,6 @@ def test_the_bench_compares_the_three_products_and_says_whose_bits():
     assert rows[0]["mkl_bits"] == probe
     text = format_rows(rows)
     assert "16 x 48 x 64" in text and "GFLOP/s" in text
+    # the machine, the build's ISA, and the path the run plan's rule takes (KVTUI_PATHS forces it in the suite)
+    assert text.splitlines()[0].startswith(path_probe.machine()) and "kernels built for" in text
+    assert all(r["chosen"] == "kernel" for r in rows)
