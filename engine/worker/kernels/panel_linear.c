@@ -26,8 +26,12 @@
 /* Register blocking follows the target's vector register file (vectors.h): a panel is one vector of LANES
    outputs, and a tile's TILE_ROWS x TILE_PANELS accumulators, its TILE_PANELS weight vectors and a broadcast
    fit the registers. The sums' order does not depend on the width. */
-#if VECTOR_REGISTERS == 32
-/* AVX-512, NEON: 8 x 3 accumulators */
+#if VECTOR_REGISTERS == 32 && defined(__aarch64__)
+/* NEON: a row's broadcast takes a register of its own, so 6 x 3 accumulators + 3 weights + 6 rows' values */
+#define TILE_ROWS 6
+#define TILE_PANELS 3
+#elif VECTOR_REGISTERS == 32
+/* AVX-512: 8 x 3 accumulators */
 #define TILE_ROWS 8
 #define TILE_PANELS 3
 #else
@@ -40,11 +44,23 @@
 /* BY_ROWS_AND_PANELS covers 1..8 rows and 1..4 panels: a larger M, R or P would compute nothing */
 _Static_assert(FEW_ROWS == 8 && TILE_ROWS <= 8 && TILE_PANELS <= 4, "the dispatch covers 1..8 rows, 1..4 panels");
 
-/* panels a few-row pass takes for M rows: as many as keep M x P partial sums, P weights and a broadcast in the
-   registers, at most 4 (measured on SmolLM2's shapes with AVX-512: 4 for up to 4 rows, 3 for up to 8) */
+/* panels a few-row pass takes for M rows: as many as keep M x P partial sums, P weights and the rows' broadcasts
+   in the registers, at most 4. On x86 a broadcast is one register used in turn; NEON multiplies by a lane of a
+   register holding the row's value, one per row. AVX-512's rule is measured on SmolLM2's shapes (4 panels for
+   up to 4 rows, 3 for up to 8). */
+#if defined(__aarch64__)
+#define BROADCASTS(M) (M)
+#else
+#define BROADCASTS(M) 1
+#endif
 static inline int few_panels(int M) {
-    const int fit = (VECTOR_REGISTERS - 2) / (M + 1);
-    return VECTOR_REGISTERS == 32 ? (M <= 4 ? 4 : 3) : (fit > 4 ? 4 : (fit < 1 ? 1 : fit));
+    const int fit = (VECTOR_REGISTERS - BROADCASTS(M)) / (M + 1);
+#if defined(__AVX512F__)
+    (void)fit;
+    return M <= 4 ? 4 : 3;
+#else
+    return fit > 4 ? 4 : (fit < 1 ? 1 : fit);
+#endif
 }
 
 /* the outputs of one panel (pack() in panel_linear.py lays the weights out by it) */

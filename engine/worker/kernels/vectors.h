@@ -34,8 +34,10 @@ static inline void store(float *p, vf x) { *(vf_unaligned *)p = x; }
 
 /* the sum of the lanes as a tree of halves: log2(LANES) dependent adds, not LANES */
 static inline float hsum(vf x) {
-    typedef float v8 __attribute__((vector_size(32)));
     typedef float v4 __attribute__((vector_size(16)));
+#if LANES >= 8
+    typedef float v8 __attribute__((vector_size(32)));
+#endif
 #if LANES == 16
     const v8 a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7) +
                  __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
