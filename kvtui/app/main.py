@@ -35,6 +35,7 @@ from kvtui.state.opening import interesting_request, opening_cursor
 from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import TextLine, View
 from kvtui.widgets.block_pool import BlockPoolView
+from kvtui.widgets.block_table import kept_blocks
 from kvtui.widgets.prompt_bar import PromptBar
 from kvtui.widgets.radix_tree import RadixTreeView
 from kvtui.widgets.scrubber import Scrubber
@@ -125,7 +126,7 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         req = state.requests.get(rid)
         blocks = [p for p in state.tables.get(rid, ()) if p >= 0]
         if not blocks and req is not None:
-            blocks = [p for _, p in state.cached_path(req.token_ids)]
+            blocks = [k.physical for k in kept_blocks(state, req)]
         if blocks:
             self.query_one("#pool-grid", BlockPoolView).cursor = blocks[0]
 
