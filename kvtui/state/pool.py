@@ -80,6 +80,19 @@ class PoolReducer:
             return WRITING
         return SHARED if self.ref[physical] > 1 else USED
 
+    def counts_by_state(self) -> dict[str, int]:
+        """How many blocks are in each state `block_state` gives (what the grid draws): the legend's counts."""
+        held, writing = _HELD, self.writing
+        n_writing = sum(1 for p in writing if self.kind[p] == held)
+        shared = sum(1 for p, r in enumerate(self.ref) if r > 1 and self.kind[p] == held and p not in writing)
+        return {
+            USED: self.n_used - shared - n_writing,
+            SHARED: shared,
+            CACHED: self.n_cached,
+            FREE: self.n_free,
+            WRITING: n_writing,
+        }
+
     def block_tokens(self, physical: int) -> tuple[list[int], list[str]]:
         """The tokens a block holds: from an owner's sequence, else from its radix node."""
         bs = self.block_size
