@@ -232,8 +232,7 @@ class TokenStrip(LineView):
         if inv is None or inv["request_id"] != req.request_id:
             return [
                 Segment(
-                    "←→↑↓ move · shift+←→ select · r replace · i insert before · d delete · f fork (live)"
-                    + (" · → past the last token, then i: a new turn" if self.has_end_slot() else ""),
+                    "←→↑↓ move · shift+←→ select · r replace · i insert before · d delete · f fork (live)",
                     dim,
                 )
             ]
