@@ -289,15 +289,17 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
     def key_groups(self) -> list[tuple[str, list[Binding]]]:
         """Every key of every screen, grouped as the help lists them."""
         grouped = {id(b) for b in (*PLAYBACK_BINDINGS, *LIVE_BINDINGS)}
+        shown = {tab_id for _, tab_id, _ in self.shown_tabs()}
+        hidden = [f"`{n}`" for n, tab_id in enumerate(TABS, 1) if tab_id not in shown]
+        everywhere = "Everywhere" + (f" ({', '.join(hidden)}: no such tab in this trace)" if hidden else "")
         groups = [
-            ("Everywhere", [b for b in self.BINDINGS if id(b) not in grouped]),
+            (everywhere, [b for b in self.BINDINGS if id(b) not in grouped]),
             ("Replay: play, step and seek", PLAYBACK_BINDINGS),
             (
                 "Live mode (kvtui live)" + ("" if self.live else ": this is a replay, they only say so"),
                 LIVE_BINDINGS,
             ),
         ]
-        shown = {tab_id for _, tab_id, _ in self.shown_tabs()}
         groups += [
             (f"Tab {n} {tab.title}", bindings)
             for n, tab_id, tab, bindings in self.view_bindings()

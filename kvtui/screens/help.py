@@ -87,10 +87,10 @@ def trace_notes(state) -> dict[str, list[str]]:
         )
         add("metrics", "**8-bit K/V**: the bytes-per-token formula shows each row's 4-byte scale.")
     if state.tier_capacity:
-        tiers = ", ".join(f"{name} ({size} slots)" for name, size in state.tier_capacity.items())
+        tiers = ", ".join(f"{name}: {size} slots" for name, size in state.tier_capacity.items())
         add(
             "pool",
-            f"**Host tier** {tiers}: its slots under the device's blocks (`□` held, `·` free), rows `h0`...",
+            f"**Host tier** ({tiers}): its slots under the device's blocks (`□` held, `·` free), rows `h0`...",
         )
         add("tree", "**Host tier**: blocks held on host hang under their parent in the host colour (`host`).")
         add("metrics", "**Host tier**: hit tokens by the tier that served them and each tier's traffic.")

@@ -54,6 +54,7 @@ async def test_every_binding_of_every_screen_is_in_the_help():
         # six tabs for a plain trace, no what-if tab and nothing of tiers or 8-bit K/V
         assert "## Views (keys 1-6)" in text and "**What if**" not in text
         assert "Host tier" not in text and "8-bit K/V" not in text
+        assert "### Everywhere (`7`: no such tab in this trace)" in text
         for n, tab in enumerate(list(TABS.values())[:6], 1):
             assert f"{n}. **{tab.title}** - " in text
 
@@ -64,7 +65,9 @@ async def test_a_host_tier_trace_explains_its_tier_views():
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         text = await _help(app, pilot)
-        assert "**Host tier** host (" in text and "blocks held on host hang under their parent" in text
+        assert (
+            "**Host tier** (host: 6 slots)" in text and "blocks held on host hang under their parent" in text
+        )
 
 
 async def test_an_8_bit_trace_says_so():
