@@ -155,14 +155,15 @@ def table_summary(table: list[int], tokens: int, block_size: int, will_hit: list
     holding no block counts the blocks its admission `will_hit` apart from those it will compute."""
     fills = [max(0, min(block_size, tokens - i * block_size)) for i, p in enumerate(table) if p >= 0]
     held = len(fills)
+    hit = sum(k.tokens for k in will_hit)
+    if hit and not held:
+        # short: the table is half a screen wide
+        return f"{plural(tokens, 'token')}: will hit {hit} ({plural(len(will_hit), 'block')}), {tokens - hit} to compute"
     text = f"{plural(held, 'block')} · {plural(tokens, 'token')}"
     if held:
         waste = held * block_size - sum(fills)
         text += f" · tail waste {plural(waste, 'slot')}"
-    hit = sum(k.tokens for k in will_hit)
-    if hit:
-        text += f" · will hit {plural(len(will_hit), 'block')} ({hit} tok)"
-    pending = tokens - sum(fills) - hit
+    pending = tokens - sum(fills)
     if pending:
-        text += f" · {pending} to compute" if hit else f" · {pending} in no block yet (to compute)"
+        text += f" · {pending} in no block yet (to compute)"
     return text

@@ -73,8 +73,8 @@ def test_each_block_tables_rows_are_its_headers_blocks(trace):
             header, blocks = _table_rows(state, rid)
             if kept := re.search(r"tree keeps (\d+)/[\d,]+ blocks? \((\d+) tok\)", header):
                 count, tokens = int(kept[1]), int(kept[2])
-            elif hit := re.search(r"will hit ([\d,]+) blocks? \((\d+) tok\)", header):
-                count, tokens = int(hit[1].replace(",", "")), int(hit[2])
+            elif hit := re.search(r"will hit ([\d,]+) \(([\d,]+) blocks?\)", header):
+                count, tokens = int(hit[2].replace(",", "")), int(hit[1].replace(",", ""))
             else:
                 count = int(re.match(r"\S+ ([\d,]+) blocks?", header)[1].replace(",", ""))
                 tokens = None

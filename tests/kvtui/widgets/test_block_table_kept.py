@@ -31,7 +31,7 @@ def test_a_waiting_request_shows_the_blocks_it_will_hit():
     state = replay(trace.header, trace.events[:k])
     assert state.requests["user1"].status == "waiting" and not state.tables.get("user1")
     rows = _rows(state, "user1")
-    assert rows[0] == "user1 0 blocks · 210 tokens · will hit 12 blocks (192 tok) · 18 to compute"
+    assert rows[0] == "user1 210 tokens: will hit 192 (12 blocks), 18 to compute"
     assert rows[2] == " will hit: L0-L11, 192 tokens from the prefix tree"
     block_rows = [r for r in rows if r.startswith(" L")]
     assert [r.split()[0] for r in block_rows] == [f"L{i}" for i in range(12)]
