@@ -21,7 +21,7 @@ from collections.abc import Callable
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane, TextArea
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from kvtui.sources.attach_silence import SILENT_AFTER
 from kvtui.sources.collector_messages import CollectorNotice, Explained, ViewReady
@@ -30,6 +30,7 @@ from kvtui.state.fleet_explain import QueryError, parse_query
 from kvtui.state.fleet_view import FleetView, explain_text, fleet_view
 from kvtui.state.proxy_requests import ProxyRequests
 from kvtui.widgets.base import TextLine, update_if_changed
+from kvtui.widgets.explain_box import ExplainBox
 from kvtui.widgets.fleet_table import FleetTableView
 from kvtui.widgets.fleet_tree import FleetTreeView
 from kvtui.widgets.proxy_lanes import ProxyLanesView, proxy_summary
@@ -136,10 +137,11 @@ class FleetApp(App):
             with TabPane("3 Explain", id="explain"):
                 yield Static(
                     "prompt: token ids (1 2 3), text with --tokenizer (special tokens and newlines as typed), "
-                    "or @FILE; options first: salt=S lora=L group=G | prompt. ctrl+s explains",
+                    "or @FILE; options first: salt=S lora=L group=G | prompt. ctrl+s explains; every other key "
+                    "is text here (1-4 and q too): Esc leaves the box, then 1-4 switch tabs and q quits",
                     id="explain-help",
                 )
-                yield TextArea(id="explain-input", soft_wrap=True, show_line_numbers=False)
+                yield ExplainBox(id="explain-input", soft_wrap=True, show_line_numbers=False)
                 with VerticalScroll():
                     yield Static(id="explain-out")
             with TabPane("4 Requests", id="requests"):
@@ -275,7 +277,7 @@ class FleetApp(App):
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#fleet-tabs", TabbedContent).active = tab
         if tab == "explain":
-            self.query_one("#explain-input", TextArea).focus()
+            self.query_one("#explain-input", ExplainBox).focus()
         elif tab == "requests":
             self.query_one("#proxy-lanes", ProxyLanesView).focus()
         # the tree now, not in a second
@@ -297,7 +299,7 @@ class FleetApp(App):
             return
         out = self.query_one("#explain-out", Static)
         try:
-            ids, options = parse_query(self.query_one("#explain-input", TextArea).text, self.tokenizer)
+            ids, options = parse_query(self.query_one("#explain-input", ExplainBox).text, self.tokenizer)
         except QueryError as exc:
             update_if_changed(out, f"cannot explain: {exc}")
             return

@@ -168,8 +168,9 @@ class LiveMixin:
             return False
         return True
 
-    def _edit_target(self, what: str) -> tuple[str, int, int, int] | None:
-        """(request, start, count, token id at start) of the selection, as the live engine has it now.
+    def _edit_target(self, what: str) -> tuple[str, int, int, int | None] | None:
+        """(request, start, count, token id at start) of the selection, as the live engine has it now; at a
+        finished request's end slot (count 0, no token id) only an insert.
 
         An edit goes to the engine's present, so a view scrubbed back first jumps to live; if the selected
         tokens are not the same there (generation moved on, an edit landed), nothing is sent and a notice says
@@ -178,10 +179,19 @@ class LiveMixin:
         rid = self.view.request_id
         start, end = strip.selection()
         seen = list(self.view.request.token_ids[start:end])
+        if start == end and what != "insert":
+            self.notify(
+                f"{what}: the cursor is after the last token, where only i (insert) works: ← to pick a token",
+                severity="warning",
+                timeout=4,
+            )
+            return None
         if self.timeline is not None and (not self.following or self.cursor != len(self.timeline)):
             self.action_follow()
             live = self.state.requests.get(rid) if self.state is not None else None
-            if live is None or live.token_ids[start:end] != seen:
+            # after the last token: the request must not have grown since
+            moved = live is not None and start == end and live.num_tokens != start
+            if live is None or live.token_ids[start:end] != seen or moved:
                 now = (
                     "nothing (the request is gone)" if live is None else repr("".join(live.texts[start:end]))
                 )
@@ -193,6 +203,9 @@ class LiveMixin:
                 )
                 return None
             self.notify(f"{what}: jumped to live first (edits apply to the engine's present)", timeout=3)
+        if start == end:
+            # an insert after the last token: no token there for the engine to check
+            return rid, start, 0, None
         if not seen:
             return None
         return rid, start, end - start, seen[0]
@@ -212,10 +225,12 @@ class LiveMixin:
                 f"replace {''.join(texts[start : start + count])!r} ({where}, {count} token"
                 f"{'s' if count > 1 else ''}) with this text, any length"
             )
+        elif start == len(texts):
+            what = f"insert after the last token (position {start - 1}, {texts[-1]!r}) this text, a new turn"
         else:
             what = f"insert before position {start} ({texts[start]!r}) this text"
         self._pending_edit = (*target, kind)
-        first = texts[start]
+        first = texts[start] if start < len(texts) else ""
         self._edit_lead = first[: len(first) - len(first.lstrip())]
         self._open_input(kind, f"{what}; Enter applies, Esc cancels")
 

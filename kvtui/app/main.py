@@ -26,20 +26,18 @@ from kvtui.app.loading import LoadingMixin
 from kvtui.app.playback import PLAYBACK_BINDINGS, PlaybackMixin
 from kvtui.app.selection import SelectionMixin
 from kvtui.app.status import status_line
-from kvtui.app.tabs import TABS, tab_bindings, tab_label
-from kvtui.screens.help import HelpScreen
-from kvtui.screens.palette import KvtuiCommands, key_display
+from kvtui.app.tabs import TABS, Tab, tab_bindings, tab_label
+from kvtui.screens.help import HelpScreen, help_markdown, trace_notes
+from kvtui.screens.palette import KvtuiCommands, own_bindings
 from kvtui.screens.panel import PanelScreen
 from kvtui.state import CacheState
 from kvtui.state.opening import interesting_request, opening_cursor
 from kvtui.state.timeline import Timeline
 from kvtui.widgets.base import TextLine, View
 from kvtui.widgets.block_pool import BlockPoolView
+from kvtui.widgets.block_table import kept_blocks
 from kvtui.widgets.prompt_bar import PromptBar
-from kvtui.widgets.radix_tree import RadixTreeView
 from kvtui.widgets.scrubber import Scrubber
-from kvtui.widgets.timeline import TimelineView
-from kvtui.widgets.token_strip import TokenStrip
 
 # terminal rows under which the prompt bar takes one row instead of three
 COMPACT_BELOW_ROWS = 30
@@ -125,7 +123,7 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         req = state.requests.get(rid)
         blocks = [p for p in state.tables.get(rid, ()) if p >= 0]
         if not blocks and req is not None:
-            blocks = [p for _, p in state.cached_path(req.token_ids)]
+            blocks = [k.physical for k in kept_blocks(state, req)]
         if blocks:
             self.query_one("#pool-grid", BlockPoolView).cursor = blocks[0]
 
@@ -268,31 +266,68 @@ class KvtuiApp(LoadingMixin, PlaybackMixin, LiveMixin, SelectionMixin, App):
         self.call_after_refresh(self.refresh_views)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.keys_markdown()))
+        self.push_screen(HelpScreen(self.help_text()))
+
+    def shown_tabs(self) -> list[tuple[int, str, Tab]]:
+        """(key, tab id, tab) of the tabs this trace shows (the what-if tab only for a what-if trace)."""
+        tabs = self.query_one("#tabs", TabbedContent)
+        return [
+            (n, tab_id, tab)
+            for n, (tab_id, tab) in enumerate(TABS.items(), 1)
+            if tabs.get_tab(tab_id).display
+        ]
+
+    def view_bindings(self) -> list[tuple[int, str, Tab, list[Binding]]]:
+        """(key, tab id, tab, bindings) of each tab whose main view has keys of its own."""
+        out = []
+        for n, (tab_id, tab) in enumerate(TABS.items(), 1):
+            bindings = own_bindings(type(self.query_one(tab.view)))
+            if bindings:
+                out.append((n, tab_id, tab, bindings))
+        return out
+
+    def key_groups(self) -> list[tuple[str, list[Binding]]]:
+        """Every key of every screen, grouped as the help lists them."""
+        grouped = {id(b) for b in (*PLAYBACK_BINDINGS, *LIVE_BINDINGS)}
+        shown = {tab_id for _, tab_id, _ in self.shown_tabs()}
+        hidden = [f"`{n}`" for n, tab_id in enumerate(TABS, 1) if tab_id not in shown]
+        everywhere = "Everywhere" + (f" ({', '.join(hidden)}: no such tab in this trace)" if hidden else "")
+        groups = [
+            (everywhere, [b for b in self.BINDINGS if id(b) not in grouped]),
+            ("Replay: play, step and seek", PLAYBACK_BINDINGS),
+            (
+                "Live mode (kvtui live)" + ("" if self.live else ": this is a replay, they only say so"),
+                LIVE_BINDINGS,
+            ),
+        ]
+        groups += [
+            (f"Tab {n} {tab.title}", bindings)
+            for n, tab_id, tab, bindings in self.view_bindings()
+            if tab_id in shown
+        ]
+        groups += [
+            ("Panels (k masks, l roofline)", own_bindings(PanelScreen)),
+            ("This help", own_bindings(HelpScreen)),
+        ]
+        return groups
+
+    def help_text(self) -> str:
+        """The help's Markdown, for this app and this trace."""
+        tabs = [(n, tab_id, tab.title, tab.help) for n, tab_id, tab in self.shown_tabs()]
+        return help_markdown(tabs, trace_notes(self.state), self.key_groups())
 
     def command_entries(self):
         """(binding, callback) for every binding of the app and its views: the command palette's registry."""
         entries = []
         for binding in self.BINDINGS:
             entries.append((binding, partial(self.run_action, binding.action)))
-        for selector, cls in (
-            ("#pool-grid", BlockPoolView),
-            ("#radix", RadixTreeView),
-            ("#lanes", TimelineView),
-            ("#token-strip", TokenStrip),
-        ):
-            for binding in cls.BINDINGS:
-                entries.append((binding, partial(self._run_widget_action, selector, binding.action)))
+        for _n, _tab_id, tab, bindings in self.view_bindings():
+            for binding in bindings:
+                entries.append((binding, partial(self._run_widget_action, tab.view, binding.action)))
         return entries
 
     async def _run_widget_action(self, selector: str, action: str) -> None:
         await self.run_action(action, self.query_one(selector))
-
-    def keys_markdown(self) -> str:
-        rows = ["| key | what |", "|---|---|"]
-        for binding, _ in self.command_entries():
-            rows.append(f"| `{key_display(binding)}` | {binding.description} |")
-        return "\n".join(rows)
 
     def on_unmount(self) -> None:
         # the live engine: stops after the step in flight, closes its trace, joins

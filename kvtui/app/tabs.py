@@ -1,6 +1,6 @@
 """The tabs of `KvtuiApp`, in one table: for each tab its title, its key's description, the view that takes
-the focus when it shows, what it is made of, and how it is redrawn. The app composes, binds, focuses and
-refreshes the tabs from `TABS` alone; adding a tab is one entry here.
+the focus when it shows, what it is made of, how it is redrawn, and what the help (`?`) says of it. The app
+composes, binds, focuses, refreshes and explains the tabs from `TABS` alone; adding a tab is one entry here.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ class Tab:
     compose: Callable[[], ComposeResult]
     # redraw the tab from the state and the selection (only the tab shown is redrawn)
     update: Callable[[App, CacheState | None, View], None]
+    # what it shows, in the help (Markdown); what a trace adds to it is in kvtui/screens/help.py
+    help: str = ""
 
 
 def _compose_pool() -> ComposeResult:
@@ -112,15 +114,48 @@ def _one_view(cls: type, view_id: str) -> tuple[Callable[[], ComposeResult], Cal
     return compose, update
 
 
+POOL_HELP = """\
+every physical block is one cell: `■` in use, a digit = shared by that many requests (ref count), `□` cached
+(no owner, kept in the prefix tree, evictable), `·` free, `▶` being written this step; the legend counts each.
+Below it the selected request's **block table** (logical -> physical, fill of each block, tail waste in the
+last block; for a request holding no blocks, the blocks it will hit or the tree keeps of it) and the block under
+the cursor: its tokens, ref count, hash, owners, age. After an edit: {EDIT_COLOURS}."""
+REQUESTS_HELP = """\
+one lane per request over trace time: `·` queued, `█` prefill chunk, `▪` decode step, `─` running, `E` edit,
+`P` preempted, `┃` finished. Above: TTFT / TPOT / ITL percentiles."""
+TREE_HELP = """\
+the radix tree, one row per node: its token run, its blocks, hits, lock refs (running requests using it), last
+access. Fresh marks: insert, hit, split; recent evictions below. Under it the **miss explainer** of the
+selected request: how many prompt tokens came from the cache and why matching stopped (divergent token, block
+floor, evicted, salt, short prompt, ...)."""
+METRICS_HELP = """\
+hit rates and KV memory over time; the pool's bytes beside the formula's bytes (tokens held x bytes per token,
+the formula spelled out)."""
+RINGS_HELP = """\
+sliding-window layers: W slots per request, the write head `▼`, the position in each slot, in its role (legend:
+sink kept forever, recent in the window, heavy hitter kept for its attention in a `kvtui sinks --trace`
+trace); under them, where in the sequence the held positions lie."""
+TOKENS_HELP = """\
+the selected request's tokens with boundaries and positions; move the cursor (shift+arrows select a range; on a
+finished request `→` goes past the last token) and, live, `r` replace the selection by typed text of any
+length, `i` insert before the cursor (past the last token: after it, a new turn), `d` delete the selection, `f`
+fork. An edit goes to the engine's present: scrubbed back, the view jumps to live first, and the engine refuses
+an edit whose token it no longer has there."""
+WHATIF_HELP = """\
+a trace written by `kvtui whatif -o`: the hit-rate curve against capacity (one-pass LRU, the optimal bound, the
+simulated points), the miss causes as bars, and the fleet table with `--workers`."""
+
 TABS: dict[str, Tab] = {
-    "pool": Tab("Pool", "pool", "#pool-grid", _compose_pool, _update_pool),
-    "requests": Tab("Requests", "requests", "#lanes", _compose_requests, _update_requests),
-    "tree": Tab("Prefix tree", "prefix tree", "#radix", _compose_tree, _update_tree),
-    "metrics": Tab("Metrics", "metrics", "#charts", *_one_view(ChartsView, "charts")),
-    "rings": Tab("Rings", "rings", "#ring-view", *_one_view(RingView, "ring-view")),
-    "tokens": Tab("Tokens", "tokens", "#token-strip", *_one_view(TokenStrip, "token-strip")),
+    "pool": Tab("Pool", "pool", "#pool-grid", _compose_pool, _update_pool, POOL_HELP),
+    "requests": Tab("Requests", "requests", "#lanes", _compose_requests, _update_requests, REQUESTS_HELP),
+    "tree": Tab("Prefix tree", "prefix tree", "#radix", _compose_tree, _update_tree, TREE_HELP),
+    "metrics": Tab("Metrics", "metrics", "#charts", *_one_view(ChartsView, "charts"), METRICS_HELP),
+    "rings": Tab("Rings", "rings", "#ring-view", *_one_view(RingView, "ring-view"), RINGS_HELP),
+    "tokens": Tab("Tokens", "tokens", "#token-strip", *_one_view(TokenStrip, "token-strip"), TOKENS_HELP),
     # shown for a what-if trace only (kvtui whatif -o): its curve, miss causes and fleet
-    "whatif": Tab("What if", "what-if curve and causes", "#whatif-view", compose_whatif, update_whatif),
+    "whatif": Tab(
+        "What if", "what-if curve and causes", "#whatif-view", compose_whatif, update_whatif, WHATIF_HELP
+    ),
 }
 
 

@@ -1,4 +1,6 @@
-"""`?`: what each view shows, the concepts behind it (from the seed notes), and every key."""
+"""`?`: built from the app as it is. The tabs this trace shows (their text is in `TABS`, kvtui/app/tabs.py),
+what this trace adds to them (a host tier, 8-bit K/V, measured precision, a sinks experiment), the concepts
+behind the views, and every key of every screen, read from the bindings (so a key added is a key explained)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
+from kvtui.screens.palette import key_display
 from kvtui.widgets.palette import ROLES
 
 
@@ -23,34 +26,15 @@ def edit_colours() -> str:
     )
 
 
-CONCEPTS = """\
+INTRO = """\
 # kvtui help
 
 kvtui draws a **trace**: every fact the engine reports about its KV cache. Live mode runs a model and
 shows its trace as it happens; replay reads a saved trace. The *cursor* is a point in the trace: every view
 shows the cache exactly as it was after that event.
+"""
 
-## Views (keys 1-6)
-1. **Pool** - every physical block is one cell: `■` in use, a digit = shared by that many requests
-   (ref count), `□` cached (no owner, kept in the prefix tree, evictable), `·` free, `▶` being written this
-   step. `o` colors blocks by owner. After an edit: {EDIT_COLOURS}. Arrows move the
-   block cursor; the side panel shows its tokens, ref count, hash, owners, age, and the selected request's
-   **block table** (logical -> physical, fill of each block, tail waste in the last block).
-2. **Requests** - one lane per request over trace time: `·` queued, `█` prefill chunk, `▪` decode step,
-   `─` running, `E` edit, `P` preempted, `┃` finished. Above: TTFT / TPOT / ITL percentiles.
-3. **Prefix tree** - the radix tree, one row per node: its token run, its blocks, hits, lock refs (running
-   requests using it), last access. Fresh marks: insert, hit, split; recent evictions below. Under it the
-   **miss explainer** for the selected request: how many prompt tokens came from the cache and why matching
-   stopped (divergent token, block floor, evicted, salt, short prompt, ...).
-4. **Metrics** - hit rates and KV memory over time; formula bytes next to pool bytes.
-5. **Rings** - sliding-window layers: W slots per request, the write head `▼`, the position in each slot, in
-   its role (legend: sink kept forever, recent in the window, heavy hitter kept for its attention in a
-   `kvtui sinks --trace` trace); under them, where in the sequence the held positions lie.
-6. **Tokens** - the selected request's tokens with boundaries and positions; move the cursor (shift+arrows
-   select a range) and `r` replace the selection by typed text of any length, `i` insert before, `d` delete
-   the selection (live mode), `f` fork. An edit goes to the engine's present: scrubbed back, the view jumps
-   to live first, and the engine refuses an edit whose token it no longer has there.
-
+CONCEPTS = """\
 ## Concepts
 - **KV cache**: in a causal decoder K/V of position j depend only on tokens <= j, so they are computed once
   and reused. Bytes = 2 x layers x kv_heads x head_dim x bytes_per_elem x tokens (KV heads, not query heads).
@@ -74,24 +58,73 @@ shows the cache exactly as it was after that event.
 - **Copy-on-write**: a fork shares every block (ref count > 1); the first write to a shared block copies it.
 
 ## Live mode
-`p` the prompt box (Enter sends) · `h` holds the engine between two steps, so that the pool, the tree and the
-tokens stay as they are while you look (a short request otherwise finishes in about two seconds, before
-sharing or copy-on-write can be seen); `n` then runs one step; `h` again resumes · `F` follows the end again
-after scrubbing back · `r` `i` `d` edit, `f` fork, `s` stop the selected request.
+`h` holds the engine between two steps, so that the pool, the tree and the tokens stay as they are while you
+look (a short request otherwise finishes in about two seconds, before sharing or copy-on-write can be seen);
+`n` then runs one step; `h` again resumes. Edits go to the engine's present (see tab Tokens).
 
 ## The scrubber (bottom)
 The bar is the whole trace, `●` the cursor; click it to seek. The row above marks where things happen:
 `A` a request arrives, `E` an edit, `x` a block evicted, `m` a prompt missed the cache (part of it computed),
 `P` a request preempted. Where several share a column the first in P E x m A shows. `a` `e` `x` `m` jump to
 the next one of a kind, shift (`A` `E` `X` `M`) to the previous.
-
-## Replay controls
-`space` play/pause · `.` / `,` one event forward/back · `>` / `<` one engine step forward/back ·
-`+` / `-` speed (a stretch with no event plays as one second of trace time) · `g` go to a percentage or
-`#event` · `ctrl+home` / `ctrl+end` (or `G`) start/end · `a` `e` `x` `m` next arrival / edit / eviction /
-miss, shift for previous · `[` `]` previous/next request · `ctrl+p` command palette (every key is there) ·
-`q` quit.
 """
+
+
+def trace_notes(state) -> dict[str, list[str]]:
+    """What this trace adds to the tabs, by tab id: the views that show only where the trace has it."""
+    notes: dict[str, list[str]] = {}
+    if state is None:
+        return notes
+
+    def add(tab: str, text: str) -> None:
+        notes.setdefault(tab, []).append(text)
+
+    if state.kv_dtype:
+        add(
+            "pool",
+            f"**8-bit K/V** ({state.kv_dtype}): the legend says `K/V {state.kv_dtype}`; a block's bytes are a "
+            "byte a value plus a float32 scale per token and KV head.",
+        )
+        add("metrics", "**8-bit K/V**: the bytes-per-token formula shows each row's 4-byte scale.")
+    if state.tier_capacity:
+        tiers = ", ".join(f"{name}: {size} slots" for name, size in state.tier_capacity.items())
+        add(
+            "pool",
+            f"**Host tier** ({tiers}): its slots under the device's blocks (`□` held, `·` free), rows `h0`...",
+        )
+        add("tree", "**Host tier**: blocks held on host hang under their parent in the host colour (`host`).")
+        add("metrics", "**Host tier**: hit tokens by the tier that served them and each tier's traffic.")
+    if state.counts.get("kv_divergence"):
+        add(
+            "tokens",
+            "**Measured precision**: each token coloured by the KL divergence of its next-token "
+            "distribution from the exact cache's, by decade.",
+        )
+    if state.header.get("kind") == "sinks":
+        add(
+            "rings", "**Sinks experiment** (`kvtui sinks --trace`): rings only, no blocks; the story is here."
+        )
+    return notes
+
+
+def help_markdown(
+    tabs: list[tuple[int, str, str, str]],
+    notes: dict[str, list[str]],
+    key_groups: list[tuple[str, list[Binding]]],
+) -> str:
+    """The help: (number, id, title, text) of each tab shown, what this trace adds to them, the concepts, and a
+    table of keys per screen or view."""
+    parts = [INTRO, f"## Views (keys 1-{len(tabs)})" if tabs else "## Views"]
+    for number, tab_id, title, text in tabs:
+        parts.append(
+            f"{number}. **{title}** - " + text.replace("{EDIT_COLOURS}", edit_colours()).replace("\n", " ")
+        )
+        parts += [f"   - {note}" for note in notes.get(tab_id, ())]
+    parts += ["", CONCEPTS, "## Keys"]
+    for title, bindings in key_groups:
+        parts += ["", f"### {title}", "", "| key | what |", "|---|---|"]
+        parts += [f"| `{key_display(b)}` | {b.description} |" for b in bindings]
+    return "\n".join(parts) + "\n"
 
 
 class HelpScreen(ModalScreen):
@@ -101,11 +134,10 @@ class HelpScreen(ModalScreen):
     HelpScreen > VerticalScroll { width: 90%; height: 90%; border: round $accent; background: $surface; }
     """
 
-    def __init__(self, keys_markdown: str = ""):
+    def __init__(self, markdown: str):
         super().__init__()
-        self.keys_markdown = keys_markdown
+        self.markdown = markdown
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            concepts = CONCEPTS.replace("{EDIT_COLOURS}", edit_colours())
-            yield Markdown(concepts + "\n## All keys\n" + self.keys_markdown)
+            yield Markdown(self.markdown)

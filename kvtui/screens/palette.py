@@ -12,6 +12,16 @@ def key_display(binding: Binding) -> str:
     return " / ".join(format_key(key.strip()) for key in binding.key.split(","))
 
 
+def own_bindings(cls: type) -> list[Binding]:
+    """The bindings kvtui's own classes give `cls` (its own and its kvtui base classes'), without Textual's
+    built-in scrolling keys."""
+    out: list[Binding] = []
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("kvtui."):
+            out += klass.__dict__.get("BINDINGS", [])
+    return out
+
+
 def command_text(binding: Binding) -> str:
     return f"{binding.description} ({key_display(binding)})"
 

@@ -8,11 +8,28 @@ draws, adding `writing` (written by the current step) and `shared` (ref count ab
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # Block states as the pool view draws them.
 FREE, USED, SHARED, CACHED, WRITING = "free", "used", "shared", "cached", "writing"
 
 # PoolReducer.kind values
 _FREE, _HELD, _CACHED = 0, 1, 2
+# the hash a tail is cached under: this prefix, then the first 12 hex digits of its parent block's key
+TAIL_HASH = "tail:"
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """A partly filled last block a finished or preempted request left cached (engine/core/tails.py)."""
+
+    # its position in the sequence that left it, in blocks
+    logical: int
+    # the whole block before it in that sequence (-1 at position 0)
+    parent: int
+    cache_salt: str | None
+    token_ids: tuple[int, ...]
+    texts: tuple[str, ...]
 
 
 class PoolReducer:
@@ -34,6 +51,10 @@ class PoolReducer:
         self.n_cached = 0
         # request id -> physical block per logical block (-1: none)
         self.tables: dict[str, list[int]] = {}
+        # physical -> the tail it holds while cached as one
+        self.tails: dict[int, Tail] = {}
+        # (physical, request id, logical) of the last block_released: a tail is cached right after it
+        self._last_release: tuple[int, str, int] | None = None
 
     def _snapshot_pool(self, new) -> None:
         new.ref = list(self.ref)
@@ -44,6 +65,7 @@ class PoolReducer:
         new.block_node = dict(self.block_node)
         new.writing = set(self.writing)
         new.tables = {k: list(v) for k, v in self.tables.items()}
+        new.tails = dict(self.tails)
 
     # ------------------------------------------------------------------ derived views
     @property
@@ -58,9 +80,25 @@ class PoolReducer:
             return WRITING
         return SHARED if self.ref[physical] > 1 else USED
 
+    def counts_by_state(self) -> dict[str, int]:
+        """How many blocks are in each state `block_state` gives (what the grid draws): the legend's counts."""
+        held, writing = _HELD, self.writing
+        n_writing = sum(1 for p in writing if self.kind[p] == held)
+        shared = sum(1 for p, r in enumerate(self.ref) if r > 1 and self.kind[p] == held and p not in writing)
+        return {
+            USED: self.n_used - shared - n_writing,
+            SHARED: shared,
+            CACHED: self.n_cached,
+            FREE: self.n_free,
+            WRITING: n_writing,
+        }
+
     def block_tokens(self, physical: int) -> tuple[list[int], list[str]]:
         """The tokens a block holds: from an owner's sequence, else from its radix node."""
         bs = self.block_size
+        tail = self.tails.get(physical)
+        if tail is not None:
+            return list(tail.token_ids), list(tail.texts)
         for rid, logical in self.owners[physical]:
             req = self.requests.get(rid)
             if req is not None:
@@ -139,6 +177,7 @@ class PoolReducer:
         self.block_hash[p] = None
         self.born[p] = ev["t"]
         self.block_node.pop(p, None)
+        self.tails.pop(p, None)
         self._set_table(rid, logical, p)
 
     def _on_block_shared(self, ev: dict) -> None:
@@ -156,6 +195,7 @@ class PoolReducer:
         self.ref[p] = ev["ref_count"]
         self._drop_from_table(rid, logical, p)
         self.writing.discard(p)
+        self._last_release = (p, rid, logical)
 
     def _on_block_freed(self, ev: dict) -> None:
         p = ev["physical"]
@@ -164,6 +204,7 @@ class PoolReducer:
         self.owners[p] = ()
         self.block_hash[p] = None
         self.block_node.pop(p, None)
+        self.tails.pop(p, None)
         self.writing.discard(p)
 
     def _on_block_copied(self, ev: dict) -> None:
@@ -184,6 +225,29 @@ class PoolReducer:
         self.owners[p] = ()
         self.block_hash[p] = ev["hash"]
         self.writing.discard(p)
+        if ev["hash"].startswith(TAIL_HASH) and p not in self.tails:
+            self._keep_tail(p)
+
+    def _keep_tail(self, p: int) -> None:
+        """Remember what the tail holds: the computed tokens of the block its request just released (a tail
+        is never written again, so a tail cached anew keeps what it held)."""
+        if self._last_release is None or self._last_release[0] != p:
+            return
+        _, rid, logical = self._last_release
+        req = self.requests.get(rid)
+        lo = logical * self.block_size
+        if req is None or req.num_computed <= lo:
+            return
+        hi = min(lo + self.block_size, req.num_computed)
+        # the request releases its last block first: the one before it is still in its table
+        table = self.tables.get(rid, ())
+        self.tails[p] = Tail(
+            logical,
+            table[logical - 1] if 0 < logical <= len(table) else -1,
+            req.cache_salt,
+            tuple(req.token_ids[lo:hi]),
+            tuple(req.texts[lo:hi]),
+        )
 
     def _on_block_evicted(self, ev: dict) -> None:
         self.evictions += 1
@@ -191,6 +255,7 @@ class PoolReducer:
         if self.kind[p] == _CACHED:
             self._set_kind(p, _FREE)
         self.block_hash[p] = None
+        self.tails.pop(p, None)
         node_id = self.block_node.pop(p, None)
         if node_id is None:
             node_id = ev.get("node_id")

@@ -42,6 +42,17 @@ class RadixNode:
         return new
 
 
+@dataclass(frozen=True, slots=True)
+class KeptBlock:
+    """A block of a sequence the cache keeps with no request holding it: a tree block or a tail."""
+
+    physical: int
+    # the radix node holding it; None for a tail (a partly filled last block)
+    node_id: int | None
+    # how many of the sequence's tokens it holds
+    tokens: int
+
+
 class TreeReducer:
     """The radix tree part of `CacheState`: radix_* events, lock refs, and the tree's derived views."""
 
@@ -105,6 +116,23 @@ class TreeReducer:
                 out.append((nxt.node_id, p))
                 pos += bs
             node = nxt
+
+    def kept_blocks(self, token_ids: list[int], cache_salt: str | None) -> list[KeptBlock]:
+        """The tree's whole blocks of `token_ids` from position 0 (`cached_path`), then the tail after them that
+        shares the most leading tokens with the rest, as the engine's partial match picks it."""
+        bs = self.block_size
+        kept = [KeptBlock(p, node_id, bs) for node_id, p in self.cached_path(token_ids)]
+        pos = len(kept) * bs
+        parent = kept[-1].physical if kept else -1
+        rest = token_ids[pos : pos + bs]
+        best = None
+        for p, tail in self.tails.items():
+            if tail.logical * bs != pos or tail.parent != parent or tail.cache_salt != cache_salt:
+                continue
+            same = _common_prefix(tail.token_ids, rest)
+            if same and (best is None or same > best.tokens):
+                best = KeptBlock(p, None, same)
+        return kept + [best] if best is not None else kept
 
     # ------------------------------------------------------------------ lock refs
     def _on_radix_lock(self, ev: dict) -> None:
@@ -237,3 +265,12 @@ class TreeReducer:
         node.hits += 1
         node.last_access = ev["t"]
         node.mark, node.mark_seq = "hit", ev["seq"]
+
+
+def _common_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -227,17 +227,11 @@ def pool_legend(state: CacheState | None, view: View | None = None) -> Content:
     """One line: the glyphs the grid uses with their counts (and the tree node highlighted, if any)."""
     if state is None:
         return Content.styled("waiting for the trace header…", markup("dim"))
-    shared = sum(1 for p in range(state.num_blocks) if state.ref[p] > 1)
-    used = state.n_used
+    # each block counted once, in the state its cell is drawn in
+    counts = state.counts_by_state()
     parts: list = []
-    for glyph, kind, label, count in (
-        ("■", USED, "used", used - shared),
-        ("2", SHARED, "shared", shared),
-        ("□", CACHED, "cached", state.n_cached),
-        ("·", FREE, "free", state.n_free),
-        ("▶", WRITING, "writing", len(state.writing)),
-    ):
-        parts += [(glyph, markup(STATE_ROLE[kind])), f" {label} {count}  "]
+    for glyph, kind in (("■", USED), ("2", SHARED), ("□", CACHED), ("·", FREE), ("▶", WRITING)):
+        parts += [(glyph, markup(STATE_ROLE[kind])), f" {kind} {counts[kind]}  "]
     parts += tier_legend(state)
     parts.append((f"{state.num_blocks}×{state.block_size} tok", markup("dim")))
     if state.kv_dtype:

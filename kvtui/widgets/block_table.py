@@ -1,7 +1,9 @@
 """The block table of the selected request: logical -> physical, fill of each block, tail waste.
 
-Once a request has finished it holds no blocks; the table then lists what the prefix tree still keeps of its
-sequence (the blocks a follow-up turn or an edit would reuse), marked `cached` with their tree node.
+A request that holds no blocks gets the blocks the cache keeps of its sequence instead (`kept_blocks`): a
+finished one, what the prefix tree and its tail store still hold (what a follow-up turn or an edit would reuse);
+a waiting or preempted one, what its admission will hit if those blocks are still there when it is scheduled.
+The header, the label above those rows and the rows all count the same `KeptBlock`s.
 """
 
 from __future__ import annotations
@@ -9,30 +11,49 @@ from __future__ import annotations
 from rich.segment import Segment
 from textual.strip import Strip
 
+from kvtui.state import FINISHED
+from kvtui.state.tree import KeptBlock
 from kvtui.widgets.base import STATE_ROLE, LineView, join_texts, pad, plural, show_text
 
 HEADER_ROWS = 2
 
 
+def kept_blocks(state, req) -> list[KeptBlock]:
+    """What the cache keeps of a request's sequence: all of it for a finished request; for a waiting or
+    preempted one the prefix its admission would hit, which never covers the last token (always computed)."""
+    if req.status == FINISHED:
+        return state.kept_blocks(req.token_ids, req.cache_salt)
+    return state.kept_blocks(req.token_ids[: max(0, req.num_tokens - 1)], req.cache_salt)
+
+
+def _span(first: int, last: int) -> str:
+    return f"L{first}" if first == last else f"L{first}-L{last}"
+
+
 class BlockTableView(LineView):
     _kept_key: tuple | None = None
-    _kept: list[tuple[int, int]] = []
+    _kept: list[KeptBlock] = []
 
-    def kept(self) -> list[tuple[int, int]]:
-        """(node_id, physical) the tree keeps of a request that holds no blocks (cached per state)."""
+    def kept(self) -> list[KeptBlock]:
+        """The blocks the cache keeps of a request that holds none (cached per state)."""
         state, req = self.view.state, self.view.request
         if state is None or req is None or state.tables.get(req.request_id):
             return []
         key = (id(state), state.index, req.request_id)
         if key != self._kept_key:
-            self._kept, self._kept_key = state.cached_path(req.token_ids), key
+            self._kept, self._kept_key = kept_blocks(state, req), key
         return self._kept
 
     def row_count(self, width: int) -> int:
         state, rid = self.view.state, self.view.request_id
         if state is None or rid is None:
             return 1
-        return HEADER_ROWS + max(1, len(state.tables.get(rid, ())) or len(self.kept()) + 1)
+        table = state.tables.get(rid)
+        if table:
+            return HEADER_ROWS + len(table)
+        kept = self.kept()
+        # the label above the kept rows, then the line for the rest of the sequence
+        return HEADER_ROWS + (len(kept) + 1 if kept else 0) + 1
 
     def render_row(self, row: int, width: int) -> Strip:
         state, req = self.view.state, self.view.request
@@ -43,25 +64,14 @@ class BlockTableView(LineView):
         table = state.tables.get(req.request_id, [])
         bs = state.block_size
         n = req.num_tokens
-        if row == 0 and not table and req.status == "finished":
-            kept = self.kept()
-            return pad(
-                [
-                    Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
-                    Segment(
-                        f"finished · tree keeps {len(kept)}/{plural(-(-n // bs), 'block')} ({len(kept) * bs} tok)",
-                        bold,
-                    ),
-                ],
-                width,
-            )
         if row == 0:
+            kept = [] if table else self.kept()
+            if not table and req.status == FINISHED:
+                text = kept_summary(kept, n, bs)
+            else:
+                text = table_summary(table, n, bs, kept)
             return pad(
-                [
-                    Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold),
-                    Segment(table_summary(table, n, bs), bold),
-                ],
-                width,
+                [Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold), Segment(text, bold)], width
             )
         if row == 1:
             return pad([Segment(" logical  physical  fill   tokens", palette["heading"])], width)
@@ -85,34 +95,70 @@ class BlockTableView(LineView):
         segs.append(Segment(" " + show_text(join_texts(texts))))
         return pad(segs, width)
 
-    def _kept_row(self, state, req, logical: int, width: int) -> Strip:
+    def _kept_row(self, state, req, row: int, width: int) -> Strip:
+        """Row 0: the label; then one row per kept block; then the rest of the sequence."""
         kept = self.kept()
         bs = state.block_size
         palette = self.palette()
         dim = palette["dim"]
-        if logical >= len(kept):
-            why = "rest: released (or not a whole block)" if req.status == "finished" else "no blocks yet"
+        finished = req.status == FINISHED
+        if not kept:
+            why = "rest: released (or not a whole block)" if finished else "no blocks yet"
             return pad([Segment(f" {why}", dim)], width)
-        node_id, p = kept[logical]
-        texts = req.texts[logical * bs : (logical + 1) * bs]
-        kind = state.block_state(p)
+        tokens = sum(k.tokens for k in kept)
+        if row == 0:
+            what = "kept" if finished else "will hit"
+            where = "the prefix tree" if kept[-1].node_id is not None else "the prefix tree and a tail"
+            text = f" {what}: {_span(0, len(kept) - 1)}, {plural(tokens, 'token')} from {where}"
+            return pad([Segment(text, palette["heading"])], width)
+        logical = row - 1
+        if logical >= len(kept):
+            return pad([Segment(f" {_rest(kept, req.num_tokens, bs, finished)}", dim)], width)
+        block = kept[logical]
+        lo = logical * bs
+        texts = req.texts[lo : lo + block.tokens]
+        where = "tail " if block.node_id is None else f"n{block.node_id} "
         return pad(
             [
                 Segment(f" L{logical:<7}", dim),
-                Segment(f"P{p:<8}", palette[STATE_ROLE[kind]]),
-                Segment(f"{bs:>2}/{bs:<3}", dim),
-                Segment(f"n{node_id} ", dim),
+                Segment(f"P{block.physical:<8}", palette[STATE_ROLE[state.block_state(block.physical)]]),
+                Segment(f"{block.tokens:>2}/{bs:<3}", dim),
+                Segment(where, dim),
                 Segment(show_text(join_texts(texts))),
             ],
             width,
         )
 
 
-def table_summary(table: list[int], tokens: int, block_size: int) -> str:
+def _rest(kept: list[KeptBlock], tokens: int, block_size: int, finished: bool) -> str:
+    """The line after the kept rows: the tokens no kept block holds, and the blocks they were in."""
+    left = tokens - sum(k.tokens for k in kept)
+    if not left:
+        return "rest: none"
+    last = -(-tokens // block_size) - 1
+    if finished:
+        released = f", {_span(len(kept), last)} released" if last >= len(kept) else ""
+        return f"rest: {plural(left, 'token')} in no kept block{released}"
+    return f"rest: {plural(left, 'token')} to compute, no blocks yet"
+
+
+def kept_summary(kept: list[KeptBlock], tokens: int, block_size: int) -> str:
+    """A finished request's header: how many of its blocks (and tokens) the cache still keeps."""
+    blocks = -(-tokens // block_size)
+    held = sum(k.tokens for k in kept)
+    return f"finished · tree keeps {len(kept)}/{plural(blocks, 'block')} ({held} tok)"
+
+
+def table_summary(table: list[int], tokens: int, block_size: int, will_hit: list[KeptBlock] = ()) -> str:
     """Blocks held, tokens, the unfilled slots of the held blocks (tail waste) and the tokens no block holds yet
-    (after an edit, or queued): an edit at position 0 leaves no block and every token still to compute."""
+    (after an edit, or queued): an edit at position 0 leaves no block and every token still to compute. A request
+    holding no block counts the blocks its admission `will_hit` apart from those it will compute."""
     fills = [max(0, min(block_size, tokens - i * block_size)) for i, p in enumerate(table) if p >= 0]
     held = len(fills)
+    hit = sum(k.tokens for k in will_hit)
+    if hit and not held:
+        # short: the table is half a screen wide
+        return f"{plural(tokens, 'token')}: will hit {hit} ({plural(len(will_hit), 'block')}), {tokens - hit} to compute"
     text = f"{plural(held, 'block')} · {plural(tokens, 'token')}"
     if held:
         waste = held * block_size - sum(fills)

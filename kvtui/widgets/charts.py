@@ -15,6 +15,7 @@ from rich.segment import Segment
 from textual.strip import Strip
 
 from kvtui.state import CacheState
+from kvtui.state.kv_bytes import bytes_per_token_formula
 from kvtui.widgets.base import LineView, fmt_bytes, fmt_seconds, pad, plural
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -188,7 +189,7 @@ def memory_lines(state: CacheState) -> list[str]:
         f"  pool: {state.num_blocks} blocks × {fmt_bytes(bpb)} = {fmt_bytes(state.num_blocks * bpb)};"
         f" in use {fmt_bytes(used_bytes)}, cached {fmt_bytes(state.n_cached * bpb)}",
         f"  formula: {plural(tokens, 'token')} held × {fmt_bytes(bpt)}/token = {fmt_bytes(tokens * bpt)}"
-        f" (2 × layers × kv_heads × head_dim × bytes)",
+        f" ({bytes_per_token_formula(state.header)})",
     ]
     if tokens:
         lines.append(

@@ -2,7 +2,8 @@
 
 Alternating shades show token boundaries (prompt and generated tokens in two role colours, see palette.py); each line starts with the position
 of its first token. The cursor picks the token to replace, insert before, or delete; shift+arrows extend a
-selection from it (replace and delete act on the whole selection). After an edit, positions before the edit
+selection from it (replace and delete act on the whole selection). A finished request has one more cursor
+place, the end slot after its last token (`END_SLOT`): an insert there adds a turn. After an edit, positions before the edit
 point m keep their K/V (underlined); from m on everything is recomputed (the `recompute` role).
 """
 
@@ -14,10 +15,13 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.strip import Strip
 
+from kvtui.state import FINISHED
 from kvtui.widgets.base import LineView, character_of, fmt_seconds, pad, plural, show_text
 
 MARGIN = 6
 HEADER_ROWS = 3
+# the place after a finished request's last token, drawn as one cell after it
+END_SLOT = "▏"
 
 
 class TokenStrip(LineView):
@@ -67,6 +71,10 @@ class TokenStrip(LineView):
                 used = 0
             lines[-1].append((pos, shown))
             used += len(shown)
+        if self.has_end_slot():
+            if used + 1 > room and lines[-1]:
+                lines.append([])
+            lines[-1].append((req.num_tokens, END_SLOT))
         self._layout, self._layout_key = lines, key
         return lines
 
@@ -80,17 +88,31 @@ class TokenStrip(LineView):
             return None
         return inv["first_recomputed"]
 
+    def has_end_slot(self) -> bool:
+        """A finished request: the cursor may also stand after its last token, where an insert adds a turn."""
+        req = self.view.request
+        return req is not None and req.status == FINISHED and req.num_tokens > 0
+
+    def at_end_slot(self) -> bool:
+        req = self.view.request
+        return self.has_end_slot() and self.position() == req.num_tokens
+
     def position(self) -> int:
-        """The cursor's token position, clamped to the sequence (the last token when unset)."""
+        """The cursor's token position, clamped to the sequence (the last token when unset); a finished
+        request's end slot is position num_tokens."""
         req = self.view.request
         if req is None or not req.num_tokens:
             return 0
-        return req.num_tokens - 1 if self.cursor is None else max(0, min(self.cursor, req.num_tokens - 1))
+        last = req.num_tokens if self.has_end_slot() else req.num_tokens - 1
+        return req.num_tokens - 1 if self.cursor is None else max(0, min(self.cursor, last))
 
     def selection(self) -> tuple[int, int]:
-        """[start, end) of the selected tokens: the cursor's token, or the shift+arrow range."""
+        """[start, end) of the selected tokens: the cursor's token, or the shift+arrow range; empty at the end
+        slot."""
         pos = self.position()
         req = self.view.request
+        if self.at_end_slot():
+            return pos, pos
         if self.anchor is None or req is None or not req.num_tokens or req.request_id != self._anchor_request:
             return pos, pos + 1
         anchor = max(0, min(self.anchor, req.num_tokens - 1))
@@ -131,6 +153,9 @@ class TokenStrip(LineView):
         recompute, recompute_mark = palette["recompute"], palette["recompute-mark"]
         segs = [Segment(f"{line[0][0] if line else 0:>{MARGIN - 1}} ", dim)]
         for pos, shown in line:
+            if pos == req.num_tokens:
+                segs.append(Segment(shown, palette["token-cursor"] if pos == cursor else dim))
+                continue
             style = (prompt if pos < req.prompt_len else generated)[pos % 2]
             if m is not None and pos >= m:
                 style = recompute_mark if pos == m else style + recompute
@@ -166,7 +191,10 @@ class TokenStrip(LineView):
         dim = palette["dim"]
         segs = [Segment("cursor ", dim)]
         pos = self.position()
-        if req.num_tokens:
+        if self.at_end_slot():
+            segs.append(Segment(f"pos {pos}, after the last token", palette["bold"]))
+            segs.append(Segment(" · i inserts here: a new turn (live)", dim))
+        elif req.num_tokens:
             logical = pos // state.block_size
             table = state.tables.get(req.request_id, [])
             where = (
@@ -238,7 +266,8 @@ class TokenStrip(LineView):
         req = self.view.request
         if req is None:
             return
-        pos = max(0, min(req.num_tokens - 1, position))
+        last = req.num_tokens if self.has_end_slot() else req.num_tokens - 1
+        pos = max(0, min(last, position))
         # at the end: None follows new tokens
         self.cursor = None if pos == req.num_tokens - 1 else pos
         width = self.content_width()
@@ -259,9 +288,10 @@ class TokenStrip(LineView):
             self.anchor = self.position()
             self._anchor_request = self.view.request_id
         self.set_cursor(self.position() + delta)
-        # at the end: keep the cursor there
-        if self.cursor is None and self.view.request is not None:
-            self.cursor = self.view.request.num_tokens - 1
+        # at the end: keep the cursor there; a selection ends at the last token, not the end slot
+        req = self.view.request
+        if req is not None and (self.cursor is None or self.at_end_slot()):
+            self.cursor = req.num_tokens - 1
 
     def selected_text(self) -> str:
         req = self.view.request

@@ -55,7 +55,8 @@ def test_the_views_show_the_bytes_and_join_them(tokenizer):
     strip.cursor = 1
     assert "\\xe6\\x97\\xa5本" in strip.render_row(3, 120).text
     assert "bytes of '日'" in strip.render_row(1, 120).text
-    # a block's text: its characters, and the bytes of one its boundary splits (語 = e8 aa 9e over 2 blocks)
-    assert "日本\\xe8 " in BlockTableView(View(state, rid)).render_row(2, 120).text
+    # a block's text (under the kept rows' label): its characters, and the bytes of one its boundary splits
+    # (語 = e8 aa 9e over 2 blocks)
+    assert "日本\\xe8 " in BlockTableView(View(state, rid)).render_row(3, 120).text
     # a tree node of both blocks: the characters
     assert "日本語の本" in RadixTreeView(View(state, rid)).render_line(1).text

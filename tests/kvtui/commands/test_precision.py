@@ -85,6 +85,9 @@ def test_replay_colours_each_token_by_its_kl(precision_trace):
     ]
     styled = [segment.style for segment in tokens if segment.style is not None and segment.text.strip()]
     assert styled[0] == palette[f"kl-{req.kl_bin(0)}"]
-    # the last prompt token and the generated one were not measured: their own colours
-    unmeasured = {palette[r] for r in ("token-cursor", "prompt-a", "prompt-b", "generated-a", "generated-b")}
+    # the last prompt token and the generated one were not measured: their own colours (and the finished
+    # request's end slot after them, dim)
+    unmeasured = {
+        palette[r] for r in ("token-cursor", "prompt-a", "prompt-b", "generated-a", "generated-b", "dim")
+    }
     assert set(styled) - unmeasured <= roles and set(styled) & roles

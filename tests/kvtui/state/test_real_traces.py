@@ -69,9 +69,10 @@ def test_finished_request_table_lists_what_the_tree_keeps():
     parsed = read_trace(DATA / "edit_series.jsonl")
     state = replay(parsed.header, parsed.events)
     widget = BlockTableView(View(state, "memo"))
-    rows = [widget.render_line(y).text for y in range(4)]
+    rows = [widget.render_line(y).text for y in range(5)]
     assert "tree keeps 8/9 blocks" in rows[0]
-    assert rows[2].split()[:2] == ["L0", "P9"]
+    assert rows[2].startswith(" kept: L0-L7, 128 tokens from the prefix tree")
+    assert rows[3].split()[:2] == ["L0", "P9"]
 
 
 def test_eviction_trims_the_node_one_block_at_a_time():
