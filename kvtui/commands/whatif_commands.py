@@ -19,6 +19,7 @@ from kvtui.commands.whatif_helpers import (
     _stream,
     _streamable,
     kv_capacities,
+    refuse_ignored,
     server_defaults,
 )
 from kvtui.commands.whatif_tier_options import tier_options, tiers_from_options
@@ -101,7 +102,7 @@ COST = CostModel()
     type=click.Path(dir_okay=False),
     callback=output_file,
     help="Write the simulated run of the first configuration (the current one) as a kvtui trace; "
-    "the others are in its what-if summary.",
+    "the others are in its what-if summary (with --as-recorded: the re-run of the trace).",
 )
 @click.option(
     "--workers",
@@ -193,7 +194,9 @@ COST = CostModel()
     "--as-recorded",
     is_flag=True,
     help="A kvtui engine trace run again at the engine's own settings, with its arrivals, edits, forks and "
-    "aborts by step: each prefix lookup against the engine's (the twin's accuracy on our own traces).",
+    "aborts by step: every prefix lookup (at admission and again after a preemption or an edit) against the "
+    "engine's (the twin's accuracy on our own traces); -o writes the re-run as a trace. Takes no other option "
+    "but --json and -q.",
 )
 def whatif(
     workload,
@@ -258,8 +261,9 @@ def whatif(
                                   a host tier under each device: hits per tier, prefill seconds saved
       kvtui whatif fixtures/traces/concurrent8.jsonl --as-recorded
     """
+    refuse_ignored(click.get_current_context(), workers)
     if as_recorded:
-        return _as_recorded(workload, as_json)
+        return _as_recorded(workload, as_json, trace_out)
     from kvtui.whatif.answers import parse_targets
     from kvtui.whatif.loaders import WorkloadFormatError, detect_format, load
     from kvtui.whatif.routers import ROUTERS
@@ -310,7 +314,13 @@ def whatif(
     for p in policies:
         if p not in ("lru", "lfu", "cost"):
             raise click.BadParameter(f"{p!r}: choose lru, lfu or cost", param_hint="--eviction")
-    caps, bytes_per_token = kv_capacities(kv_config, kv_dtypes, capacities, sizes, quiet)
+    plan = kv_capacities(kv_config, kv_dtypes, capacities, sizes, quiet)
+    if len(plan.precisions) > 1 and tier_args["host_capacities"]:
+        raise click.BadParameter(
+            "the tiers' loads are priced at one K/V precision: give one --kv-dtype with --host-capacity",
+            param_hint="--kv-dtype",
+        )
+    bytes_per_token = plan.precisions[0].bytes_per_token if plan.precisions else None
     tiers = tiers_from_options(tier_args, sizes, bytes_per_token, kv_config, workers)
     cost = CostModel(step_ms / 1e3, prefill_us / 1e6, decode_ms / 1e3)
     cost = tiers.with_loads(cost) if tiers else cost
@@ -318,7 +328,7 @@ def whatif(
     caching = [True, False] if no_prefix_cache else [True]
     if server.get("enable_prefix_caching") is False:
         caching = [False]
-    configs = sweep_configs(caps, sizes, policies, batch, caching, cost, not whole_blocks, tiers)
+    configs = sweep_configs(plan.caps, sizes, policies, batch, caching, cost, not whole_blocks, tiers)
     if trace_out and workers > 1:
         raise click.ClickException("-o writes one worker's run: leave out --workers")
     if trace_out and ray_address:
@@ -344,7 +354,7 @@ def whatif(
         jobs=jobs,
         ray=ray_address,
         targets=tuple(targets),
-        bytes_per_token=bytes_per_token,
+        plan=plan,
         optimal=optimal,
         tiers=tiers,
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 from kvtui.whatif.capacity import human_bytes, human_tokens
 from kvtui.whatif.causes import shares_sentence
 from kvtui.whatif.fidelity import fidelity_lines
+from kvtui.whatif.precisions import rounded_line
 from kvtui.whatif.tier_report import capacity_label, point_key, tier_lines
 
 
@@ -74,7 +75,10 @@ def as_table(report: dict) -> str:
             else "(infinite cache, simulated)"
         )
     )
-    per_token = report.get("bytes_per_token")
+    lines += [
+        f"note      capacity {rounded_line(r)}: rounded down to whole blocks"
+        for r in report.get("capacities_rounded", [])
+    ]
     for t in report.get("targets", []):
         share = (
             f"{100 * t['fraction_of_ceiling']:g}% of the one-pass ceiling "
@@ -85,7 +89,7 @@ def as_table(report: dict) -> str:
             continue
         size = human_tokens(t["capacity_tokens"]) + " tokens"
         if t.get("capacity_bytes") is not None:
-            size += f" ({human_bytes(t['capacity_bytes'])})"
+            size += f" ({human_bytes(t['capacity_bytes'])} at {t['kv_dtype']})"
         lines.append(
             f"target    {share}: {size}, {_pct(t['token_hit_rate']).strip()} of prompt tokens "
             "(the smallest LRU capacity that reaches it)"
@@ -96,9 +100,10 @@ def as_table(report: dict) -> str:
         for k in ("max_batched_tokens", "max_num_seqs", "prefix_cache")
         if any(k in p for p in report["points"])
     ]
+    in_bytes = any("capacity_bytes" in p for p in report["points"])
     head = (
         f"{'capacity':>9} "
-        + (f"{'bytes':>10} " if per_token else "")
+        + (f"{'bytes':>10} {'K/V':>9} " if in_bytes else "")
         + f"{'block':>5} {'eviction':>8} {'method':>9} "
         + "".join(f"{k[:12]:>13}" for k in extra)
         + f" {'hit rate':>8} {'optimal':>8}"
@@ -109,7 +114,7 @@ def as_table(report: dict) -> str:
         opt = optimal.get(p["capacity_tokens"])
         lines.append(
             f"{human_tokens(p['capacity_tokens']):>9} "
-            + (f"{human_bytes(p['capacity_tokens'] * per_token):>10} " if per_token else "")
+            + (f"{human_bytes(p['capacity_bytes']):>10} {p['kv_dtype']:>9} " if in_bytes else "")
             + f"{p['block_size']:>5} {p['eviction']:>8} {p['method']:>9} "
             + "".join(f"{str(p.get(k, '')):>13}" for k in extra)
             + f" {_pct(p['token_hit_rate']):>8} {_pct(opt) if opt is not None else '':>8}"
@@ -180,6 +185,7 @@ SUMMARY_KEYS = (
     "curve",
     "fleet",
     "tiers",
+    "capacities_rounded",
 )
 
 
@@ -189,9 +195,10 @@ def summary_event(report: dict, current: dict, misses: dict) -> dict:
     out = {k: report.get(k) for k in SUMMARY_KEYS}
     out.update(ceiling=report["ceiling"]["token_hit_rate"], current=current, misses=misses)
     out["curve"] = out["curve"] or []
-    if out["tiers"] is None:
-        # only a tiered run has them
-        del out["tiers"]
+    for key in ("tiers", "capacities_rounded"):
+        if out[key] is None:
+            # only a tiered run has tiers, only a run given capacities that were not whole blocks the other
+            del out[key]
     return out
 
 

@@ -7,12 +7,13 @@ from kvtui.whatif.capacity import human_tokens
 
 
 def point_key(point: dict) -> tuple:
-    """What names a configuration's capacities: device, block size, host and disk."""
+    """What names a configuration's capacities: device, block size, host and disk, and the K/V precision."""
     return (
         point["capacity_tokens"],
         point["block_size"],
         point.get("host_capacity_tokens", 0),
         point.get("disk_capacity_tokens", 0),
+        point.get("kv_dtype"),
     )
 
 
@@ -23,7 +24,9 @@ def capacity_label(point: dict) -> str:
         point.get("host_capacity_tokens", 0),
         point.get("disk_capacity_tokens", 0),
     ]
-    return "+".join(human_tokens(c) for c in parts if c)
+    label = "+".join(human_tokens(c) for c in parts if c)
+    # the same tokens asked at two K/V precisions are two rows
+    return label + (f" {point['kv_dtype']}" if point.get("kv_dtype") else "")
 
 
 def _pct(x: float) -> str:
