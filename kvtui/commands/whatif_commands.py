@@ -21,6 +21,7 @@ from kvtui.commands.whatif_helpers import (
     kv_capacities,
     refuse_ignored,
     server_defaults,
+    tokenizer_option,
 )
 from kvtui.commands.whatif_tier_options import tier_options, tiers_from_options
 from kvtui.whatif.cost import CostModel
@@ -46,8 +47,9 @@ COST = CostModel()
 )
 @click.option(
     "--tokenizer",
-    type=click.Path(exists=True),
-    help="tokenizer.json or directory for a workload JSON with text prompts.",
+    callback=tokenizer_option,
+    help="For a workload JSON with text prompts or chat messages: smollm2 or gemma3 (as --model takes them), "
+    "a model directory or a tokenizer.json; chat messages go through its chat template, as kvtui record does.",
 )
 @click.option(
     "--capacity",
@@ -283,6 +285,10 @@ def whatif(
         fmt = fmt or detect_format(workload)
     except WorkloadFormatError as exc:
         raise click.ClickException(str(exc)) from None
+    if tokenizer and fmt != "workload":
+        raise click.UsageError(
+            f"--tokenizer reads a workload JSON's text prompts; this {fmt} carries token ids: leave it out"
+        )
     if fmt == "bailian":
         from kvtui.whatif.bailian import BLOCK
 

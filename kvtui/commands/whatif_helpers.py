@@ -35,6 +35,19 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
         ) from None
 
 
+def tokenizer_option(ctx, param, value: str | None) -> str | None:
+    """--tokenizer: a packaged model's name, or a path that exists."""
+    from pathlib import Path
+
+    from engine.models.packaged import PACKAGED
+
+    if value is None or value in PACKAGED or Path(value).exists():
+        return value
+    raise click.BadParameter(
+        f"{value!r} does not exist: give {', '.join(PACKAGED)}, a model directory or a tokenizer.json"
+    )
+
+
 def server_defaults(loaded, server: dict, block_sizes, capacities, whole_blocks):
     """--block-size, --capacity and --whole-blocks default to the server's settings when the log recorded them
     (a `kvtui proxy` log of vLLM): its block size, its pool, whole blocks."""
