@@ -17,6 +17,7 @@ hit rates, "prefill_seconds_saved", "gpu_hours_per_day", "cost_per_day"), "targe
 
 from __future__ import annotations
 
+from kvtui.whatif.beyond import ONE_PASS_LABEL, OPTIMAL_LABEL, beyond_line
 from kvtui.whatif.capacity import human_bytes, human_tokens
 from kvtui.whatif.causes import shares_sentence
 from kvtui.whatif.fidelity import fidelity_lines
@@ -106,7 +107,7 @@ def as_table(report: dict) -> str:
         + (f"{'bytes':>10} {'K/V':>9} " if in_bytes else "")
         + f"{'block':>5} {'eviction':>8} {'method':>9} "
         + "".join(f"{k[:12]:>13}" for k in extra)
-        + f" {'hit rate':>8} {'optimal':>8}"
+        + f" {'hit rate':>8}  {OPTIMAL_LABEL}"
     )
     plain = [p for p in report["points"] if "tiers" not in p]
     lines += ["", head] if plain else []
@@ -117,9 +118,15 @@ def as_table(report: dict) -> str:
             + (f"{human_bytes(p['capacity_bytes']):>10} {p['kv_dtype']:>9} " if in_bytes else "")
             + f"{p['block_size']:>5} {p['eviction']:>8} {p['method']:>9} "
             + "".join(f"{str(p.get(k, '')):>13}" for k in extra)
-            + f" {_pct(p['token_hit_rate']):>8} {_pct(opt) if opt is not None else '':>8}"
+            + f" {_pct(p['token_hit_rate']):>8}  {_pct(opt) if opt is not None else '':>{len(OPTIMAL_LABEL)}}"
         )
+    if plain:
+        lines.append(f"          one-pass: {ONE_PASS_LABEL}; simulated: the engine's scheduler and cache")
     lines += tier_lines(report)
+    for p in report["points"]:
+        above = beyond_line(p, report["prompt_tokens"]) if p["eviction"] != "none" else None
+        if above is not None:
+            lines.append(f"above     {capacity_label(p)} {p['eviction']} bs {p['block_size']}: {above}")
     lines.append("")
     for p in report["points"]:
         if p["method"] == "simulated":
@@ -239,7 +246,7 @@ def compare_lines(report: dict) -> list[str]:
         "one-pass vs simulated (LRU): equal where the one-pass model's assumptions hold; the simulated "
         "run's departures from them:",
         f"{'capacity':>{w}} {'block':>5} {'one-pass':>9} {'simulated':>9} {'diff':>6} {'preempt':>8} "
-        f"{'recomputed':>10} {'in flight':>9} {'partial':>8}",
+        f"{'recomputed':>10} {'in flight':>9} {'partial':>8} {'generated':>9}",
     ]
     for sim, op in pairs:
         misses = sim["misses"]
@@ -248,21 +255,18 @@ def compare_lines(report: dict) -> list[str]:
             f"{_pct(sim['token_hit_rate']):>9} {100 * (sim['token_hit_rate'] - op['token_hit_rate']):>+6.1f} "
             f"{sim.get('preemptions', 0):>8,} {_small(misses.get('preemption', 0) / prompt):>10} "
             f"{_small(misses.get('in_flight', 0) / prompt):>9} "
-            f"{_small(sim.get('reused_partial_tokens', 0) / prompt):>8}"
+            f"{_small(sim.get('reused_partial_tokens', 0) / prompt):>8} "
+            f"{_small(sim.get('generated_hit_tokens', 0) / prompt):>9}"
         )
     lines += [
         "  recomputed: served at admission, computed again after a preemption (one-pass: no preemption)",
         "  in flight: a block another running request had announced but not computed yet (one-pass: one request "
         "at a time)",
         "  partial: served from a partly filled cached block (one-pass: whole blocks only)",
+        "  generated: served from a whole block that no earlier prompt held, its tokens generated (one-pass: "
+        "prompt blocks only)",
         "  the rest: running requests hold pool blocks (their prompt, pinned by locks, and their generated "
         "tokens), so less room is left to cache, and chunking and batching change the order of use, so LRU "
-        "evicts other blocks"
-        + (
-            "; the engine also caches a token workload's generated tokens, "
-            "which the next turn reuses (one-pass: prompts only)"
-            if report["format"] not in ("mooncake", "bailian")
-            else ""
-        ),
+        "evicts other blocks",
     ]
     return lines
