@@ -11,13 +11,13 @@ import click
 
 from kvtui.commands.output_path import output_file
 from kvtui.commands.whatif_helpers import (
-    LARGE_TRACE_REQUESTS,
     _as_recorded,
     _export,
     _ints,
     _slice,
     _stream,
     _streamable,
+    check_trace_out,
     kv_capacities,
     refuse_ignored,
     server_defaults,
@@ -320,14 +320,9 @@ def whatif(
     for p in policies:
         if p not in ("lru", "lfu", "cost"):
             raise click.BadParameter(f"{p!r}: choose lru, lfu or cost", param_hint="--eviction")
-    plan = kv_capacities(kv_config, kv_dtypes, capacities, sizes, quiet)
-    if len(plan.precisions) > 1 and tier_args["host_capacities"]:
-        raise click.BadParameter(
-            "the tiers' loads are priced at one K/V precision: give one --kv-dtype with --host-capacity",
-            param_hint="--kv-dtype",
-        )
+    plan = kv_capacities(kv_config, kv_dtypes, capacities, sizes, quiet, tier_args["host_capacities"])
     bytes_per_token = plan.precisions[0].bytes_per_token if plan.precisions else None
-    tiers = tiers_from_options(tier_args, sizes, bytes_per_token, kv_config, workers)
+    tiers = tiers_from_options(tier_args, sizes, bytes_per_token, kv_config, workers, quiet)
     cost = CostModel(step_ms / 1e3, prefill_us / 1e6, decode_ms / 1e3)
     cost = tiers.with_loads(cost) if tiers else cost
     batch = list(itertools.product(_ints(mbts, "--max-batched-tokens"), _ints(mnss, "--max-num-seqs")))
@@ -335,17 +330,8 @@ def whatif(
     if server.get("enable_prefix_caching") is False:
         caching = [False]
     configs = sweep_configs(plan.caps, sizes, policies, batch, caching, cost, not whole_blocks, tiers)
-    if trace_out and workers > 1:
-        raise click.ClickException("-o writes one worker's run: leave out --workers")
-    if trace_out and ray_address:
-        raise click.ClickException("-o writes the trace on this machine: leave out --ray")
-    if trace_out and method == "one-pass":
-        raise click.ClickException("-o writes the simulated run: use --method simulated or both")
-    if trace_out and loaded.num_requests > LARGE_TRACE_REQUESTS and not request_slice:
-        raise click.ClickException(
-            f"{loaded.num_requests:,} requests make a trace too big to replay: write a "
-            f"slice with --requests A:B (up to {LARGE_TRACE_REQUESTS} requests)"
-        )
+    if trace_out:
+        check_trace_out(loaded, workers, ray_address, method, request_slice)
     opts = SweepOptions(
         method=method,
         trace_out=trace_out,

@@ -89,6 +89,21 @@ def _stream(path, fmt, trace_block_size, block_sizes, start, stop, quiet):
         return None, None
 
 
+def check_trace_out(loaded, workers: int, ray_address, method: str, request_slice) -> None:
+    """-o writes one simulated run of one worker on this machine, small enough to replay."""
+    if workers > 1:
+        raise click.ClickException("-o writes one worker's run: leave out --workers")
+    if ray_address:
+        raise click.ClickException("-o writes the trace on this machine: leave out --ray")
+    if method == "one-pass":
+        raise click.ClickException("-o writes the simulated run: use --method simulated or both")
+    if loaded.num_requests > LARGE_TRACE_REQUESTS and not request_slice:
+        raise click.ClickException(
+            f"{loaded.num_requests:,} requests make a trace too big to replay: write a "
+            f"slice with --requests A:B (up to {LARGE_TRACE_REQUESTS} requests)"
+        )
+
+
 def given_options(ctx: click.Context) -> dict[str, str]:
     """The options given on the command line: parameter name -> the option as written (--capacity)."""
     from click.core import ParameterSource
@@ -175,12 +190,12 @@ def _export(loaded, path: str, key: str | None, block_sizes: str | None, trace_b
     )
 
 
-def kv_capacities(kv_config, kv_dtypes, capacities: str, sizes: list[int], quiet: bool):
+def kv_capacities(kv_config, kv_dtypes, capacities: str, sizes: list[int], quiet: bool, host_capacities=None):
     """--capacity per block size, in tokens; byte capacities at each --kv-dtype's bytes per token (every
     precision's capacities in one run): precisions.py's CapacityPlan. A note on stderr for each capacity
     rounded down to whole blocks."""
     from kvtui.whatif.capacity import CapacityError, capacities_of
-    from kvtui.whatif.precisions import Precision, capacity_plan, rounded_entries, rounded_line
+    from kvtui.whatif.precisions import Precision, capacity_plan, rounded_entries
 
     precisions: list[Precision] = []
     if kv_config:
@@ -198,6 +213,11 @@ def kv_capacities(kv_config, kv_dtypes, capacities: str, sizes: list[int], quiet
             raise click.ClickException(str(exc)) from None
     elif kv_dtypes:
         raise click.BadParameter("converts byte capacities: give --kv-config too", param_hint="--kv-dtype")
+    if len(precisions) > 1 and host_capacities:
+        raise click.BadParameter(
+            "the tiers' loads are priced at one K/V precision: give one --kv-dtype with --host-capacity",
+            param_hint="--kv-dtype",
+        )
     try:
         plan = capacity_plan(capacities, sizes, precisions)
     except CapacityError as exc:
@@ -213,6 +233,13 @@ def kv_capacities(kv_config, kv_dtypes, capacities: str, sizes: list[int], quiet
                     f"{tokens} tokens",
                     err=True,
                 )
-        for entry in rounded_entries(plan):
-            click.echo(f"capacity {rounded_line(entry)}: rounded down to whole blocks", err=True)
+        note_rounded(rounded_entries(plan))
     return plan
+
+
+def note_rounded(entries: list[dict]) -> None:
+    """A line on stderr for each capacity rounded down to whole blocks: what it became."""
+    from kvtui.whatif.precisions import rounded_line
+
+    for entry in entries:
+        click.echo(f"capacity {rounded_line(entry)}: rounded down to whole blocks", err=True)

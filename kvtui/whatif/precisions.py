@@ -70,7 +70,8 @@ def rounded_line(entry: dict) -> str:
     """What a capacity rounded down to whole blocks became: `1k -> 992 tokens (62 blocks of 16)`."""
     tokens, bs = entry["capacity_tokens"], entry["block_size"]
     at = f" at {entry['kv_dtype']}" if entry.get("kv_dtype") else ""
-    return f"{entry['asked']}{at} -> {tokens:,} tokens ({tokens // bs:,} blocks of {bs})"
+    tier = f"{entry['tier']} " if entry.get("tier") else ""
+    return f"{tier}{entry['asked']}{at} -> {tokens:,} tokens ({tokens // bs:,} blocks of {bs})"
 
 
 def at_precisions(points: list[dict], rows: dict) -> list[dict]:

@@ -151,7 +151,7 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
         ]
         if len(precisions) == 1:
             report["bytes_per_token"] = precisions[0].bytes_per_token
-        report["capacities_rounded"] = rounded_entries(plan)
+        report["capacities_rounded"] = rounded_entries(plan) + list(opts.tiers.rounded if opts.tiers else ())
     if opts.workers > 1:
         from kvtui.whatif.fleets import run_fleets
 

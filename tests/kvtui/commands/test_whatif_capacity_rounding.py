@@ -25,3 +25,11 @@ def test_a_capacity_rounded_down_to_whole_blocks_says_what_it_became():
     assert report["capacities_rounded"] == [
         {"asked": "1k", "capacity_tokens": 992, "block_size": 16, "kv_dtype": None}
     ]
+
+
+def test_a_host_capacity_rounded_down_says_so_too():
+    args = ["whatif", str(TRACE), "--capacity", "256", "--host-capacity", "1k", "--method", "simulated"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "capacity host 1k -> 992 tokens (62 blocks of 16): rounded down to whole blocks" in result.stderr
+    assert "note      capacity host 1k -> 992 tokens (62 blocks of 16)" in result.stdout
