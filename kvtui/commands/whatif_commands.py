@@ -244,8 +244,8 @@ def whatif(
     \b
     Time comes from a stated cost model: step = --step-ms + --prefill-us x prefill tokens + --decode-ms x
     decode rows (defaults: 5 ms, 25 us, 0.2 ms). Every missed prompt token gets a cause.
-    The optimal column (Belady) and the one-pass curve count whole blocks: without --whole-blocks the simulation
-    also serves partly filled blocks and can score above them.
+    The optimal figure (Belady) and the one-pass curve count whole prompt blocks: the simulation also serves
+    partly filled blocks and generated tokens, and its `above` line says by how many points.
     With --host-capacity (and --disk-capacity) a hit below the device costs its K/V bytes over the tier's
     bandwidth instead of 2 x parameters FLOPs at --gpu-tflops: each point says the prefill seconds it saves.
 
