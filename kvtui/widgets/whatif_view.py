@@ -59,6 +59,7 @@ def headline(summary: dict) -> Content:
             "current ",
             (
                 f"{human_tokens(current['capacity_tokens'])} {current['eviction']} bs {current['block_size']}"
+                + (f" at {current['kv_dtype']}" if current.get("kv_dtype") else "")
                 + _lower_tiers(current),
                 markup("edit"),
             ),
@@ -91,11 +92,10 @@ def headline(summary: dict) -> Content:
 
 def _rounded(summary: dict, current: dict) -> str:
     """` (1k -> 992 tokens (62 blocks of 16))` when the current capacity was rounded down to whole blocks."""
+    at = (current["capacity_tokens"], current["block_size"])
     for entry in summary.get("capacities_rounded") or []:
-        if (entry["capacity_tokens"], entry["block_size"]) == (
-            current["capacity_tokens"],
-            current["block_size"],
-        ):
+        # the device's capacity (a host or disk one names its tier)
+        if not entry.get("tier") and (entry["capacity_tokens"], entry["block_size"]) == at:
             return f" ({rounded_line(entry)})"
     return ""
 
