@@ -120,8 +120,10 @@ def as_table(report: dict) -> str:
             + "".join(f"{str(p.get(k, '')):>13}" for k in extra)
             + f" {_pct(p['token_hit_rate']):>8}  {_pct(opt) if opt is not None else '':>{len(OPTIMAL_LABEL)}}"
         )
-    if plain:
-        lines.append(f"          one-pass: {ONE_PASS_LABEL}; simulated: the engine's scheduler and cache")
+    methods = {p["method"] for p in plain}
+    if "one-pass" in methods:
+        simulated = "; simulated: the engine's scheduler and cache" if "simulated" in methods else ""
+        lines.append(f"          one-pass: {ONE_PASS_LABEL}{simulated}")
     lines += tier_lines(report)
     for p in report["points"]:
         above = beyond_line(p, report["prompt_tokens"]) if p["eviction"] != "none" else None
