@@ -19,8 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from engine.models.shape import ModelLoadError
 
 
@@ -118,7 +116,7 @@ def save_dequantized(model, tokenizer, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def load_gguf(path: Path, dtype: torch.dtype):
+def load_gguf(path: Path, dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -141,6 +139,9 @@ def prepared_dir(key: str, progress=None) -> Path:
         f"dequantizing its GGUF into {target}"
     )
     target.parent.mkdir(parents=True, exist_ok=True)
+    # torch only here: a prepared copy is found without it (kvtui whatif --tokenizer smollm2)
+    import torch
+
     with tempfile.TemporaryDirectory(prefix=packaged.folder + ".gguf.", dir=target.parent) as scratch:
         model, tokenizer = load_gguf(packaged.gguf(Path(scratch)), torch.float32)
         save_dequantized(model, tokenizer, target)

@@ -21,17 +21,11 @@ class TokenText:
     def encode(self, prompt: Prompt) -> list[int]:
         if isinstance(prompt, str):
             self._need_tokenizer("a text prompt")
-            return list(self.tokenizer(prompt)["input_ids"])
+            return prompt_ids(self.tokenizer, prompt)
         items = list(prompt)
         if items and all(isinstance(m, dict) for m in items):
             self._need_tokenizer("chat messages")
-            if not getattr(self.tokenizer, "chat_template", None):
-                raise ValueError(
-                    "this model has no chat template (a base model such as Gemma 3 270M): send plain "
-                    "text, not chat messages"
-                )
-            text = self.tokenizer.apply_chat_template(items, tokenize=False, add_generation_prompt=True)
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            return prompt_ids(self.tokenizer, items)
         if all(isinstance(t, int) and not isinstance(t, bool) for t in items):
             bad = [t for t in items if not 0 <= t < self.vocab_size]
             if bad:
@@ -68,6 +62,21 @@ class TokenText:
     def _need_tokenizer(self, what: str) -> None:
         if self.tokenizer is None:
             raise ValueError(f"{what} needs a tokenizer; this engine has none, so pass token ids")
+
+
+def prompt_ids(tokenizer, prompt: str | Sequence[dict]) -> list[int]:
+    """The token ids of a text prompt, or of chat messages rendered through the tokenizer's chat template with
+    the assistant's turn opened: what the engine runs (`kvtui record`) and what `kvtui whatif` reads a workload
+    with. ValueError when chat messages meet a tokenizer without a chat template."""
+    if isinstance(prompt, str):
+        return list(tokenizer(prompt)["input_ids"])
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "this model has no chat template (a base model such as Gemma 3 270M): send plain "
+            "text, not chat messages"
+        )
+    text = tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _eos_ids(generation_config, tokenizer) -> set[int]:

@@ -11,15 +11,17 @@ import click
 
 from kvtui.commands.output_path import output_file
 from kvtui.commands.whatif_helpers import (
-    LARGE_TRACE_REQUESTS,
     _as_recorded,
     _export,
     _ints,
     _slice,
     _stream,
     _streamable,
+    check_trace_out,
     kv_capacities,
+    refuse_ignored,
     server_defaults,
+    tokenizer_option,
 )
 from kvtui.commands.whatif_tier_options import tier_options, tiers_from_options
 from kvtui.whatif.cost import CostModel
@@ -45,8 +47,9 @@ COST = CostModel()
 )
 @click.option(
     "--tokenizer",
-    type=click.Path(exists=True),
-    help="tokenizer.json or directory for a workload JSON with text prompts.",
+    callback=tokenizer_option,
+    help="For a workload JSON with text prompts or chat messages: smollm2 or gemma3 (as --model takes them), "
+    "a model directory or a tokenizer.json; chat messages go through its chat template, as kvtui record does.",
 )
 @click.option(
     "--capacity",
@@ -101,7 +104,7 @@ COST = CostModel()
     type=click.Path(dir_okay=False),
     callback=output_file,
     help="Write the simulated run of the first configuration (the current one) as a kvtui trace; "
-    "the others are in its what-if summary.",
+    "the others are in its what-if summary (with --as-recorded: the re-run of the trace).",
 )
 @click.option(
     "--workers",
@@ -193,7 +196,9 @@ COST = CostModel()
     "--as-recorded",
     is_flag=True,
     help="A kvtui engine trace run again at the engine's own settings, with its arrivals, edits, forks and "
-    "aborts by step: each prefix lookup against the engine's (the twin's accuracy on our own traces).",
+    "aborts by step: every prefix lookup (at admission and again after a preemption or an edit) against the "
+    "engine's (the twin's accuracy on our own traces); -o writes the re-run as a trace. Takes no other option "
+    "but --json and -q.",
 )
 def whatif(
     workload,
@@ -239,8 +244,8 @@ def whatif(
     \b
     Time comes from a stated cost model: step = --step-ms + --prefill-us x prefill tokens + --decode-ms x
     decode rows (defaults: 5 ms, 25 us, 0.2 ms). Every missed prompt token gets a cause.
-    The optimal column (Belady) and the one-pass curve count whole blocks: without --whole-blocks the simulation
-    also serves partly filled blocks and can score above them.
+    The optimal figure (Belady) and the one-pass curve count whole prompt blocks: the simulation also serves
+    partly filled blocks and generated tokens, and its `above` line says by how many points.
     With --host-capacity (and --disk-capacity) a hit below the device costs its K/V bytes over the tier's
     bandwidth instead of 2 x parameters FLOPs at --gpu-tflops: each point says the prefill seconds it saves.
 
@@ -258,8 +263,9 @@ def whatif(
                                   a host tier under each device: hits per tier, prefill seconds saved
       kvtui whatif fixtures/traces/concurrent8.jsonl --as-recorded
     """
+    refuse_ignored(click.get_current_context(), workers)
     if as_recorded:
-        return _as_recorded(workload, as_json)
+        return _as_recorded(workload, as_json, trace_out)
     from kvtui.whatif.answers import parse_targets
     from kvtui.whatif.loaders import WorkloadFormatError, detect_format, load
     from kvtui.whatif.routers import ROUTERS
@@ -279,6 +285,10 @@ def whatif(
         fmt = fmt or detect_format(workload)
     except WorkloadFormatError as exc:
         raise click.ClickException(str(exc)) from None
+    if tokenizer and fmt != "workload":
+        raise click.UsageError(
+            f"--tokenizer reads a workload JSON's text prompts; this {fmt} carries token ids: leave it out"
+        )
     if fmt == "bailian":
         from kvtui.whatif.bailian import BLOCK
 
@@ -310,26 +320,18 @@ def whatif(
     for p in policies:
         if p not in ("lru", "lfu", "cost"):
             raise click.BadParameter(f"{p!r}: choose lru, lfu or cost", param_hint="--eviction")
-    caps, bytes_per_token = kv_capacities(kv_config, kv_dtypes, capacities, sizes, quiet)
-    tiers = tiers_from_options(tier_args, sizes, bytes_per_token, kv_config, workers)
+    plan = kv_capacities(kv_config, kv_dtypes, capacities, sizes, quiet, tier_args["host_capacities"])
+    bytes_per_token = plan.precisions[0].bytes_per_token if plan.precisions else None
+    tiers = tiers_from_options(tier_args, sizes, bytes_per_token, kv_config, workers, quiet)
     cost = CostModel(step_ms / 1e3, prefill_us / 1e6, decode_ms / 1e3)
     cost = tiers.with_loads(cost) if tiers else cost
     batch = list(itertools.product(_ints(mbts, "--max-batched-tokens"), _ints(mnss, "--max-num-seqs")))
     caching = [True, False] if no_prefix_cache else [True]
     if server.get("enable_prefix_caching") is False:
         caching = [False]
-    configs = sweep_configs(caps, sizes, policies, batch, caching, cost, not whole_blocks, tiers)
-    if trace_out and workers > 1:
-        raise click.ClickException("-o writes one worker's run: leave out --workers")
-    if trace_out and ray_address:
-        raise click.ClickException("-o writes the trace on this machine: leave out --ray")
-    if trace_out and method == "one-pass":
-        raise click.ClickException("-o writes the simulated run: use --method simulated or both")
-    if trace_out and loaded.num_requests > LARGE_TRACE_REQUESTS and not request_slice:
-        raise click.ClickException(
-            f"{loaded.num_requests:,} requests make a trace too big to replay: write a "
-            f"slice with --requests A:B (up to {LARGE_TRACE_REQUESTS} requests)"
-        )
+    configs = sweep_configs(plan.caps, sizes, policies, batch, caching, cost, not whole_blocks, tiers)
+    if trace_out:
+        check_trace_out(loaded, workers, ray_address, method, request_slice)
     opts = SweepOptions(
         method=method,
         trace_out=trace_out,
@@ -344,7 +346,7 @@ def whatif(
         jobs=jobs,
         ray=ray_address,
         targets=tuple(targets),
-        bytes_per_token=bytes_per_token,
+        plan=plan,
         optimal=optimal,
         tiers=tiers,
     )

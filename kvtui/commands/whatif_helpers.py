@@ -35,6 +35,19 @@ def _slice(text: str | None) -> tuple[int | None, int | None]:
         ) from None
 
 
+def tokenizer_option(ctx, param, value: str | None) -> str | None:
+    """--tokenizer: a packaged model's name, or a path that exists."""
+    from pathlib import Path
+
+    from engine.models.packaged import PACKAGED
+
+    if value is None or value in PACKAGED or Path(value).exists():
+        return value
+    raise click.BadParameter(
+        f"{value!r} does not exist: give {', '.join(PACKAGED)}, a model directory or a tokenizer.json"
+    )
+
+
 def server_defaults(loaded, server: dict, block_sizes, capacities, whole_blocks):
     """--block-size, --capacity and --whole-blocks default to the server's settings when the log recorded them
     (a `kvtui proxy` log of vLLM): its block size, its pool, whole blocks."""
@@ -76,23 +89,81 @@ def _stream(path, fmt, trace_block_size, block_sizes, start, stop, quiet):
         return None, None
 
 
-def _as_recorded(path: str, as_json: bool) -> None:
+def check_trace_out(loaded, workers: int, ray_address, method: str, request_slice) -> None:
+    """-o writes one simulated run of one worker on this machine, small enough to replay."""
+    if workers > 1:
+        raise click.ClickException("-o writes one worker's run: leave out --workers")
+    if ray_address:
+        raise click.ClickException("-o writes the trace on this machine: leave out --ray")
+    if method == "one-pass":
+        raise click.ClickException("-o writes the simulated run: use --method simulated or both")
+    if loaded.num_requests > LARGE_TRACE_REQUESTS and not request_slice:
+        raise click.ClickException(
+            f"{loaded.num_requests:,} requests make a trace too big to replay: write a "
+            f"slice with --requests A:B (up to {LARGE_TRACE_REQUESTS} requests)"
+        )
+
+
+def given_options(ctx: click.Context) -> dict[str, str]:
+    """The options given on the command line: parameter name -> the option as written (--capacity)."""
+    from click.core import ParameterSource
+
+    return {
+        p.name: p.opts[0]
+        for p in ctx.command.params
+        if isinstance(p, click.Option) and ctx.get_parameter_source(p.name) is ParameterSource.COMMANDLINE
+    }
+
+
+# what --as-recorded reads: the trace (its own settings), how to print, and where to write the re-run
+AS_RECORDED_OPTIONS = {"as_recorded", "as_json", "quiet", "trace_out"}
+# options that only a fleet (--workers 2 or more) reads
+FLEET_OPTIONS = ("router", "overlap_weight", "router_temperature")
+
+
+def refuse_ignored(ctx: click.Context, workers: int) -> None:
+    """An option that would do nothing in this combination is refused with one line."""
+    given = given_options(ctx)
+    if "as_recorded" in given:
+        ignored = [flag for name, flag in given.items() if name not in AS_RECORDED_OPTIONS]
+        if ignored:
+            raise click.UsageError(
+                f"--as-recorded runs the trace at its engine's own settings: leave out {', '.join(ignored)}"
+            )
+    if workers == 1:
+        fleet = [given[name] for name in FLEET_OPTIONS if name in given]
+        if fleet:
+            raise click.UsageError(
+                f"{', '.join(fleet)} routes requests among workers: give --workers N (2 or more)"
+            )
+    if "as_json" in given and "ui" in given:
+        raise click.UsageError("--json prints the report, --ui shows it in the terminal: choose one")
+
+
+def _as_recorded(path: str, as_json: bool, trace_out: str | None = None) -> None:
     from kvtui.whatif.as_recorded import compare
 
     try:
-        result = compare(path)
+        result = compare(path, trace_out)
     except (ValueError, KeyError) as exc:
         raise click.ClickException(f"--as-recorded: {exc}") from None
     if as_json:
         differ = [{"request_id": r, "engine": a, "replay": b} for r, a, b in result.differ]
-        click.echo(json.dumps({"lookups": result.lookups, "equal": result.equal, "differ": differ}))
-        return
-    click.echo(
-        f"{path}: {result.equal} of {result.lookups} prefix lookups got exactly the engine's hit tokens "
-        "(the engine core at the trace's settings, arrivals, edits, forks and aborts by step)"
-    )
-    for rid, engine_hits, replay_hits in result.differ:
-        click.echo(f"  {rid}: engine {engine_hits} tokens, replay {replay_hits}")
+        click.echo(
+            json.dumps(
+                {"lookups": result.lookups, "again": result.again, "equal": result.equal, "differ": differ}
+            )
+        )
+    else:
+        click.echo(
+            f"{path}: {result.equal} of {result.lookups} prefix lookups got exactly the engine's hit tokens "
+            f"({result.lookups - result.again} at admission, {result.again} again after a preemption or an edit; "
+            "the engine core at the trace's settings, arrivals, edits, forks and aborts by step)"
+        )
+        for rid, engine_hits, replay_hits in result.differ:
+            click.echo(f"  {rid}: engine {engine_hits} tokens, replay {replay_hits}")
+        if trace_out:
+            click.echo(f"wrote {trace_out}: the re-run; kvtui replay {trace_out}")
     if result.differ:
         raise SystemExit(1)
 
@@ -119,13 +190,14 @@ def _export(loaded, path: str, key: str | None, block_sizes: str | None, trace_b
     )
 
 
-def kv_capacities(kv_config, kv_dtypes, capacities: str, sizes: list[int], quiet: bool):
+def kv_capacities(kv_config, kv_dtypes, capacities: str, sizes: list[int], quiet: bool, host_capacities=None):
     """--capacity per block size, in tokens; byte capacities at each --kv-dtype's bytes per token (every
-    precision's capacities in one run). Returns them and the first precision's bytes per token (or None)."""
-    from kvtui.whatif.capacity import CapacityError, parse_capacities
+    precision's capacities in one run): precisions.py's CapacityPlan. A note on stderr for each capacity
+    rounded down to whole blocks."""
+    from kvtui.whatif.capacity import CapacityError, capacities_of
+    from kvtui.whatif.precisions import Precision, capacity_plan, rounded_entries
 
-    # K/V precision -> bytes per token (one entry, None: the config's dtype, or no config)
-    per_token: dict[str | None, int | None] = {None: None}
+    precisions: list[Precision] = []
     if kv_config:
         from engine.models.kv_budget import ConfigError, bytes_per_token_at, load_config, shape_from_config
 
@@ -133,23 +205,41 @@ def kv_capacities(kv_config, kv_dtypes, capacities: str, sizes: list[int], quiet
             config, _ = load_config(kv_config)
             shape = shape_from_config(config)
             wanted = [d.strip() for d in (kv_dtypes or "").split(",") if d.strip()] or [None]
-            per_token = {d: bytes_per_token_at(shape, d) for d in wanted}
+            precisions = [
+                Precision(d or shape.dtype or "the config's dtype", bytes_per_token_at(shape, d))
+                for d in dict.fromkeys(wanted)
+            ]
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
     elif kv_dtypes:
         raise click.BadParameter("converts byte capacities: give --kv-config too", param_hint="--kv-dtype")
+    if len(precisions) > 1 and host_capacities:
+        raise click.BadParameter(
+            "the tiers' loads are priced at one K/V precision: give one --kv-dtype with --host-capacity",
+            param_hint="--kv-dtype",
+        )
     try:
-        # every precision's capacities in one run: 80GiB at fp8 beside 80GiB at bfloat16
-        caps = {
-            bs: list(
-                dict.fromkeys(c for b in per_token.values() for c in parse_capacities(capacities, bs, b))
-            )
-            for bs in sizes
-        }
+        plan = capacity_plan(capacities, sizes, precisions)
     except CapacityError as exc:
         raise click.ClickException(str(exc)) from None
-    if kv_dtypes and not quiet:
-        for d, b in per_token.items():
-            tokens = ", ".join(f"{c:,}" for c in parse_capacities(capacities, sizes[0], b))
-            click.echo(f"K/V at {d}: {b:,} B per token; --capacity {capacities} = {tokens} tokens", err=True)
-    return caps, next(iter(per_token.values()))
+    if not quiet:
+        if kv_dtypes:
+            for p in precisions:
+                tokens = ", ".join(
+                    f"{c.tokens:,}" for c in capacities_of(capacities, sizes[0], p.bytes_per_token)
+                )
+                click.echo(
+                    f"K/V at {p.kv_dtype}: {p.bytes_per_token:,} B per token; --capacity {capacities} = "
+                    f"{tokens} tokens",
+                    err=True,
+                )
+        note_rounded(rounded_entries(plan))
+    return plan
+
+
+def note_rounded(entries: list[dict]) -> None:
+    """A line on stderr for each capacity rounded down to whole blocks: what it became."""
+    from kvtui.whatif.precisions import rounded_line
+
+    for entry in entries:
+        click.echo(f"capacity {rounded_line(entry)}: rounded down to whole blocks", err=True)

@@ -90,9 +90,9 @@ def parse_params(text: str) -> float:
     return value
 
 
-def tiers_from_options(args: dict, sizes: list[int], bytes_per_token, kv_config, workers: int):
+def tiers_from_options(args: dict, sizes: list[int], bytes_per_token, kv_config, workers: int, quiet=True):
     """The TierOptions the sweep takes (None without --host-capacity), every option checked first."""
-    from kvtui.whatif.capacity import CapacityError, parse_capacities
+    from kvtui.whatif.capacity import CapacityError, capacities_of
     from kvtui.whatif.tier_cost import ParametersError, TierCost, parameters_from_config
     from kvtui.whatif.tiers import TierOptions
 
@@ -135,6 +135,8 @@ def tiers_from_options(args: dict, sizes: list[int], bytes_per_token, kv_config,
             param_hint="--gpu-hour-cost",
         )
     per_size_hosts, per_size_disks = {}, {}
+    # the host and disk capacities rounded down to whole blocks (the report's capacities_rounded)
+    rounded: list[dict] = []
     for name, text, out in (
         ("--host-capacity", hosts, per_size_hosts),
         ("--disk-capacity", disks, per_size_disks),
@@ -143,11 +145,27 @@ def tiers_from_options(args: dict, sizes: list[int], bytes_per_token, kv_config,
             continue
         try:
             for bs in sizes:
-                out[bs] = parse_capacities(text, bs, bytes_per_token)
+                parsed = capacities_of(text, bs, bytes_per_token)
+                out[bs] = [c.tokens for c in parsed]
+                rounded += [
+                    {
+                        "tier": name.removeprefix("--").removesuffix("-capacity"),
+                        "asked": c.asked.strip(),
+                        "capacity_tokens": c.tokens,
+                        "block_size": bs,
+                        "kv_dtype": None,
+                    }
+                    for c in parsed
+                    if c.rounded
+                ]
         except CapacityError as exc:
             raise click.BadParameter(str(exc), param_hint=name) from None
         if not out[sizes[0]]:
             raise click.BadParameter(f"{text!r}: give at least one capacity", param_hint=name)
     if not per_size_disks:
         per_size_disks = {bs: [0] for bs in sizes}
-    return TierOptions(per_size_hosts, per_size_disks, cost)
+    if not quiet:
+        from kvtui.commands.whatif_helpers import note_rounded
+
+        note_rounded(rounded)
+    return TierOptions(per_size_hosts, per_size_disks, cost, tuple(rounded))

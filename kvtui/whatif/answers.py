@@ -11,6 +11,7 @@ search. Bytes come from the model's KV bytes per token (`--kv-config`), else nul
 
 from __future__ import annotations
 
+from kvtui.whatif.capacity import kv_bytes_of
 from kvtui.whatif.curve import Curve
 
 
@@ -32,18 +33,12 @@ def targets(
             {
                 "fraction_of_ceiling": fraction,
                 "capacity_tokens": tokens,
-                "capacity_bytes": to_bytes(tokens, bytes_per_token),
+                "capacity_bytes": kv_bytes_of(tokens, bytes_per_token),
                 "token_hit_rate": curve.hit_tokens(blocks) / total if blocks is not None and total else None,
                 "ceiling_token_hit_rate": curve.ceiling_tokens / total if total else 0.0,
             }
         )
     return out
-
-
-def to_bytes(tokens: int | None, bytes_per_token: float | None) -> int | None:
-    if tokens is None or not bytes_per_token:
-        return None
-    return round(tokens * bytes_per_token)
 
 
 def parse_targets(text: str) -> list[float]:

@@ -7,8 +7,10 @@ forks by where their arrival sits: inside a step (after its chunks, before its `
 ended with "eos" or "stop" ends on the same token again.
 
 The core then makes the engine's own decisions, so every prefix lookup finds what the engine's found: the twin's
-accuracy on our own traces is exact, and `compare` says so request by request (`kvtui whatif --as-recorded`).
-Torch-free.
+accuracy on our own traces is exact, and `compare` says so lookup by lookup (`kvtui whatif --as-recorded`): each
+request's lookup at admission and every lookup again (a readmission after a preemption, or after an edit of a
+finished request). `replay` can write the run as a trace of its own (`-o`), with the recorded tokens' texts and
+each step at the recorded step's time. Torch-free.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.request import SamplingParams
 from engine.models.shape import ModelShape
-from engine.trace.writer import TraceSink
+from engine.trace.writer import TraceSink, TraceWriter
 
 CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 
@@ -37,8 +39,12 @@ class Recorded:
     samples: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     eos_ids: set[int] = field(default_factory=set)
     stop_ids: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
-    # (request id, matched tokens) of each first lookup, in order
-    lookups: list[tuple[str, int]] = field(default_factory=list)
+    # every prefix lookup, in order: (request id, matched tokens, a lookup again rather than the first)
+    lookups: list[tuple[str, int, bool]] = field(default_factory=list)
+    # the recorded text of each token id (the re-run trace carries the same texts)
+    texts: dict[int, str] = field(default_factory=dict)
+    # the time of each recorded step (the re-run trace's clock)
+    step_times: list[float] = field(default_factory=list)
 
 
 def read_recorded(path: str | Path) -> Recorded:
@@ -57,7 +63,9 @@ def read_recorded(path: str | Path) -> Recorded:
             in_step = True
         elif kind == "step":
             step, in_step = event["step"] + 1, False
+            recorded.step_times.append(event["t"])
         elif kind == "request_arrived":
+            recorded.texts.update(zip(event["prompt_token_ids"], event.get("prompt_texts") or ()))
             parent = event.get("parent_id")
             if parent is None:
                 recorded.actions.append((step, "submit", event))
@@ -70,6 +78,8 @@ def read_recorded(path: str | Path) -> Recorded:
             recorded.actions.append((step, "edit", event))
         elif kind == "token_emitted":
             recorded.tokens[event["request_id"]].append(event["token_id"])
+            if "text" in event:
+                recorded.texts[event["token_id"]] = event["text"]
         elif kind == "request_finished":
             if event["reason"] == "aborted":
                 recorded.actions.append((step, "abort", event))
@@ -79,29 +89,46 @@ def read_recorded(path: str | Path) -> Recorded:
                     recorded.eos_ids.add(last)
                 else:
                     recorded.stop_ids[event["request_id"]].add(last)
-        elif kind == "prefix_match" and not event["detail"].get("readmission"):
-            recorded.lookups.append((event["request_id"], event["matched_tokens"]))
+        elif kind == "prefix_match":
+            recorded.lookups.append(_lookup(event))
     return recorded
 
 
-def replay(recorded: Recorded) -> list[tuple[str, int]]:
-    """Run the recorded trace through the engine core; (request id, matched tokens) of each first lookup."""
+def _lookup(event: dict) -> tuple[str, int, bool]:
+    return event["request_id"], event["matched_tokens"], bool((event["detail"] or {}).get("readmission"))
+
+
+def replay(recorded: Recorded, trace_path: str | Path | None = None) -> list[tuple[str, int, bool]]:
+    """Run the recorded trace through the engine core: every prefix lookup (request id, matched tokens, again).
+    With `trace_path` the run is written as a trace (the recorded header, texts and step times)."""
     header = recorded.header
     model = dict(header["model"])
     model["windows"] = tuple(model["windows"])
     shape = ModelShape(**model)
     settings = {k: v for k, v in header["config"].items() if k in CONFIG_FIELDS}
     config = EngineConfig(**{**settings, "num_blocks": header["num_blocks"]})
-    sink = TraceSink()
-    lookups: list[tuple[str, int]] = []
-    sink.listeners.append(
-        lambda e: (
-            e["type"] == "prefix_match"
-            and not e["detail"].get("readmission")
-            and lookups.append((e["request_id"], e["matched_tokens"]))
-        )
+    times = recorded.step_times
+    core: EngineCore | None = None
+
+    def clock() -> float:
+        # the recorded time of the last step run (0 before the first); past the recorded steps (a re-run at
+        # other settings may take more), a recorded step's mean length each
+        done = core.num_steps if core is not None else 0
+        if not done or not times:
+            return 0.0
+        extra = max(0, done - len(times))
+        return times[min(done, len(times)) - 1] + extra * times[-1] / len(times)
+
+    sink = TraceSink(clock=clock)
+    if trace_path is not None:
+        sink.add_writer(TraceWriter(trace_path))
+        sink.set_header({k: v for k, v in header.items() if k not in ("type", "schema")})
+    lookups: list[tuple[str, int, bool]] = []
+    sink.listeners.append(lambda e: e["type"] == "prefix_match" and lookups.append(_lookup(e)))
+    texts = recorded.texts
+    core = EngineCore(
+        shape, config, sink, lambda token: texts.get(token, f"<{token}>"), eos_ids=frozenset(recorded.eos_ids)
     )
-    core = EngineCore(shape, config, sink, eos_ids=frozenset(recorded.eos_ids))
     queues = {rid: deque(tokens) for rid, tokens in recorded.tokens.items()}
     actions = deque(recorded.actions)
     step = 0
@@ -117,6 +144,7 @@ def replay(recorded: Recorded) -> list[tuple[str, int]]:
         if scheduled is None and not core.has_unfinished() and actions:
             # idle until the next recorded action
             step = actions[0][0]
+    sink.close()
     return lookups
 
 
@@ -144,21 +172,27 @@ def _apply(core: EngineCore, recorded: Recorded, kind: str, event: dict) -> None
 
 @dataclass
 class AsRecorded:
+    # every lookup compared: at admission and again
     lookups: int
     equal: int
     # (request id, the engine's matched tokens, the replay's), for each lookup that differs
     differ: list[tuple[str, int, int]]
+    # of `lookups`, those made again (a readmission after a preemption or an edit)
+    again: int = 0
 
 
-def compare(path: str | Path) -> AsRecorded:
-    """Each first lookup of the trace against the replay's."""
+def compare(path: str | Path, trace_path: str | Path | None = None) -> AsRecorded:
+    """Every prefix lookup of the trace against the replay's, in order (with `trace_path`: the replay written)."""
     recorded = read_recorded(path)
-    ours = replay(recorded)
+    ours = replay(recorded, trace_path)
+    theirs = recorded.lookups
     differ = [
-        (rid, theirs, mine) for (rid, theirs), (_, mine) in zip(recorded.lookups, ours) if theirs != mine
+        (rid, matched, mine)
+        for (rid, matched, again), (my_rid, mine, my_again) in zip(theirs, ours)
+        if (rid, matched, again) != (my_rid, mine, my_again)
     ]
-    missing = len(recorded.lookups) - len(ours)
-    equal = min(len(recorded.lookups), len(ours)) - len(differ)
-    if missing:
-        differ.append(("(lookups)", len(recorded.lookups), len(ours)))
-    return AsRecorded(len(recorded.lookups), equal, differ)
+    compared = min(len(theirs), len(ours))
+    equal = compared - len(differ)
+    if len(theirs) != len(ours):
+        differ.append(("(lookups)", len(theirs), len(ours)))
+    return AsRecorded(len(theirs), equal, differ, sum(again for _, _, again in theirs))

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 TOKEN_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 BYTE_SUFFIX = {
@@ -27,8 +28,26 @@ class CapacityError(ValueError):
     pass
 
 
-def parse_capacity(text: str, block_size: int, bytes_per_token: float | None = None) -> int:
-    """One capacity in tokens (a whole number of blocks, rounded down, at least one block)."""
+@dataclass(frozen=True)
+class Capacity:
+    """A capacity as asked (`1k`, `80GiB`) and what it became: whole blocks of the run's block size."""
+
+    asked: str
+    tokens: int
+    block_size: int
+    # the tokens the text stands for before rounding down to whole blocks
+    exact: float
+    # given in bytes (80GiB): its tokens depend on the K/V bytes per token
+    in_bytes: bool = False
+
+    @property
+    def rounded(self) -> bool:
+        return self.tokens != self.exact
+
+
+def capacity_of(text: str, block_size: int, bytes_per_token: float | None = None) -> Capacity:
+    """One capacity: the text, and the tokens it becomes (a whole number of blocks, rounded down, at least one
+    block)."""
     match = _PATTERN.match(text)
     if not match:
         raise CapacityError(f"capacity {text!r}: write tokens (100k, 3M), blocks (4096b) or bytes (80GiB)")
@@ -57,11 +76,28 @@ def parse_capacity(text: str, block_size: int, bytes_per_token: float | None = N
             f"capacity {text!r} is {blocks:,} blocks of {block_size} tokens: give at most {MAX_BLOCKS:,} blocks "
             "(a cache larger than the workload's tokens gives the ceiling anyway)"
         )
-    return blocks * block_size
+    return Capacity(text, blocks * block_size, block_size, tokens, suffix in BYTE_SUFFIX and suffix != "b")
+
+
+def parse_capacity(text: str, block_size: int, bytes_per_token: float | None = None) -> int:
+    """One capacity in tokens (a whole number of blocks, rounded down, at least one block)."""
+    return capacity_of(text, block_size, bytes_per_token).tokens
+
+
+def capacities_of(text: str, block_size: int, bytes_per_token: float | None = None) -> list[Capacity]:
+    return [capacity_of(part, block_size, bytes_per_token) for part in text.split(",") if part.strip()]
+
+
+def kv_bytes_of(tokens: int | None, bytes_per_token: float | None) -> int | None:
+    """The K/V bytes of `tokens` at `bytes_per_token` (None when either is unknown): every byte figure of a
+    what-if report comes from here."""
+    if tokens is None or not bytes_per_token:
+        return None
+    return round(tokens * bytes_per_token)
 
 
 def parse_capacities(text: str, block_size: int, bytes_per_token: float | None = None) -> list[int]:
-    return [parse_capacity(part, block_size, bytes_per_token) for part in text.split(",") if part.strip()]
+    return [c.tokens for c in capacities_of(text, block_size, bytes_per_token)]
 
 
 def human_tokens(tokens: float) -> str:

@@ -5,9 +5,9 @@ from the content (`detect_format`), and `--format` overrides it.
                salt and arrival time, and its recorded output (its `token_emitted` events); forks and edits
                are not replayed (noted)
     workload   a workload JSON (fixtures/workloads, engine/workload.py): token-id prompts always work; text
-               prompts need a tokenizer (`--tokenizer`: a tokenizer.json or a directory, read with the
-               torch-free `tokenizers` package; chat messages need transformers' chat template); arrival_step
-               s becomes s x STEP_SECONDS
+               prompts and chat messages need a tokenizer (`--tokenizer`: smollm2, gemma3, a model directory
+               or a tokenizer.json) and are tokenized as `kvtui record` does (engine/models/text.py's
+               `prompt_ids`: chat messages through the chat template); arrival_step s becomes s x STEP_SECONDS
     mooncake   Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (mooncake.py)
     bailian    Qwen-Bailian JSONL: chat_id, timestamp (s), per-block hash_ids of 16 tokens (bailian.py)
     proxy-log  the request log of kvtui's OpenAI proxy (issue 18), one JSON object per line:
@@ -186,30 +186,47 @@ def _encoder(tokenizer: str | None, path: Path, texts: list[str]):
     if tokenizer is None:
         raise WorkloadFormatError(
             f"{path}: requests {which} have text prompts, and token ids are needed: pass --tokenizer "
-            "(a tokenizer.json or a model directory: read with the `tokenizers` package, no torch), or give "
-            "the recorded trace of this workload instead (fixtures/traces/, `kvtui record`), which carries "
-            "token ids"
+            "(smollm2, gemma3, a model directory or a tokenizer.json), or give the recorded trace of this "
+            "workload instead (fixtures/traces/, `kvtui record`), which carries token ids"
         )
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise WorkloadFormatError(
-            "--tokenizer needs the `tokenizers` package (pip install tokenizers)"
-        ) from None
-    source = Path(tokenizer)
-    file = source / "tokenizer.json" if source.is_dir() else source
-    try:
-        tok = Tokenizer.from_file(str(file))
-    except Exception as exc:
-        raise WorkloadFormatError(f"--tokenizer {tokenizer}: cannot read {file} ({exc})") from None
+    from engine.models.text import prompt_ids
+
+    tok = load_tokenizer(tokenizer)
 
     def encode(prompt) -> list[int]:
-        if isinstance(prompt, list):
-            # chat messages: a plain role: content rendering (no chat template without transformers)
-            prompt = "".join(f"{m['role']}: {m['content']}\n" for m in prompt)
-        return tok.encode(prompt).ids
+        try:
+            # text, or chat messages through the chat template: as `kvtui record` renders them
+            return prompt_ids(tok, prompt)
+        except ValueError as exc:
+            raise WorkloadFormatError(f"{path}: --tokenizer {tokenizer}: {exc}") from None
 
     return encode
+
+
+def load_tokenizer(spec: str):
+    """A transformers tokenizer from what --model takes: a packaged model's name (smollm2, gemma3: its prepared
+    copy, made on first use as --model makes it), a model directory, or a tokenizer.json file."""
+    try:
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    except ImportError:
+        raise WorkloadFormatError(
+            "--tokenizer needs transformers, the tokenizer `kvtui record` uses (pip install 'kvtui[engine]')"
+        ) from None
+    from engine.models.packaged import PACKAGED, prepared_dir
+    from engine.models.shape import ModelLoadError
+
+    try:
+        source = prepared_dir(spec) if spec in PACKAGED else Path(spec)
+    except ModelLoadError as exc:
+        raise WorkloadFormatError(f"--tokenizer {spec}: {exc}") from None
+    try:
+        if source.is_file():
+            return PreTrainedTokenizerFast(tokenizer_file=str(source))
+        return AutoTokenizer.from_pretrained(str(source))
+    except (OSError, ValueError) as exc:
+        raise WorkloadFormatError(
+            f"--tokenizer {spec}: cannot read a tokenizer from {source} ({exc})"
+        ) from None
 
 
 # --- proxy request log ------------------------------------------------------------------------------------

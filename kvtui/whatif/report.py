@@ -17,9 +17,11 @@ hit rates, "prefill_seconds_saved", "gpu_hours_per_day", "cost_per_day"), "targe
 
 from __future__ import annotations
 
+from kvtui.whatif.beyond import ONE_PASS_LABEL, OPTIMAL_LABEL, beyond_line
 from kvtui.whatif.capacity import human_bytes, human_tokens
 from kvtui.whatif.causes import shares_sentence
 from kvtui.whatif.fidelity import fidelity_lines
+from kvtui.whatif.precisions import rounded_line
 from kvtui.whatif.tier_report import capacity_label, point_key, tier_lines
 
 
@@ -74,7 +76,10 @@ def as_table(report: dict) -> str:
             else "(infinite cache, simulated)"
         )
     )
-    per_token = report.get("bytes_per_token")
+    lines += [
+        f"note      capacity {rounded_line(r)}: rounded down to whole blocks"
+        for r in report.get("capacities_rounded", [])
+    ]
     for t in report.get("targets", []):
         share = (
             f"{100 * t['fraction_of_ceiling']:g}% of the one-pass ceiling "
@@ -85,7 +90,7 @@ def as_table(report: dict) -> str:
             continue
         size = human_tokens(t["capacity_tokens"]) + " tokens"
         if t.get("capacity_bytes") is not None:
-            size += f" ({human_bytes(t['capacity_bytes'])})"
+            size += f" ({human_bytes(t['capacity_bytes'])} at {t['kv_dtype']})"
         lines.append(
             f"target    {share}: {size}, {_pct(t['token_hit_rate']).strip()} of prompt tokens "
             "(the smallest LRU capacity that reaches it)"
@@ -96,12 +101,13 @@ def as_table(report: dict) -> str:
         for k in ("max_batched_tokens", "max_num_seqs", "prefix_cache")
         if any(k in p for p in report["points"])
     ]
+    in_bytes = any("capacity_bytes" in p for p in report["points"])
     head = (
         f"{'capacity':>9} "
-        + (f"{'bytes':>10} " if per_token else "")
+        + (f"{'bytes':>10} {'K/V':>9} " if in_bytes else "")
         + f"{'block':>5} {'eviction':>8} {'method':>9} "
         + "".join(f"{k[:12]:>13}" for k in extra)
-        + f" {'hit rate':>8} {'optimal':>8}"
+        + f" {'hit rate':>8}  {OPTIMAL_LABEL}"
     )
     plain = [p for p in report["points"] if "tiers" not in p]
     lines += ["", head] if plain else []
@@ -109,12 +115,20 @@ def as_table(report: dict) -> str:
         opt = optimal.get(p["capacity_tokens"])
         lines.append(
             f"{human_tokens(p['capacity_tokens']):>9} "
-            + (f"{human_bytes(p['capacity_tokens'] * per_token):>10} " if per_token else "")
+            + (f"{human_bytes(p['capacity_bytes']):>10} {p['kv_dtype']:>9} " if in_bytes else "")
             + f"{p['block_size']:>5} {p['eviction']:>8} {p['method']:>9} "
             + "".join(f"{str(p.get(k, '')):>13}" for k in extra)
-            + f" {_pct(p['token_hit_rate']):>8} {_pct(opt) if opt is not None else '':>8}"
+            + f" {_pct(p['token_hit_rate']):>8}  {_pct(opt) if opt is not None else '':>{len(OPTIMAL_LABEL)}}"
         )
+    methods = {p["method"] for p in plain}
+    if "one-pass" in methods:
+        simulated = "; simulated: the engine's scheduler and cache" if "simulated" in methods else ""
+        lines.append(f"          one-pass: {ONE_PASS_LABEL}{simulated}")
     lines += tier_lines(report)
+    for p in report["points"]:
+        above = beyond_line(p, report["prompt_tokens"]) if p["eviction"] != "none" else None
+        if above is not None:
+            lines.append(f"above     {capacity_label(p)} {p['eviction']} bs {p['block_size']}: {above}")
     lines.append("")
     for p in report["points"]:
         if p["method"] == "simulated":
@@ -180,6 +194,7 @@ SUMMARY_KEYS = (
     "curve",
     "fleet",
     "tiers",
+    "capacities_rounded",
 )
 
 
@@ -189,9 +204,10 @@ def summary_event(report: dict, current: dict, misses: dict) -> dict:
     out = {k: report.get(k) for k in SUMMARY_KEYS}
     out.update(ceiling=report["ceiling"]["token_hit_rate"], current=current, misses=misses)
     out["curve"] = out["curve"] or []
-    if out["tiers"] is None:
-        # only a tiered run has them
-        del out["tiers"]
+    for key in ("tiers", "capacities_rounded"):
+        if out[key] is None:
+            # only a tiered run has tiers, only a run given capacities that were not whole blocks the other
+            del out[key]
     return out
 
 
@@ -232,7 +248,7 @@ def compare_lines(report: dict) -> list[str]:
         "one-pass vs simulated (LRU): equal where the one-pass model's assumptions hold; the simulated "
         "run's departures from them:",
         f"{'capacity':>{w}} {'block':>5} {'one-pass':>9} {'simulated':>9} {'diff':>6} {'preempt':>8} "
-        f"{'recomputed':>10} {'in flight':>9} {'partial':>8}",
+        f"{'recomputed':>10} {'in flight':>9} {'partial':>8} {'generated':>9}",
     ]
     for sim, op in pairs:
         misses = sim["misses"]
@@ -241,21 +257,18 @@ def compare_lines(report: dict) -> list[str]:
             f"{_pct(sim['token_hit_rate']):>9} {100 * (sim['token_hit_rate'] - op['token_hit_rate']):>+6.1f} "
             f"{sim.get('preemptions', 0):>8,} {_small(misses.get('preemption', 0) / prompt):>10} "
             f"{_small(misses.get('in_flight', 0) / prompt):>9} "
-            f"{_small(sim.get('reused_partial_tokens', 0) / prompt):>8}"
+            f"{_small(sim.get('reused_partial_tokens', 0) / prompt):>8} "
+            f"{_small(sim.get('generated_hit_tokens', 0) / prompt):>9}"
         )
     lines += [
         "  recomputed: served at admission, computed again after a preemption (one-pass: no preemption)",
         "  in flight: a block another running request had announced but not computed yet (one-pass: one request "
         "at a time)",
         "  partial: served from a partly filled cached block (one-pass: whole blocks only)",
+        "  generated: served from a whole block that no earlier prompt held, its tokens generated (one-pass: "
+        "prompt blocks only)",
         "  the rest: running requests hold pool blocks (their prompt, pinned by locks, and their generated "
         "tokens), so less room is left to cache, and chunking and batching change the order of use, so LRU "
-        "evicts other blocks"
-        + (
-            "; the engine also caches a token workload's generated tokens, "
-            "which the next turn reuses (one-pass: prompts only)"
-            if report["format"] not in ("mooncake", "bailian")
-            else ""
-        ),
+        "evicts other blocks",
     ]
     return lines

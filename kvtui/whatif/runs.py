@@ -53,6 +53,7 @@ def simulated_job(shared, job: SimJob) -> dict:
         steps=result.steps,
         preemptions=result.preemptions,
         reused_partial_tokens=result.partial_tokens,
+        generated_hit_tokens=result.generated_tokens,
         wall_seconds=round(result.wall_seconds, 3),
     )
     out: dict = {"point": point, "misses": dict(result.causes), "detail": None, "hits": None}

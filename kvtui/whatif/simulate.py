@@ -31,6 +31,7 @@ from engine.core.quiet_rows import scan, schedule_beside, take_quiet, take_run
 from engine.core.request import Request, SamplingParams
 from engine.models.shape import ModelShape
 from engine.trace.writer import TraceSink, TraceWriter
+from kvtui.whatif.beyond import GeneratedHits
 from kvtui.whatif.causes import MissLedger
 from kvtui.whatif.cost import CostModel
 from kvtui.whatif.hash_keys import prefill_keys
@@ -115,6 +116,8 @@ class Worker:
         self.preemptions = self.finished = 0
         # prompt tokens served from a partly filled cached block (the one-pass curve never reuses one)
         self.partial_tokens = 0
+        # and from whole blocks of generated tokens (beyond.py; a hash-id workload never caches those)
+        self.generated = None if hash_ids else GeneratedHits(config.block_size)
         # request -> its partly filled block, known unshared (quiet_rows.scan)
         self._own: dict = {}
         self.sink.listeners.append(self._on_event)
@@ -158,8 +161,12 @@ class Worker:
             return
         if kind == "prefix_match":
             detail = event["detail"]
-            if "reused_partial" in detail and not detail.get("readmission"):
-                self.partial_tokens += detail["reused_partial"]
+            if not detail.get("readmission"):
+                partial = detail.get("reused_partial", 0)
+                self.partial_tokens += partial
+                if self.generated is not None:
+                    req = self.core.requests[event["request_id"]]
+                    self.generated.on_first_lookup(req, event["matched_tokens"], partial)
         self.ledger.on_event(event, self._prompt_of)
 
     def _prompt_of(self, request_id: str) -> tuple:
@@ -284,6 +291,8 @@ class SimResult:
     simulated_seconds: float
     wall_seconds: float
     partial_tokens: int = 0
+    # served from whole blocks of generated tokens (beyond.py)
+    generated_tokens: int = 0
     # with tiers: hit tokens by the tier that served them at admission (engine/trace/metrics.py)
     tier_hits: dict | None = None
 
@@ -342,6 +351,7 @@ def simulate(
         worker.now,
         time.perf_counter() - started,
         worker.partial_tokens,
+        worker.generated.tokens if worker.generated is not None else 0,
         dict(worker.manager.hit_rates.tier_hits) or None,
     )
 

@@ -39,7 +39,8 @@ class SweepOptions:
     ray: str | None = None
     # shares of the ceiling to find the smallest capacity for (0.8 = 80%)
     targets: tuple[float, ...] = ()
-    bytes_per_token: float | None = None
+    # the capacities asked and their K/V precisions (precisions.py); None: tokens only
+    plan: object = None
     # None: Belady's bound unless the workload is very large
     optimal: bool | None = None
     # --host-capacity / --disk-capacity (tiers.py's TierOptions); None: the device only
@@ -74,6 +75,8 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
     from kvtui.whatif.report import as_json
 
     method, first = opts.method, configs[0]
+    plan = opts.plan
+    precisions = plan.precisions if plan is not None else ()
     prompt = loaded.prompt_tokens
     notes = list(loaded.notes) + [
         f"cost model: {opts.cost.describe()}",
@@ -134,11 +137,21 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
     if opts.targets:
         from kvtui.whatif.answers import targets
 
-        report["targets"] = targets(first_curve, first.block_size, opts.targets, opts.bytes_per_token, prompt)
-    if opts.bytes_per_token:
-        report["bytes_per_token"] = opts.bytes_per_token
-        for point in points:
-            point["capacity_bytes"] = round(point["capacity_tokens"] * opts.bytes_per_token)
+        report["targets"] = [
+            {**t, "kv_dtype": p.kv_dtype if p else None}
+            for p in precisions or [None]
+            for t in targets(first_curve, first.block_size, opts.targets, p and p.bytes_per_token, prompt)
+        ]
+    if plan is not None:
+        from kvtui.whatif.precisions import at_precisions, rounded_entries
+
+        report["points"] = at_precisions(points, plan.rows)
+        report["precisions"] = [
+            {"kv_dtype": p.kv_dtype, "bytes_per_token": p.bytes_per_token} for p in precisions
+        ]
+        if len(precisions) == 1:
+            report["bytes_per_token"] = precisions[0].bytes_per_token
+        report["capacities_rounded"] = rounded_entries(plan) + list(opts.tiers.rounded if opts.tiers else ())
     if opts.workers > 1:
         from kvtui.whatif.fleets import run_fleets
 
@@ -157,6 +170,9 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
         "block_size": first.block_size,
         "eviction": first.eviction if first.prefix_cache else "none",
     }
+    at = plan.rows.get((first.block_size, first.capacity_tokens)) if plan is not None else None
+    if at:
+        report["current"]["kv_dtype"] = at[0].kv_dtype
     if opts.tiers is not None:
         host, disk = opts.tiers.current(first.block_size)
         report["current"].update(host_capacity_tokens=host, disk_capacity_tokens=disk)

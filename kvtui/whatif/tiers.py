@@ -155,6 +155,8 @@ class TierOptions:
     hosts: dict[int, list[int]]
     disks: dict[int, list[int]]
     cost: TierCost
+    # the capacities rounded down to whole blocks: {"tier", "asked", "capacity_tokens", "block_size", ...}
+    rounded: tuple = ()
 
     def with_loads(self, clock):
         """The simulation's cost clock (cost.py's CostModel) charging this cost model's loads."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from textual_plotext import PlotextPlot
 
+from kvtui.whatif.beyond import ONE_PASS_LABEL, OPTIMAL_LABEL
 from kvtui.whatif.capacity import human_tokens
 from kvtui.widgets.palette import COMPONENT_CLASSES, Palette, role_css
 
@@ -72,7 +73,7 @@ class WhatIfCurve(PlotextPlot):
             xs,
             [100 * p["token_hit_rate"] for p in curve],
             color=_rgb(palette, SERIES["lru"]),
-            label="LRU one-pass" + (", device alone" if summary.get("tiers") else ""),
+            label=ONE_PASS_LABEL + (", device alone" if summary.get("tiers") else ""),
             marker="braille",
         )
         plt.hline(100 * summary["ceiling"], color=_rgb(palette, SERIES["ceiling"]))
@@ -84,7 +85,7 @@ class WhatIfCurve(PlotextPlot):
                 [100 * p["token_hit_rate"] for p in optimal],
                 marker="◆",
                 color=_rgb(palette, SERIES["optimal"]),
-                label="optimal (Belady)",
+                label=OPTIMAL_LABEL,
             )
         simulated = [p for p in summary.get("points") or [] if p["method"] == "simulated"]
         if simulated:

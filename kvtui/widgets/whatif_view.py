@@ -10,9 +10,11 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import DataTable, Static
 
+from kvtui.whatif.beyond import ONE_PASS_LABEL, OPTIMAL_LABEL, beyond_line
 from kvtui.whatif.capacity import human_tokens
 from kvtui.whatif.causes import CAUSES, shares_sentence
-from kvtui.whatif.tier_report import point_key
+from kvtui.whatif.precisions import rounded_line
+from kvtui.whatif.tier_report import point_key, significant
 from kvtui.widgets.base import TextLine
 from kvtui.widgets.palette import markup
 from kvtui.widgets.whatif_curve import WhatIfCurve
@@ -39,6 +41,8 @@ NOT_WHATIF = (
 
 
 def headline(summary: dict) -> Content:
+    """The workload, the current configuration (and what a rounded capacity became), its simulated hit rate
+    beside the whole-prompt-block figures, why it may score above them, and its tiers' split."""
     current = summary.get("current") or {}
     key = point_key(current) if current else None
     sim = [p for p in summary.get("points") or [] if p["method"] == "simulated"]
@@ -55,24 +59,45 @@ def headline(summary: dict) -> Content:
             "current ",
             (
                 f"{human_tokens(current['capacity_tokens'])} {current['eviction']} bs {current['block_size']}"
+                + (f" at {current['kv_dtype']}" if current.get("kv_dtype") else "")
                 + _lower_tiers(current),
                 markup("edit"),
             ),
+            _rounded(summary, current),
         ]
     if mine is not None:
         parts += [": ", (f"{100 * mine['token_hit_rate']:.1f}%", markup("series-time")), " simulated"]
     cap = current.get("capacity_tokens")
-    tiered = None
+    one_pass = None
     for p in summary.get("points") or []:
         if p["method"] == "one-pass" and point_key(p) == key:
-            parts += [f", {100 * p['token_hit_rate']:.1f}% one-pass LRU"]
-            tiered = p if p.get("tiers") else None
+            parts += [f", {100 * p['token_hit_rate']:.1f}% {ONE_PASS_LABEL}"]
+            one_pass = p
     for p in summary.get("optimal") or []:
         if p["capacity_tokens"] == cap:
-            parts += [", ", (f"{100 * p['token_hit_rate']:.1f}%", markup("series-request")), " optimal"]
-    if tiered is not None:
-        parts += ["\n", _split(tiered)]
+            parts += [
+                ", ",
+                (f"{100 * p['token_hit_rate']:.1f}%", markup("series-request")),
+                f" {OPTIMAL_LABEL}",
+            ]
+    above = beyond_line(mine, summary["prompt_tokens"]) if mine is not None else None
+    if above is not None:
+        parts += ["\n", (above, markup("dim"))]
+    # the split of the run whose hit rate is shown: the simulated one, else the one-pass model's
+    shown = mine if mine is not None else one_pass
+    if shown is not None and shown.get("tiers"):
+        parts += ["\n", _split(shown)]
     return Content.assemble(*parts)
+
+
+def _rounded(summary: dict, current: dict) -> str:
+    """` (1k -> 992 tokens (62 blocks of 16))` when the current capacity was rounded down to whole blocks."""
+    at = (current["capacity_tokens"], current["block_size"])
+    for entry in summary.get("capacities_rounded") or []:
+        # the device's capacity (a host or disk one names its tier)
+        if not entry.get("tier") and (entry["capacity_tokens"], entry["block_size"]) == at:
+            return f" ({rounded_line(entry)})"
+    return ""
 
 
 def _lower_tiers(current: dict) -> str:
@@ -83,14 +108,15 @@ def _lower_tiers(current: dict) -> str:
 
 
 def _split(point: dict) -> str:
-    """A tiered point's hits per tier and the prefill seconds they save."""
+    """A tiered point's hits per tier (of the run named: simulated or one-pass) and the prefill seconds they
+    save."""
     tiers = point["tiers"]
     shares = ", ".join(
         f"{100 * tiers[t]:.1f}% {t}" for t in ("device", "host", "disk") if t == "device" or tiers[t]
     )
     saved = point.get("prefill_seconds_saved")
-    return f"tiers: {shares}" + (
-        "" if saved is None else f"; {saved:,.0f} s of prefill saved against the device alone"
+    return f"tiers ({point['method']}): {shares}" + (
+        "" if saved is None else f"; {significant(saved)} s of prefill saved against the device alone"
     )
 
 
@@ -149,7 +175,7 @@ def _regret(fleet: dict) -> str:
 class WhatIfView(Vertical, can_focus=True):
     DEFAULT_CSS = """
     WhatIfView { height: 1fr; }
-    WhatIfView #whatif-head { height: 2; }
+    WhatIfView #whatif-head { height: auto; }
     WhatIfView #whatif-causes { height: auto; max-height: 12; }
     WhatIfView #whatif-heatmap { max-height: 14; }
     WhatIfView #whatif-fleet-head { height: 2; }
@@ -187,8 +213,6 @@ class WhatIfView(Vertical, can_focus=True):
             causes.update("")
             return
         head.set(headline(summary))
-        # a third line for the tiers
-        head.styles.height = 3 if summary.get("tiers") else 2
         causes.update(cause_bars(summary.get("misses") or {}, summary["prompt_tokens"]))
         if fleet:
             self.query_one("#whatif-fleet-head", TextLine).set(fleet_line(fleet))

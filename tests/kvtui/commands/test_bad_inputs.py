@@ -82,6 +82,26 @@ CASES = [
     (["whatif", SHARED, "--tokenizer", "{tmp}/nope"], "nope' does not exist"),
     (["whatif", SHARED, "-o", "{tmp}/missing/x.jsonl"], "x.jsonl: no directory"),
     (["whatif", "{header_only.jsonl}"], "header_only.jsonl: no requests in it"),
+    # whatif's options that would do nothing in the combination given
+    (
+        ["whatif", SHARED, "--router", "round_robin"],
+        "--router routes requests among workers: give --workers N",
+    ),
+    (["whatif", SHARED, "--router-temperature", "1"], "--router-temperature routes requests among workers"),
+    (
+        ["whatif", SHARED, "--json", "--ui"],
+        "--json prints the report, --ui shows it in the terminal: choose one",
+    ),
+    (["whatif", SHARED, "--as-recorded", "--capacity", "1k"], "own settings: leave out --capacity"),
+    (
+        ["whatif", SHARED, "--as-recorded", "--eviction", "lfu", "--workers", "2"],
+        "leave out --eviction, --workers",
+    ),
+    (
+        ["whatif", SHARED, "--capacity", "1GiB", "--kv-config", "{ok_config.json}", "--kv-dtype", "bf16,fp8"]
+        + ["--host-capacity", "1k"],
+        "priced at one K/V precision: give one --kv-dtype with --host-capacity",
+    ),
     # whatif's tiers: a disk below no host, capacities in bytes without a model, prices of nothing
     (["whatif", SHARED, "--method", "one-pass", "--disk-capacity", "1k"], "give --host-capacity too"),
     (["whatif", SHARED, "--gpu-hour-cost", "2"], "--gpu-hour-cost: prices the tiers below the device"),
