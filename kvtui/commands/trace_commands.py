@@ -57,7 +57,8 @@ def stats(trace_file, as_json):
         fleet = replay_fleet(trace.header, trace.events)
         workers, totals = workers_summary(fleet), attach_totals(fleet)
     # a cause for every missed prompt token (kvtui/whatif/causes.py), where the trace recorded the matching
-    from kvtui.whatif.causes import ledger_from_trace, misses_json, misses_text
+    from kvtui.commands.stats_misses import misses_json, misses_text
+    from kvtui.whatif.causes import ledger_from_trace
 
     ledger = ledger_from_trace(trace.header, trace.events) if workers is None else None
     if as_json:
