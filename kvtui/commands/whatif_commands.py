@@ -292,6 +292,8 @@ def whatif(
             loaded = load(workload, fmt, trace_block_size, tokenizer).slice(start, stop)
     except (WorkloadFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
+    for text in loaded.warnings:
+        click.echo(f"warning: {text}", err=True)
     if not loaded.num_requests:
         raise click.ClickException(
             f"no requests to run (check --requests {request_slice})"
