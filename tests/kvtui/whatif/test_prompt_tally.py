@@ -39,6 +39,7 @@ def test_hit_and_missed_are_every_lookups_prompt_tokens(path):
     prompt = sum(e["prompt_tokens"] for e in lookups)
     assert misses["prompt_tokens"] == prompt == out["all"]["prompt_tokens"]
     assert misses["hit_tokens"] + sum(misses["causes"].values()) == prompt
+    assert misses["lookups"] == out["all"]["hit_counts"]["lookups"] == len(lookups)
     # no fixture trace preempts: every token a lookup served is a hit, as the token hit rate counts them
     assert (
         misses["hit_tokens"]
