@@ -292,7 +292,8 @@ def whatif(
             loaded = load(workload, fmt, trace_block_size, tokenizer).slice(start, stop)
     except (WorkloadFormatError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    for text in loaded.warnings:
+    # what the trace reader skipped (a streamed Mooncake / Bailian file is never a trace: none)
+    for text in getattr(loaded, "warnings", ()):
         click.echo(f"warning: {text}", err=True)
     if not loaded.num_requests:
         raise click.ClickException(
