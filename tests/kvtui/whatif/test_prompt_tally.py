@@ -73,17 +73,13 @@ def test_multi_turn_chat_counts_each_turns_prompt():
 
 
 def _preempting_run_with_edits() -> tuple[dict, list[dict]]:
-    """A model-free engine: a pool too small for four long answers at once (preemptions), and two edits."""
+    """A model-free engine: a cached head, then a pool too small for three answers at once, so a request that
+    hit the head is preempted and the head evicted before it comes back; then two edits."""
     events: list[dict] = []
     sink = TraceSink(clock=lambda: 0.0)
     sink.listeners.append(events.append)
-    config = EngineConfig(block_size=4, num_blocks=14, max_batched_tokens=64, max_num_seqs=4)
+    config = EngineConfig(block_size=4, num_blocks=8, max_batched_tokens=64, max_num_seqs=2)
     core = EngineCore(SHAPE, config, sink)
-    shared = list(range(100, 112))
-    rids = [
-        core.add_request(shared + [200 + i, 300 + i], SamplingParams(max_tokens=14, ignore_eos=True))
-        for i in range(4)
-    ]
 
     def run() -> None:
         while core.has_unfinished():
@@ -91,9 +87,14 @@ def _preempting_run_with_edits() -> tuple[dict, list[dict]]:
             if scheduled is not None:
                 core.update_from_output(scheduled, lambda index, req: 7)
 
+    head = list(range(100, 112))
+    core.add_request(head + [1, 2], SamplingParams(max_tokens=2, ignore_eos=True))
+    run()
+    prompts = [head + [200, 300], list(range(1000, 1014)), head + [202, 302]]
+    rids = [core.add_request(p, SamplingParams(max_tokens=10, ignore_eos=True)) for p in prompts]
     run()
     core.edit(rids[0], 13, [55, 56], "insert")
-    core.edit(rids[1], 5, [57], "replace")
+    core.edit(rids[2], 5, [57], "replace")
     run()
     return {"block_size": 4}, events
 
@@ -109,4 +110,5 @@ def test_preemption_and_edits_add_up():
     assert tally.hit_tokens + sum(tally.missed.values()) == tally.prompt_tokens
     # what a lookup served and was computed again after a preemption is a miss, not a hit
     served = sum(e["matched_tokens"] for e in lookups)
+    assert tally.missed["preemption"] > 0
     assert tally.hit_tokens + tally.missed["preemption"] == served
