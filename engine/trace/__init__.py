@@ -5,6 +5,7 @@ every later line is one event with `seq` (monotonic from 0), `t` (seconds since 
 `type`. Token ids always travel with their text, so a replay needs no tokenizer.
     writer.py         TraceSink (numbers, stamps, hands on) and TraceWriter (the file)
     reader.py         the one reader: strict, or tolerant of a bad line (keeps what came before, says which line)
+    opening.py        a command opening a trace: the reader, and one wording for what is wrong with the file
     schema.py         the header's fields, validation, `kvtui schema`; the events: engine_events.py, what the
                       engine records, and attach_events.py, what `kvtui attach` records
     metrics.py        hit rates and latency percentiles; stats.py, `kvtui stats` over a whole trace

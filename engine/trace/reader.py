@@ -32,6 +32,9 @@ CHUNK_BYTES = 1 << 20
 # an event line is a few hundred bytes; a 100k-token radix_insert is ~2 MB
 MAX_LINE_BYTES = 16 << 20
 TRUNCATED_TAIL_NOTE = "last line is incomplete (the writer stopped mid-line); ignored"
+EMPTY_FILE = "empty file: no header line (a trace starts with one)"
+# a request log of `kvtui proxy` (one request per line): what `kvtui whatif` replays
+PROXY_LOG = "a proxy log (kvtui proxy's request log), not a trace"
 
 # (bytes read, total bytes, events so far)
 Progress = Callable[[int, int, int], None]
@@ -139,7 +142,7 @@ class _Reader:
                 gc.enable()
         out = self.out
         if self.header is None and out.error is None:
-            out.error = TraceError(1, "empty trace: no header line")
+            out.error = TraceError(1, EMPTY_FILE)
         if self.strict and out.error is not None:
             raise out.error
         return out
@@ -217,11 +220,14 @@ class _Reader:
         try:
             header = json.loads(raw)
         except (ValueError, RecursionError) as exc:
-            if unterminated:
+            # bytes that are not text are a binary file, not a header cut short
+            if unterminated and not isinstance(exc, UnicodeDecodeError):
                 self.out.truncated_tail = True
                 return self._fail(number, "the header line is incomplete")
             return self._fail(number, _json_problem(exc))
         problem = validate_header(header)
+        if problem and _is_proxy_log_line(header):
+            problem = PROXY_LOG
         if problem:
             return self._fail(number, problem)
         self.header = self.out.header = header
@@ -310,11 +316,15 @@ class _Reader:
         return True
 
 
+def _is_proxy_log_line(obj) -> bool:
+    return isinstance(obj, dict) and "type" not in obj and "prompt_token_ids" in obj
+
+
 def _json_problem(exc: Exception) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return f"not valid UTF-8 (byte 0x{exc.object[exc.start]:02x} at byte {exc.start + 1})"
     if isinstance(exc, json.JSONDecodeError):
-        return f"not valid JSON ({exc.msg} at column {exc.colno})"
+        return f"not valid JSON ({exc.msg}, column {exc.colno})"
     if isinstance(exc, RecursionError):
         return "not valid JSON (nested too deeply)"
     return f"not valid JSON ({exc})"

@@ -14,6 +14,7 @@ from engine.trace.metrics import PERCENTILES, HitCounts, LatencyTracker, is_look
 class PhaseStats:
     phase: str
     requests: int = 0
+    # every prefix lookup's prompt: the first admission's and each edit's (the misses' prompt tokens)
     prompt_tokens: int = 0
     # tokens the engine generated (every token_emitted, edits' reruns included)
     generated_tokens: int = 0
@@ -34,16 +35,20 @@ class PhaseStats:
         return self.latency.itl
 
 
+NO_PHASE = "no phase"
+
+
 def summarize(header: dict, events: list[dict]) -> list[PhaseStats]:
-    """One PhaseStats per phase (in order of first arrival), then one for the whole trace ('all')."""
+    """One PhaseStats per phase (in order of first arrival), then one for the whole trace ('all'). In a trace
+    where some requests name a phase, the others are the phase "no phase", so the phases add up to 'all'."""
     block_size = header["block_size"]
     phase_of: dict[str, str] = {}
     phases: dict[str, PhaseStats] = {}
     total = PhaseStats("all")
 
     def targets(request_id):
-        phase = phase_of.get(request_id, "all")
-        if phase == "all":
+        phase = phase_of.get(request_id)
+        if phase is None:
             return [total]
         return [phases.setdefault(phase, PhaseStats(phase)), total]
 
@@ -51,14 +56,14 @@ def summarize(header: dict, events: list[dict]) -> list[PhaseStats]:
         kind = e["type"]
         if kind == "request_arrived":
             rid = e["request_id"]
-            phase_of[rid] = e.get("phase") or "all"
+            phase_of[rid] = e.get("phase") or NO_PHASE
             for s in targets(rid):
                 s.requests += 1
-                s.prompt_tokens += len(e["prompt_token_ids"])
                 s.latency.arrived(rid, e["t"])
         elif kind == "prefix_match" and is_lookup(e):
             lookup = HitCounts.lookup(e["prompt_tokens"], e["matched_tokens"], block_size)
             for s in targets(e["request_id"]):
+                s.prompt_tokens += e["prompt_tokens"]
                 s.hits += lookup
         elif kind == "token_emitted":
             for s in targets(e["request_id"]):
@@ -70,6 +75,9 @@ def summarize(header: dict, events: list[dict]) -> list[PhaseStats]:
         elif kind == "request_finished":
             for s in targets(e["request_id"]):
                 s.latency.finished(e["request_id"], e["ttft"], e["tpot"])
+    # no request names a phase: the whole trace is one row
+    if list(phases) == [NO_PHASE]:
+        phases.clear()
     return [*phases.values(), total]
 
 
@@ -154,22 +162,24 @@ def _pct(value: float, counts: HitCounts) -> str:
 def format_stats(stats: list[PhaseStats]) -> str:
     qs = "/".join(f"p{q}" for q in PERCENTILES)
     head = (
-        f"{'phase':<10} {'reqs':>4} {'prompt':>7} {'gen':>6} {'tok hit':>8} {'req hit':>8} {'blk hit':>8}  "
-        f"{'TTFT ms ' + qs:<22} {'TPOT ms ' + qs:<22} {'ITL ms ' + qs}"
+        f"{'phase':<10} {'reqs':>4} {'lookups':>7} {'prompt':>7} {'gen':>6} {'tok hit':>8} {'lkp hit':>8} "
+        f"{'blk hit':>8}  {'TTFT ms ' + qs:<22} {'TPOT ms ' + qs:<22} {'ITL ms ' + qs}"
     )
     lines = [head, "-" * len(head)]
     for s in stats:
         lines.append(
-            f"{s.phase:<10} {s.requests:>4} {s.prompt_tokens:>7} {s.generated_tokens:>6} "
+            f"{s.phase:<10} {s.requests:>4} {s.hits.requests:>7} {s.prompt_tokens:>7} {s.generated_tokens:>6} "
             f"{_pct(s.hits.token_hit_rate, s.hits):>8} {_pct(s.hits.request_hit_rate, s.hits):>8} "
             f"{_pct(s.hits.block_hit_rate, s.hits):>8}  "
             f"{_ms(s.ttft):<22} {_ms(s.tpot):<22} {_ms(s.itl)}"
         )
     lines += [
         "",
-        "token hit = hit tokens / prompt tokens that could match (all but the last); request hit = "
-        "lookups with any hit / lookups; block hit = block hits / block lookups. TTFT and TPOT: each "
-        "request's latest run; ITL: every gap between two tokens of a request (percentiles "
-        "interpolated).",
+        "lookups: prefix lookups (each request's admission and each edit's; a preempted request's "
+        "readmission is not one); prompt: their prompt tokens. tok hit = hit tokens / prompt tokens that "
+        "could match (all but each lookup's last, which is always computed); lkp hit = lookups with any "
+        "hit / lookups; blk hit = whole blocks found / whole blocks that could match (a partly reused "
+        "block counts in tok hit only). TTFT and TPOT: each request's latest run; ITL: every gap between "
+        "two tokens of a request (percentiles interpolated).",
     ]
     return "\n".join(lines)

@@ -262,16 +262,18 @@ def _ui(sources, header, out, tokenizer_name, tokenizer, duration, replay_timeou
 
 def replay_attach(trace: str, header: dict) -> None:
     """`kvtui replay` of an attach trace: the fleet views, at the end of the recording (g: go to a %)."""
+    from engine.trace.opening import problem_line, skipped_warnings
     from kvtui.app.fleet_app import FleetApp
     from kvtui.app.loader import load_trace
 
     loaded = load_trace(trace)
     if loaded.error is not None:
         click.echo(
-            f"{trace}, line {loaded.error.line}: {loaded.error.message} (showing the "
-            f"{len(loaded.events)} events before it)",
+            f"{problem_line(trace, loaded.error)} (showing the {len(loaded.events)} events before it)",
             err=True,
         )
+    for text in skipped_warnings(loaded, trace):
+        click.echo(f"warning: {text}", err=True)
     FleetApp(source=trace, header=header, events=loaded.events).run()
 
 

@@ -26,18 +26,13 @@ def export(trace, perfetto_out):
     the three hit rates, tokens per step) and an evictions track. Open it at https://ui.perfetto.dev
     ("Open trace file"), or with Perfetto's trace_processor.
     """
-    from kvtui.app.loader import load_trace, skipped_warnings
+    from engine.trace.opening import TraceUnusable, open_trace, skipped_warnings
     from kvtui.export.perfetto import build_perfetto
 
-    loaded = load_trace(trace)
-    if loaded.error is not None and not loaded.events:
-        raise click.ClickException(f"{trace}, line {loaded.error.line}: {loaded.error.message}")
-    if loaded.error is not None:
-        click.echo(
-            f"warning: {trace}, line {loaded.error.line}: {loaded.error.message}; exporting the "
-            f"{len(loaded.events)} events before it",
-            err=True,
-        )
+    try:
+        loaded = open_trace(trace)
+    except TraceUnusable as exc:
+        raise click.ClickException(str(exc)) from None
     for text in skipped_warnings(loaded, trace):
         click.echo(f"warning: {text}", err=True)
     data = build_perfetto(loaded.header, loaded.events, title=f"kvtui {trace.rsplit('/', 1)[-1]}")

@@ -120,6 +120,7 @@ def _check_replay(rest: tuple[str, ...]) -> None:
     """Refuse a missing or unreadable trace now, not in each browser tab."""
     import os
 
+    from engine.trace.opening import problem_line
     from kvtui.app.loader import read_header
 
     traces = [a for a in rest if not a.startswith("-")]
@@ -129,7 +130,7 @@ def _check_replay(rest: tuple[str, ...]) -> None:
         raise click.UsageError(f"{traces[0]}: no such trace file")
     header, error = read_header(traces[0])
     if header is None:
-        raise click.ClickException(f"{traces[0]}, line {error.line}: {error.message}")
+        raise click.ClickException(problem_line(traces[0], error))
 
 
 COMMANDS = [serve]

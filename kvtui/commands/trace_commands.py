@@ -15,36 +15,30 @@ def schema():
 
 
 @click.command()
-@click.argument("trace_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
     help="Print one JSON object instead of the table: the same figures, rates in 0..1, seconds.",
 )
-def stats(trace_file, as_json):
-    """Hit rates and TTFT / TPOT / ITL percentiles (p50/p95/p99) per workload phase of a TRACE_FILE (and hit
-    tokens by tier with the bytes loaded back, for a trace with a host tier).
+def stats(trace, as_json):
+    """Hit rates and TTFT / TPOT / ITL percentiles (p50/p95/p99) per workload phase of a TRACE (and hit
+    tokens by tier with the bytes loaded back, for a trace with a host tier), then every prompt token as hit
+    or missed, the misses by cause.
 
-    A bad line stops the summary there (a warning names it); everything before it is counted.
+    A bad line is refused with its line number; a last line cut mid-line is ignored (a warning says so).
     """
     import json
 
-    from engine.trace.reader import read_trace, skipped_warnings
+    from engine.trace.opening import TraceUnusable, open_trace, skipped_warnings
     from engine.trace.stats import format_stats, format_tiers, stats_json, summarize, tier_totals
 
+    trace_file = trace
     try:
-        # the reader replay uses, and its warnings
-        trace = read_trace(trace_file, allow_unknown=True)
-    except OSError as exc:
-        raise click.ClickException(f"{trace_file}: cannot read it ({exc.strerror or exc})") from None
-    if trace.error is not None and not trace.events:
-        raise click.ClickException(f"{trace_file}: {trace.error}")
-    if trace.error is not None:
-        click.echo(
-            f"warning: {trace_file}: {trace.error}; summarising the {len(trace.events)} events before it",
-            err=True,
-        )
+        trace = open_trace(trace_file)
+    except TraceUnusable as exc:
+        raise click.ClickException(str(exc)) from None
     for text in skipped_warnings(trace, trace_file):
         click.echo(f"warning: {text}", err=True)
     summary = summarize(trace.header, trace.events)
@@ -57,12 +51,12 @@ def stats(trace_file, as_json):
         fleet = replay_fleet(trace.header, trace.events)
         workers, totals = workers_summary(fleet), attach_totals(fleet)
     # a cause for every missed prompt token (kvtui/whatif/causes.py), where the trace recorded the matching
-    from kvtui.whatif.causes import ledger_from_trace, misses_json, misses_text
+    from kvtui.commands.stats_misses import misses_json, misses_text
+    from kvtui.whatif.causes import ledger_from_trace
 
     ledger = ledger_from_trace(trace.header, trace.events) if workers is None else None
     if as_json:
-        error = None if trace.error is None else str(trace.error)
-        out = stats_json(trace_file, trace.header, trace.events, summary, error)
+        out = stats_json(trace_file, trace.header, trace.events, summary)
         if workers is not None:
             out.update(totals, phases=[], all=totals)
             out["workers"] = workers

@@ -78,11 +78,12 @@ def live(model, max_tokens, save_trace, publish, **options):
 )
 def replay(trace, check, from_start):
     """Replay a recorded trace: play, step, seek and inspect every view."""
+    from engine.trace.opening import problem_line, skipped_warnings
     from kvtui.app.loader import load_trace, read_header
 
     header, error = read_header(trace)
     if header is None:
-        raise click.ClickException(f"{trace}, line {error.line}: {error.message}")
+        raise click.ClickException(problem_line(trace, error))
     if check:
         from kvtui.app.loading import fold
         from kvtui.state.timeline import Timeline
@@ -91,8 +92,9 @@ def replay(trace, check, from_start):
         timeline = Timeline(header)
         loaded = load_trace(trace, on_batch=lambda batch: fold(timeline, batch))
         if loaded.error is not None:
-            click.echo(f"{trace}, line {loaded.error.line}: {loaded.error.message}", err=True)
-        unknown = ", ".join(f"{k} ({n})" for k, n in sorted(loaded.unknown_types.items()))
+            click.echo(f"Error: {problem_line(trace, loaded.error)}", err=True)
+        for text in skipped_warnings(loaded, trace):
+            click.echo(f"warning: {text}", err=True)
         what = f"{header.get('num_blocks')} blocks of {header.get('block_size')} tokens"
         if header.get("kind") == "attach":
             # an attached fleet: its workers, pool and block size come from the events
@@ -100,11 +102,7 @@ def replay(trace, check, from_start):
             from kvtui.state.fleet_stats import check_line
 
             what = check_line(replay_fleet(header, loaded.events))
-        click.echo(
-            f"{trace}: {len(loaded.events)} events, {what}"
-            + (" (truncated last line ignored)" if loaded.truncated_tail else "")
-            + (f"; unknown event types skipped: {unknown}" if unknown else "")
-        )
+        click.echo(f"{trace}: {len(loaded.events)} events, {what}")
         if loaded.error is not None:
             sys.exit(1)
         return

@@ -23,6 +23,29 @@ def _ints(text: str, name: str) -> list[int]:
     return values
 
 
+def checked_choices(router: str, target_text: str | None, jobs: int, evictions: str):
+    """(routers, targets, eviction policies) from their options, each refused in one line where it names
+    something kvtui does not know."""
+    from kvtui.whatif.answers import parse_targets
+    from kvtui.whatif.routers import ROUTERS
+
+    routers = [r.strip() for r in router.split(",") if r.strip()]
+    for name in routers or [router]:
+        if name not in ROUTERS:
+            raise click.BadParameter(f"{name!r}: choose from {', '.join(ROUTERS)}", param_hint="--router")
+    try:
+        targets = parse_targets(target_text) if target_text else []
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--target") from None
+    if jobs < 1:
+        raise click.BadParameter(f"{jobs}: give at least 1", param_hint="--jobs")
+    policies = [p.strip() for p in evictions.split(",") if p.strip()]
+    for p in policies:
+        if p not in ("lru", "lfu", "cost"):
+            raise click.BadParameter(f"{p!r}: choose lru, lfu or cost", param_hint="--eviction")
+    return routers, targets, policies
+
+
 def _slice(text: str | None) -> tuple[int | None, int | None]:
     if not text:
         return None, None

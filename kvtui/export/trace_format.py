@@ -31,12 +31,18 @@ A type ending in `?` may be null or left out. Types are JSON's: `int`, `float` (
 
 ## Reading a trace
 
-One reader (`engine/trace/reader.py`) serves `replay`, `stats` and the tests. It checks every field of every
+One reader (`engine/trace/reader.py`) serves every command and the tests. It checks every field of every
 event against this table, that `seq` counts up by one (a dropped or repeated line is named), UTF-8, and lines
 up to 16 MiB. A bad line stops it with its line number (`line 7: unknown event type 'block_teleported'`) and
 everything before it is kept; a truncated last line (a writer that crashed mid-line) is ignored. Replay also
 keeps event types it does not know (a newer engine) and skips them, and names the line of an event its
 reducer cannot apply; it never stops with a traceback.
+
+Every command opens a trace the same way (`engine/trace/opening.py`) and says the same one line about the same
+bad file, with a non-zero exit: `FILE, line 6: not valid JSON (...)`, `FILE, line 1: not valid UTF-8 (byte
+0x89 at byte 1)`, `FILE: empty file: ...`; a proxy log is named as one, with the command that reads it
+(`kvtui whatif FILE`). A last line cut mid-line is a warning (`FILE: the last line is incomplete (the writer
+stopped mid-line); ignored`) and the command runs; the replay app shows the events before a bad line.
 
 Three tools write traces besides the engine, and say so in the header's `kind`: `kvtui attach -o` (`attach`:
 the events of an attached vLLM / SGLang fleet, no physical blocks), `kvtui whatif -o` (`whatif`: a what-if

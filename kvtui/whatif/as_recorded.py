@@ -48,9 +48,9 @@ class Recorded:
 
 
 def read_recorded(path: str | Path) -> Recorded:
-    from engine.trace.reader import read_trace
+    from engine.trace.opening import open_trace
 
-    trace = read_trace(path, allow_unknown=True)
+    trace = open_trace(path)
     if trace.header.get("kind") == "whatif" or "block_size" not in trace.header.get("config", {}):
         raise ValueError(f"{path}: not a trace of kvtui's engine (its header has no engine config)")
     recorded = Recorded(trace.header)

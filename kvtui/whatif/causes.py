@@ -1,7 +1,9 @@
 """A cause for every missed prompt token, per request and per workload; the causes add up exactly to the misses.
 
-A prompt token is a hit when the request never computed it: the cache served it at the first admission and,
-if the request was preempted, again at every readmission. Everything else is a miss with one cause:
+Prompt tokens are counted per prefix lookup: a request's first admission, and each edit's new prompt (a
+preemption's readmission is not a new lookup). A prompt token is a hit when the request never computed it: the
+cache served it at the lookup and, if the request was preempted, again at every readmission. Everything else is
+a miss with one cause, so hit + missed = every lookup's prompt tokens (`PromptTally`):
 
     compulsory   its block (this prefix, this salt) was never seen before
     capacity     its block was cached and evicted (at t, by policy P: the manager's block_evicted events)
@@ -40,17 +42,49 @@ CAUSES = (
 )
 
 
+@dataclass(frozen=True)
+class PromptTally:
+    """Every prompt token of every lookup, hit or missed for one cause: hit_tokens + sum(missed) ==
+    prompt_tokens. The one source of the prompt-token hit and miss shares (`kvtui stats`, its --json, the
+    what-if report, the app's views)."""
+
+    prompt_tokens: int
+    hit_tokens: int
+    missed: Counter
+    lookups: int
+
+    @property
+    def missed_tokens(self) -> int:
+        return self.prompt_tokens - self.hit_tokens
+
+    def share(self, tokens: int) -> float:
+        """`tokens` as a share of all prompt tokens (0.0 with none)."""
+        return tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def hit_share(self) -> float:
+        return self.share(self.hit_tokens)
+
+    @property
+    def missed_share(self) -> float:
+        return self.share(self.missed_tokens)
+
+
 @dataclass
 class RequestMisses:
     request_id: str
+    # over every lookup of the request (its admission and each edit's)
     prompt_tokens: int
-    # tokens the first admission served
+    # tokens the latest lookup served
     first_matched: int = 0
-    # the smallest readmission match (None: never preempted)
+    # the latest lookup's smallest readmission match (None: not preempted since)
     min_rematched: int | None = None
     causes: Counter = field(default_factory=Counter)
     # the first capacity eviction, the divergence
     detail: dict = field(default_factory=dict)
+    lookups: int = 1
+    # hit tokens of the lookups before the latest
+    earlier_hits: int = 0
 
     @property
     def recomputed(self) -> int:
@@ -60,7 +94,15 @@ class RequestMisses:
 
     @property
     def hit_tokens(self) -> int:
-        return self.first_matched - self.recomputed
+        return self.earlier_hits + self.first_matched - self.recomputed
+
+    def next_lookup(self, prompt_tokens: int, matched: int) -> None:
+        """An edit's lookup: what the earlier ones hit and recomputed is settled, the new prompt counted."""
+        self.causes = self.all_causes()
+        self.earlier_hits = self.hit_tokens
+        self.prompt_tokens += prompt_tokens
+        self.first_matched, self.min_rematched = matched, None
+        self.lookups += 1
 
     def all_causes(self) -> Counter:
         causes = Counter(self.causes)
@@ -142,15 +184,19 @@ class MissLedger:
         salt,
         tokens,
     ) -> None:
-        """A prefix_match: the first one classifies the misses, a readmission's records what came back."""
+        """A prefix_match: a lookup (the first admission, an edit) classifies the misses of its prompt, a
+        readmission's records what came back."""
         if detail.get("readmission"):
             record = self.requests[request_id]
             if record.min_rematched is None or matched < record.min_rematched:
                 record.min_rematched = matched
             return
-        record = RequestMisses(request_id, prompt_tokens, matched)
-        self.requests[request_id] = record
-        self._classify(record, matched, reason, detail, keys, contents, salt, tokens)
+        record = self.requests.get(request_id)
+        if record is None:
+            record = self.requests[request_id] = RequestMisses(request_id, prompt_tokens, matched)
+        else:
+            record.next_lookup(prompt_tokens, matched)
+        self._classify(record, prompt_tokens, matched, reason, detail, keys, contents, salt, tokens)
         bs = self.block_size
         matchable = max(prompt_tokens - 1, 0) // bs
         self.announced.update(keys[:matchable])
@@ -160,13 +206,23 @@ class MissLedger:
 
     # --- classification ---------------------------------------------------------------------------------
     def _classify(
-        self, record: RequestMisses, matched: int, reason: str, detail: dict, keys, contents, salt, tokens
+        self,
+        record: RequestMisses,
+        n: int,
+        matched: int,
+        reason: str,
+        detail: dict,
+        keys,
+        contents,
+        salt,
+        tokens,
     ) -> None:
-        bs, n = self.block_size, record.prompt_tokens
+        """The misses of one lookup of an `n`-token prompt."""
+        bs = self.block_size
         causes = record.causes
         if n == 0:
             return
-        causes["last_token"] = 1
+        causes["last_token"] += 1
         end = n - 1
         if reason == "disabled":
             if end > matched:
@@ -224,15 +280,21 @@ class MissLedger:
                 causes[cause] += end - pos
 
     # --- totals -----------------------------------------------------------------------------------------
-    def totals(self) -> tuple[int, int, Counter]:
-        """(prompt tokens, hit tokens, misses by cause) over every request."""
-        prompt = hits = 0
+    def tally(self) -> PromptTally:
+        """Every lookup's prompt tokens over every request, hit or missed by cause."""
+        prompt = hits = lookups = 0
         causes: Counter = Counter()
         for record in self.requests.values():
             prompt += record.prompt_tokens
             hits += record.hit_tokens
+            lookups += record.lookups
             causes.update(record.all_causes())
-        return prompt, hits, causes
+        return PromptTally(prompt, hits, causes, lookups)
+
+    def totals(self) -> tuple[int, int, Counter]:
+        """(prompt tokens, hit tokens, misses by cause): `tally` as a tuple."""
+        tally = self.tally()
+        return tally.prompt_tokens, tally.hit_tokens, tally.missed
 
 
 def _share(x: float) -> str:
@@ -252,29 +314,24 @@ def shares_sentence(prompt_tokens: int, causes: Counter) -> str:
 
 def ledger_from_trace(header: dict, events: list[dict]) -> MissLedger | None:
     """The misses of a recorded trace (kvtui's engine, or a what-if run's -o) by the same ledger, fed from the
-    file: block keys are the engine's chained hashes of each prompt (engine/core/hashing.py). None when the
-    trace has no prefix_match events (an attach trace: the engine's matching was not recorded).
+    file: block keys are the engine's chained hashes of each lookup's prompt (engine/core/hashing.py). None
+    when the trace has no prefix_match events (an attach trace: the engine's matching was not recorded).
 
-    An edited request keeps the causes of its first admission (the edit's own lookup is not classified again);
-    a readmission after a preemption counts what it had to compute again, as in a simulation."""
+    Every lookup is classified: the first admission and each edit's (its prompt rebuilt by
+    kvtui/whatif/trace_prompts.py); a readmission after a preemption counts what it had to compute again, as
+    in a simulation."""
     from engine.core.hashing import block_hashes
+    from kvtui.whatif.trace_prompts import TracePrompts
 
     bs = int(header.get("block_size") or 16)
     ledger = MissLedger(bs)
-    prompts: dict[str, tuple] = {}
+    prompts = TracePrompts()
     preempted: set[str] = set()
     seen_match = False
-
-    def prompt_of(request_id: str) -> tuple:
-        tokens, salt = prompts[request_id]
-        matchable = max(len(tokens) - 1, 0) // bs
-        keys, contents = block_hashes(tokens[: matchable * bs], bs, salt)
-        return tokens, salt, keys, contents
-
     for event in events:
         kind = event["type"]
-        if kind == "request_arrived":
-            prompts[event["request_id"]] = (event["prompt_token_ids"], event.get("cache_salt"))
+        if kind in ("request_arrived", "token_emitted", "edit"):
+            prompts.on_event(event)
         elif kind == "request_preempted":
             preempted.add(event["request_id"])
         elif kind == "prefix_match":
@@ -282,65 +339,35 @@ def ledger_from_trace(header: dict, events: list[dict]) -> MissLedger | None:
             rid = event["request_id"]
             if rid not in prompts:
                 continue
-            if (event.get("detail") or {}).get("readmission"):
+            detail = event["detail"] or {}
+            if detail.get("readmission"):
                 if rid not in preempted or rid not in ledger.requests:
                     continue
                 preempted.discard(rid)
-            elif rid in ledger.requests:
+                ledger.on_match(rid, 0, event["matched_tokens"], event["reason"], detail, [], [], None, [])
                 continue
-            ledger.on_event(event, prompt_of)
+            preempted.discard(rid)
+            tokens, salt = prompts.lookup_tokens(rid, event["prompt_tokens"]), prompts.salts[rid]
+            matchable = max(len(tokens) - 1, 0) // bs
+            keys, contents = block_hashes(tokens[: matchable * bs], bs, salt)
+            ledger.on_match(
+                rid,
+                len(tokens),
+                event["matched_tokens"],
+                event["reason"],
+                detail,
+                keys,
+                contents,
+                salt,
+                tokens,
+            )
         elif kind in ("radix_insert", "block_evicted"):
-            ledger.on_event(event, prompt_of)
+            ledger.on_event(event, None)
     return ledger if seen_match else None
 
 
-def misses_json(ledger: MissLedger) -> dict:
-    """Per workload and per request (`kvtui stats --json`): {prompt_tokens, hit_tokens, causes, shares,
-    requests: [{request_id, prompt_tokens, hit_tokens, misses, detail}]}; causes add up to the misses."""
-    prompt, hits, causes = ledger.totals()
-    return {
-        "prompt_tokens": prompt,
-        "hit_tokens": hits,
-        "missed_tokens": prompt - hits,
-        "causes": dict(causes.most_common()),
-        "shares": shares_sentence(prompt, causes),
-        "requests": [record.as_dict() for record in ledger.requests.values()],
-    }
-
-
-def misses_text(ledger: MissLedger, worst: int = 5) -> str:
-    """`kvtui stats`'s lines on the misses: the shares per workload, then the requests that missed most."""
-    prompt, hits, causes = ledger.totals()
-    lines = ["", "misses    " + shares_sentence(prompt, causes)]
-    if "capacity" not in causes and ledger.evicted:
-        lines.append("          (no miss was of an evicted block)")
-    records = sorted(ledger.requests.values(), key=lambda r: r.prompt_tokens - r.hit_tokens, reverse=True)
-    for record in records[:worst]:
-        missed = record.prompt_tokens - record.hit_tokens
-        if not missed:
-            break
-        parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in record.all_causes().most_common())
-        lines.append(
-            f"  {record.request_id}: {record.hit_tokens}/{record.prompt_tokens} hit; missed {parts}"
-            + _detail_words(record.detail)
-        )
-    lines.append(
-        "causes: compulsory (never seen), capacity (evicted), block floor (short of a whole block), "
-        "salt, divergence, in flight (another request had not computed it yet), preemption "
-        "(recomputed), last token (always computed); per request: --json"
-    )
-    return "\n".join(lines)
-
-
-def _detail_words(detail: dict) -> str:
-    words = []
-    if "evicted_at" in detail:
-        words.append(
-            f"evicted at {detail['evicted_at']:.3f} s by {detail['policy']} (position {detail['position']})"
-        )
-    if "diverged_at" in detail:
-        words.append(
-            f"differs at {detail['diverged_at']} (cached id {detail.get('expected_id')}, prompt id "
-            f"{detail.get('actual_id')})"
-        )
-    return "; " + "; ".join(words) if words else ""
+def prompt_tally(header: dict, events: list[dict]) -> PromptTally | None:
+    """The prompt-token hit and miss shares of a trace up to its last event (None without prefix_match events):
+    what `kvtui stats` prints and every view that shows these shares calls."""
+    ledger = ledger_from_trace(header, events)
+    return None if ledger is None else ledger.tally()

@@ -53,7 +53,11 @@ def detect_format(path: str | Path) -> str:
     except FileNotFoundError:
         raise WorkloadFormatError(f"no such workload file: {path}") from None
     except UnicodeDecodeError:
-        raise WorkloadFormatError(f"{path}: not UTF-8 text (a workload is JSON or JSON Lines)") from None
+        raise WorkloadFormatError(_not_text(path)) from None
+    if not first:
+        from engine.trace.opening import EMPTY_FILE
+
+        raise WorkloadFormatError(f"{path}: {EMPTY_FILE}")
     try:
         obj = json.loads(first)
     except json.JSONDecodeError:
@@ -79,6 +83,17 @@ def detect_format(path: str | Path) -> str:
     )
 
 
+def _not_text(path: Path) -> str:
+    """Bytes that are not UTF-8: said as every trace reader says it when line 1 holds them."""
+    from engine.trace.opening import problem_line
+    from engine.trace.reader import read_header
+
+    _, error = read_header(path)
+    if error is not None and "UTF-8" in error.message:
+        return problem_line(path, error)
+    return f"{path}: not UTF-8 text (a workload is JSON or JSON Lines)"
+
+
 def load(
     path: str | Path, fmt: str | None = None, trace_block_size: int = 512, tokenizer: str | None = None
 ) -> Workload:
@@ -99,14 +114,11 @@ def load(
 
 # --- kvtui traces -----------------------------------------------------------------------------------------
 def load_trace(path: Path) -> Workload:
-    from engine.trace.reader import read_trace
+    from engine.trace.opening import open_trace, skipped_warnings
 
-    trace = read_trace(path, allow_unknown=True)
-    problems = (
-        []
-        if trace.error is None
-        else [f"line {trace.error.line}: {trace.error.message} (events after it ignored)"]
-    )
+    # a bad line: TraceUnusable, in the wording every trace reader uses
+    trace = open_trace(path)
+    problems: list[str] = []
     requests: dict[str, SimRequest] = {}
     outputs: dict[str, list[int]] = {}
     notes, forks, edits = [], 0, 0
@@ -142,7 +154,7 @@ def load_trace(path: Path) -> Workload:
     ordered = sorted(requests.values(), key=lambda r: r.arrival)
     for r in ordered:
         r.arrival -= t0
-    return Workload(path.name, "trace", ordered, problems, notes)
+    return Workload(path.name, "trace", ordered, problems, notes, warnings=skipped_warnings(trace, str(path)))
 
 
 # --- workload JSON ----------------------------------------------------------------------------------------

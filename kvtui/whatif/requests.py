@@ -130,6 +130,8 @@ class Workload:
 
     # the server's cache settings when the log recorded them (block_size, num_gpu_blocks, prefix caching)
     server: dict | None = None
+    # what the trace reader skipped and the run does without, one line each (a cut last line)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def prompt_tokens(self) -> int:
@@ -146,5 +148,11 @@ class Workload:
 
     def slice(self, start: int | None, stop: int | None) -> Workload:
         return Workload(
-            self.name, self.format, self.requests[start:stop], self.problems, self.notes, self.server
+            self.name,
+            self.format,
+            self.requests[start:stop],
+            self.problems,
+            self.notes,
+            self.server,
+            self.warnings,
         )

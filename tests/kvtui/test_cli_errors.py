@@ -51,7 +51,7 @@ CASES = [
     # (args with {file} placeholders, what the one-line message says)
     (["stats", "{tmp}/missing.jsonl"], "does not exist"),
     (["stats", "{empty_dir}"], "is a directory"),
-    (["stats", "{empty.jsonl}"], "empty trace"),
+    (["stats", "{empty.jsonl}"], "empty file"),
     (["stats", "{binary.jsonl}"], "not valid UTF-8"),
     (["stats", "{not_trace.jsonl}"], "first line must be the trace header"),
     (["stats", "--json", "{schema99.jsonl}"], "schema version 99"),

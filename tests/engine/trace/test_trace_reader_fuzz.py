@@ -145,7 +145,7 @@ def test_a_100_mb_line_is_named_and_the_prefix_kept(tmp_path):
 def test_header_damage_and_non_trace_files(tmp_path):
     path = tmp_path / "t.jsonl"
     for data, expected in [
-        (b"", "empty trace"),
+        (b"", "empty file"),
         (b"\x89PNG\r\n\x1a\n\x00\x00", "not valid UTF-8"),
         (b"hello world\n", "not valid JSON"),
         (b'{"type": "header", "schema": 1}\n', "header:"),

@@ -70,4 +70,4 @@ async def test_the_replay_app_loads_the_good_prefix_and_names_the_line(tmp_path,
     if line is not None:
         assert result.exit_code == 1 and f"line {line}:" in result.output, result.output
     else:
-        assert result.exit_code == 0 and "truncated" in result.output
+        assert result.exit_code == 0 and "the last line is incomplete" in result.output

@@ -81,7 +81,7 @@ CASES = [
     (["whatif", SHARED, "--overlap-weight", "-1"], "'--overlap-weight': -1.0 is not in the range x>=0"),
     (["whatif", SHARED, "--tokenizer", "{tmp}/nope"], "nope' does not exist"),
     (["whatif", SHARED, "-o", "{tmp}/missing/x.jsonl"], "x.jsonl: no directory"),
-    (["whatif", "{header_only.jsonl}"], "header_only.jsonl: no requests in it"),
+    (["whatif", "{header_only.jsonl}"], "header_only.jsonl, line 1: header: field 'bytes_per_block'"),
     # whatif's options that would do nothing in the combination given
     (
         ["whatif", SHARED, "--router", "round_robin"],
@@ -175,7 +175,7 @@ CASES = [
         "'127.0.0.1:99999': give",
     ),
     (["serve", "--public-url", "notaurl", "replay", CHAT], "'notaurl': give the URL the browser opens"),
-    (["stats", "{array.json}"], "array.json: line 1: first line must be the trace header"),
+    (["stats", "{array.json}"], "array.json, line 1: first line must be the trace header"),
 ]
 
 
