@@ -74,6 +74,32 @@ def _prefill(
     return attend(q, k, v, allowed, scaling, softcap)
 
 
+def read_in_place(
+    batch: PagedBatch,
+    group: DecodeGroup,
+    layer: int,
+    q: torch.Tensor,
+    scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """A decode group's attention by the C kernel over the pool in place, every call of it (the modules' and the
+    fused step's): q [N, Hkv, G, D], each KV head's query heads -> [N, Hkv, G, D]."""
+    quant = batch.kv.quant
+    return paged_decode(
+        q,
+        batch.kv.keys(layer),
+        batch.kv.values(layer),
+        group.blocks,
+        group.lengths,
+        batch.kv.block_size,
+        scale,
+        window,
+        softcap,
+        kv_dtype=None if quant is None else quant.name,
+    )
+
+
 def _decode(
     batch: PagedBatch,
     group: DecodeGroup,
@@ -94,20 +120,7 @@ def _decode(
     q = query[0][:, group.q_index].transpose(0, 1).reshape(n, hkv, -1, query.shape[3])
     if group.lengths is not None:
         scale = scaling if scaling is not None else query.shape[3] ** -0.5
-        k_slots, v_slots = batch.kv.keys(layer), batch.kv.values(layer)
-        quant = batch.kv.quant
-        out = paged_decode(
-            q,
-            k_slots,
-            v_slots,
-            group.blocks,
-            group.lengths,
-            size,
-            scale,
-            window,
-            softcap,
-            kv_dtype=None if quant is None else quant.name,
-        )
+        out = read_in_place(batch, group, layer, q, scale, window, softcap)
         return out.reshape(n, query.shape[1], query.shape[3])
     # K and V of every block in one gather (advanced indexing runs on every thread; index_select on one):
     # [2 x Hkv, N x B, size x D] -> [N, Hkv, L, D] each

@@ -1,5 +1,10 @@
 """Whether a model's steps can run fused (engine/worker/fused_forward.py): its layers must be exactly a Llama
-layer, paged in every layer, with nothing hooked into the modules whose forwards the fused path does not call."""
+layer, paged in every layer, with nothing hooked into the modules whose forwards the fused path does not call.
+
+The fused path calls no module's forward, so a hook on a module is not seen there. The runner checks what it
+can check once per step in one look (a global forward hook); a hook or a replaced forward on a module is
+declared: `ModelRunner.through_modules(reason)` sends every step through the modules while it is in force
+(kvtui precision does, for the hooks it puts on the decoder layers)."""
 
 from __future__ import annotations
 
@@ -62,15 +67,8 @@ def why_not(model, windows: tuple[int | None, ...], paged_layers: int) -> str:
     return ""
 
 
-def intercepted(modules: list[torch.nn.Module]) -> str:
-    """What the fused path would skip ('' when nothing): a forward hook or pre-hook on any of `modules` or on
-    every module, or a forward replaced on a module whose forward the path does not call (it calls the
-    linears' own). Checked every step: a hook may come after load."""
+def intercepted() -> str:
+    """What a fused step would skip now that one look sees ('' when nothing): a global forward hook or pre-hook."""
     if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
         return "a global forward hook"
-    for m in modules:
-        if m._forward_hooks or m._forward_pre_hooks:
-            return f"a forward hook on a {type(m).__name__}"
-        if "forward" in m.__dict__ and type(m) is not torch.nn.Linear:
-            return f"a {type(m).__name__} with its forward replaced"
     return ""

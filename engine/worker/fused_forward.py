@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.worker.attention import paged_attention
+from engine.worker.attention import paged_attention, read_in_place
 from engine.worker.batch import BATCH_KWARG, PagedBatch
-from engine.worker.fused_fit import decoder_layers, intercepted
+from engine.worker.fused_fit import decoder_layers
 from engine.worker.kernels import decode_ops
-from engine.worker.kernels.paged_decode import paged_decode
+from engine.worker.packed_linear import PackedLinears, bucket, stock_linear
 
 
 @dataclass
@@ -66,8 +66,8 @@ class FusedForward:
         self.eps = eps
         self.final_norm = final_norm
         self.head_dim = head_dim
-        # every module, for the hook check of each step
-        self.modules = list(model.modules())
+        # (row bucket, PackedLinears.version) -> each layer's seven products and the head's, for that step
+        self._products: dict[tuple[int, int], tuple[list[tuple], object]] = {}
 
     @classmethod
     def build(cls, model) -> FusedForward | None:
@@ -114,9 +114,29 @@ class FusedForward:
                 return False
         return True
 
-    def intercepted(self) -> str:
-        """What a fused step would skip now: a hook or a replaced forward ('' when nothing; fused_fit)."""
-        return intercepted(self.modules)
+    def products(self, linears: PackedLinears | None, rows: int, kept: int) -> tuple[list[tuple], object]:
+        """The step's products, chosen once for its row count (the head's for the rows it keeps): each layer's
+        q, k, v, o, gate, up, down, then the head; the kernel where the run plan chose it at those rows, the
+        stock linear elsewhere."""
+        version = -1 if linears is None else linears.version
+        key = (bucket(rows), bucket(kept), version)
+        found = self._products.get(key)
+        if found is None:
+            chosen = {} if linears is None else linears.for_rows(rows)
+            head = {} if linears is None else linears.for_rows(kept)
+
+            def product(module, kernels=chosen):
+                return kernels.get(module) or stock_linear(module)
+
+            layers = [
+                tuple(
+                    product(m)
+                    for m in (f.q_proj, f.k_proj, f.v_proj, f.o_proj, f.gate_proj, f.up_proj, f.down_proj)
+                )
+                for f in self.layers
+            ]
+            found = self._products[key] = (layers, product(self.model.lm_head, head))
+        return found
 
     @staticmethod
     def decodes_only(batch: PagedBatch) -> bool:
@@ -130,12 +150,21 @@ class FusedForward:
         )
 
     def forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, batch: PagedBatch, keep: int | torch.Tensor = 0
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        batch: PagedBatch,
+        keep: int | torch.Tensor = 0,
+        linears: PackedLinears | None = None,
     ) -> torch.Tensor:
         """Logits [rows kept, vocab] of a step of T rows (ids and positions [1, T]); `keep` as transformers'
-        logits_to_keep: 0 every row, an int the last ones, a tensor those rows."""
+        logits_to_keep: 0 every row, an int the last ones, a tensor those rows; `linears` the run plan's."""
         inner = self.model.model
         rows = ids.shape[1]
+        kept = rows if isinstance(keep, int) and keep == 0 else (keep if isinstance(keep, int) else len(keep))
+        if linears is not None:
+            linears.refresh()
+        products, head = self.products(linears, rows, kept)
         h = inner.embed_tokens(ids)[0]
         cos, sin = inner.rotary_emb(h[None], positions)
         cos, sin = cos[0].contiguous(), sin[0].contiguous()
@@ -143,30 +172,30 @@ class FusedForward:
         x = torch.empty_like(h)
         delta = None
         dim = self.head_dim
-        for layer in self.layers:
+        for layer, (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj) in zip(
+            self.layers, products
+        ):
             decode_ops.add_rms_norm(h, delta, _weight(layer.input_norm), self.eps, x)
-            q = layer.q_proj.forward(x).view(rows, -1, dim)
-            k = layer.k_proj.forward(x).view(rows, -1, dim)
-            v = layer.v_proj.forward(x).view(rows, -1, dim)
-            out = layer.o_proj.forward(attend(layer, q, k, v).view(rows, -1))
+            q = q_proj(x).view(rows, -1, dim)
+            k = k_proj(x).view(rows, -1, dim)
+            v = v_proj(x).view(rows, -1, dim)
+            out = o_proj(attend(layer, q, k, v).view(rows, -1))
             decode_ops.add_rms_norm(h, out, _weight(layer.post_norm), self.eps, x)
-            gated = layer.act_fn(layer.gate_proj.forward(x))
-            gated.mul_(layer.up_proj.forward(x))
-            delta = layer.down_proj.forward(gated)
+            gated = layer.act_fn(gate_proj(x))
+            gated.mul_(up_proj(x))
+            delta = down_proj(gated)
         decode_ops.add_rms_norm(h, delta, _weight(self.final_norm), self.eps, x)
         if isinstance(keep, int) and keep > 0:
             x = x[-keep:]
         elif isinstance(keep, torch.Tensor):
             x = x[keep]
-        return self.model.lm_head.forward(x)
+        return head(x)
 
     @staticmethod
     def _decodes(batch: PagedBatch, cos: torch.Tensor, sin: torch.Tensor):
         """A decode-only step's attention: rotary and the K/V writes in one C call, then the decode kernel."""
         group = batch.decodes[0]
-        slots, size = batch.write_slots, batch.kv.block_size
-
-        quant = batch.kv.quant
+        slots, quant = batch.write_slots, batch.kv.quant
 
         def attend(layer: FusedLayer, q, k, v) -> torch.Tensor:
             index = layer.attention.layer_idx
@@ -179,17 +208,7 @@ class FusedForward:
                 batch.kv.write(index, slots, k.transpose(0, 1), v.transpose(0, 1))
             # [N, Hkv, G, D]: each KV head's query heads
             grouped = rotated.view(q.shape[0], keys.shape[0], -1, q.shape[2])
-            scale = layer.attention.scaling
-            return paged_decode(
-                grouped,
-                keys,
-                values,
-                group.blocks,
-                group.lengths,
-                size,
-                scale,
-                kv_dtype=None if quant is None else quant.name,
-            )
+            return read_in_place(batch, group, index, grouped, layer.attention.scaling)
 
         return attend
 

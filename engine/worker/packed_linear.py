@@ -69,6 +69,16 @@ def _version(tensor: torch.Tensor | None) -> int:
 ROW_BUCKETS = ((1, "1 row"), (8, f"2-{MAX_ROWS} rows"), (128, f"over {MAX_ROWS} rows"))
 
 
+def stock_linear(module: torch.nn.Linear):
+    """`module`'s own product, reading its weight and bias at each call (a caller may replace them)."""
+    parameters = module._parameters
+
+    def product(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, parameters["weight"], parameters.get("bias"))
+
+    return product
+
+
 def bucket(rows: int) -> int:
     """The ROW_BUCKETS index of a forward of `rows` rows."""
     return 0 if rows == 1 else (1 if rows <= MAX_ROWS else 2)
@@ -84,6 +94,9 @@ class PackedLinears:
         self.decisions: dict[tuple[int, int, bool, bool], tuple[path_probe.Decision, ...]] = {}
         # linears of each shape, for the plan's lines
         self.shape_counts: dict[tuple[int, int], int] = {}
+        # ROW_BUCKETS index -> for_rows' answer (emptied when a weight is packed again, which bumps version)
+        self._for_rows: dict[int, dict] = {}
+        self.version = 0
         for module in _linears(model):
             shape = (module.out_features, module.in_features)
             self.shape_counts[shape] = self.shape_counts.get(shape, 0) + 1
@@ -137,11 +150,12 @@ class PackedLinears:
                 return kernel(x)
             return torch.nn.functional.linear(x, module.weight, module.bias)
 
+        forward.kernel, forward.takes = kernel, takes
         forward.panels = kernel.panels
         forward.exact = takes[2]
         return forward
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
         """Pack again any weight the caller changed since (load_state_dict, an optimizer step, a new Parameter):
         a stale copy would answer with the old model."""
         sources = [self._source(module) for module, _ in self.entries]
@@ -152,6 +166,8 @@ class PackedLinears:
             if module.weight.device.type != "cpu" or module.weight.dtype != torch.float32:
                 # the model moved or was cast: its stock linears from now on
                 self.entries, self.packed_from = [], []
+                self._for_rows.clear()
+                self.version += 1
                 return
             if source != was:
                 forward = self._pack(module)
@@ -159,6 +175,17 @@ class PackedLinears:
                 entries.append((module, forward))
                 packed_from.append(source)
         self.entries, self.packed_from = entries, packed_from
+        self._for_rows.clear()
+        self.version += 1
+
+    def for_rows(self, rows: int) -> dict:
+        """module -> its kernel, for the linears that take the kernel at `rows` rows (the others run stock):
+        chosen once per step by the step's row count, not per call (call `refresh` first in a step)."""
+        index = bucket(rows)
+        chosen = self._for_rows.get(index)
+        if chosen is None:
+            chosen = self._for_rows[index] = {m: f.kernel for m, f in self.entries if f.takes[index]}
+        return chosen
 
     @property
     def exact_count(self) -> int:
@@ -187,7 +214,7 @@ class PackedLinears:
     @contextmanager
     def swapped_in(self):
         """The kernel's forwards in place of the linears' own for one forward of the engine."""
-        self._refresh()
+        self.refresh()
         # an instance attribute shadows nn.Linear.forward; written to __dict__ (Module.__setattr__ is slow)
         for module, forward in self.entries:
             module.__dict__["forward"] = forward

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -21,6 +21,7 @@ from engine.models.loading import needs_separate_forwards
 from engine.worker import run_plan
 from engine.worker.attention import AttentionSwitch
 from engine.worker.batch import BATCH_KWARG, DecodeGroup, PagedBatch, PrefillSegment
+from engine.worker.fused_fit import intercepted
 from engine.worker.paged_kv import BlockTables, PagedKV
 from engine.worker.ring_tensors import RingTensors
 from engine.worker.run_plan import PAGED_DECODE, RunPlan
@@ -104,6 +105,18 @@ class ModelRunner:
         )
         # a list: each forward's model call is timed into it (bench)
         self.model_seconds: list[float] | None = None
+        # why every step runs through the modules now (through_modules), none: the plan's step
+        self._through_modules: list[str] = []
+
+    @contextmanager
+    def through_modules(self, reason: str):
+        """Every step through the model's modules while this is in force: a hook or a replaced forward on a
+        module sees every call there (the fused step calls no module's forward; engine/worker/fused_fit.py)."""
+        self._through_modules.append(reason)
+        try:
+            yield
+        finally:
+            self._through_modules.remove(reason)
 
     def build_batch(
         self, chunks: list[ScheduledChunk], probe: bool = False
@@ -263,11 +276,10 @@ class ModelRunner:
         if timing:
             self._sync()
             started = time.perf_counter()
-        linears = nullcontext() if self.linears is None else self.linears.swapped_in()
-        if self.fused is not None and not self.fused.intercepted():
-            with linears:
-                logits = self.fused.forward(ids, pos, batch, keep)
+        if self.fused is not None and not self._through_modules and not intercepted():
+            logits = self.fused.forward(ids, pos, batch, keep, self.linears)
         else:
+            linears = nullcontext() if self.linears is None else self.linears.swapped_in()
             with self.attention.paged(), linears:
                 out = self.model(
                     input_ids=ids,

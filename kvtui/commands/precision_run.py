@@ -10,6 +10,7 @@ and the layer where it grows most.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 # a KV precision's name in the table and trace when K/V are stored exactly
@@ -105,6 +106,10 @@ def measure(
         stepping[0].hidden.append(hidden[0].detach().float())
 
     hooks = [layer.register_forward_hook(keep_output) for layer in decoder_layers(model)]
+    # the fused step calls no layer's forward: every step through the modules, where the hooks see it
+    modules = ExitStack()
+    for engine in engines.values():
+        modules.enter_context(engine.runner.through_modules("kvtui precision hooks the decoder layers"))
     params = SamplingParams(max_tokens=1, ignore_eos=True, prompt_logprobs=True)
     ids = {d: e.submit(token_ids, params, request_id="text") for d, e in engines.items()}
     start = 0
@@ -123,6 +128,7 @@ def measure(
             _compare(costs, captures, token_ids, start, count, traced, ids)
             start += count
     finally:
+        modules.close()
         for hook in hooks:
             hook.remove()
         for engine in engines.values():

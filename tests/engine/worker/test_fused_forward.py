@@ -9,6 +9,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 
 from engine.engine import Engine, EngineConfig, SamplingParams
 from engine.worker import fused_fit
+from engine.worker.fused_fit import intercepted
 from engine.worker.kernels import decode_ops
 from engine.worker.run_plan import FUSED, MODULES
 from tests.helpers.decode_paths import assert_outputs_match_no_cache, engine_with_plan
@@ -113,9 +114,9 @@ def counted(engine: Engine) -> list[tuple[int, bool]]:
     """(rows, decodes only) of every step the fused path ran (a list the engine's fused forward appends to)."""
     steps, forward = [], engine.runner.fused.forward
 
-    def counting(ids, positions, batch, keep=0):
+    def counting(ids, positions, batch, keep=0, linears=None):
         steps.append((ids.shape[1], engine.runner.fused.decodes_only(batch)))
-        return forward(ids, positions, batch, keep)
+        return forward(ids, positions, batch, keep, linears)
 
     engine.runner.fused.forward = counting
     return steps
@@ -230,8 +231,9 @@ def test_a_norm_weight_replaced_after_load_is_the_one_used():
     assert_same_logits(fused.generate(prompts, params), modules.generate(prompts, params))
 
 
-def test_a_hook_or_a_replaced_forward_sends_the_step_through_the_modules():
-    # an instrumented model (a hook on a module the fused path does not call) must see every step
+def test_a_hook_declared_to_the_runner_sends_the_step_through_the_modules():
+    # an instrumented model (a hook on a module the fused path does not call) sees every step once the runner is
+    # told; a global hook is seen without being told
     model = tiny_model("llama-gqa")
     prompts = random_prompts([20, 33], seed=6)
     params = SamplingParams(max_tokens=4, return_logits=True)
@@ -244,23 +246,31 @@ def test_a_hook_or_a_replaced_forward_sends_the_step_through_the_modules():
         return output * 2
 
     hook = mlp.register_forward_hook(doubled)
-    assert "forward hook on a LlamaMLP" in fused.runner.fused.intercepted()
-    hooked = fused.generate(prompts, params)
+    with fused.runner.through_modules("a test hooks an MLP"):
+        hooked = fused.generate(prompts, params)
     assert calls
     assert_same_logits(hooked, modules.generate(prompts, params))
     hook.remove()
     plain = fused.generate(prompts, params)
     assert not torch.equal(plain[0].logits, hooked[0].logits)
-
-    mlp.forward = lambda x: torch.zeros_like(x)
-    assert "LlamaMLP with its forward replaced" in fused.runner.fused.intercepted()
-    del mlp.forward
-    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: None)
+    # the fused step, not told: no module forward runs, so a hook is not called
+    calls.clear()
+    hook = mlp.register_forward_hook(doubled)
     try:
-        assert fused.runner.fused.intercepted() == "a global forward hook"
+        fused.generate(prompts, params)
+    finally:
+        hook.remove()
+    assert calls == [] and fused.runner._through_modules == []
+
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: seen.append(1))
+    try:
+        assert intercepted() == "a global forward hook"
+        fused.generate(prompts, params)
+        assert seen
     finally:
         handle.remove()
-    assert fused.runner.fused.intercepted() == ""
+    assert intercepted() == ""
 
 
 def test_a_model_that_runs_fewer_layers_than_it_holds():

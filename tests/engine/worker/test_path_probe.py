@@ -147,3 +147,25 @@ def test_the_decode_race_runs_on_the_shape_it_is_given():
         pytest.skip("no paged_decode kernel here")
     kernel_s, torch_s = decode_probe._race(2, 3, 64, 16)
     assert kernel_s > 0 and torch_s > 0
+
+
+@kernels
+def test_the_fused_step_takes_each_linear_s_product_once_per_step_by_its_rows(measured, monkeypatch):
+    # the kernel wins a decode's rows and loses a prefill's: a step's products follow its row count
+    def race(kernel, torch_op, seconds=0):
+        # a linear's race is a partial over its rows; the decode attention's is not (it wins)
+        rows = kernel.args[0].shape[0] if hasattr(kernel, "args") else 1
+        return (1.0, 2.0) if rows <= packed_linear.MAX_ROWS else (3.0, 1.0)
+
+    monkeypatch.setattr(path_probe, "race", race)
+    runner = Engine.from_model(tiny_model("llama-gqa")).runner
+    fused, linears = runner.fused, runner.linears
+    kernels = set(map(id, linears.for_rows(1).values()))
+    decode, decode_head = fused.products(linears, rows=4, kept=4)
+    prefill, prefill_head = fused.products(linears, rows=40, kept=1)
+    assert all(id(p) in kernels for layer in decode for p in layer) and id(decode_head) in kernels
+    assert not any(id(p) in kernels for layer in prefill for p in layer)
+    # the head multiplies the one row kept: a decode's bucket
+    assert id(prefill_head) in kernels
+    # chosen once: the same step size is the same products
+    assert fused.products(linears, rows=4, kept=4)[0] is decode
