@@ -41,6 +41,12 @@
 #endif
 
 #define FEW_ROWS 8
+/* how far ahead a few-row pass prefetches its weights (4 KB): the pass's multiply-adds and the memory's
+   reads then overlap (measured on SmolLM2 at 8 rows: an AVX2 build's step 43 -> 26 ms, AVX-512's about 24
+   either way) */
+#ifndef PREFETCH_FLOATS
+#define PREFETCH_FLOATS 1024
+#endif
 /* BY_ROWS_AND_PANELS covers 1..8 rows and 1..4 panels: a larger M, R or P would compute nothing */
 _Static_assert(FEW_ROWS == 8 && TILE_ROWS <= 8 && TILE_PANELS <= 4, "the dispatch covers 1..8 rows, 1..4 panels");
 
@@ -118,6 +124,8 @@ static inline __attribute__((always_inline)) void few(const float *restrict x, i
         for (int i = 0; i < M * P; i++) part[i] = (vf){0};
         for (int64_t k = k0; k < k1; k++) {
             for (int p = 0; p < P; p++) {
+                /* the weights stream from memory once: fetch PREFETCH_FLOATS ahead of the multiply-adds */
+                __builtin_prefetch(w + ((int64_t)p * K + k) * LANES + PREFETCH_FLOATS);
                 const vf wk = load(w + ((int64_t)p * K + k) * LANES);
                 for (int m = 0; m < M; m++) part[m * P + p] += x[m * K + k] * wk;
             }
