@@ -42,7 +42,7 @@ _WORDS = {
     PAGED_DECODE: "C kernel, every decode's K/V read in place through its block table",
     SDPA: "SDPA over whole blocks gathered, one call per group of like context lengths",
     STOCK: "torch.nn.Linear",
-    FUSED: "norms, rotary and K/V writes in C, no module calls (the modules while one is hooked)",
+    FUSED: "norms, rotary and K/V writes in C, no module calls (the modules under through_modules or a global hook)",
     MODULES: "transformers' forward through the model's modules",
 }
 _PREFILL_WORDS = {
