@@ -285,8 +285,8 @@ def decode_bench(
       kvtui bench decode -m random:llama:tiny --batches 1,4 --prompt-tokens 64 --steps 8 --peak-tbs 0.02
       kvtui bench decode --kv-dtype int8 --contexts 2048,8192 --steps 16 --repeats 5 --threads 2
     """
+    from engine.worker.machine_probe import copy_bandwidth
     from kvtui.bench.decode import format_decode, measure_decode
-    from kvtui.bench.machine_probe import copy_bandwidth
 
     _threads(threads)
     if options.get("kv_dtype"):
