@@ -78,10 +78,10 @@ REPEATS = click.option(
 @REPEATS
 @THREADS
 def long_bench(lengths, decode_after, decode_tokens, max_batched_tokens, repeats, threads):
-    """The issue's table: a random 2-layer Llama (4 query, 2 KV heads; nothing downloaded) makes the model's
-    own work cheap, so what the engine adds shows. Prefill N tokens vs transformers' no-cache forward; decode
-    after N tokens vs transformers' forward with its DynamicCache. Ratio = engine / transformers (<= 1.2 is
-    the target).
+    """Long-context prefill and decode, the engine against transformers: a random 2-layer Llama (4 query, 2 KV
+    heads; nothing downloaded) makes the model's own work cheap, so what the engine adds shows. Prefill N tokens
+    vs transformers' no-cache forward; decode after N tokens vs transformers' forward with its DynamicCache.
+    Ratio = engine / transformers (<= 1.2 is the target).
 
     \b
     Examples:
