@@ -1,8 +1,10 @@
-"""House rules that keep the code readable: no import circles (even under TYPE_CHECKING), no source file too long
-to read in one sitting, and the torch line: engine/core and engine/trace import no torch, anywhere."""
+"""House rules that keep the code readable: no import circles (even under TYPE_CHECKING), packages in the layer
+order docs/architecture.md writes down (no circle between packages either), no source file too long to read in
+one sitting, and the torch line: engine/core and engine/trace import no torch, anywhere."""
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -148,3 +150,99 @@ def test_the_blocker_really_blocks():
     assert result["failed"], (
         "engine/worker needs torch: if it imports with torch blocked, the block is broken"
     )
+
+
+# --- the package layers ------------------------------------------------------------------------------------
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+LAYERS_HEADING = "## Package layers"
+
+
+def layer_order() -> list[str]:
+    """The layer order as docs/architecture.md writes it, lowest first: the first fenced block under its
+    "Package layers" heading, dotted package names joined by `<`."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    assert LAYERS_HEADING in text, f"docs/architecture.md has no {LAYERS_HEADING!r} section"
+    block = re.search(r"^```\n(.*?)^```", text.split(LAYERS_HEADING, 1)[1], re.S | re.M)
+    assert block, f"docs/architecture.md: no fenced block under {LAYERS_HEADING!r}"
+    names = [name.strip() for name in block.group(1).split("<")]
+    bad = [name for name in names if not re.fullmatch(r"[a-z_]+(\.[a-z_]+)*", name)]
+    assert not bad, f"docs/architecture.md: not a dotted package name in the layer order: {bad}"
+    return names
+
+
+def layer_of(module: str, layers: list[str]) -> str:
+    """The layer a module belongs to: the longest layer name that is the module or a package above it."""
+    return max((name for name in layers if module == name or module.startswith(name + ".")), key=len)
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[str]) -> list[str]:
+    """Every import of a module in a higher layer than the importer's, as `importer (layer) -> imported (layer)`."""
+    rank = {name: i for i, name in enumerate(layers)}
+    found = []
+    for module, deps in sorted(graph.items()):
+        here = layer_of(module, layers)
+        for dep in sorted(deps):
+            there = layer_of(dep, layers)
+            if rank[there] > rank[here]:
+                found.append(f"{module} ({here}) -> {dep} ({there})")
+    return found
+
+
+def layer_graph(graph: dict[str, set[str]], layers: list[str]) -> dict[str, set[str]]:
+    """The module graph folded into layers: an edge per pair of layers that one import joins."""
+    folded: dict[str, set[str]] = {name: set() for name in layers}
+    for module, deps in graph.items():
+        here = layer_of(module, layers)
+        folded[here] |= {layer_of(dep, layers) for dep in deps} - {here}
+    return folded
+
+
+def _whole_graph() -> dict[str, set[str]]:
+    """Every module of engine/ and kvtui/ and the modules of either package it imports."""
+    paths = {_module_name(p): p for package in ("engine", "kvtui") for p in (ROOT / package).rglob("*.py")}
+    return {
+        name: {d for d in _imports(path, "engine") | _imports(path, "kvtui") if d in paths and d != name}
+        for name, path in paths.items()
+    }
+
+
+def test_every_package_has_a_place_in_the_layer_order():
+    """Both roots and every subpackage of them are named in the order, and every name there is a package or a
+    module: a new package is placed on purpose, and the page names nothing that is gone."""
+    layers = layer_order()
+    packages = {"engine", "kvtui"} | {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for root in ("engine", "kvtui")
+        for init in (ROOT / root).glob("*/__init__.py")
+    }
+    modules = set(_whole_graph())
+    assert not packages - set(layers), (
+        f"place these packages in docs/architecture.md's order: {packages - set(layers)}"
+    )
+    assert not set(layers) - modules, f"the layer order names what does not exist: {set(layers) - modules}"
+    assert len(layers) == len(set(layers)), f"a package twice in the layer order: {layers}"
+
+
+def test_packages_import_only_packages_below_them():
+    """Each module imports only modules of its own layer or of a layer below it, at load time, inside a
+    function or under TYPE_CHECKING alike (the order: docs/architecture.md, Package layers)."""
+    upward = upward_imports(_whole_graph(), layer_order())
+    assert not upward, (
+        "imports against the layer order (move the code down, or the import up):\n" + "\n".join(upward)
+    )
+
+
+def test_no_circle_between_packages():
+    """A circle between packages (state -> sources -> state) breaks any order; the file-level circle test above
+    cannot see one made of different files."""
+    circle = _cycle(layer_graph(_whole_graph(), layer_order()))
+    assert circle is None, " -> ".join(circle)
+
+
+def test_the_layer_rule_finds_an_upward_import_and_a_circle():
+    layers = ["a", "a.low", "b", "b.high"]
+    assert layer_of("a.low.x", layers) == "a.low" and layer_of("a.other", layers) == "a"
+    assert upward_imports({"b.high.x": {"a.low.y", "b.z"}, "a.low.x": {"a.y"}}, layers) == []
+    assert upward_imports({"a.low.y": {"b.high.x"}}, layers) == ["a.low.y (a.low) -> b.high.x (b.high)"]
+    folded = layer_graph({"a.x": {"b.y"}, "b.y": {"a.z"}, "a.z": set()}, layers)
+    assert _cycle(folded) == ["a", "b", "a"]

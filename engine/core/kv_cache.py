@@ -158,7 +158,7 @@ class KVCacheManager:
         if match.lower:
             fit_loads(self, match)
         whole = match.num_tokens
-        # window layers restart where their rings are exact (engine/worker/ring.py): a ring_resume event, and a ring row
+        # window layers restart where their rings are exact (engine/core/rings.py): a ring_resume event, and a ring row
         usable = self.rings.resume(req, whole + (partial[1] if partial else 0))
         if usable < whole:
             keep = usable // self.block_size
@@ -325,7 +325,7 @@ class KVCacheManager:
         """
         holding = req.attached
         keep = edits.keep_point(req.num_computed, edited)
-        # window layers restart where their rings are exact (engine/worker/ring.py)
+        # window layers restart where their rings are exact (engine/core/rings.py)
         if holding:
             keep = self.rings.resume(req, keep, edited.tokens)
         table, rid = req.block_table, req.request_id

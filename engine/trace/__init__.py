@@ -8,6 +8,7 @@ every later line is one event with `seq` (monotonic from 0), `t` (seconds since 
     opening.py        a command opening a trace: the reader, and one wording for what is wrong with the file
     schema.py         the header's fields, validation, `kvtui schema`; the events: engine_events.py, what the
                       engine records, and attach_events.py, what `kvtui attach` records
+    attach_structs.py the two attach events nearly every message is made of, as msgspec structs
     metrics.py        hit rates and latency percentiles; stats.py, `kvtui stats` over a whole trace
 """
 

@@ -11,4 +11,5 @@ packed_linear.py   a CPU float32 model's linears through the C panel kernel insi
 fused_forward.py   a Llama-family step in a few C calls per layer (fused_fit.py: which models it fits)
 sampling.py        greedy and temperature / top-k / top-p sampling
 sinks.py           how far attention sinks move the logits (sink_divergence)
+machine_probe.py   this machine's roofline for a loaded model (the trace's `roofline` event)
 """

@@ -9,7 +9,7 @@ SDPA over one gather of whole blocks.
 Quantized K/V (EngineConfig.kv_dtype, engine/worker/kv_quant.py) are quantized as they are written and dequantized
 where they are read: a gathered prefix, a gathered decode group, ring rows; a chunk attends to its own K/V
 round-tripped, as a later step reads them; the C kernel reads the 8-bit rows itself.
-Window layers (and every layer with attention sinks) keep K/V in per-request rings instead (engine/worker/ring.py):
+Window layers (and every layer with attention sinks) keep K/V in per-request rings instead (ring_tensors.py):
 O(W) memory, reading only the last W positions (the current token counts). KV heads are never repeated: SDPA's
 GQA support (or grouped matmuls when the model soft-caps scores) lets each group of query heads read its KV head.
 """

@@ -1,9 +1,10 @@
 """Attention sinks (StreamingLLM) change the model's answer: measure by how much, for the trace.
 
-`EngineConfig(sink_tokens=S, window=W)` makes every layer keep the first S and the last W positions (ring.py).
-At a request's finish we compare the logits of its sequence under that mask with a no-cache full-attention
-forward. Ours are recomputed in one prefill rather than kept per step (a vocabulary-wide row per generated token
-would grow without bound); every layer is a ring layer in this mode, so that prefill needs no block table.
+`EngineConfig(sink_tokens=S, window=W)` makes every layer keep the first S and the last W positions in its ring
+(ring_tensors.py). At a request's finish we compare the logits of its sequence under that mask with a no-cache
+full-attention forward. Ours are recomputed in one prefill rather than kept per step (a vocabulary-wide row
+per generated token would grow without bound); every layer is a ring layer in this mode, so that prefill needs
+no block table.
 """
 
 from __future__ import annotations

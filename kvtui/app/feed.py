@@ -223,7 +223,7 @@ class EngineWorker(Controller):
         if self.save_trace:
             engine.add_trace_file(self.save_trace)
         self.feed.put(FeedHeader(engine.trace.header))
-        from kvtui.bench.machine_probe import emit_roofline
+        from engine.worker.machine_probe import emit_roofline
 
         # this machine's roofline for the model, measured once (the roofline view)
         emit_roofline(engine)

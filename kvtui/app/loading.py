@@ -8,7 +8,7 @@ from textual.message import Message
 
 from kvtui.app.loader import BatchRejected, LoadedTrace, TraceError, load_trace, read_header, skipped_warnings
 from kvtui.state.timeline import Timeline
-from kvtui.state.whatif_labels import relabel, scan_run_length
+from kvtui.whatif.labels import relabel, scan_run_length
 from kvtui.widgets.base import TextLine
 
 

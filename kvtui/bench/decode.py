@@ -102,7 +102,7 @@ def format_decode(rows: list[DecodeRow], peak_tbs: float | None, copy_tbs: float
         head += f" {'of peak':>8}"
     if copy_tbs:
         head += f" {'of copy':>8}"
-    # a step's cost against batch 1's, where batch 1 ran: what batching costs (issue 20's "at most 2x" at 8)
+    # a step's cost against batch 1's, where batch 1 ran: what batching costs (a batch of 8 should stay within 2x)
     one = next((r for r in rows if r.batch == 1), None)
     if one is not None:
         head += f" {'x batch 1':>9}"

@@ -78,10 +78,10 @@ REPEATS = click.option(
 @REPEATS
 @THREADS
 def long_bench(lengths, decode_after, decode_tokens, max_batched_tokens, repeats, threads):
-    """The issue's table: a random 2-layer Llama (4 query, 2 KV heads; nothing downloaded) makes the model's
-    own work cheap, so what the engine adds shows. Prefill N tokens vs transformers' no-cache forward; decode
-    after N tokens vs transformers' forward with its DynamicCache. Ratio = engine / transformers (<= 1.2 is
-    the target).
+    """Long-context prefill and decode, the engine against transformers: a random 2-layer Llama (4 query, 2 KV
+    heads; nothing downloaded) makes the model's own work cheap, so what the engine adds shows. Prefill N tokens
+    vs transformers' no-cache forward; decode after N tokens vs transformers' forward with its DynamicCache.
+    Ratio = engine / transformers (<= 1.2 is the target).
 
     \b
     Examples:
@@ -285,8 +285,8 @@ def decode_bench(
       kvtui bench decode -m random:llama:tiny --batches 1,4 --prompt-tokens 64 --steps 8 --peak-tbs 0.02
       kvtui bench decode --kv-dtype int8 --contexts 2048,8192 --steps 16 --repeats 5 --threads 2
     """
+    from engine.worker.machine_probe import copy_bandwidth
     from kvtui.bench.decode import format_decode, measure_decode
-    from kvtui.bench.machine_probe import copy_bandwidth
 
     _threads(threads)
     if options.get("kv_dtype"):

@@ -116,7 +116,7 @@ def record(workload, out, model, publish, **options):
     if publisher is not None:
         engine.trace.listeners.append(publisher)
         click.echo(f"publishing vLLM KV events on {publisher.endpoint}", err=True)
-    from kvtui.bench.machine_probe import emit_roofline
+    from engine.worker.machine_probe import emit_roofline
 
     # this machine's roofline for the model, once, for the roofline view
     emit_roofline(engine)

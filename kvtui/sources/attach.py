@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 import zmq
 
+from engine.trace.attach_structs import AllBlocksCleared, KvBlockStored
 from kvtui.sources.attach_metrics import MetricsPolling
 from kvtui.sources.attach_replay import ReplayRecovery
 from kvtui.sources.attach_silence import SilenceWatch
-from kvtui.sources.block_events import AllBlocksCleared, KvBlockStored
 from kvtui.sources.endpoints import Source
 from kvtui.sources.sequence import DUPLICATE, GAP, RESTART, Stream
 from kvtui.sources.wire import Batch, WireError, decode_payload, decode_seq

@@ -11,7 +11,6 @@ samples are kept per rank. Counters and histograms are cumulative, so rates come
 
 from __future__ import annotations
 
-import math
 import re
 import urllib.request
 
@@ -137,38 +136,6 @@ _KNOWN = {
     "num_queue_reqs",
     "cache_config_info",
 }
-
-
-def token_hit_rate(facts: dict, before: dict | None = None) -> float | None:
-    """Hit tokens / queried tokens (vLLM's counters; over the interval since `before` when given), or SGLang's
-    own hit-rate gauge."""
-    if "prefix_queries" in facts:
-        queries, hits = facts["prefix_queries"], facts.get("prefix_hits", 0.0)
-        if before and "prefix_queries" in before:
-            queries, hits = queries - before["prefix_queries"], hits - before.get("prefix_hits", 0.0)
-        return hits / queries if queries > 0 else None
-    return facts.get("hit_rate")
-
-
-def histogram_quantile(q: float, buckets: list) -> float | None:
-    """Prometheus' histogram_quantile: linear inside the bucket the q-th observation falls in; the largest
-    finite bound when it falls in +Inf. `buckets`: [[upper bound or None for +Inf, cumulative count], ...]."""
-    if not buckets:
-        return None
-    total = buckets[-1][1]
-    if total <= 0:
-        return None
-    rank = q * total
-    lower_bound, lower_count = 0.0, 0.0
-    for bound, count in buckets:
-        if count >= rank:
-            if bound is None or math.isinf(bound):
-                return lower_bound
-            if count == lower_count:
-                return bound
-            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
-        lower_bound, lower_count = (bound if bound is not None else lower_bound), count
-    return lower_bound
 
 
 def fetch(url: str, timeout: float = 2.0) -> str:

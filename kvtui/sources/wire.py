@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from kvtui.sources.block_events import AllBlocksCleared, KvBlockRemoved, KvBlockStored
+from engine.trace.attach_structs import AllBlocksCleared, KvBlockRemoved, KvBlockStored
 
 # the replay stream's end marker
 END_SEQ = b"\xff" * 8
@@ -70,7 +70,7 @@ _decode_map_batch = msgspec.msgpack.Decoder(_MapBatch).decode
 
 @dataclass
 class Batch:
-    """A payload decoded: its events checked, hashes u64 ints (kvtui/sources/block_events.py), AllBlocksCleared
+    """A payload decoded: its events checked, hashes u64 ints (engine/trace/attach_structs.py), AllBlocksCleared
     as the struct. Their `worker`, `wire_seq`, `engine_ts` and `t` are the attacher's to fill in (they depend
     on the stream, not the payload), their `seq` the sink's."""
 

@@ -28,7 +28,7 @@ from collections import OrderedDict
 
 import msgspec
 
-from kvtui.sources.block_events import KvBlockRemoved, KvBlockStored
+from engine.trace.attach_structs import KvBlockRemoved, KvBlockStored
 from kvtui.state.fleet_sources import FleetSources, SourceCounts
 from kvtui.state.fleet_tiers import GPU, tier_name
 from kvtui.state.fleet_workers import Worker
@@ -115,7 +115,7 @@ class FleetState(FleetSources):
 
     def apply_all(self, events) -> None:
         """Fold events in order. Stored and removed blocks, nearly every event of an attach stream, arrive as
-        structs (kvtui/sources/block_events.py; a trace's dicts are made into them) and are folded right here,
+        structs (engine/trace/attach_structs.py; a trace's dicts are made into them) and are folded right here,
         their lookups hoisted out of the loop: live attach folds 100k a second. Other types go to their `_on_`
         handler."""
         nodes, children, orphans, gone, workers = (

@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-from kvtui.sources.offload_metrics import offload_facts
 from kvtui.state.fleet import FleetState
 from kvtui.state.fleet_sources import SourceCounts
 from kvtui.state.fleet_tiers import GPU
 from kvtui.state.fleet_workers import Worker
+from kvtui.state.server_figures import offload_facts
 
 
 def workers_summary(state: FleetState) -> list[dict]:

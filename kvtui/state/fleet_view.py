@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvtui.sources.offload_metrics import offload_facts
-from kvtui.sources.prometheus import histogram_quantile, token_hit_rate
 from kvtui.state.fleet import FleetState, HashNode
 from kvtui.state.fleet_explain import explain_prompt, node_salt
 from kvtui.state.fleet_sources import SourceCounts
 from kvtui.state.fleet_tiers import ordered
 from kvtui.state.fleet_workers import Worker
+from kvtui.state.server_figures import histogram_quantile, offload_facts, token_hit_rate
 
 # tree rows built per rebuild (the first ones, depth first): a frame stays cheap
 MAX_ROWS = 2_000

@@ -29,4 +29,5 @@ with no model (no torch, no K/V memory), under other capacities, block sizes, po
     report.py        the table and the --json object
     as_recorded.py   a kvtui engine trace run again at the engine's settings (--as-recorded)
     synth.py         a Mooncake-shaped workload
+    labels.py        token labels for a trace `kvtui whatif -o` wrote, whose token ids are made up
 """

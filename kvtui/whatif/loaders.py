@@ -10,7 +10,7 @@ from the content (`detect_format`), and `--format` overrides it.
                `prompt_ids`: chat messages through the chat template); arrival_step s becomes s x STEP_SECONDS
     mooncake   Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (mooncake.py)
     bailian    Qwen-Bailian JSONL: chat_id, timestamp (s), per-block hash_ids of 16 tokens (bailian.py)
-    proxy-log  the request log of kvtui's OpenAI proxy (issue 18), one JSON object per line:
+    proxy-log  the request log of kvtui's OpenAI proxy (kvtui proxy --log), one JSON object per line:
                    {"arrival": 12.5,                      seconds (or "timestamp": ms since the epoch / start)
                     "request_id": "chatcmpl-1",           optional (default: line number)
                     "prompt_token_ids": [1, 2, 3],        what the server tokenized

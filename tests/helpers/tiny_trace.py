@@ -42,7 +42,7 @@ def hybrid_trace(num_blocks: int = 12, max_batched_tokens: int = 24) -> tuple[di
     )
     events: list[dict] = []
     engine.trace.listeners.append(events.append)
-    from kvtui.bench.machine_probe import emit_roofline
+    from engine.worker.machine_probe import emit_roofline
 
     # measured on this machine, as `kvtui record` does
     emit_roofline(engine)

@@ -1,4 +1,5 @@
-"""engine/worker/ring.py: window layers in O(W) rings, exact against transformers' no-cache forward (fp32)."""
+"""Window layers in O(W) rings (engine/core/rings.py, engine/worker/ring_tensors.py), exact against transformers'
+no-cache forward (fp32)."""
 
 import pytest
 import torch

@@ -11,9 +11,10 @@ import pytest
 from engine.trace import TraceSink
 from kvtui.sources.attach import Attacher
 from kvtui.sources.endpoints import parse_source
-from kvtui.sources.prometheus import histogram_quantile, parse_text, summarize, token_hit_rate
+from kvtui.sources.prometheus import parse_text, summarize
 from kvtui.state.fleet import FleetState
 from kvtui.state.fleet_view import worker_cells
+from kvtui.state.server_figures import histogram_quantile, token_hit_rate
 from tests.kvtui.sources.attach_publishers import wait_for
 
 HERE = Path(__file__).parent

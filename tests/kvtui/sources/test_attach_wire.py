@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from engine.trace.attach_structs import KvBlockStored
 from kvtui.sources import wire
-from kvtui.sources.block_events import KvBlockStored
 from kvtui.sources.wire import MAX_PAYLOAD_BYTES, WireError, decode_payload, decode_seq, hash_u64
 from tests.kvtui.sources.attach_publishers import (
     OldBlockRemoved,

@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from kvtui.sources.block_events import KvBlockStored
+from engine.trace.attach_structs import KvBlockStored
 from kvtui.sources.in_flight import InFlight
 from kvtui.sources.proxy_log import LockedFleet
 from kvtui.state.fleet import FleetState

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from kvtui.sources.offload_metrics import offload_facts
 from kvtui.sources.prometheus import summarize
 from kvtui.state.fleet import FleetState
 from kvtui.state.fleet_stats import attach_totals
 from kvtui.state.fleet_view import worker_cells
+from kvtui.state.server_figures import offload_facts
 from kvtui.widgets.fleet_table import offload_text
 
 HERE = Path(__file__).parent

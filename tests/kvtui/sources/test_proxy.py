@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.trace.attach_structs import KvBlockStored
 from kvtui.bench.proxy_latency import ProxyThread
-from kvtui.sources.block_events import KvBlockStored
 from kvtui.sources.proxy_log import LockedFleet
 from kvtui.state.fleet import FleetState
 

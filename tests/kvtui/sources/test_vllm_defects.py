@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from engine.trace import TraceSink, TraceWriter
+from engine.trace.attach_structs import KvBlockRemoved, KvBlockStored
 from kvtui.cli import main
 from kvtui.sources.attach import FLUSH_EVERY, Attacher, anchored, attach_header
-from kvtui.sources.block_events import KvBlockRemoved, KvBlockStored
 from kvtui.sources.endpoints import SourceError, parse_source
 from kvtui.sources.prometheus import summarize
 from kvtui.state.fleet import FleetState

@@ -156,7 +156,7 @@ def test_parse_query():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from kvtui.sources.block_events import KvBlockRemoved, KvBlockStored  # noqa: E402
+from engine.trace.attach_structs import KvBlockRemoved, KvBlockStored  # noqa: E402
 from kvtui.state.fleet_view import fleet_view  # noqa: E402
 
 HASHES = [1, 2, 3, 4, 5, (1 << 64) - 1, (1 << 63) + 7]

@@ -1,18 +1,14 @@
-"""kvtui/state/roofline.py, kvtui/widgets/roofline.py and kvtui/bench/machine_probe.py: prefill vs decode on the roofline."""
+"""kvtui/state/roofline.py and kvtui/widgets/roofline.py: prefill vs decode on the roofline (the event itself:
+tests/engine/worker/test_machine_probe.py)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
-from engine.engine import Engine, EngineConfig
-from engine.trace.schema import validate_event
-from kvtui.bench.machine_probe import emit_roofline, model_weights
 from kvtui.state import replay
 from kvtui.state.roofline import Roofline, RooflineScan
 from kvtui.widgets.base import View
 from kvtui.widgets.roofline import RooflineView
-from tests.helpers.tiny_models import tiny_model
 from tests.helpers.tiny_trace import hybrid_trace
 
 SMOLLM_LIKE = {
@@ -40,27 +36,6 @@ def test_bound_floor_slope_and_ridge():
     # prefill: grows with the tokens
     assert roof.bound(512) == pytest.approx(512 * 0.0054)
     assert roof.bound(1024) == pytest.approx(2 * roof.bound(512))
-
-
-def test_weights_count_a_tied_embedding_once_and_skip_an_untied_input_embedding():
-    tied = tiny_model("llama-gqa", tie_word_embeddings=True)
-    untied = tiny_model("llama-gqa", tie_word_embeddings=False)
-    total = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731 (parameters() dedups tied weights)
-    emb = tied.get_input_embeddings().weight.numel()
-    assert model_weights(tied) == (4 * total(tied), total(tied))
-    assert model_weights(untied) == (4 * (total(untied) - emb), total(untied) - emb)
-
-
-def test_the_engine_trace_carries_one_measured_roofline_event():
-    engine = Engine.from_model(tiny_model(), config=EngineConfig(device="cpu", num_blocks=16))
-    events = []
-    engine.trace.listeners.append(events.append)
-    emit_roofline(engine)
-    (ev,) = events
-    assert validate_event(ev) is None
-    # measured: any machine beats 100 MB/s, MFLOP/s
-    assert ev["mem_bandwidth"] > 1e8 and ev["peak_flops"] > 1e8
-    assert ev["weight_bytes"] == model_weights(engine.model)[0] and ev["threads"] == torch.get_num_threads()
 
 
 def test_scan_follows_a_growing_event_list_and_the_cursor():

@@ -1,7 +1,7 @@
 """The documentation's screenshots, taken from the real app on the fixture traces.
 
-    python -m kvtui.export.screenshots docs/img            every shot
-    python -m kvtui.export.screenshots docs/img pool rings only these
+    python -m kvtui.docs_tool.screenshots docs/img            every shot
+    python -m kvtui.docs_tool.screenshots docs/img pool rings only these
 
 Each shot opens a fixture trace the way `kvtui replay` opens it (at its end or busiest step, with its most
 telling request selected), presses the shot's keys headless (`App.run_test`) and writes Textual's SVG export.

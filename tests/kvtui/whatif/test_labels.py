@@ -8,7 +8,7 @@ import re
 import pytest
 
 from kvtui.app import KvtuiApp
-from kvtui.state.whatif_labels import label, run_length, scan_run_length
+from kvtui.whatif.labels import label, run_length, scan_run_length
 from kvtui.whatif.requests import FRESH_BASE, HASH_BASE, hash_id_tokens
 from kvtui.widgets.radix_tree import RadixTreeView
 from tests.helpers.ui_fuzz import mooncake_whatif_trace
