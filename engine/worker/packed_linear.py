@@ -66,7 +66,7 @@ def _version(tensor: torch.Tensor | None) -> int:
 
 # the row counts a linear's path is chosen for, each by a probe at the rows given: a decode's one row, a decode
 # step's few, a prefill's many (the kernel's path for those only where it gives MKL's bits)
-ROW_BUCKETS = ((1, "1 row"), (8, f"2-{MAX_ROWS} rows"), (128, f"over {MAX_ROWS} rows"))
+ROW_BUCKETS = ((1, "one row"), (8, f"rows 2-{MAX_ROWS}"), (128, f"rows over {MAX_ROWS}"))
 
 
 def stock_linear(module: torch.nn.Linear):
@@ -202,7 +202,7 @@ class PackedLinears:
         lines = []
         for (n, k, bias, _exact), decisions in self.decisions.items():
             count = self.shape_counts.get((n, k), 0)
-            lines.append(f"{count} x {n}x{k}{' +bias' if bias else ''}:")
+            lines.append(f"linears {n}x{k}{' +bias' if bias else ''} ({count}):")
             lines += [f"  {d.describe().split(', ', 1)[1]}" for d in decisions]
         return lines
 

@@ -108,7 +108,7 @@ def test_a_linear_whose_kernel_loses_every_race_stays_stock(measured, monkeypatc
         "linears",
         "torch.nn.Linear is faster here at every shape and row count (probe below)",
     ) in plan.why
-    assert "1 row: torch (kernel 2.00 s, torch 1.00 s)" in plan.describe()
+    assert "one row: torch (kernel 2.00 s, torch 1.00 s)" in plan.describe()
 
 
 @kernels
