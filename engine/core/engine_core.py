@@ -26,7 +26,7 @@ from engine.config import EngineConfig
 from engine.core.edits import EditedSequence, EditError, apply_edit
 from engine.core.forks import fork_of
 from engine.core.kv_cache import KVCacheManager
-from engine.core.quiet_rows import QuietRows
+from engine.core.quiet_rows import QuietRows, TokensFor
 from engine.core.request import Request, SamplingParams, Status
 from engine.core.scheduler import ScheduledStep, Scheduler
 from engine.models.shape import ModelShape
@@ -159,8 +159,11 @@ class EngineCore(QuietRows):
         decodes = [c.num_tokens == 1 and bool(c.request.output_token_ids) for c in chunks]
         return ScheduledStep(index, chunks, decodes, started, set_aside=list(aside))
 
-    def update_from_output(self, scheduled: ScheduledStep, token_for: TokenFor) -> list[Request]:
-        """The step's chunks are computed: append them, take the tokens, finish what stops. Returns the
+    def update_from_output(
+        self, scheduled: ScheduledStep, token_for: TokenFor, tokens_for: TokensFor | None = None
+    ) -> list[Request]:
+        """The step's chunks are computed: append them, take the tokens, finish what stops; then the rows set
+        aside take theirs (`tokens_for`, or `token_for` with index -1: they have no chunk). Returns the
         requests that finished in this step, in order."""
         trace, events = self.trace, self.step_events
         # the window layers' rings advance past the chunks (ring_write events) and keep their snapshots
@@ -189,8 +192,8 @@ class EngineCore(QuietRows):
             if req.status is Status.RUNNING:
                 self.cache.cache_blocks(req)
         if scheduled.set_aside:
-            # they have no chunk of their own (index -1)
-            finished += self.append_quiet(scheduled.set_aside, 1, lambda req, n: (token_for(-1, req),))
+            tokens_for = tokens_for or (lambda req, n: (token_for(-1, req),))
+            finished += self.append_quiet(scheduled.set_aside, 1, tokens_for)
         if events:
             trace.emit(
                 "step",

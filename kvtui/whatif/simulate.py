@@ -214,7 +214,7 @@ class Worker:
         for copy in self.manager.pool.take_copies():
             if copy.dst_tier == "device" and copy.src_tier != "device":
                 self.now += self.config.cost.load_seconds(copy.src_tier, copy.num_tokens)
-        self.core.update_from_output(scheduled, self.tokens.token_for)
+        self.core.update_from_output(scheduled, self.tokens.token_for, self.tokens.take)
         # and the window rings' copies are dropped
         self.manager.rings.take_pending()
 
