@@ -9,7 +9,7 @@ It owns the parts, each one concept in its own module:
 and speaks one small vocabulary (as vLLM v1's KVCacheManager does):
     probe         what a prompt would reuse (a query: changes nothing)
     admit         share the longest usable cached prefix (loading lower-tier blocks), lock it, explain the match
-    can_append / tokens_that_fit / allocate_slots   room for the next tokens (copy-on-write first)
+    can_append / blocks_to_append / tokens_that_fit / allocate_slots   room for the next tokens (copy first)
     cache_blocks  put newly filled blocks into the tree
     fork          share every block with a copy of a request
     truncate      carry out an edit (engine/core/edit_cuts.py): keep [0, m), copy m's block, release the rest
@@ -303,7 +303,7 @@ class KVCacheManager(EditCuts):
             list(tokens[full * self.block_size : computed]),
         )
 
-    # --- forks ----------------------------------------------------------------------------------------
+    # --- forks --------------------------------------------------------------------------------------------
     def fork(self, parent: Request, child: Request) -> None:
         """A running parent's child shares every block, the lock and the rings. Any other child waits with an
         empty table and matches the cache when admitted, as a new request does (an edited parent waiting for
