@@ -2,7 +2,8 @@
 
 A causal model's K/V at position j depend only on tokens <= j, so an edit at position m keeps the K/V of
 every position < m in every layer and invalidates everything from m on (from layer 2 on, every later position
-has read the changed token). The engine keeps [0, m), truncates from m, and prefills the new suffix.
+has read the changed token). The engine keeps [0, m), truncates from m (engine/core/edit_cuts.py), and
+prefills the new suffix.
 """
 
 from __future__ import annotations
@@ -86,36 +87,3 @@ def apply_edit(
         return EditedSequence(edited[:new_prompt_len], [], position, deleted, new)
     context = edited[: position + len(new)]
     return EditedSequence(context[: len(prompt)], context[len(prompt) :], position, deleted, new)
-
-
-@dataclass(frozen=True)
-class TablePlan:
-    """Where an edit cuts a block table: K/V of [0, keep) stay, so the whole blocks before `keep` stay as they
-    are, the block holding `keep` (if `keep` is inside one) keeps its first keep % block_size tokens, copied
-    first if it is shared or cached, and every block after it is released."""
-
-    keep: int
-    # logical indices that stay as they are
-    kept: list[int]
-    # logical index of the block cut inside, or None
-    partial: int | None
-    # logical indices released
-    dropped: list[int]
-
-    @property
-    def first_released(self) -> int:
-        return self.partial + 1 if self.partial is not None else len(self.kept)
-
-
-def keep_point(num_computed: int, edited: EditedSequence) -> int:
-    """Positions whose K/V an edit keeps: those before m that were computed, and never the last token (its
-    logits pick the next token, so it is computed again)."""
-    return max(0, min(num_computed, edited.position, len(edited.tokens) - 1))
-
-
-def plan_table(keep: int, table_len: int, block_size: int) -> TablePlan:
-    whole, inside = divmod(keep, block_size)
-    whole = min(whole, table_len)
-    partial = whole if inside and whole < table_len else None
-    first_released = whole + (partial is not None)
-    return TablePlan(keep, list(range(whole)), partial, list(range(first_released, table_len)))

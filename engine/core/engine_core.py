@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from engine.config import EngineConfig
 from engine.core.edits import EditedSequence, EditError, apply_edit
 from engine.core.forks import fork_of
 from engine.core.kv_cache import KVCacheManager
+from engine.core.quiet_rows import QuietRows, TokensFor
 from engine.core.request import Request, SamplingParams, Status
-from engine.core.scheduler import ScheduledChunk, Scheduler
+from engine.core.scheduler import ScheduledStep, Scheduler
 from engine.models.shape import ModelShape
 from engine.trace.writer import TraceSink
 
@@ -35,27 +36,7 @@ from engine.trace.writer import TraceSink
 TokenFor = Callable[[int, Request], int]
 
 
-@dataclass
-class ScheduledStep:
-    index: int
-    chunks: list[ScheduledChunk]
-    # a decode computes the last token of a request that has generated: classified before a token is added
-    decodes: list[bool]
-    # the trace clock when the step was scheduled
-    started: float
-    # window layers' snapshot saves and drops the step's commit decided, for the worker to apply
-    ring_ops: list = field(default_factory=list)
-
-    @property
-    def num_decode(self) -> int:
-        return sum(self.decodes)
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(c.num_tokens for c in self.chunks) - self.num_decode
-
-
-class EngineCore:
+class EngineCore(QuietRows):
     def __init__(
         self,
         shape: ModelShape,
@@ -151,11 +132,17 @@ class EngineCore:
         return self.requests[request_id]
 
     # --- the step ---------------------------------------------------------------------------------------
-    def schedule(self) -> ScheduledStep | None:
-        """The chunks of the next step, or None when this step only preempted (nothing to run)."""
+    def schedule(self, set_aside: Sequence[Request] = ()) -> ScheduledStep | None:
+        """The chunks of the next step, or None when this step only preempted (nothing to run).
+        `set_aside`: quiet rows (engine/core/quiet_rows.py) to take outside the chunks when that changes no
+        decision (`Scheduler.can_set_aside`; the step's `set_aside` says whether they were): a core that writes
+        no step events only. Such a step may hold no chunk."""
+        if set_aside and self.step_events:
+            raise ValueError("rows are set aside only by a core that writes no step events")
         started = self.trace.now()
-        chunks = self.scheduler.schedule()
-        if not chunks:
+        aside = set_aside if set_aside and self.scheduler.can_set_aside(set_aside) else ()
+        chunks = self.scheduler.schedule(aside)
+        if not chunks and not aside:
             if self.scheduler.has_work() and not self.scheduler.preempted_this_step:
                 raise RuntimeError(
                     f"the scheduler could not place any request: the pool of {self.cache.pool.num_blocks} "
@@ -170,10 +157,13 @@ class EngineCore:
         index = self.num_steps
         self.num_steps += 1
         decodes = [c.num_tokens == 1 and bool(c.request.output_token_ids) for c in chunks]
-        return ScheduledStep(index, chunks, decodes, started)
+        return ScheduledStep(index, chunks, decodes, started, set_aside=list(aside))
 
-    def update_from_output(self, scheduled: ScheduledStep, token_for: TokenFor) -> list[Request]:
-        """The step's chunks are computed: append them, take the tokens, finish what stops. Returns the
+    def update_from_output(
+        self, scheduled: ScheduledStep, token_for: TokenFor, tokens_for: TokensFor | None = None
+    ) -> list[Request]:
+        """The step's chunks are computed: append them, take the tokens, finish what stops; then the rows set
+        aside take theirs (`tokens_for`, or `token_for` with index -1: they have no chunk). Returns the
         requests that finished in this step, in order."""
         trace, events = self.trace, self.step_events
         # the window layers' rings advance past the chunks (ring_write events) and keep their snapshots
@@ -201,6 +191,9 @@ class EngineCore:
                         finished.append(sample)
             if req.status is Status.RUNNING:
                 self.cache.cache_blocks(req)
+        if scheduled.set_aside:
+            tokens_for = tokens_for or (lambda req, n: (token_for(-1, req),))
+            finished += self.append_quiet(scheduled.set_aside, 1, tokens_for)
         if events:
             trace.emit(
                 "step",
@@ -242,6 +235,16 @@ class EngineCore:
         if req.num_new_tokens >= req.params.max_tokens:
             return "length"
         return None
+
+    def may_stop_within(self, req: Request, n: int) -> bool:
+        """The next n tokens of `req` could stop it (the rules of `_stop_reason`): a stop token or eos could
+        come, or the n-th reaches max_tokens."""
+        params = req.params
+        return (
+            bool(params.stop_token_ids)
+            or (not params.ignore_eos and bool(self.eos_ids))
+            or req.num_new_tokens + n >= params.max_tokens
+        )
 
     def finish(self, req: Request, reason: str) -> None:
         """Take the request out of the batch or the queue and release its blocks (full ones stay cached)."""

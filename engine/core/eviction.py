@@ -120,3 +120,78 @@ def count_evictable(root: Node, ref_counts: Sequence[int], enough: int | None = 
             return total
         cleared[node.node_id] = count == len(node.blocks)
     return total
+
+
+class TreeEviction:
+    """The prefix tree's (engine/core/radix.py) eviction side: keeping released blocks cached, giving back the
+    policy's victim, and remembering what left (the miss explainer's `evicted`)."""
+
+    def keep_on_release(self, physical: int) -> bool:
+        node = self._node_of.get(physical)
+        if node is None:
+            return False
+        self.trace.emit("block_cached", physical=physical, hash=node.keys[node.blocks.index(physical)])
+        self._victims.offer(node)
+        return True
+
+    def num_evictable(self, enough: int | None = None) -> int:
+        """Cached blocks that repeated `evict_one` calls would reclaim now (exact, walks the tree; with
+        `enough`, stops once that many are found)."""
+        return count_evictable(self.root, self.pool.ref_counts, enough)
+
+    def evict_one(self) -> int | None:
+        """Reclaim the policy's choice among the last blocks of unlocked leaves; the pool frees it."""
+        victim = self._victims.pop(self._evictable, len(self.nodes), lambda: list(self.nodes.values()))
+        return None if victim is None else self._evict_last_block(victim)
+
+    def _evictable(self, node: Node) -> bool:
+        return (
+            self.nodes.get(node.node_id) is node
+            and node is not self.root
+            and not node.children
+            and not node.lock_ref
+            and bool(node.blocks)
+            and self.pool.ref_counts[node.blocks[-1]] == 0
+        )
+
+    def evict(self, num_blocks: int) -> list[int]:
+        """Evict up to `num_blocks` cached blocks now and put them on the pool's free list (tests, CLI)."""
+        return evict_to_free_list(self.pool, self.evict_one, num_blocks)
+
+    def remember_eviction(self, key: str, event: dict, policy: str) -> None:
+        """A block left the cache (the device, or the last tier below it): its event and policy, for `evicted`."""
+        self.evicted[key] = (event["seq"], event["t"], policy)
+        self.evicted.move_to_end(key)
+        while len(self.evicted) > self._evicted_memory:
+            self.evicted.popitem(last=False)
+
+    def _leaving(self, node: Node, physical: int) -> None:
+        """The last block of `node` (device block `physical`) is evicted, its event out, the node unchanged
+        yet (a tier below keeps a copy)."""
+
+    def _evict_last_block(self, node: Node) -> int:
+        physical, key = node.blocks[-1], node.keys[-1]
+        event = self.trace.emit(
+            "block_evicted", physical=physical, hash=key, policy=self.policy, node_id=node.node_id
+        )
+        self.remember_eviction(key, event, self.policy)
+        self._leaving(node, physical)
+        salts = self.salts_of[node.contents[-1]]
+        salts[node.cache_salt] -= 1
+        if not salts[node.cache_salt]:
+            del salts[node.cache_salt]
+            if not salts:
+                del self.salts_of[node.contents[-1]]
+        del self._node_of[physical]
+        first_key = node.keys[0]
+        del node.blocks[-1], node.keys[-1], node.contents[-1], node.token_ids[-self.block_size :]
+        if not node.blocks:
+            del node.parent.children[first_key]
+            del self.nodes[node.node_id]
+            self.trace.emit("radix_evict", node_id=node.node_id)
+            # it may be a leaf now
+            self._victims.offer(node.parent)
+        else:
+            # its new last block
+            self._victims.offer(node)
+        return physical

@@ -3,16 +3,16 @@ in block ids, and what the worker must do to K/V memory is data it records (vLLM
 
 It owns the parts, each one concept in its own module:
     BlockPool    (blocks.py)        physical blocks, free list, ref counts; the copies the worker must make
-    PrefixCache  (prefix_cache.py)  the prefix tree of whole blocks and the tails after them, or none at all
-    LowerTiers   (tiers.py)         host (and disk) below the pool: evicted blocks go there, matches load them
+    PrefixCache  (prefix_cache.py)  the prefix tree of whole blocks and the tails after them, or none at all;
+                 (tiered_cache.py)  with host (and disk) below the pool: evicted blocks go there, matches load them
     RingManager  (rings.py)         window layers' rings: rows, heads, snapshots, restarts
 and speaks one small vocabulary (as vLLM v1's KVCacheManager does):
     probe         what a prompt would reuse (a query: changes nothing)
     admit         share the longest usable cached prefix (loading lower-tier blocks), lock it, explain the match
-    can_append / tokens_that_fit / allocate_slots   room for the next tokens (copy-on-write first)
+    can_append / blocks_to_append / tokens_that_fit / allocate_slots   room for the next tokens (copy first)
     cache_blocks  put newly filled blocks into the tree
     fork          share every block with a copy of a request
-    truncate      carry out an edit's plan (engine/core/edits.py): keep [0, m), copy m's block, release the rest
+    truncate      carry out an edit (engine/core/edit_cuts.py): keep [0, m), copy m's block, release the rest
     free          finish or preemption: cache what was computed, drop the lock, release the blocks and rings
 A request's regions: [0, num_cached) shared from the tree at admission; [num_cached, num_computed) computed by
 the request, whose full blocks enter the tree as they fill (so a preempted or edited request, or the next turn of
@@ -27,22 +27,21 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.config import EngineConfig
-from engine.core import edits
-from engine.core.blocks import BlockPool, OutOfBlocks
-from engine.core.edits import EditedSequence
+from engine.core.blocks import BlockPool
+from engine.core.edit_cuts import EditCuts
 from engine.core.eviction import evict_to_free_list
 from engine.core.miss_explainer import PrefixMatch
 from engine.core.prefix_cache import NoPrefixCache, PrefixCache, RadixPrefixCache
 from engine.core.request import Request, Status
 from engine.core.rings import RingManager
-from engine.core.tier_loads import fit_loads, load_lower
+from engine.core.tiered_cache import TieredPrefixCache
 from engine.core.tiers import LowerTiers
 from engine.models.shape import ModelShape
 from engine.trace.metrics import HitRateTracker
 from engine.trace.writer import TraceSink
 
 
-class KVCacheManager:
+class KVCacheManager(EditCuts):
     def __init__(
         self,
         shape: ModelShape,
@@ -63,20 +62,31 @@ class KVCacheManager:
         self.block_size = bs = config.block_size
         self.pool = BlockPool(config.pool_blocks(shape), bs, trace)
         # host (and disk) below the pool, or None
-        self.tiers = LowerTiers.for_config(config, shape, self.pool, trace, token_text)
-        self.prefix_cache: PrefixCache = (
-            RadixPrefixCache(self.pool, trace, config.eviction, token_text, config.partial_hits, self.tiers)
-            if config.prefix_cache
-            else NoPrefixCache(bs)
-        )
+        tiers = LowerTiers.for_config(config, shape, self.pool, trace, token_text)
+        self.prefix_cache: PrefixCache
+        if not config.prefix_cache:
+            self.prefix_cache = NoPrefixCache(bs)
+        elif tiers is None:
+            self.prefix_cache = RadixPrefixCache(
+                self.pool, trace, config.eviction, token_text, config.partial_hits
+            )
+        else:
+            self.prefix_cache = TieredPrefixCache(
+                self.pool, trace, config.eviction, token_text, config.partial_hits, tiers
+            )
         self.rings = RingManager(shape, bs, trace)
-        self.hit_rates = HitRateTracker(config.hit_rate_window, self.tiers.names if self.tiers else ())
+        self.hit_rates = HitRateTracker(config.hit_rate_window, tiers.names if tiers else ())
 
     # --- queries ------------------------------------------------------------------------------------------
+    @property
+    def tiers(self) -> LowerTiers | None:
+        """Host (and disk) below the pool, behind the prefix cache; None with one tier."""
+        return self.prefix_cache.tiers
+
     def probe(self, tokens: list[int], cache_salt: str | None) -> PrefixMatch:
         """What admission would reuse, whole blocks and the leading tokens of one more; changes nothing."""
-        match = self._match(tokens, cache_salt)
-        partial = self._partial(match, tokens, cache_salt)
+        match = self.prefix_cache.match(tokens, cache_salt)
+        partial = self.prefix_cache.partial(match, tokens, cache_salt)
         if partial is not None:
             match.partial_tokens = partial[1]
         return match
@@ -99,14 +109,6 @@ class KVCacheManager:
         and only until it has found enough)."""
         free = self.pool.num_free()
         return n <= free or self.prefix_cache.has_evictable(n - free)
-
-    def _match(self, tokens: list[int], cache_salt: str | None, hashes=None) -> PrefixMatch:
-        return self.prefix_cache.match(tokens, cache_salt, hashes)
-
-    def _partial(
-        self, match: PrefixMatch, tokens: list[int], cache_salt: str | None
-    ) -> tuple[int, int] | None:
-        return self.prefix_cache.partial(match, tokens, cache_salt)
 
     # --- blocks: the pool's bookkeeping, the prefix cache's decisions -------------------------------------
     def allocate_block(self, request_id: str, logical: int) -> int:
@@ -153,10 +155,10 @@ class KVCacheManager:
         matchable = max(len(tokens) - 1, 0) // self.block_size
         # the request's chain
         hashes = self.prefix_cache.hashes(req, tokens, matchable)
-        match = self._match(tokens, req.cache_salt, hashes)
-        partial = self._partial(match, tokens, req.cache_salt)
+        match = self.prefix_cache.match(tokens, req.cache_salt, hashes)
+        partial = self.prefix_cache.partial(match, tokens, req.cache_salt)
         if match.lower:
-            fit_loads(self, match)
+            self.prefix_cache.fit_loads(match, self.can_allocate, self.num_available)
         whole = match.num_tokens
         # window layers restart where their rings are exact (engine/core/rings.py): a ring_resume event, and a ring row
         usable = self.rings.resume(req, whole + (partial[1] if partial else 0))
@@ -176,7 +178,7 @@ class KVCacheManager:
             req.block_table.append(physical)
         req.lock_node = self.prefix_cache.acquire(match, req.request_id)
         if match.lower:
-            load_lower(self, req, match, tokens, hashes)
+            self.prefix_cache.load_lower(req, match, tokens, hashes, self.allocate_block)
         # the block is cached: allocate_slots copies it before the first write
         if partial is not None:
             physical, same = partial
@@ -219,9 +221,13 @@ class KVCacheManager:
             return False
         return self.needs_copy(req.block_table[logical])
 
-    def can_append(self, req: Request, n: int) -> bool:
+    def blocks_to_append(self, req: Request, n: int) -> int:
+        """New blocks n more tokens of the request take (the copy of a shared block first included)."""
         copy = int(self._needs_copy_first(req))
-        return self.can_allocate(self.pool.blocks_for(req.num_computed + n) - len(req.block_table) + copy)
+        return self.pool.blocks_for(req.num_computed + n) - len(req.block_table) + copy
+
+    def can_append(self, req: Request, n: int) -> bool:
+        return self.can_allocate(self.blocks_to_append(req, n))
 
     def tokens_that_fit(self, req: Request) -> int:
         """New tokens the request could take if every free and evictable block went to it."""
@@ -297,7 +303,7 @@ class KVCacheManager:
             list(tokens[full * self.block_size : computed]),
         )
 
-    # --- forks and edits ----------------------------------------------------------------------------------
+    # --- forks --------------------------------------------------------------------------------------------
     def fork(self, parent: Request, child: Request) -> None:
         """A running parent's child shares every block, the lock and the rings. Any other child waits with an
         empty table and matches the cache when admitted, as a new request does (an edited parent waiting for
@@ -314,85 +320,6 @@ class KVCacheManager:
         child.matched_before = True
         child.attached = True
         self.rings.fork(parent.request_id, child.request_id)
-
-    def truncate(self, req: Request, edited: EditedSequence) -> dict:
-        """Carry out an edit: keep the K/V of [0, keep), release the rest, and set the request's new tokens.
-
-        A request that holds its cache (running, or waiting after an earlier edit) keeps what stays valid; a
-        finished one re-attaches its cached prefix now, under its own lock, exactly as its readmission will use
-        it, so the figures are what happens. The edited sequence is a new lookup for the hit rates.
-        Returns the fields of the `invalidate` event: kept, dropped and copied blocks, first recomputed position.
-        """
-        holding = req.attached
-        keep = edits.keep_point(req.num_computed, edited)
-        # window layers restart where their rings are exact (engine/core/rings.py)
-        if holding:
-            keep = self.rings.resume(req, keep, edited.tokens)
-        table, rid = req.block_table, req.request_id
-        original = list(table)
-        plan = edits.plan_table(keep, len(table), self.block_size)
-        copied = []
-        if plan.partial is not None:
-            # the valid part of m's block stays: release the blocks after it first, so the copy can use one
-            self.release_table(table, rid, plan.first_released)
-            src = table[plan.partial]
-            try:
-                dst = self.copy_on_write(table, plan.partial, rid, keep % self.block_size)
-            # no block for the copy: recompute m's block from its start instead
-            except OutOfBlocks:
-                keep = plan.partial * self.block_size
-                if holding:
-                    keep = self.rings.resume(req, keep, edited.tokens)
-                plan = edits.plan_table(keep, len(table), self.block_size)
-            else:
-                if dst != src:
-                    copied.append([src, dst])
-        kept = [b for b in table[: plan.first_released] if not copied or b != copied[0][1]]
-        self.release_table(table, rid, plan.first_released)
-        dropped = [b for b in original if b not in kept and not (copied and b == copied[0][0])]
-        req.prompt_token_ids, req.output_token_ids = edited.prompt, edited.generated
-        # tokens changed
-        del req.block_keys[keep // self.block_size :], req.block_contents[keep // self.block_size :]
-        req.num_computed = keep
-        # the edited sequence is a new lookup (a preemption's readmission is not)
-        req.matched_before = False
-        if holding:
-            self._relock_kept(req)
-        elif req.status is Status.FINISHED:
-            # prefix_match, ring_resume, shares and locks: what the readmission will use
-            self.admit(req)
-            keep = req.num_computed
-            kept = req.block_table[: keep // self.block_size]
-            # a reused partial block is cached or shared: copy it now, so the event says so and the table never
-            # names a block whose rows hold another sequence's tokens
-            whole, valid = divmod(keep, self.block_size)
-            if valid and whole < len(req.block_table):
-                src = req.block_table[whole]
-                try:
-                    dst = self.copy_on_write(req.block_table, whole, rid, valid)
-                except OutOfBlocks:
-                    # no block for the copy now: allocate_slots makes it before the first write
-                    dst = src
-                if dst != src:
-                    copied.append([src, dst])
-        req.num_cached = min(req.num_cached, keep)
-        return {"kept": kept, "dropped": dropped, "copied": copied, "first_recomputed": keep}
-
-    def _relock_kept(self, req: Request) -> None:
-        """After an edit cut the table: lock only the kept full blocks (they are already in the tree)."""
-        full = min(req.num_computed // self.block_size, len(req.block_table), req.blocks_in_tree)
-        tokens = req.tokens[: full * self.block_size]
-        old = req.lock_node
-        req.lock_node = self.prefix_cache.insert(
-            tokens,
-            req.block_table[:full],
-            req.cache_salt,
-            req.request_id,
-            hashes=self.prefix_cache.hashes(req, tokens, full),
-        )
-        self.prefix_cache.lock(req.lock_node, req.request_id)
-        self.prefix_cache.unlock(old, req.request_id)
-        req.blocks_in_tree = full
 
     def evict(self, num_blocks: int) -> list[int]:
         """Evict up to `num_blocks` cached blocks now (tails first) onto the free list (tests, CLI)."""

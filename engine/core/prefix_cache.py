@@ -12,17 +12,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.core.blocks import BlockPool
-from engine.core.hashing import block_hashes, extend_block_hashes, root_key
-from engine.core.miss_explainer import PrefixMatch, explain_below
+from engine.core.hashing import extend_block_hashes, root_key
+from engine.core.miss_explainer import PrefixMatch
 from engine.core.radix import RadixCache
 from engine.core.tails import TailStore
-from engine.core.tiers import DEVICE, LowerTiers
 from engine.core.tree_node import Node
 from engine.trace.writer import TraceSink
 
 
 class PrefixCache:
     """The interface, with prefix caching off as its behaviour: nothing is ever found, kept or evicted."""
+
+    # host (and disk) below the device (engine/core/tiered_cache.py), or None
+    tiers = None
 
     def match(self, tokens: Sequence[int], cache_salt: str | None, hashes=None) -> PrefixMatch:
         """The longest cached whole-block prefix of `tokens` and why matching stopped."""
@@ -79,6 +81,12 @@ class PrefixCache:
         """Reclaim one cached block (the policy's choice); None when nothing is evictable."""
         return None
 
+    def fit_loads(self, match: PrefixMatch, can_allocate, num_available) -> None:
+        """Keep the blocks a match found below the device (`match.lower`) that device blocks can be found for."""
+
+    def load_lower(self, req, match: PrefixMatch, tokens: list[int], hashes, allocate_block) -> None:
+        """Load `match.lower` into device blocks of the request (`allocate_block(request_id, logical)`)."""
+
 
 class NoPrefixCache(PrefixCache):
     """Prefix caching off: every admission reports `disabled` and every released block is freed."""
@@ -100,34 +108,18 @@ class RadixPrefixCache(PrefixCache):
         policy: str,
         token_text=str,
         partial_hits: bool = True,
-        tiers: LowerTiers | None = None,
+        radix: RadixCache | None = None,
     ):
         self.block_size = pool.block_size
         # False: whole blocks only (vLLM's granularity), so no partial reuse and no tails kept
         self.partial_hits = partial_hits
         self.pool = pool
-        self.radix = RadixCache(pool, trace, policy, token_text=token_text)
+        # the tree (a subclass with tiers below it: engine/core/tiered_cache.py)
+        self.radix = radix if radix is not None else RadixCache(pool, trace, policy, token_text=token_text)
         self.tails = TailStore(pool, trace, self.radix.clock)
-        # host (and disk) below the device: evicted blocks go there, matches continue there
-        self.tiers = self.radix.tiers = tiers
-        if tiers is not None:
-            tiers.remember_eviction = self.radix.remember_eviction
 
     def match(self, tokens, cache_salt, hashes=None) -> PrefixMatch:
-        if self.tiers is None:
-            return self.radix.match(tokens, cache_salt, hashes, tails_after=self.tails.after)
-        bs = self.block_size
-        max_blocks = max(len(tokens) - 1, 0) // bs
-        if hashes is None or len(hashes[0]) < max_blocks:
-            hashes = block_hashes(tokens[: max_blocks * bs], bs, cache_salt)
-        match = self.radix.match(tokens, cache_salt, hashes, tails_after=self.tails.after)
-        match.tiers = [DEVICE] * len(match.blocks)
-        match.lower = self.tiers.find(hashes[0][len(match.blocks) : max_blocks])
-        if match.lower:
-            match.reason, match.detail = explain_below(
-                self.radix, self.tiers, match, tokens, hashes, max_blocks
-            )
-        return match
+        return self.radix.match(tokens, cache_salt, hashes, tails_after=self.tails.after)
 
     def partial(self, match, tokens, cache_salt):
         """A cached block (tail or tree) whose first tokens continue the match: (physical, tokens reused).

@@ -34,14 +34,13 @@ from engine.core import eviction
 from engine.core.blocks import BlockPool
 from engine.core.hashing import block_hashes, root_key
 from engine.core.miss_explainer import PrefixMatch, common_prefix, explain
-from engine.core.tiers import last_block_of
 from engine.core.tree_node import Node
 from engine.trace import TraceSink
 
 
-class RadixCache:
+class RadixCache(eviction.TreeEviction):
     """Prefix tree + eviction policy over the pool's blocks (engine/core/prefix_cache.py puts it behind the
-    manager's PrefixCache interface)."""
+    manager's PrefixCache interface; its eviction side is engine/core/eviction.py's TreeEviction)."""
 
     def __init__(
         self,
@@ -68,8 +67,6 @@ class RadixCache:
         self.evicted: OrderedDict[str, tuple[int, float, str]] = OrderedDict()
         self._evicted_memory = evicted_memory
         self._victims = eviction.EvictionQueue(self.policy, self.block_size)
-        # engine/core/tiers.py's LowerTiers: where evicted blocks go instead of nowhere (None: one tier)
-        self.tiers = None
 
     # --- queries ------------------------------------------------------------------------------------------
     def holds(self, physical: int) -> bool:
@@ -278,8 +275,7 @@ class RadixCache:
             self._node_of[physical] = node
             self.salts_of.setdefault(content, Counter())[cache_salt] += 1
             self.evicted.pop(key, None)
-            if self.tiers is not None:
-                self.tiers.discard(key)
+        self._entered(keys)
         if texts is not None:
             token_texts = list(texts[first * bs : (first + len(blocks)) * bs])
         elif self.token_text is None:
@@ -298,6 +294,9 @@ class RadixCache:
             hashes=list(keys),
         )
         return node
+
+    def _entered(self, keys: Sequence[str]) -> None:
+        """Blocks of these keys entered the tree (a tier below, engine/core/tiered_cache.py, drops its copy)."""
 
     def _split(self, node: Node, at: int) -> Node:
         """Cut `node` after `at` blocks. The prefix takes the node's id and place (as radix_split says); the
@@ -329,71 +328,3 @@ class RadixCache:
         self._victims.offer(node)
         self.trace.emit("radix_split", node_id=prefix.node_id, new_node_id=node.node_id, at=at)
         return prefix
-
-    # --- the BlockCache protocol (engine.core.blocks) and eviction ---------------------------------------------
-    def keep_on_release(self, physical: int) -> bool:
-        node = self._node_of.get(physical)
-        if node is None:
-            return False
-        self.trace.emit("block_cached", physical=physical, hash=node.keys[node.blocks.index(physical)])
-        self._victims.offer(node)
-        return True
-
-    def num_evictable(self, enough: int | None = None) -> int:
-        """Cached blocks that repeated `evict_one` calls would reclaim now (exact, walks the tree; with
-        `enough`, stops once that many are found)."""
-        return eviction.count_evictable(self.root, self.pool.ref_counts, enough)
-
-    def evict_one(self) -> int | None:
-        """Reclaim the policy's choice among the last blocks of unlocked leaves; the pool frees it."""
-        victim = self._victims.pop(self._evictable, len(self.nodes), lambda: list(self.nodes.values()))
-        return None if victim is None else self._evict_last_block(victim)
-
-    def _evictable(self, node: Node) -> bool:
-        return (
-            self.nodes.get(node.node_id) is node
-            and node is not self.root
-            and not node.children
-            and not node.lock_ref
-            and bool(node.blocks)
-            and self.pool.ref_counts[node.blocks[-1]] == 0
-        )
-
-    def evict(self, num_blocks: int) -> list[int]:
-        """Evict up to `num_blocks` cached blocks now and put them on the pool's free list (tests, CLI)."""
-        return eviction.evict_to_free_list(self.pool, self.evict_one, num_blocks)
-
-    def remember_eviction(self, key: str, event: dict, policy: str) -> None:
-        """A block left the cache (the device, or the last tier below it): its event and policy, for `evicted`."""
-        self.evicted[key] = (event["seq"], event["t"], policy)
-        self.evicted.move_to_end(key)
-        while len(self.evicted) > self._evicted_memory:
-            self.evicted.popitem(last=False)
-
-    def _evict_last_block(self, node: Node) -> int:
-        physical, key = node.blocks[-1], node.keys[-1]
-        event = self.trace.emit(
-            "block_evicted", physical=physical, hash=key, policy=self.policy, node_id=node.node_id
-        )
-        self.remember_eviction(key, event, self.policy)
-        if self.tiers is not None:
-            self.tiers.offload(last_block_of(node, self.block_size), physical)
-        salts = self.salts_of[node.contents[-1]]
-        salts[node.cache_salt] -= 1
-        if not salts[node.cache_salt]:
-            del salts[node.cache_salt]
-            if not salts:
-                del self.salts_of[node.contents[-1]]
-        del self._node_of[physical]
-        first_key = node.keys[0]
-        del node.blocks[-1], node.keys[-1], node.contents[-1], node.token_ids[-self.block_size :]
-        if not node.blocks:
-            del node.parent.children[first_key]
-            del self.nodes[node.node_id]
-            self.trace.emit("radix_evict", node_id=node.node_id)
-            # it may be a leaf now
-            self._victims.offer(node.parent)
-        else:
-            # its new last block
-            self._victims.offer(node)
-        return physical

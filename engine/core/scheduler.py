@@ -13,7 +13,8 @@ gives its tokens back to the step's budget.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from engine.core.kv_cache import KVCacheManager
 from engine.core.request import Request, Status
@@ -26,6 +27,28 @@ class ScheduledChunk:
     # first position to compute
     start: int
     num_tokens: int
+
+
+@dataclass
+class ScheduledStep:
+    index: int
+    chunks: list[ScheduledChunk]
+    # a decode computes the last token of a request that has generated: classified before a token is added
+    decodes: list[bool]
+    # the trace clock when the step was scheduled
+    started: float
+    # window layers' snapshot saves and drops the step's commit decided, for the worker to apply
+    ring_ops: list = field(default_factory=list)
+    # running decodes that take their token outside the chunks, after them (`EngineCore.append_quiet`)
+    set_aside: list[Request] = field(default_factory=list)
+
+    @property
+    def num_decode(self) -> int:
+        return sum(self.decodes)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks) - self.num_decode
 
 
 class Scheduler:
@@ -56,11 +79,18 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def schedule(self) -> list[ScheduledChunk]:
-        budget = self.max_batched_tokens
+    def schedule(self, set_aside: Sequence[Request] = ()) -> list[ScheduledChunk]:
+        """The step's chunks. `set_aside`: running decodes that take their token outside the chunks (the
+        engine core appends them, `EngineCore.append_quiet`); each keeps one token of the budget and its
+        sequence slot, and must pass `can_set_aside` first."""
+        budget = self.max_batched_tokens - len(set_aside)
         chunks: list[ScheduledChunk] = []
         self._preempted, self._refund = False, 0
-        for request in sorted(self.running, key=lambda r: r.admitted_order):
+        order = sorted(self.running, key=lambda r: r.admitted_order)
+        if set_aside:
+            aside = {id(r) for r in set_aside}
+            order = [r for r in order if id(r) not in aside]
+        for request in order:
             if budget == 0:
                 break
             # preempted earlier in this loop
@@ -83,7 +113,39 @@ class Scheduler:
                 break
             chunks.append(ScheduledChunk(request, request.num_computed, n))
             budget -= n
+        if set_aside and self._preempted:
+            raise RuntimeError("a step with rows set aside preempted: can_set_aside let it through")
         return chunks
+
+    def can_set_aside(self, rows: Sequence[Request]) -> bool:
+        """Setting `rows` aside (running decodes whose next token lands in a slot they hold, unshared) changes
+        nothing `schedule` decides; a query. It holds when
+        - the budget: walking the running requests oldest first, every row set aside still gets its token (no
+          older request takes the rest of the budget), so the others get what they would have got;
+        - the pool: the others need at most the blocks that are free or evictable now, so no one is preempted
+          (the victim is the newest running request, which may be one set aside);
+        - no window layers: their rings begin with every chunk.
+        Admission sees the same budget left and the same sequences running either way."""
+        if self.cache.rings.enabled:
+            return False
+        aside = {id(r) for r in rows}
+        budget = self.max_batched_tokens
+        need = 0
+        left = len(rows)
+        for req in sorted(self.running, key=lambda r: r.admitted_order):
+            if id(req) in aside:
+                if budget < 1:
+                    return False
+                budget -= 1
+                left -= 1
+                continue
+            if left and req.num_to_compute > budget - left:
+                # it would take budget that a younger row set aside needs for its token
+                return False
+            n = min(req.num_to_compute, budget)
+            need += max(0, self.cache.blocks_to_append(req, n))
+            budget -= n
+        return not need or self.cache.can_allocate(need)
 
     def adopt(self, request: Request) -> None:
         """Add an already running request (a fork that shares its parent's blocks) to the batch."""

@@ -72,7 +72,6 @@ class TierStore:
 
     def __init__(self, name: str, num_slots: int):
         self.name = name
-        self.num_slots = num_slots
         self.free: deque[int] = deque(range(num_slots))
         self.blocks: OrderedDict[str, TierBlock] = OrderedDict()
 
@@ -92,8 +91,6 @@ class LowerTiers:
         self.pool, self.trace = pool, trace
         self.bytes_per_block = bytes_per_block
         self.token_text = token_text
-        # told of each block that leaves the last tier (the prefix cache sets it: the explainer's evicted memory)
-        self.remember_eviction: Callable[[str, dict, str], None] = lambda key, event, policy: None
         # parent key -> keys held below it in some lower tier (the explainer's continuations)
         self._children: dict[str, set[str]] = {}
         self.loaded_bytes = {store.name: 0 for store in self.stores}
@@ -142,18 +139,21 @@ class LowerTiers:
         return {store.name: {b.slot: key for key, b in store.blocks.items()} for store in self.stores}
 
     # --- demotion -----------------------------------------------------------------------------------------
-    def offload(self, block: TierBlock, physical: int) -> None:
-        """A device block the pool just evicted: copy it into the top lower tier (making room there first)."""
-        self._put(0, block, DEVICE, physical)
+    def offload(self, block: TierBlock, physical: int) -> list[tuple[str, dict, str]]:
+        """A device block the pool just evicted: copy it into the top lower tier (making room there first).
+        Returns the blocks that left the last tier for it: (key, their `host_evicted` event, policy)."""
+        gone: list[tuple[str, dict, str]] = []
+        self._put(0, block, DEVICE, physical, gone)
+        return gone
 
-    def _put(self, level: int, block: TierBlock, src_tier: str, src: int) -> bool:
+    def _put(self, level: int, block: TierBlock, src_tier: str, src: int, gone: list) -> bool:
         """Copy `block` from `src` of `src_tier` into this level; False when every slot here is being loaded
         back by the admission that moved the block (it is dropped)."""
         store = self.stores[level]
         if not store.free:
             if not store.blocks:
                 return False
-            self._make_room(level)
+            self._make_room(level, gone)
         slot = store.free.popleft()
         self.pool.pending_copies.append(BlockCopy(src, slot, self.pool.block_size, src_tier, store.name))
         block.tier, block.slot = store.name, slot
@@ -173,20 +173,21 @@ class LowerTiers:
         )
         return True
 
-    def _make_room(self, level: int) -> None:
-        """The tier's oldest block moves one tier down, or leaves the hierarchy from the last one."""
+    def _make_room(self, level: int, gone: list) -> None:
+        """The tier's oldest block moves one tier down, or leaves the hierarchy from the last one (into
+        `gone`)."""
         store = self.stores[level]
         key, oldest = next(iter(store.blocks.items()))
         del store.blocks[key]
         slot = oldest.slot
         self._forget(oldest)
         # its slot is free only once the copy out of it is on the list
-        moved = level + 1 < len(self.stores) and self._put(level + 1, oldest, store.name, slot)
+        moved = level + 1 < len(self.stores) and self._put(level + 1, oldest, store.name, slot, gone)
         store.free.append(slot)
         if moved:
             return
         event = self.trace.emit("host_evicted", hash=key, tier=store.name, slot=slot, reason="capacity")
-        self.remember_eviction(key, event, f"lru ({store.name})")
+        gone.append((key, event, f"lru ({store.name})"))
 
     def _forget(self, block: TierBlock) -> None:
         siblings = self._children.get(block.parent_key)

@@ -16,7 +16,7 @@ Token id spaces, so that made-up tokens never collide with real ones or with eac
 
 from __future__ import annotations
 
-import itertools
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -25,14 +25,33 @@ FRESH_BASE = 1 << 60
 MAX_HASH_ID = ((1 << 59) - HASH_BASE) // 4096
 
 
-class FreshTokens:
-    """Unique token ids for generated tokens whose content is unknown (output_length only)."""
+class OutputTokens:
+    """The tokens a worker's requests generate, the one source for every step: each request's recorded ones in
+    order, or fresh ids from `first` on (ids that never repeat)."""
 
-    def __init__(self):
-        self._next = itertools.count(FRESH_BASE)
+    def __init__(self, first: int = FRESH_BASE):
+        self._fresh = first
+        # request id -> its recorded tokens still to come, or None (fresh ones)
+        self._recorded: dict[str, deque[int] | None] = {}
 
-    def take(self, n: int) -> list[int]:
-        return [next(self._next) for _ in range(n)]
+    def add(self, request_id: str, recorded: Sequence[int] | None) -> None:
+        self._recorded[request_id] = None if recorded is None else deque(recorded)
+
+    def forget(self, request_id: str) -> None:
+        """The request finished: its tokens are not needed again (memory stays flat on long runs)."""
+        self._recorded.pop(request_id, None)
+
+    def take(self, req, n: int) -> Sequence[int]:
+        """The next n tokens of `req`."""
+        recorded = self._recorded[req.request_id]
+        if recorded is not None:
+            return [recorded.popleft() for _ in range(n)]
+        self._fresh += n
+        return range(self._fresh - n, self._fresh)
+
+    def token_for(self, index: int, req) -> int:
+        """The next token of `req` (the engine core's `TokenFor`; the chunk index does not matter here)."""
+        return self.take(req, 1)[0]
 
 
 def hash_id_tokens(hash_ids: Sequence[int], input_length: int, trace_block_size: int) -> list[int]:

@@ -9,7 +9,7 @@ their request runs, but their content is unknown and the next turn's ids already
 
 Time comes from the stated cost model (cost.py): a step lasts per_step + per prefill token + per decode row,
 arrivals join at the first step boundary after they arrive, an idle worker jumps to the next arrival. Runs of
-decode-only steps are taken at once, and plain decode rows are set aside in the others (quiet_rows.py),
+decode-only steps are taken at once, and quiet decode rows are set aside in the others (engine/core/quiet_rows.py),
 unless a trace is written. No torch is imported (tests/kvtui/whatif/test_simulate.py).
 
 The miss causes (causes.py) are read from the manager's own events as they are emitted.
@@ -20,14 +20,14 @@ from __future__ import annotations
 import gc
 import sys
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
-from engine.core.quiet_rows import scan, schedule_beside, take_quiet, take_run
+from engine.core.quiet_rows import scan
 from engine.core.request import Request, SamplingParams
 from engine.models.shape import ModelShape
 from engine.trace.writer import TraceSink, TraceWriter
@@ -35,7 +35,7 @@ from kvtui.whatif.beyond import GeneratedHits
 from kvtui.whatif.causes import MissLedger
 from kvtui.whatif.cost import CostModel
 from kvtui.whatif.hash_keys import prefill_keys
-from kvtui.whatif.requests import FRESH_BASE, SimRequest
+from kvtui.whatif.requests import FRESH_BASE, OutputTokens, SimRequest
 from kvtui.whatif.run_sink import RunSink
 
 # one full-attention layer of one head (tests/helpers/model_free.py's shape): the manager reads only the block counts
@@ -111,8 +111,8 @@ class Worker:
             keep_finished=False,
         )
         self.manager, self.scheduler = self.core.cache, self.core.scheduler
-        # request id -> its tokens still to come (recorded), or None (fresh ones)
-        self.outputs: dict[str, deque[int] | None] = {}
+        # the recorded tokens, or fresh ids unique to this worker
+        self.tokens = OutputTokens(FRESH_BASE + (hash(name) & 0xFFFF) * (1 << 40))
         self.preemptions = self.finished = 0
         # prompt tokens served from a partly filled cached block (the one-pass curve never reuses one)
         self.partial_tokens = 0
@@ -142,7 +142,6 @@ class Worker:
                     },
                 }
             )
-        self._fresh = FRESH_BASE + (hash(name) & 0xFFFF) * (1 << 40)
 
     @property
     def requests(self) -> dict[str, Request]:
@@ -176,7 +175,7 @@ class Worker:
     def _on_finish(self, req: Request) -> None:
         self.finished += 1
         # the finished request's tokens are not needed again: keep memory flat on long runs
-        self.outputs.pop(req.request_id, None)
+        self.tokens.forget(req.request_id)
         self._own.pop(req.request_id, None)
 
     # --- requests ---------------------------------------------------------------------------------------
@@ -189,8 +188,7 @@ class Worker:
             self.ledger.too_large(item.request_id, item.num_prompt_tokens)
             return
         params = SamplingParams(max_tokens=item.num_output_tokens, ignore_eos=True)
-        recorded = item.output_token_ids
-        self.outputs[item.request_id] = None if recorded is None else deque(recorded)
+        self.tokens.add(item.request_id, item.output_token_ids)
         compact = None if self.tracing else self.config.block_size
         rid = self.core.add_request(
             item.prompt_token_ids(compact), params, item.cache_salt, item.request_id, item.phase
@@ -201,34 +199,22 @@ class Worker:
     def has_work(self) -> bool:
         return self.core.has_unfinished()
 
-    def _token_for(self, index: int, req: Request) -> int:
-        recorded = self.outputs[req.request_id]
-        if recorded is not None:
-            return recorded.popleft()
-        self._fresh += 1
-        return self._fresh - 1
-
     # --- the step: the engine core's, with the cost clock instead of a forward ---------------------------
     def step(self, quiet: list[Request] = ()) -> None:
-        """One step; the rows in `quiet` (quiet_rows.py) are set aside when that changes no decision."""
-        scheduled = schedule_beside(self.core, quiet) if quiet else None
-        if scheduled is None:
-            quiet = ()
-            scheduled = self.core.schedule()
+        """One step; the quiet rows in `quiet` are set aside when that changes no decision."""
+        scheduled = self.core.schedule(set_aside=quiet)
         if scheduled is None:
             # this step only preempted
             return
         self.now += self.config.cost.step_seconds(
-            scheduled.num_prefill_tokens, scheduled.num_decode + len(quiet)
+            scheduled.num_prefill_tokens, scheduled.num_decode + len(scheduled.set_aside)
         )
         # no K/V memory here: of the pool's copies (copy-on-write, tier moves) only the loads from a lower tier
         # count, each at its load's cost instead of its tokens' prefill
         for copy in self.manager.pool.take_copies():
             if copy.dst_tier == "device" and copy.src_tier != "device":
                 self.now += self.config.cost.load_seconds(copy.src_tier, copy.num_tokens)
-        self.core.update_from_output(scheduled, self._token_for)
-        if quiet:
-            self._fresh = take_quiet(quiet, self.outputs, self._fresh, self.now)
+        self.core.update_from_output(scheduled, self.tokens.token_for, self.tokens.take)
         # and the window rings' copies are dropped
         self.manager.rings.take_pending()
 
@@ -257,15 +243,8 @@ class Worker:
         while done < ahead.run and now < t:
             now += duration
             done += 1
-        take_run(self.core, done, self._tokens_for, now)
         self.now = now
-
-    def _tokens_for(self, req: Request, n: int):
-        recorded = self.outputs[req.request_id]
-        if recorded is not None:
-            return [recorded.popleft() for _ in range(n)]
-        self._fresh += n
-        return range(self._fresh - n, self._fresh)
+        self.core.decode_run(done, self.tokens.take)
 
     def close(self) -> None:
         self.sink.close()
