@@ -156,6 +156,12 @@ CASES = [
     (["generate", "hi", "--top-k", "-1"], "'--top-k': -1 is not in the range x>=0"),
     (["generate", "hi", "--seed", "-1"], "'--seed': -1 is not in the range"),
     (["record", "-w", WORKLOAD, "-o", "{tmp}/t.jsonl", "--num-blocks", "-5"], "-5 is not in the range"),
+    (
+        ["record", "-w", "{binary.json}", "-o", "{tmp}/t.jsonl"],
+        "binary.json: not UTF-8 text (byte 0x89 at byte 1)",
+    ),
+    # an option that would change nothing is refused
+    (["info", "--tokens", "8192"], "--tokens counts a config's KV bytes: give --config FILE too"),
     (["live", "--max-tokens", "0"], "'--max-tokens': 0 is not in the range x>=1"),
     (["--block-size", "0"], "'--block-size': 0 is not in the range 1<=x<=4096"),
     (["--model", "gemma3", "generate", "hi"], "options before `generate` are live's (--model)"),
