@@ -40,6 +40,8 @@ class RequestRecord:
     finished: float | None = None
     num_computed: int = 0
     cached_tokens: int = 0
+    # the prompt tokens of the lookup cached_tokens counts: an edit's lookup holds more than the first prompt
+    cached_of: int = 0
     reason: str | None = None
     ttft: float | None = None
     tpot: float | None = None
@@ -144,6 +146,7 @@ class RequestsReducer:
             owner=self._gen,
             # a fork inherits what its parent got
             cached_tokens=parent.cached_tokens if parent is not None else 0,
+            cached_of=parent.cached_of if parent is not None else 0,
         )
 
     def _on_request_scheduled(self, ev: dict) -> None:
@@ -242,6 +245,7 @@ class RequestsReducer:
             if not (ev.get("detail") or {}).get("readmission"):
                 # what the cache served at the first lookup
                 req.cached_tokens = ev["matched_tokens"]
+                req.cached_of = ev["prompt_tokens"]
 
     # ------------------------------------------------------------------ edits
     def _on_edit(self, ev: dict) -> None:

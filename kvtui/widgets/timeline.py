@@ -166,8 +166,8 @@ def request_summary(req: RequestRecord | None) -> Content:
     parts: list = [
         (f"{req.request_id} ", f"{owner_markup(req.ordinal)} bold"),
         (
-            f"{req.status_text}  prompt {req.prompt_len}  generated {req.num_output}  cached {req.cached_tokens}  "
-            f"TTFT {fmt_seconds(req.ttft)}  TPOT {fmt_seconds(req.tpot)}"
+            f"{req.status_text}  prompt {req.prompt_len}  generated {req.num_output}  cached {req.cached_tokens}"
+            f"{cached_of(req)}  TTFT {fmt_seconds(req.ttft)}  TPOT {fmt_seconds(req.tpot)}"
         ),
     ]
     if req.edits:
@@ -176,6 +176,14 @@ def request_summary(req: RequestRecord | None) -> Content:
         parts.append((f"  forked from {req.parent_id}", markup("dim")))
     parts.append(window_facts(req))
     return Content.assemble(*parts)
+
+
+def cached_of(req: RequestRecord) -> str:
+    """After an edit the cached tokens count the edit's lookup, whose prompt is not the first one: say of how
+    many, as the miss explainer does."""
+    if not req.cached_of or req.cached_of == req.prompt_len:
+        return ""
+    return f" of {req.cached_of} at its latest lookup"
 
 
 def window_facts(req: RequestRecord) -> Content:

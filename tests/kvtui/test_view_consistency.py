@@ -25,6 +25,7 @@ from kvtui.widgets.block_pool import pool_legend
 from kvtui.widgets.block_table import BlockTableView
 from kvtui.widgets.charts import ChartsView, memory_lines, tier_lines
 from kvtui.widgets.miss import explain
+from kvtui.widgets.timeline import request_summary
 
 TRACES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "traces").glob("*.jsonl"))
 # where the cursor is put: a quarter, half, three quarters and the end of the trace (and see `trace`)
@@ -119,6 +120,26 @@ def test_the_miss_explainers_hit_and_missed_tokens_are_all_the_prompt(trace):
         if req is not None and not req.edits and not (req.match.get("detail") or {}).get("readmission"):
             hit = f"{misses.hit_tokens} of {misses.prompt_tokens} prompt tokens from the cache"
             assert text.startswith(f"{rid}: {hit}"), (rid, text.splitlines()[0], hit)
+
+
+def test_the_requests_tabs_cached_tokens_are_the_miss_explainers(trace):
+    """A finished request's "cached N" on the requests tab counts the prompt of the lookup the tree tab explains
+    ("N of M prompt tokens from the cache"): after an edit that is the edit's, not the first prompt."""
+    _, states, _ = trace
+    for state in states:
+        for req in state.requests.values():
+            match = req.match
+            if req.status != "finished" or match is None or (match.get("detail") or {}).get("readmission"):
+                continue
+            summary = request_summary(req).plain
+            cached = re.search(r"prompt (\d+) .* cached (\d+)(?: of (\d+))?", summary)
+            of = int(cached[3] or cached[1])
+            assert int(cached[2]) <= of, summary
+            explained = explain(state, req).plain
+            assert f"{req.request_id}: {cached[2]} of {of} prompt tokens from the cache" in explained, (
+                summary,
+                explained.splitlines()[0],
+            )
 
 
 def test_the_metrics_tabs_token_hit_rate_is_the_stats_one(trace):
