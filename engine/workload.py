@@ -66,6 +66,11 @@ def load_workload(path: str | Path) -> Workload:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise WorkloadError(f"no such workload file: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at byte {exc.start + 1}): "
+            "a workload is a JSON file"
+        ) from None
     except json.JSONDecodeError as exc:
         raise WorkloadError(
             f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"

@@ -162,7 +162,8 @@ def load_config(source: str) -> tuple[dict, str]:
     if path.exists():
         try:
             return json.loads(path.read_text()), str(path)
-        except (OSError, json.JSONDecodeError) as exc:
+        # a binary file fails to decode: UnicodeDecodeError, a ValueError like JSONDecodeError
+        except (OSError, ValueError) as exc:
             raise ConfigError(f"{path}: not a readable JSON config ({exc})") from None
     if source.startswith((".", "/", "~")) or source.endswith(".json") or source.count("/") != 1:
         raise ConfigError(

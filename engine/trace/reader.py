@@ -218,7 +218,8 @@ class _Reader:
 
     def _take_header(self, raw: bytes, number: int, unterminated: bool) -> bool:
         try:
-            header = json.loads(raw)
+            # decoded here: json.loads of bytes would take a UTF-16 or UTF-32 file as text (a UTF-8 BOM is fine)
+            header = json.loads(raw.decode("utf-8-sig"))
         except (ValueError, RecursionError) as exc:
             # bytes that are not text are a binary file, not a header cut short
             if unterminated and not isinstance(exc, UnicodeDecodeError):
@@ -239,7 +240,7 @@ class _Reader:
             if not raw.strip():
                 continue
             try:
-                parsed.append(json.loads(raw))
+                parsed.append(json.loads(raw.decode("utf-8")))
                 numbers.append(first_line + j)
             except (ValueError, RecursionError) as exc:
                 if last_unterminated and j == len(lines) - 1:

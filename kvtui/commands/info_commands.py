@@ -37,6 +37,12 @@ def info(model, config_source, tokens, **options):
       kvtui info --config llama-8b/config.json --tokens 8192 --dtype bfloat16
     (32 layers, 8 KV heads, head_dim 128, bf16, 8,192 tokens = 1 GiB; MHA 4 GiB, MQA 128 MiB)
     """
+    typed = (
+        click.get_current_context().get_parameter_source("tokens") is click.core.ParameterSource.COMMANDLINE
+    )
+    # without --config the loaded engine's pool is described: a token count would change nothing
+    if typed and not config_source:
+        raise click.UsageError("--tokens counts a config's KV bytes: give --config FILE too")
     if config_source:
         click.echo(
             config_info(config_source, tokens, options["dtype"], options["block_size"], options["kv_dtype"])

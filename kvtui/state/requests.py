@@ -40,10 +40,14 @@ class RequestRecord:
     finished: float | None = None
     num_computed: int = 0
     cached_tokens: int = 0
+    # the prompt tokens of the lookup cached_tokens counts: an edit's lookup holds more than the first prompt
+    cached_of: int = 0
     reason: str | None = None
     ttft: float | None = None
     tpot: float | None = None
     num_output: int = 0
+    # per position: True where an edit put the token (typed text), not the model: "generated" leaves them out
+    typed: list[bool] = field(default_factory=list)
     # the prefix_match event: the miss explainer
     match: dict | None = None
     # lower tier -> [blocks, bytes] its latest admission loaded back into the device (None: nothing loaded)
@@ -74,10 +78,21 @@ class RequestRecord:
     def num_tokens(self) -> int:
         return len(self.token_ids)
 
+    @property
+    def num_typed(self) -> int:
+        """Tokens after the prompt that an edit typed in (a new turn inserted at the end), not sampled."""
+        return sum(self.typed[self.prompt_len : len(self.token_ids)])
+
+    @property
+    def num_generated(self) -> int:
+        """Tokens after the prompt that the model sampled."""
+        return self.num_output - self.num_typed
+
     def copy(self) -> RequestRecord:
         new = _copy.copy(self)
         new.token_ids = list(self.token_ids)
         new.texts = list(self.texts)
+        new.typed = list(self.typed)
         new.marks = list(self.marks)
         new.edits = list(self.edits)
         new.locked = list(self.locked)
@@ -130,6 +145,8 @@ class RequestsReducer:
             # A fork carries only the prompt, but shares the parent's whole sequence so far (its next token
             # is emitted at the parent's next position).
             ids, texts = list(parent.token_ids), list(parent.texts)
+        # a fork's copied sequence keeps which of its tokens were typed
+        typed = ((parent.typed if parent is not None else []) + [False] * len(ids))[: len(ids)]
         self.requests[rid] = RequestRecord(
             rid,
             ordinal,
@@ -144,6 +161,8 @@ class RequestsReducer:
             owner=self._gen,
             # a fork inherits what its parent got
             cached_tokens=parent.cached_tokens if parent is not None else 0,
+            cached_of=parent.cached_of if parent is not None else 0,
+            typed=typed,
         )
 
     def _on_request_scheduled(self, ev: dict) -> None:
@@ -203,13 +222,16 @@ class RequestsReducer:
         if position < len(req.token_ids):
             del req.token_ids[position:]
             del req.texts[position:]
+            del req.typed[position:]
         # tokens this trace never showed: keep positions aligned
         elif position > len(req.token_ids):
             gap = position - len(req.token_ids)
             req.token_ids.extend([-1] * gap)
             req.texts.extend(["�"] * gap)
+        req.typed.extend([False] * (len(req.token_ids) - len(req.typed)))
         req.token_ids.append(ev["token_id"])
         req.texts.append(ev["text"])
+        req.typed.append(False)
         req.num_output = len(req.token_ids) - req.prompt_len
         if req.first_token is None:
             req.first_token = t
@@ -227,6 +249,9 @@ class RequestsReducer:
             req.finished = ev["t"]
             req.reason = ev["reason"]
             req.cached_tokens = ev["cached_tokens"]
+            # the engine's count is its latest lookup's (an edit's, which older traces marked a readmission)
+            if req.match is not None and req.match["matched_tokens"] == req.cached_tokens:
+                req.cached_of = req.match["prompt_tokens"]
             if ev.get("ttft") is not None:
                 req.ttft = ev["ttft"]
             req.tpot = ev.get("tpot")
@@ -242,6 +267,7 @@ class RequestsReducer:
             if not (ev.get("detail") or {}).get("readmission"):
                 # what the cache served at the first lookup
                 req.cached_tokens = ev["matched_tokens"]
+                req.cached_of = ev["prompt_tokens"]
 
     # ------------------------------------------------------------------ edits
     def _on_edit(self, ev: dict) -> None:
@@ -256,6 +282,7 @@ class RequestsReducer:
         # the same rule as engine/core/edits.py apply_edit
         ids = req.token_ids[:m] + new_ids + req.token_ids[m + n_del :]
         texts = req.texts[:m] + new_texts + req.texts[m + n_del :]
+        typed = req.typed[:m] + [True] * len(new_ids) + req.typed[m + n_del :]
         in_prompt = m < req.prompt_len or req.num_tokens == req.prompt_len
         # in the prompt (or nothing generated yet): the prompt changes, generated tokens go
         if in_prompt:
@@ -263,7 +290,7 @@ class RequestsReducer:
         # in the generated part: the sequence up to and including the edit is the new context
         else:
             keep = m + len(new_ids)
-        req.token_ids, req.texts = ids[:keep], texts[:keep]
+        req.token_ids, req.texts, req.typed = ids[:keep], texts[:keep], typed[:keep]
         if in_prompt:
             req.prompt_len = keep
         req.num_output = max(0, len(req.token_ids) - req.prompt_len)

@@ -236,8 +236,12 @@ def load_tokenizer(spec: str):
             return PreTrainedTokenizerFast(tokenizer_file=str(source))
         return AutoTokenizer.from_pretrained(str(source))
     except (OSError, ValueError) as exc:
+        # transformers' reasons can run over several lines: one line on the command line
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if source.is_dir() and not (source / "tokenizer.json").exists():
+            reason = "a directory without tokenizer.json: give a model directory, smollm2 or gemma3"
         raise WorkloadFormatError(
-            f"--tokenizer {spec}: cannot read a tokenizer from {source} ({exc})"
+            f"--tokenizer {spec}: cannot read a tokenizer from {source} ({reason})"
         ) from None
 
 

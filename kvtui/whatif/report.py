@@ -159,6 +159,8 @@ def fleet_lines(report: dict) -> list[str]:
         f"one shared cache of the same total {_pct(first['global_cache_token_hit_rate']).strip()}",
         "          reachable: the longest prefix cached on any worker at arrival; achieved: on the chosen "
         "worker; regret = reachable - achieved (Dynamo's)",
+        # the hit rate also counts partly filled blocks and blocks computed between routing and admission
+        "          reachable and achieved: whole prompt blocks at routing time (the hit rate may be above them)",
         f"{'router':>15} {'hit rate':>9} {'reachable':>10} {'achieved':>9} {'regret':>7} {'copies':>7}",
     ]
     for f in fleets:

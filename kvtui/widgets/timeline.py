@@ -15,7 +15,7 @@ from textual.message import Message
 from engine.trace.metrics import PERCENTILES, latency_summaries
 from kvtui.state import CacheState, RequestRecord
 from kvtui.state.roofline import Roofline, StepPoint
-from kvtui.widgets.base import fmt_seconds, plural
+from kvtui.widgets.base import fmt_seconds, plural, typed_words
 from kvtui.widgets.lanes import Cell, LanesView, column, paint
 from kvtui.widgets.palette import Palette, markup, owner_markup, theme_palette
 
@@ -166,8 +166,9 @@ def request_summary(req: RequestRecord | None) -> Content:
     parts: list = [
         (f"{req.request_id} ", f"{owner_markup(req.ordinal)} bold"),
         (
-            f"{req.status_text}  prompt {req.prompt_len}  generated {req.num_output}  cached {req.cached_tokens}  "
-            f"TTFT {fmt_seconds(req.ttft)}  TPOT {fmt_seconds(req.tpot)}"
+            f"{req.status_text}  prompt {req.prompt_len}  generated {req.num_generated}{typed_words(req, '  ')}"
+            f"  cached {req.cached_tokens}"
+            f"{cached_of(req)}  TTFT {fmt_seconds(req.ttft)}  TPOT {fmt_seconds(req.tpot)}"
         ),
     ]
     if req.edits:
@@ -176,6 +177,14 @@ def request_summary(req: RequestRecord | None) -> Content:
         parts.append((f"  forked from {req.parent_id}", markup("dim")))
     parts.append(window_facts(req))
     return Content.assemble(*parts)
+
+
+def cached_of(req: RequestRecord) -> str:
+    """After an edit the cached tokens count the edit's lookup, whose prompt is not the first one: say of how
+    many, as the miss explainer does."""
+    if not req.cached_of or req.cached_of == req.prompt_len:
+        return ""
+    return f" of {req.cached_of} at its latest lookup"
 
 
 def window_facts(req: RequestRecord) -> Content:

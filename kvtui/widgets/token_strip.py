@@ -16,7 +16,7 @@ from textual.message import Message
 from textual.strip import Strip
 
 from kvtui.state import FINISHED
-from kvtui.widgets.base import LineView, character_of, fmt_seconds, pad, plural, show_text
+from kvtui.widgets.base import LineView, character_of, fmt_seconds, pad, plural, show_text, typed_words
 
 MARGIN = 6
 HEADER_ROWS = 3
@@ -182,7 +182,7 @@ class TokenStrip(LineView):
             Segment(" prompt ", palette["prompt-b"]),
             Segment(f" {req.prompt_len} · ", dim),
             Segment(" generated ", palette["generated-b"]),
-            Segment(f" {req.num_output} · TTFT {fmt_seconds(req.ttft)}", dim),
+            Segment(f" {req.num_generated}{typed_words(req, ' · ')} · TTFT {fmt_seconds(req.ttft)}", dim),
         ]
 
     def _cursor_line(self) -> list[Segment]:
@@ -202,7 +202,8 @@ class TokenStrip(LineView):
                 if logical < len(table) and table[logical] >= 0
                 else f"L{logical}"
             )
-            part = "prompt" if pos < req.prompt_len else "generated"
+            typed = pos < len(req.typed) and req.typed[pos]
+            part = "prompt" if pos < req.prompt_len else "typed" if typed else "generated"
             segs.append(
                 Segment(
                     f"pos {pos} {show_text(req.texts[pos])!r} id {req.token_ids[pos]} ({part}, {where})",

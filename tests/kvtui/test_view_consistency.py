@@ -25,6 +25,7 @@ from kvtui.widgets.block_pool import pool_legend
 from kvtui.widgets.block_table import BlockTableView
 from kvtui.widgets.charts import ChartsView, memory_lines, tier_lines
 from kvtui.widgets.miss import explain
+from kvtui.widgets.timeline import request_summary
 
 TRACES = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "traces").glob("*.jsonl"))
 # where the cursor is put: a quarter, half, three quarters and the end of the trace (and see `trace`)
@@ -119,6 +120,49 @@ def test_the_miss_explainers_hit_and_missed_tokens_are_all_the_prompt(trace):
         if req is not None and not req.edits and not (req.match.get("detail") or {}).get("readmission"):
             hit = f"{misses.hit_tokens} of {misses.prompt_tokens} prompt tokens from the cache"
             assert text.startswith(f"{rid}: {hit}"), (rid, text.splitlines()[0], hit)
+
+
+def test_the_requests_tabs_cached_tokens_are_the_miss_explainers(trace):
+    """A finished request's "cached N" on the requests tab counts the prompt of the lookup the tree tab explains
+    ("N of M prompt tokens from the cache"): after an edit that is the edit's, not the first prompt."""
+    _, states, _ = trace
+    for state in states:
+        for req in state.requests.values():
+            match = req.match
+            if req.status != "finished" or match is None:
+                continue
+            summary = request_summary(req).plain
+            cached = re.search(r"prompt (\d+) .* cached (\d+)(?: of (\d+))?", summary)
+            of = int(cached[3] or cached[1])
+            assert int(cached[2]) <= of, summary
+            if (match.get("detail") or {}).get("readmission"):
+                continue
+            explained = explain(state, req).plain
+            assert f"{req.request_id}: {cached[2]} of {of} prompt tokens from the cache" in explained, (
+                summary,
+                explained.splitlines()[0],
+            )
+
+
+def test_the_generated_tokens_shown_are_ones_the_model_sampled(trace):
+    """The requests tab's and the tokens tab's "generated" count sampled tokens only (a turn an edit typed in at the
+    end is "typed"): their sum is at most `kvtui stats`'s generated tokens (equal where no edit dropped any)."""
+    from kvtui.widgets.token_strip import TokenStrip
+
+    loaded, _, state = trace
+    everything = summarize(loaded.header, loaded.events)[-1]
+    shown = 0
+    for req in state.requests.values():
+        summary = request_summary(req).plain
+        generated = int(re.search(r"generated (\d+)", summary)[1])
+        typed = re.search(r"typed (\d+)", summary)
+        assert req.prompt_len + generated + (int(typed[1]) if typed else 0) == req.num_tokens, summary
+        header = TokenStrip(View(state, req.request_id)).render_line(0).text
+        assert f"generated  {generated}" in header and (not typed or f"typed {typed[1]}" in header), header
+        shown += generated
+    assert shown <= everything.generated_tokens, (shown, everything.generated_tokens)
+    if not any(ev["type"] == "edit" and ev["kind"] != "insert" for ev in loaded.events):
+        assert shown == everything.generated_tokens
 
 
 def test_the_metrics_tabs_token_hit_rate_is_the_stats_one(trace):

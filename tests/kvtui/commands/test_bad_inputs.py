@@ -28,6 +28,7 @@ FILES = {
     "array.json": b"[1, 2]",
     "string.json": b'"llama"',
     "not_json.json": b"not json",
+    "binary.json": b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe",
     "header_only.jsonl": b'{"type": "header", "schema": 1, "model": {}, "block_size": 16, "num_blocks": 4}\n',
     "empty_dir/.keep": b"",
     "ok_config.json": _config(),
@@ -57,6 +58,14 @@ CASES = [
     (["info", "--config", "{array.json}"], "a JSON array, not an object of fields"),
     (["info", "--config", "{string.json}"], "a JSON string, not an object of fields"),
     (["info", "--config", "{not_json.json}"], "not a readable JSON config"),
+    (
+        ["info", "--config", "{binary.json}"],
+        "not a readable JSON config ('utf-8' codec can't decode byte 0x89",
+    ),
+    (
+        ["whatif", SHARED, "--kv-config", "{binary.json}", "--capacity", "1GiB"],
+        "binary.json: not a readable JSON config",
+    ),
     (["info", "--config", "{float_layers.json}"], "num_hidden_layers is 32.5, not a whole number"),
     (["info", "--config", "{bool_heads.json}"], "num_attention_heads is True, not a whole number"),
     (["info", "--config", "{zero_kv_heads.json}"], "num_key_value_heads is 0, not a whole number"),
@@ -80,6 +89,10 @@ CASES = [
     (["whatif", SHARED, "--router-temperature", "-1"], "'--router-temperature': -1.0 is not in the range"),
     (["whatif", SHARED, "--overlap-weight", "-1"], "'--overlap-weight': -1.0 is not in the range x>=0"),
     (["whatif", SHARED, "--tokenizer", "{tmp}/nope"], "nope' does not exist"),
+    (
+        ["whatif", WORKLOAD, "--tokenizer", "{empty_dir}"],
+        "empty_dir (a directory without tokenizer.json: give a model directory, smollm2 or gemma3)",
+    ),
     (["whatif", SHARED, "-o", "{tmp}/missing/x.jsonl"], "x.jsonl: no directory"),
     (["whatif", "{header_only.jsonl}"], "header_only.jsonl, line 1: header: field 'bytes_per_block'"),
     # whatif's options that would do nothing in the combination given
@@ -143,6 +156,12 @@ CASES = [
     (["generate", "hi", "--top-k", "-1"], "'--top-k': -1 is not in the range x>=0"),
     (["generate", "hi", "--seed", "-1"], "'--seed': -1 is not in the range"),
     (["record", "-w", WORKLOAD, "-o", "{tmp}/t.jsonl", "--num-blocks", "-5"], "-5 is not in the range"),
+    (
+        ["record", "-w", "{binary.json}", "-o", "{tmp}/t.jsonl"],
+        "binary.json: not UTF-8 text (byte 0x89 at byte 1)",
+    ),
+    # an option that would change nothing is refused
+    (["info", "--tokens", "8192"], "--tokens counts a config's KV bytes: give --config FILE too"),
     (["live", "--max-tokens", "0"], "'--max-tokens': 0 is not in the range x>=1"),
     (["--block-size", "0"], "'--block-size': 0 is not in the range 1<=x<=4096"),
     (["--model", "gemma3", "generate", "hi"], "options before `generate` are live's (--model)"),

@@ -32,6 +32,8 @@ def _bad_files() -> dict[str, bytes]:
         "binary.jsonl": b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe",
         "binary_one_line.bin": b"\x89PNG\x00\x00\xff\xfe",
         "proxy.jsonl": (json.dumps(proxy) + "\n").encode(),
+        # a trace saved as UTF-16 (its BOM first): bytes, not UTF-8 text, whichever reader opens it
+        "utf16.jsonl": data.decode("utf-8").encode("utf-16"),
         "empty.jsonl": b"",
         "bad_json.jsonl": b"\n".join(lines[:5] + [b'{"seq": 5, "t": 0.1, "type": "block_fr'] + lines[5:]),
         "bad_event.jsonl": b"\n".join(
@@ -42,6 +44,7 @@ def _bad_files() -> dict[str, bytes]:
 
 CUT = "{f}: the last line is incomplete (the writer stopped mid-line); ignored"
 NOT_UTF8 = "{f}, line 1: not valid UTF-8 (byte 0x89 at byte 1)"
+NOT_UTF8_BOM = "{f}, line 1: not valid UTF-8 (byte 0xff at byte 1)"
 EMPTY = "{f}: empty file: no header line (a trace starts with one)"
 PROXY = "{f}: a proxy log (kvtui proxy's request log), not a trace: run `kvtui whatif {f}` on it"
 BAD_JSON = "{f}, line 6: not valid JSON (Unterminated string starting at, column 30)"
@@ -53,6 +56,7 @@ CASES = [
     ("cut.jsonl", EVERY, CUT, 0),
     ("binary.jsonl", [*EVERY, REPLAY], NOT_UTF8, 1),
     ("binary_one_line.bin", [*EVERY, REPLAY], NOT_UTF8, 1),
+    ("utf16.jsonl", [*EVERY, REPLAY], NOT_UTF8_BOM, 1),
     ("empty.jsonl", [*EVERY, REPLAY], EMPTY, 1),
     ("proxy.jsonl", [STATS, CHECK, EXPORT, REPLAY], PROXY, 1),
     ("bad_json.jsonl", EVERY, BAD_JSON, 1),

@@ -43,7 +43,8 @@ def test_the_command_says_how_many_lookups_match_and_refuses_other_traces():
     result = CliRunner().invoke(main, ["whatif", "fixtures/traces/edit_series.jsonl", "--as-recorded"])
     assert result.exit_code == 0
     assert (
-        "7 of 7 prefix lookups got exactly the engine's hit tokens (7 at admission, 0 again" in result.output
+        # one request, edited six times: each edit is a lookup again
+        "7 of 7 prefix lookups got exactly the engine's hit tokens (1 at admission, 6 again" in result.output
     )
     refused = CliRunner().invoke(main, ["whatif", "fixtures/traces/synthetic_small.jsonl", "--as-recorded"])
     assert refused.exit_code == 1 and "not a trace of kvtui's engine" in refused.output
