@@ -28,7 +28,7 @@ from tests.helpers.oracle import Witness, differences
 from tests.helpers.reference import greedy_generate
 from tests.helpers.tiny_models import tiny_model
 
-EXAMPLES = int(os.environ.get("KVTUI_ENGINE_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("KVTUI_ENGINE_EXAMPLES", "60"))
 SMALL = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=32, num_attention_heads=4)
 MODELS = {
     "full": tiny_model("llama-gqa", num_key_value_heads=2, **SMALL),
