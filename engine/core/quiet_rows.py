@@ -102,20 +102,33 @@ class QuietRows:
             raise ValueError("quiet rows are appended only by a core that writes no step events")
         now = self.trace.now()
         finished = []
+        size = self.cache.block_size
+        # may_stop_within, written out: it runs for every quiet row of every step
+        eos = bool(self.eos_ids)
+        cache_blocks = self.cache.cache_blocks
         for req in rows:
-            tokens = tokens_for(req, steps)
-            if self.may_stop_within(req, steps):
-                for token in tokens:
+            params = req.params
+            output = req.output_token_ids
+            if (
+                params.stop_token_ids
+                or (eos and not params.ignore_eos)
+                or len(output) - req.generation_start + steps >= params.max_tokens
+            ):
+                for token in tokens_for(req, steps):
                     req.num_computed += 1
                     if self.append_token(req, token):
                         finished.append(req)
                         break
-                    self.cache.cache_blocks(req)
+                    cache_blocks(req)
                 continue
-            req.output_token_ids.extend(tokens)
-            req.num_computed += steps
+            output.extend(tokens_for(req, steps))
+            before = req.num_computed
+            req.num_computed = before + steps
             req.last_token_time = now
-            self.cache.cache_blocks(req)
+            # a block can enter the tree only when the row's tokens cross into the next one (its tree was
+            # current after its last token: update_from_output and this method both cache after appending)
+            if (before + steps) // size != before // size:
+                cache_blocks(req)
         return finished
 
     def decode_run(self, steps: int, tokens_for: TokensFor) -> list[Request]:
