@@ -9,17 +9,9 @@ from click.testing import CliRunner
 
 from engine.models.kv_budget import bytes_per_token_at, shape_from_config
 from kvtui.cli import main
+from tests.helpers.model_configs import LLAMA_3_8B as CONFIG
 
 ROOT = Path(__file__).resolve().parents[3]
-# a Llama-3-8B-like shape: 32 layers, 8 KV heads of 128, bf16
-CONFIG = {
-    "model_type": "llama",
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "hidden_size": 4096,
-    "torch_dtype": "bfloat16",
-}
 
 
 def test_bytes_per_token_at_each_precision():

@@ -11,16 +11,7 @@ from click.testing import CliRunner
 
 from kvtui.cli import main
 from kvtui.whatif.synth import MooncakeLikeConfig, mooncake_like, write_jsonl
-
-LLAMA_3_8B = {
-    "model_type": "llama",
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "torch_dtype": "bfloat16",
-}
+from tests.helpers.model_configs import LLAMA_3_8B
 
 
 @pytest.fixture(scope="module")

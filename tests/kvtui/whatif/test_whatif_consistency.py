@@ -18,19 +18,10 @@ from engine.models.kv_budget import bytes_per_token_at, shape_from_config
 from kvtui.cli import main
 from kvtui.whatif.report import summary_event
 from kvtui.widgets.whatif_view import headline
+from tests.helpers.model_configs import LLAMA_3_8B as CONFIG
 
 ROOT = Path(__file__).resolve().parents[3]
 TRACES = sorted((ROOT / "fixtures" / "traces").glob("*.jsonl"))
-# a Llama-3-8B-like shape with its MLP (the tiers' compute cost needs the parameters)
-CONFIG = {
-    "model_type": "llama",
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "torch_dtype": "bfloat16",
-}
 
 
 @functools.cache
