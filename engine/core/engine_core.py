@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 
 from engine.config import EngineConfig
 from engine.core.edits import EditedSequence, EditError, apply_edit
 from engine.core.forks import fork_of
 from engine.core.kv_cache import KVCacheManager
-from engine.core.quiet_rows import QuietRows, TokensFor
+from engine.core.quiet_rows import QuietRows, Scan, TokensFor
 from engine.core.request import Request, SamplingParams, Status
 from engine.core.scheduler import ScheduledStep, Scheduler
 from engine.models.shape import ModelShape
@@ -132,15 +132,14 @@ class EngineCore(QuietRows):
         return self.requests[request_id]
 
     # --- the step ---------------------------------------------------------------------------------------
-    def schedule(self, set_aside: Sequence[Request] = ()) -> ScheduledStep | None:
+    def schedule(self, set_aside: Scan | None = None) -> ScheduledStep | None:
         """The chunks of the next step, or None when this step only preempted (nothing to run).
-        `set_aside`: quiet rows (engine/core/quiet_rows.py) to take outside the chunks when that changes no
-        decision (`Scheduler.can_set_aside`; the step's `set_aside` says whether they were): a core that writes
-        no step events only. Such a step may hold no chunk."""
-        if set_aside and self.step_events:
-            raise ValueError("rows are set aside only by a core that writes no step events")
+        `set_aside`: this step's scan (engine/core/quiet_rows.py), whose quiet rows take their tokens outside
+        the chunks when that changes no decision (`Scheduler.can_set_aside`; the step's `set_aside` says
+        whether they were): a core that writes no step events only. Such a step may hold no chunk."""
+        rows = self.checked_scan(set_aside).quiet if set_aside is not None else ()
         started = self.trace.now()
-        aside = set_aside if set_aside and self.scheduler.can_set_aside(set_aside) else ()
+        aside = rows if rows and self.scheduler.can_set_aside(rows) else ()
         chunks = self.scheduler.schedule(aside)
         if not chunks and not aside:
             if self.scheduler.has_work() and not self.scheduler.preempted_this_step:
@@ -192,8 +191,8 @@ class EngineCore(QuietRows):
             if req.status is Status.RUNNING:
                 self.cache.cache_blocks(req)
         if scheduled.set_aside:
-            tokens_for = tokens_for or (lambda req, n: (token_for(-1, req),))
-            finished += self.append_quiet(scheduled.set_aside, 1, tokens_for)
+            tokens_for = tokens_for or (lambda rows, n: [token_for(-1, req) for req in rows])
+            self.append_quiet(scheduled.set_aside, 1, tokens_for)
         if events:
             trace.emit(
                 "step",

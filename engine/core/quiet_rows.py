@@ -5,18 +5,19 @@ other rows only.
 A running request is *quiet* in the next step when that step only appends one token into a block it already
 holds: it decodes, the slot is allocated, the block needs no copy, nothing enters the prefix tree (no block
 fills while generated tokens are cached, none is pending), and it does not stop (no stop token or eos can
-end it, and it is short of max_tokens). The engine's calls for such a row allocate, evict, preempt and emit
-nothing; they only spend one token of the step's budget and one of its sequences. A production-shaped run
-has dozens of them in every step that admits or finishes someone, and their bookkeeping is most of a run's
-time.
+end it, and it is short of max_tokens: the rules of `EngineCore.may_stop_within`). The engine's calls for
+such a row allocate, evict, preempt and emit nothing; they only spend one token of the step's budget and one
+of its sequences. A production-shaped run has dozens of them in every step that admits or finishes someone,
+and their bookkeeping is most of a run's time.
 
-`scan` finds them. When every running request is quiet and nobody waits, the steps ahead are a decode run:
-as many as every row stays quiet for are taken at once (`EngineCore.decode_run`: only tokens, counts and the
-clock move). Otherwise a step sets the quiet rows aside (`EngineCore.schedule(set_aside=...)`) when the
-scheduler finds that this changes nothing it decides (`Scheduler.can_set_aside`), and they take their tokens
-after the others' (`EngineCore.append_quiet`: their order among fresh ids differs; fresh ids are unique
-either way, and recorded tokens are per request). tests/kvtui/whatif/test_quiet_rows.py compares every figure
-with the ordinary steps.
+`scan` finds them, and its `Scan` is the core's proof: the rules are checked there, once a row a step, and
+the core takes a scan only from the step it was made in. When every running request is quiet and nobody
+waits, the steps ahead are a decode run: as many as every row stays quiet for are taken at once
+(`EngineCore.decode_run`: only tokens, counts and the clock move). Otherwise a step sets the quiet rows aside
+(`EngineCore.schedule(set_aside=scan)`) when the scheduler finds that this changes nothing it decides
+(`Scheduler.can_set_aside`), and they take their tokens after the others' (their order among fresh ids
+differs; fresh ids are unique either way, and recorded tokens are per request).
+tests/kvtui/whatif/test_quiet_rows.py compares every figure with the ordinary steps.
 """
 
 from __future__ import annotations
@@ -25,18 +26,18 @@ from collections.abc import Callable, Sequence
 
 from engine.core.request import Request
 
-# the next n tokens of a quiet request
-TokensFor = Callable[[Request, int], Sequence[int]]
+# the next n tokens of each of the rows, row after row in one flat list
+TokensFor = Callable[[Sequence[Request], int], Sequence[int]]
 
 
 class Scan:
-    """The quiet rows of the next step, in running order, and how many decode-only steps lie ahead (0 unless
-    every running request is quiet and nobody waits)."""
+    """The quiet rows of the step numbered `step`, in running order, and how many decode-only steps lie ahead
+    (0 unless every running request is quiet and nobody waits)."""
 
-    __slots__ = ("quiet", "run")
+    __slots__ = ("quiet", "run", "step")
 
-    def __init__(self, quiet: list[Request], run: int):
-        self.quiet, self.run = quiet, run
+    def __init__(self, quiet: list[Request], run: int, step: int):
+        self.quiet, self.run, self.step = quiet, run, step
 
 
 def scan(core, own: dict) -> Scan:
@@ -87,53 +88,49 @@ def scan(core, own: dict) -> Scan:
         quiet.append(req)
         if room < run:
             run = room
-    return Scan(quiet, run if everyone and quiet else 0)
+    return Scan(quiet, run if everyone and quiet else 0, core.num_steps)
 
 
 class QuietRows:
     """The engine core's (engine/core/engine_core.py) bulk path for quiet rows."""
 
-    def append_quiet(self, rows: Sequence[Request], steps: int, tokens_for: TokensFor) -> list[Request]:
-        """`steps` more tokens for each of `rows`: running decodes whose slots for them are allocated and
-        unshared (engine/core/quiet_rows.py finds them; no chunk, no allocation, no step events). A row that
-        may stop within them takes them one by one through `append_token`, the others at once; either way
-        `cache_blocks` follows. Returns the rows that finished, in order."""
+    def checked_scan(self, found: Scan) -> Scan:
         if self.step_events:
-            raise ValueError("quiet rows are appended only by a core that writes no step events")
+            raise ValueError("quiet rows are taken only by a core that writes no step events")
+        if found.step != self.num_steps:
+            raise ValueError(f"a scan of step {found.step} used at step {self.num_steps}: scan again")
+        return found
+
+    def append_quiet(self, rows: Sequence[Request], steps: int, tokens_for: TokensFor) -> None:
+        """`steps` more tokens for each of `rows`, quiet for that many by a checked `Scan` (so none stops and
+        none needs a block); a block enters the tree only when a row's tokens cross into the next one (its
+        tree was current after its last token: update_from_output and this method both cache after
+        appending)."""
         now = self.trace.now()
-        finished = []
         size = self.cache.block_size
-        # may_stop_within, written out: it runs for every quiet row of every step
-        eos = bool(self.eos_ids)
         cache_blocks = self.cache.cache_blocks
-        for req in rows:
-            params = req.params
-            output = req.output_token_ids
-            if (
-                params.stop_token_ids
-                or (eos and not params.ignore_eos)
-                or len(output) - req.generation_start + steps >= params.max_tokens
-            ):
-                for token in tokens_for(req, steps):
-                    req.num_computed += 1
-                    if self.append_token(req, token):
-                        finished.append(req)
-                        break
+        tokens = tokens_for(rows, steps)
+        if steps == 1:
+            # most calls: the quiet rows of one step
+            for req, token in zip(rows, tokens):
+                req.output_token_ids.append(token)
+                req.num_computed = computed = req.num_computed + 1
+                req.last_token_time = now
+                if not computed % size:
                     cache_blocks(req)
-                continue
-            output.extend(tokens_for(req, steps))
+            return
+        for i, req in enumerate(rows):
+            req.output_token_ids.extend(tokens[i * steps : (i + 1) * steps])
             before = req.num_computed
             req.num_computed = before + steps
             req.last_token_time = now
-            # a block can enter the tree only when the row's tokens cross into the next one (its tree was
-            # current after its last token: update_from_output and this method both cache after appending)
             if (before + steps) // size != before // size:
                 cache_blocks(req)
-        return finished
 
-    def decode_run(self, steps: int, tokens_for: TokensFor) -> list[Request]:
-        """`steps` decode-only steps in which every running request is quiet (`quiet_rows.Scan.run` says how
-        many may be taken), at once; the trace clock stands at the end of the last."""
-        finished = self.append_quiet(list(self.scheduler.running), steps, tokens_for)
+    def decode_run(self, found: Scan, steps: int, tokens_for: TokensFor) -> None:
+        """`steps` decode-only steps, at most `found.run`, in which every running request is quiet, at once;
+        the trace clock stands at the end of the last."""
+        if not 0 < steps <= self.checked_scan(found).run:
+            raise ValueError(f"{steps} steps in a decode run of {found.run}")
+        self.append_quiet(found.quiet, steps, tokens_for)
         self.num_steps += steps
-        return finished

@@ -41,18 +41,38 @@ class OutputTokens:
         """The request finished: its tokens are not needed again (memory stays flat on long runs)."""
         self._recorded.pop(request_id, None)
 
-    def take(self, req, n: int) -> Sequence[int]:
-        """The next n tokens of `req`."""
-        recorded = self._recorded[req.request_id]
-        if recorded is not None:
-            # one token is most calls (a quiet row's step)
-            return (recorded.popleft(),) if n == 1 else [recorded.popleft() for _ in range(n)]
-        self._fresh += n
-        return range(self._fresh - n, self._fresh)
+    def take(self, rows: Sequence, n: int) -> list[int]:
+        """The next n tokens of each of `rows`, row after row (the engine core's `TokensFor`)."""
+        recorded_of = self._recorded
+        fresh = self._fresh
+        out: list[int] = []
+        if n == 1:
+            # most calls: one token for each quiet row of a step
+            for req in rows:
+                recorded = recorded_of[req.request_id]
+                if recorded is None:
+                    out.append(fresh)
+                    fresh += 1
+                else:
+                    out.append(recorded.popleft())
+        else:
+            for req in rows:
+                recorded = recorded_of[req.request_id]
+                if recorded is None:
+                    out.extend(range(fresh, fresh + n))
+                    fresh += n
+                else:
+                    out.extend([recorded.popleft() for _ in range(n)])
+        self._fresh = fresh
+        return out
 
     def token_for(self, index: int, req) -> int:
         """The next token of `req` (the engine core's `TokenFor`; the chunk index does not matter here)."""
-        return self.take(req, 1)[0]
+        recorded = self._recorded[req.request_id]
+        if recorded is not None:
+            return recorded.popleft()
+        self._fresh += 1
+        return self._fresh - 1
 
 
 def hash_id_tokens(hash_ids: Sequence[int], input_length: int, trace_block_size: int) -> list[int]:

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
-from engine.core.quiet_rows import scan
+from engine.core.quiet_rows import Scan, scan
 from engine.core.request import Request, SamplingParams
 from engine.models.shape import ModelShape
 from engine.trace.writer import TraceSink, TraceWriter
@@ -200,8 +200,8 @@ class Worker:
         return self.core.has_unfinished()
 
     # --- the step: the engine core's, with the cost clock instead of a forward ---------------------------
-    def step(self, quiet: list[Request] = ()) -> None:
-        """One step; the quiet rows in `quiet` are set aside when that changes no decision."""
+    def step(self, quiet: Scan | None = None) -> None:
+        """One step; the quiet rows `quiet` found are set aside when that changes no decision."""
         scheduled = self.core.schedule(set_aside=quiet)
         if scheduled is None:
             # this step only preempted
@@ -236,7 +236,7 @@ class Worker:
             return
         ahead = scan(self.core, self._own)
         if not ahead.run:
-            self.step(ahead.quiet)
+            self.step(ahead if ahead.quiet else None)
             return
         duration = self.config.cost.step_seconds(0, len(self.scheduler.running))
         now, done = self.now, 0
@@ -244,7 +244,7 @@ class Worker:
             now += duration
             done += 1
         self.now = now
-        self.core.decode_run(done, self.tokens.take)
+        self.core.decode_run(ahead, done, self.tokens.take)
 
     def close(self) -> None:
         self.sink.close()

@@ -1,6 +1,7 @@
 """Quiet rows through the engine core's own calls (engine/core/quiet_rows.py), without a model: found by `scan`,
-set aside by the scheduler only where nothing it decides changes, and given their tokens through the core's
-stop rules. tests/kvtui/whatif/test_quiet_rows.py compares whole what-if runs with the step-by-step ones."""
+set aside by the scheduler only where nothing it decides changes, and given their tokens only where the core's
+stop rules, checked by the scan, cannot end them. tests/kvtui/whatif/test_quiet_rows.py compares whole what-if
+runs with the step-by-step ones."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def _core(step_events: bool = False, eos_ids=frozenset(), **config) -> tuple[Eng
     return core, events
 
 
-def _step(core: EngineCore, token: int = 5, set_aside=()) -> None:
+def _step(core: EngineCore, token: int = 5, set_aside=None) -> None:
     scheduled = core.schedule(set_aside=set_aside)
     if scheduled is not None:
         core.update_from_output(scheduled, lambda index, req: token)
@@ -57,24 +58,30 @@ def test_a_row_a_stop_token_or_eos_could_end_is_never_quiet():
     assert [r.request_id for r in found.quiet] == ["q0"] and found.run == 0
 
 
-def test_a_decode_run_stops_where_the_stop_rules_say():
+def test_a_decode_run_ends_where_the_stop_rules_could_end_a_row():
     core, _ = _core()
-    reqs = _decoding(
-        core, SamplingParams(max_tokens=4, ignore_eos=True), SamplingParams(max_tokens=9, stop_token_ids=[7])
-    )
-    finished = core.decode_run(4, lambda req, n: [6, 7, 8, 9][:n])
-    # the first reaches max_tokens on its third token, the second stops on its stop token
-    assert finished == reqs
-    assert [r.finish_reason for r in reqs] == ["length", "stop"]
-    assert [r.output_token_ids for r in reqs] == [[5, 6, 7, 8], [5, 6, 7]]
-    assert core.num_steps == 5 and not core.has_unfinished()
+    (req,) = _decoding(core, SamplingParams(max_tokens=4, ignore_eos=True))
+    found = scan(core, {})
+    # its third token is its last but one: the fourth, max_tokens, stops it in an ordinary step
+    assert found.run == 2
+    with pytest.raises(ValueError, match="3 steps in a decode run of 2"):
+        core.decode_run(found, 3, lambda rows, n: [6] * n * len(rows))
+    core.decode_run(found, 2, lambda rows, n: [6, 7] * len(rows))
+    assert req.output_token_ids == [5, 6, 7] and core.num_steps == 3
+    # the scan was of step 1: it proves nothing now
+    with pytest.raises(ValueError, match="scan again"):
+        core.decode_run(found, 1, lambda rows, n: [8])
+    assert scan(core, {}).quiet == []
+    _step(core, token=8)
+    assert req.finish_reason == "length" and req.output_token_ids == [5, 6, 7, 8]
+    assert not core.has_unfinished()
 
 
 def test_rows_set_aside_take_their_tokens_after_the_others():
     core, _ = _core()
     quiet = _decoding(core, SamplingParams(max_tokens=5, ignore_eos=True))
     core.add_request([40, 41, 42, 43], SamplingParams(max_tokens=5, ignore_eos=True), request_id="new")
-    scheduled = core.schedule(set_aside=quiet)
+    scheduled = core.schedule(set_aside=scan(core, {}))
     assert scheduled.set_aside == quiet
     assert [c.request.request_id for c in scheduled.chunks] == ["new"]
     order = []
@@ -89,7 +96,7 @@ def test_rows_are_set_aside_only_where_no_decision_changes():
     quiet = _decoding(core, SamplingParams(max_tokens=5, ignore_eos=True))
     core.add_request(list(range(50, 60)), SamplingParams(max_tokens=2), request_id="long")
     assert core.scheduler.can_set_aside(quiet)
-    scheduled = core.schedule(set_aside=quiet)
+    scheduled = core.schedule(set_aside=scan(core, {}))
     assert [c.num_tokens for c in scheduled.chunks] == [3]
     # an older request recomputing a longer prompt (an edit inserted 5 tokens) would take the budget the
     # quiet row needs for its token: an ordinary step instead, in which the quiet row waits
@@ -101,14 +108,16 @@ def test_rows_are_set_aside_only_where_no_decision_changes():
     young = core.request("young")
     assert scan(core, {}).quiet == [young]
     assert not core.scheduler.can_set_aside([young])
-    scheduled = core.schedule(set_aside=[young])
+    scheduled = core.schedule(set_aside=scan(core, {}))
     assert scheduled.set_aside == [] and [c.request.request_id for c in scheduled.chunks] == ["old"]
 
 
 def test_a_core_that_writes_step_events_sets_no_row_aside():
     core, _ = _core(step_events=True)
     reqs = _decoding(core, SamplingParams(max_tokens=5, ignore_eos=True))
+    found = scan(core, {})
+    assert found.quiet == reqs
     with pytest.raises(ValueError, match="no step events"):
-        core.schedule(set_aside=reqs)
+        core.schedule(set_aside=found)
     with pytest.raises(ValueError, match="no step events"):
-        core.decode_run(1, lambda req, n: [5] * n)
+        core.decode_run(found, 1, lambda rows, n: [5] * n)
