@@ -127,9 +127,8 @@ async def test_replay_opens_a_sinks_trace_on_the_rings_tab():
         source=SINKS_TRACE.name, trace_path=str(SINKS_TRACE), open_interesting=True, frame_rate=None
     )
     async with app.run_test(size=(120, 40)) as pilot:
-        for _ in range(50):
-            await pilot.pause(0.05)
-            if app.timeline is not None:
-                break
+        # the loader's worker, however long a loaded machine takes
+        await app.workers.wait_for_complete()
         await pilot.pause()
+        assert app.timeline is not None and app.loading is None
         assert app.query_one("#tabs").active == "rings"
