@@ -138,9 +138,10 @@ class EngineCore(QuietRows):
         the chunks when that changes no decision (`Scheduler.can_set_aside`; the step's `set_aside` says
         whether they were): a core that writes no step events only. Such a step may hold no chunk."""
         rows = self.checked_scan(set_aside).quiet if set_aside is not None else ()
+        ids = set_aside.ids if rows else None
         started = self.trace.now()
-        aside = rows if rows and self.scheduler.can_set_aside(rows) else ()
-        chunks = self.scheduler.schedule(aside)
+        aside = rows if rows and self.scheduler.can_set_aside(rows, ids) else ()
+        chunks = self.scheduler.schedule(aside, ids)
         if not chunks and not aside:
             if self.scheduler.has_work() and not self.scheduler.preempted_this_step:
                 raise RuntimeError(

@@ -34,10 +34,12 @@ class Scan:
     """The quiet rows of the step numbered `step`, in running order, and how many decode-only steps lie ahead
     (0 unless every running request is quiet and nobody waits)."""
 
-    __slots__ = ("quiet", "run", "step")
+    __slots__ = ("quiet", "ids", "run", "step")
 
     def __init__(self, quiet: list[Request], run: int, step: int):
         self.quiet, self.run, self.step = quiet, run, step
+        # for the scheduler's membership tests (made once a step, not once a question)
+        self.ids = {id(req) for req in quiet}
 
 
 def scan(core, own: dict) -> Scan:

@@ -79,17 +79,20 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def schedule(self, set_aside: Sequence[Request] = ()) -> list[ScheduledChunk]:
+    def schedule(self, set_aside: Sequence[Request] = (), ids: set | None = None) -> list[ScheduledChunk]:
         """The step's chunks. `set_aside`: running decodes that take their token outside the chunks (the
         engine core appends them, `EngineCore.append_quiet`); each keeps one token of the budget and its
-        sequence slot, and must pass `can_set_aside` first."""
+        sequence slot, and must pass `can_set_aside` first. `ids`: their `id`s, where the caller has them."""
         budget = self.max_batched_tokens - len(set_aside)
         chunks: list[ScheduledChunk] = []
         self._preempted, self._refund = False, 0
-        order = sorted(self.running, key=lambda r: r.admitted_order)
+        # oldest first: `running` is in admission order (a request joins it at the end when admitted, with
+        # the next admitted_order, and only ever leaves it); a copy, since a preemption below removes from it
         if set_aside:
-            aside = {id(r) for r in set_aside}
-            order = [r for r in order if id(r) not in aside]
+            aside = ids if ids is not None else {id(r) for r in set_aside}
+            order = [r for r in self.running if id(r) not in aside]
+        else:
+            order = list(self.running)
         for request in order:
             if budget == 0:
                 break
@@ -117,7 +120,7 @@ class Scheduler:
             raise RuntimeError("a step with rows set aside preempted: can_set_aside let it through")
         return chunks
 
-    def can_set_aside(self, rows: Sequence[Request]) -> bool:
+    def can_set_aside(self, rows: Sequence[Request], ids: set | None = None) -> bool:
         """Setting `rows` aside (running decodes whose next token lands in a slot they hold, unshared) changes
         nothing `schedule` decides; a query. It holds when
         - the budget: walking the running requests oldest first, every row set aside still gets its token (no
@@ -125,14 +128,16 @@ class Scheduler:
         - the pool: the others need at most the blocks that are free or evictable now, so no one is preempted
           (the victim is the newest running request, which may be one set aside);
         - no window layers: their rings begin with every chunk.
-        Admission sees the same budget left and the same sequences running either way."""
+        Admission sees the same budget left and the same sequences running either way. `ids`: the rows' `id`s,
+        where the caller has them."""
         if self.cache.rings.enabled:
             return False
-        aside = {id(r) for r in rows}
+        aside = ids if ids is not None else {id(r) for r in rows}
         budget = self.max_batched_tokens
         need = 0
         left = len(rows)
-        for req in sorted(self.running, key=lambda r: r.admitted_order):
+        # oldest first: `running` is in admission order (see `schedule`)
+        for req in self.running:
             if id(req) in aside:
                 if budget < 1:
                     return False

@@ -194,6 +194,10 @@ def run_core(scenario: Scenario, tokens: dict[str, list[int]], engine):
         scheduled = core.schedule()
         if scheduled is not None:
             core.update_from_output(scheduled, lambda index, req: queues[req.request_id].popleft())
+        # the scheduler walks `running` as it stands, oldest first: admissions, forks, preemptions, edits and
+        # aborts keep it in admission order
+        order = [r.admitted_order for r in core.scheduler.running]
+        assert order == sorted(set(order)), f"running out of admission order: {order}"
 
     errors = _play(
         scenario,
