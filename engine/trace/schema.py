@@ -34,6 +34,15 @@ HEADER_FIELDS: dict[str, tuple[str, str]] = {
         "how K/V are stored: null = the model's dtype (exact); int8 | fp8_e4m3 = one byte a value and a float32 "
         "scale per token and KV head (bytes_per_block and bytes_per_token count the scales)",
     ),
+    "kv_groups": (
+        _LIST + "?",
+        "window_layout='paged': the KV-cache groups sharing the pool, as vLLM forms them, each {kind "
+        "(full_attention | sliding_window | index), window, layers}; block events name theirs (`group`)",
+    ),
+    "table_group": (
+        _INT + "?",
+        "window_layout='paged': the group whose blocks are the request's block table",
+    ),
     "kind": (
         _STR + "?",
         "what made the trace: left out by the engine; attach, whatif (kvtui whatif -o), sinks (kvtui sinks "
