@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from engine.engine import Engine, EngineConfig, SamplingParams
+from engine.models.loading import stock_attention
 from tests.engine.worker.test_ring import STYLES, assert_exact, window_model, window_of
 from tests.helpers.decode_paths import DECODE_PATHS, paged_engine
-from engine.models.loading import stock_attention
 from tests.helpers.tiny_models import random_prompts
 
 
@@ -45,9 +45,7 @@ def test_batched_chunked_generation_is_exact(style, decode):
     # window groups gave blocks back while their requests ran (before request_finished)
     finished = min(i for i, e in enumerate(events) if e["type"] == "request_finished")
     window_groups = {g for g, group in enumerate(engine.cache.groups.groups) if group.window is not None}
-    assert any(
-        e["type"] == "block_released" and e["group"] in window_groups for e in events[:finished]
-    )
+    assert any(e["type"] == "block_released" and e["group"] in window_groups for e in events[:finished])
     # every block event names its group; nothing is held once all finished
     assert all("group" in e for e in events if e["type"].startswith("block_"))
     assert not any(engine.cache.pool.ref_counts) and not engine.cache.groups.tables
