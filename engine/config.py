@@ -50,7 +50,7 @@ class EngineConfig:
     disk_blocks: int = 0
     # sliding-window layers: "ring" (per-request rings of W slots, kvtui's design) or "paged" (vLLM's hybrid
     # layout: KV-cache groups sharing the pool, window blocks freed as they leave the window,
-    # engine/core/kv_groups_cache.py)
+    # engine/core/group_blocks.py)
     window_layout: str = "ring"
 
     def __post_init__(self):
