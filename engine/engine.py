@@ -89,7 +89,10 @@ class Engine:
                 "model": self.shape.to_json(),
                 "block_size": self.config.block_size,
                 "num_blocks": self.cache.pool.num_blocks,
-                "bytes_per_block": self.shape.kv_bytes_per_block(self.config.block_size),
+                # window_layout="paged": a block holds the largest KV-cache group's layers
+                "bytes_per_block": self.shape.kv_bytes_per_block(self.config.block_size)
+                if paged_windows is None
+                else self.kv.nbytes // self.cache.pool.num_blocks,
                 "bytes_per_token": self.shape.kv_bytes_per_token(),
                 "kv_dtype": kv_dtype,
                 "config": asdict(self.config),

@@ -95,17 +95,20 @@ class GroupBlocks:
         return self.tables.setdefault(request_id, {}).setdefault(group, [])
 
     # --- the hit rule -------------------------------------------------------------------------------------
-    def longest_hit(self, keys: list[str], bound: int) -> tuple[int, dict[int, list[int | None]]]:
+    def longest_hit(self, keys: list[str], bound: int) -> tuple[int, dict[int, list[int | None]], int | None]:
         """Blocks every group serves of a prompt whose block hashes are `keys`, at most `bound` (what the tree
-        serves), and each group's blocks for them (None: a window group does not need that block)."""
-        hit, found = bound, {}
+        serves); each group's blocks for them (None: a window group does not need that block); and the group
+        that last lowered the hit (None: the tree's bound stands)."""
+        hit, found, limiting = bound, {}, None
         while True:
             current = hit
             for g in self.others:
                 found[g] = self._group_hit(g, keys, current)
+                if len(found[g]) < current:
+                    limiting = g
                 current = len(found[g])
             if current >= hit:
-                return hit, found
+                return hit, found, limiting
             hit = current
 
     def _group_hit(self, group: int, keys: list[str], bound: int) -> list[int | None]:

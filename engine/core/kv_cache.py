@@ -185,8 +185,10 @@ class KVCacheManager(EditCuts):
         usable = self.rings.resume(req, whole + (partial[1] if partial else 0))
         # window_layout="paged": the longest hit every KV-cache group serves (engine/core/group_blocks.py)
         if self.groups.enabled:
-            hit, found = self.groups.longest_hit(hashes[0] if hashes else [], len(match.blocks))
+            hit, found, limiting = self.groups.longest_hit(hashes[0] if hashes else [], len(match.blocks))
             usable = min(usable, hit * self.block_size)
+            if limiting is not None:
+                match.detail = {**match.detail, "limiting_group": limiting}
         if usable < whole:
             keep = usable // self.block_size
             matched = len(match.blocks) + len(match.lower)

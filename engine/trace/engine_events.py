@@ -161,7 +161,8 @@ ENGINE_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         ),
         "detail": (
             _DICT,
-            "reason-specific facts: position, expected/actual token ids and texts, evicted_at, policy",
+            "reason-specific facts: position, expected/actual token ids and texts, evicted_at, policy; window: "
+            "matched_blocks (what the tree held), window_backoff, limiting_group (window_layout='paged')",
         ),
         "tiers": (
             _LIST + "?",

@@ -26,7 +26,10 @@ HEADER_FIELDS: dict[str, tuple[str, str]] = {
     ),
     "block_size": (_INT, "tokens per KV block"),
     "num_blocks": (_INT, "physical blocks in the pool"),
-    "bytes_per_block": (_INT, "KV bytes of one block over all full-attention layers"),
+    "bytes_per_block": (
+        _INT,
+        "KV bytes of one block over all full-attention layers (window_layout='paged': the largest group's)",
+    ),
     "bytes_per_token": (_INT, "KV bytes of one token over all full-attention layers"),
     "config": (_DICT, "engine configuration the run used"),
     "kv_dtype": (

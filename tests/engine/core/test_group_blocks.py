@@ -99,6 +99,8 @@ def test_a_hit_limited_by_the_window_group_names_the_window():
     assert cache.groups.tables["b"][WINDOW] == [None, None, blocks[2], blocks[3]]
     match = [e for e in events if e["type"] == "prefix_match"][-1]
     assert match["reason"] == "window" and match["detail"]["window_backoff"]
+    # the group that lowered the hit, as vLLM's coordinator would find it
+    assert match["detail"]["limiting_group"] == WINDOW and match["detail"]["matched_blocks"] == 6
 
 
 def test_a_request_whose_window_blocks_left_and_were_evicted_still_hits_past_them():
@@ -129,3 +131,4 @@ def test_an_all_window_model_gets_a_table_group_without_layers():
     cache = model_free_manager(64, BS, shape=shape, window_layout="paged")
     assert [g.kind for g in cache.groups.groups] == ["sliding_window", "index"]
     assert cache.groups.header_fields()["table_group"] == 1
+    assert [g["kind"] for g in cache.groups.header_fields()["kv_groups"]] == ["sliding_window", "index"]

@@ -46,6 +46,10 @@ def test_batched_chunked_generation_is_exact(style, decode):
     finished = min(i for i, e in enumerate(events) if e["type"] == "request_finished")
     window_groups = {g for g, group in enumerate(engine.cache.groups.groups) if group.window is not None}
     assert any(e["type"] == "block_released" and e["group"] in window_groups for e in events[:finished])
+    # the header names the groups and what a block holds
+    header = engine.trace.header
+    assert header["kv_groups"] == [group.to_json() for group in engine.cache.groups.groups]
+    assert header["bytes_per_block"] * engine.cache.pool.num_blocks == engine.kv.nbytes
     # every block event names its group; nothing is held once all finished
     assert all("group" in e for e in events if e["type"].startswith("block_"))
     assert not any(engine.cache.pool.ref_counts) and not engine.cache.groups.tables
