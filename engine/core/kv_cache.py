@@ -237,9 +237,10 @@ class KVCacheManager(EditCuts):
             self.trace.emit("hit_rates", **self.hit_rates.event_fields())
 
     def can_admit(self, req: Request, budget: int) -> bool:
-        """At least one block's worth of its first chunk fits (admission never preempts)."""
+        """At least one block's worth of its first chunk fits, in every KV-cache group (admission never
+        preempts)."""
         first = min(req.num_tokens, budget, self.block_size)
-        return self.can_allocate(self.pool.blocks_for(first))
+        return self.can_allocate(self.pool.blocks_for(first) * self.groups.count)
 
     # --- room for the next tokens -------------------------------------------------------------------------
     def _needs_copy_first(self, req: Request) -> bool:

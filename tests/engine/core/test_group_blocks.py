@@ -132,3 +132,12 @@ def test_an_all_window_model_gets_a_table_group_without_layers():
     assert [g.kind for g in cache.groups.groups] == ["sliding_window", "index"]
     assert cache.groups.header_fields()["table_group"] == 1
     assert [g["kind"] for g in cache.groups.header_fields()["kv_groups"]] == ["sliding_window", "index"]
+
+
+def test_admission_asks_for_a_block_in_every_group():
+    cache, _ = manager(num_blocks=3)
+    a = request("a", range(4))
+    run(cache, a)
+    # one block left: a new request's first block position needs two (one per group)
+    assert cache.pool.num_free() == 1
+    assert not cache.can_admit(request("b", range(50, 54)), budget=8)
