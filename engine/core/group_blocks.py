@@ -56,6 +56,7 @@ class GroupBlocks:
         trace: TraceSink,
     ):
         self.groups = groups
+        self.table_group = table_group
         self.others = [g for g in range(len(groups)) if g != table_group]
         self.pool = pool
         self.block_size = block_size
@@ -88,8 +89,7 @@ class GroupBlocks:
         """The trace header's `kv_groups` and `table_group` (window_layout="paged"; nothing with one group)."""
         if not self.enabled:
             return {}
-        table = next(g for g in range(len(self.groups)) if g not in self.others)
-        return {"kv_groups": [group.to_json() for group in self.groups], "table_group": table}
+        return {"kv_groups": [group.to_json() for group in self.groups], "table_group": self.table_group}
 
     def table(self, request_id: str, group: int) -> list[int | None]:
         return self.tables.setdefault(request_id, {}).setdefault(group, [])
@@ -147,9 +147,12 @@ class GroupBlocks:
                 table.append(physical)
 
     # --- a request's blocks -------------------------------------------------------------------------------
-    def allocate(self, request_id: str, blocks: int, allocate: Allocate) -> None:
-        """Every group's table grows to `blocks` blocks."""
+    def allocate(self, request_id: str, blocks: int, allocate: Allocate, before_table: bool) -> None:
+        """The groups before the table group (`before_table`) or after it grow their tables to `blocks` blocks:
+        vLLM allocates group by group in group order, the table group in its place."""
         for g in self.others:
+            if (g < self.table_group) != before_table:
+                continue
             table = self.table(request_id, g)
             while len(table) < blocks:
                 table.append(allocate(request_id, len(table), g))

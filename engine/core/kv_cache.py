@@ -277,9 +277,11 @@ class KVCacheManager(EditCuts):
             logical, offset = divmod(start, self.block_size)
             self.copy_on_write(req.block_table, logical, rid, offset)
             self.groups.copy_first(rid, logical, offset, self.allocate_block)
-        for logical in range(len(req.block_table), self.pool.blocks_for(start + n)):
+        end = self.pool.blocks_for(start + n)
+        self.groups.allocate(rid, end, self.allocate_block, before_table=True)
+        for logical in range(len(req.block_table), end):
             req.block_table.append(self.allocate_block(rid, logical))
-        self.groups.allocate(rid, len(req.block_table), self.allocate_block)
+        self.groups.allocate(rid, end, self.allocate_block, before_table=False)
         if self.cache_on_allocation:
             self.cache_blocks(req, start + n)
 

@@ -41,8 +41,8 @@ def test_groups_share_the_pool_and_every_block_event_names_its_group():
     cache, events = manager()
     a = request("a", range(10))
     run(cache, a)
-    # a block position takes a block in each group, from the one free list
-    assert a.block_table == [0, 1, 2] and cache.groups.tables["a"][WINDOW] == [3, 4, 5]
+    # a block position takes a block in each group, from the one free list, group by group in group order
+    assert cache.groups.tables["a"][WINDOW] == [0, 1, 2] and a.block_table == [3, 4, 5]
     assert cache.blocks_to_append(a, 4) == 2
     assert {e["group"] for e in events if e["type"] == "block_allocated"} == {WINDOW, FULL}
     assert all("group" in e for e in events if e["type"].startswith("block_"))
@@ -54,10 +54,10 @@ def test_window_blocks_leave_while_the_request_runs_and_stay_cached():
     # chunks of 4: before each chunk the window group gives back what the next token's window left
     run(cache, a, step=4)
     # computed 28 before the last chunk: positions below 28 - 8 + 1 = 21 are out, blocks 0..4
-    assert cache.groups.tables["a"][WINDOW] == [None] * 5 + [11, 13, 15]
+    assert cache.groups.tables["a"][WINDOW] == [None] * 5 + [10, 12, 14]
     released = [e["physical"] for e in events if e["type"] == "block_released" and e["group"] == WINDOW]
     cached = [e["physical"] for e in events if e["type"] == "block_cached" and e["group"] == WINDOW]
-    assert released == cached == [1, 3, 5, 7, 9]
+    assert released == cached == [0, 2, 4, 6, 8]
     assert cache.num_cached() == 5 and cache.groups.num_evictable() == 5
     cache.free(a)
     # the full group keeps its 7 whole blocks in the tree, the window group its 7 whole blocks by hash
