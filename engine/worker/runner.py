@@ -342,19 +342,23 @@ class ModelRunner:
         """[end - first] log-probabilities of tokens first + 1 .. end of `req`, from the logits at positions
         first .. end - 1, computed again by a probe that writes nothing the cache holds (engine/worker/scoring.py):
         paged layers read the request's valid blocks before `first` as a prefix and never write; ring layers run
-        from 0 in a ring row of the probe's own. Needs the request's K/V valid in its blocks before `end`."""
-        if self.groups:
-            raise NotImplementedError(
-                "scoring a span again runs on rings or full attention only, not window_layout='paged'"
-            )
+        from 0 in a ring row of the probe's own; with window_layout="paged", the whole span from 0 is one chunk.
+        Needs the request's K/V valid in its blocks before `end`."""
         tokens = req.tokens
         start = 0 if self.rings is not None else first
         stop = end
+        if self.groups:
+            # window_layout="paged": a window group may hold only the window before the hit; one chunk from 0
+            # reads nothing from the pool (its writes are off, its slots go through the request's tables)
+            start, chunk_tokens = 0, max(end, 2)
+            probe_tables = self.group_blocks.tables.get(req.request_id, {})
         # a one-token chunk would run as a decode (which reads its own K/V from the pool): take two
         if stop - start < 2:
             start, stop = (start - 1, stop) if start > 0 else (start, stop + 1)
         probe = Request(f"{req.request_id}#score", list(tokens), SamplingParams(), 0.0)
         probe.block_table = req.block_table
+        if self.groups:
+            self.group_blocks.tables[probe.request_id] = probe_tables
         bounds = list(range(start, stop, chunk_tokens)) + [stop]
         # no one-token piece at the end
         if len(bounds) > 2 and bounds[-1] - bounds[-2] < 2:
@@ -370,4 +374,8 @@ class ModelRunner:
             if self.rings is not None:
                 self.rings.manager.free(probe.request_id)
             self.tables.known.pop(probe.request_id, None)
+            if self.group_blocks is not None:
+                self.group_blocks.tables.pop(probe.request_id, None)
+            for tables in self.group_tables.values():
+                tables.known.pop(probe.request_id, None)
         return torch.cat(rows)

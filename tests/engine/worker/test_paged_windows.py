@@ -143,3 +143,20 @@ def test_forked_samples_and_preemption_stay_exact():
     outs = engine.generate([random_prompts([23])[0]], SamplingParams(max_tokens=12, n=2, return_logits=True))
     for request_id in engine.requests:
         assert_exact(model, style, engine.output(request_id))
+
+
+def test_prompt_logprobs_after_a_hit_past_the_window_are_exact():
+    """The reused span is scored again by a probe from position 0 that writes nothing the cache holds."""
+    from tests.engine.worker.test_scoring import assert_exact as assert_scores_exact
+
+    style = "above-layer"
+    model = window_model(style)
+    engine = paged(model, block_size=4, num_blocks=128, max_batched_tokens=5)
+    shared = random_prompts([43], seed=5)[0]
+    scored = SamplingParams(max_tokens=3, prompt_logprobs=True)
+    first = engine.generate([shared], scored)[0]
+    assert_scores_exact(engine, model, first.request_id)
+    second = engine.generate([shared[:41] + [9, 9, 9]], scored)[0]
+    assert second.cached_tokens == 40
+    assert_scores_exact(engine, model, second.request_id)
+    assert not any(rid.endswith("#score") for rid in engine.cache.groups.tables)
