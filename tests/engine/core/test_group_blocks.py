@@ -141,3 +141,24 @@ def test_admission_asks_for_a_block_in_every_group():
     # one block left: a new request's first block position needs two (one per group)
     assert cache.pool.num_free() == 1
     assert not cache.can_admit(request("b", range(50, 54)), budget=8)
+
+
+def test_the_scheduler_runs_a_paged_workload_under_pressure_with_no_model():
+    """Long requests in a small pool: preemption and eviction across the groups, every block back at the end."""
+    from engine.core.scheduler import Scheduler
+    from tests.helpers.model_free import run_model_free
+
+    cache, events = manager(num_blocks=20)
+    scheduler = Scheduler(cache, cache.trace, max_batched_tokens=8, max_num_seqs=4)
+    system = list(range(16))
+    requests = {
+        f"r{i}": Request(f"r{i}", [*system, 40 + i, 50 + i], SamplingParams(max_tokens=14), 0.0)
+        for i in range(4)
+    }
+    for req in requests.values():
+        scheduler.add(req)
+    assert sorted(run_model_free(cache, scheduler, requests)) == sorted(requests)
+    assert any(e["type"] == "request_preempted" for e in events), "the test must exercise preemption"
+    assert any(e["type"] == "block_evicted" for e in events), "the test must exercise eviction"
+    assert not any(cache.pool.ref_counts) and not cache.groups.tables
+    assert cache.pool.num_free() + cache.num_cached() == 20
