@@ -162,3 +162,21 @@ def test_the_scheduler_runs_a_paged_workload_under_pressure_with_no_model():
     assert any(e["type"] == "block_evicted" for e in events), "the test must exercise eviction"
     assert not any(cache.pool.ref_counts) and not cache.groups.tables
     assert cache.pool.num_free() + cache.num_cached() == 20
+
+
+def test_no_row_is_quiet_in_the_paged_layout():
+    """A decode's allocate_slots gives back what left the window: a paged core takes no row in bulk."""
+    from engine.config import EngineConfig
+    from engine.core.engine_core import EngineCore
+    from engine.core.quiet_rows import scan
+
+    def decoding(layout: str):
+        config = EngineConfig(block_size=4, num_blocks=32, window_layout=layout)
+        core = EngineCore(HYBRID, config, TraceSink(clock=lambda: 0.0), step_events=False)
+        core.add_request([1], SamplingParams(max_tokens=6, ignore_eos=True), request_id="q")
+        scheduled = core.schedule()
+        core.update_from_output(scheduled, lambda index, req: 5)
+        return scan(core, {})
+
+    assert [r.request_id for r in decoding("ring").quiet] == ["q"]
+    assert decoding("paged").quiet == [] and decoding("paged").run == 0
