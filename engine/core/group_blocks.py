@@ -14,7 +14,9 @@ vLLM v1's hybrid layout (single_type_kv_cache_manager.py, kv_cache_coordinator.p
   ceil((W - 1) / block_size) blocks before the hit point, the rightmost such run below the bound (or the run
   of cached blocks from the start, when it is shorter); a group that serves less lowers the bound for all, and
   the groups are asked again until none lowers it.
-The table group itself (Request.block_table and the prefix tree) stays the KV-cache manager's.
+The table group itself (Request.block_table and the prefix tree) stays the KV-cache manager's. Where vLLM
+evicts from one queue in the order blocks were freed, whatever their group, the manager evicts these groups'
+cached blocks first (oldest first), then the tree's choice.
 """
 
 from __future__ import annotations
