@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.models.kv_groups import layers_per_block, paged_groups
 from engine.models.kv_precision import normalize_kv_dtype
 from engine.models.shape import ModelShape
 
@@ -28,8 +29,9 @@ class EngineConfig:
     # share cached prefixes between requests (radix tree)
     prefix_cache: bool = True
     # reuse the leading tokens of a cached block past the last whole one (a tail, or a longer block): hits to the
-    # token. False serves whole blocks only and keeps no tails, as vLLM and SGLang's paged caches do
-    partial_hits: bool = True
+    # token. False serves whole blocks only and keeps no tails, as vLLM and SGLang's paged caches do. None: True
+    # with rings, False with paged window layers
+    partial_hits: bool | None = None
     # lru | lfu | cost: which cached block goes first when the pool runs out
     eviction: str = "lru"
     # requests in the sliding window of the hit rates
@@ -46,6 +48,10 @@ class EngineConfig:
     host_blocks: int = 0
     # blocks of disk below host (what-if runs: the engine's worker keeps no disk tier)
     disk_blocks: int = 0
+    # sliding-window layers: "ring" (per-request rings of W slots, kvtui's design) or "paged" (vLLM's hybrid
+    # layout: KV-cache groups sharing the pool, window blocks freed as they leave the window,
+    # engine/core/group_blocks.py)
+    window_layout: str = "ring"
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -70,6 +76,16 @@ class EngineConfig:
             raise ValueError("disk_blocks needs host_blocks too: blocks reach disk through host")
         if (self.host_blocks or self.disk_blocks) and not self.prefix_cache:
             raise ValueError("host_blocks needs the prefix cache: only cached blocks move between tiers")
+        if self.window_layout not in ("ring", "paged"):
+            raise ValueError(f"window_layout must be 'ring' or 'paged' (got {self.window_layout!r})")
+        paged = self.window_layout == "paged"
+        if self.partial_hits is None:
+            self.partial_hits = not paged
+        if paged and (self.partial_hits or self.window is not None or self.host_blocks):
+            raise ValueError(
+                "window_layout='paged' serves whole blocks from one device pool, as vLLM does: it takes no "
+                "partial_hits, window (sinks) or host_blocks"
+            )
         if self.sink_tokens and self.window is None:
             raise ValueError("sink_tokens needs a window too: EngineConfig(sink_tokens=S, window=W)")
 
@@ -84,6 +100,10 @@ class EngineConfig:
         # the budget buys blocks at the stored precision
         if self.kv_dtype is not None:
             shape = shape.with_kv_dtype(self.kv_dtype)
+        if self.window_layout == "paged":
+            # one block holds the K/V of the largest group's layers, whichever group it serves
+            layers = layers_per_block(paged_groups(shape.windows))
+            return max(1, int(budget // (layers * shape.kv_bytes_per_token_per_layer() * self.block_size)))
         # with no full-attention layer the pool only keeps block tables (0 bytes): size it as if one layer did
         per_block = (
             shape.kv_bytes_per_block(self.block_size)

@@ -57,13 +57,27 @@ class Engine:
         self.scheduler = self.core.scheduler
         self.requests: dict[str, Request] = self.core.requests
         kv_dtype = self.config.kv_dtype
+        # window_layout="paged": every KV-cache group pages its layers' K/V in the one pool
+        paged_windows = self.cache.groups if self.config.window_layout == "paged" else None
         self.kv = PagedKV(
-            self.shape, self.cache.pool.num_blocks, self.config.block_size, dtype, device, kv_dtype
+            self.shape,
+            self.cache.pool.num_blocks,
+            self.config.block_size,
+            dtype,
+            device,
+            kv_dtype,
+            groups=None if paged_windows is None else paged_windows.groups,
         )
         self.rings = RingTensors(self.cache.rings, dtype, device, kv_dtype)
         self.host_kv = HostKV(self.kv, self.config.host_blocks) if self.config.host_blocks else None
         self.runner = ModelRunner(
-            model, self.kv, self.cache.pool, self.shape.windows, self.rings, host=self.host_kv
+            model,
+            self.kv,
+            self.cache.pool,
+            self.shape.windows,
+            self.rings,
+            host=self.host_kv,
+            group_blocks=paged_windows,
         )
         # sinks change the answer: by how much, as each request finishes
         if self.shape.forced_window is not None:
@@ -75,10 +89,14 @@ class Engine:
                 "model": self.shape.to_json(),
                 "block_size": self.config.block_size,
                 "num_blocks": self.cache.pool.num_blocks,
-                "bytes_per_block": self.shape.kv_bytes_per_block(self.config.block_size),
+                # window_layout="paged": a block holds the largest KV-cache group's layers
+                "bytes_per_block": self.shape.kv_bytes_per_block(self.config.block_size)
+                if paged_windows is None
+                else self.kv.nbytes // self.cache.pool.num_blocks,
                 "bytes_per_token": self.shape.kv_bytes_per_token(),
                 "kv_dtype": kv_dtype,
                 "config": asdict(self.config),
+                **self.cache.groups.header_fields(),
             }
         )
 

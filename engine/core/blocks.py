@@ -66,18 +66,21 @@ class BlockPool:
         return -(-num_tokens // self.block_size)
 
     # --- references -----------------------------------------------------------------------------------
-    def allocate(self, request_id: str, logical: int) -> int:
+    def allocate(self, request_id: str, logical: int, group: int | None = None) -> int:
         """The first free block, for `request_id`'s logical block; OutOfBlocks when none is free (the manager
-        evicts first)."""
+        evicts first). `group`: the KV-cache group whose table takes it (window_layout="paged"), named in the
+        event; every method below takes it too."""
         if not self.free:
             raise OutOfBlocks(f"no free block for {request_id} (pool of {self.num_blocks} blocks is full)")
         physical = self.free.popleft()
         assert self.ref_counts[physical] == 0, f"free block {physical} has references"
         self.ref_counts[physical] = 1
-        self.trace.emit("block_allocated", physical=physical, request_id=request_id, logical=logical)
+        self.trace.emit(
+            "block_allocated", physical=physical, request_id=request_id, logical=logical, **_named(group)
+        )
         return physical
 
-    def share(self, physical: int, request_id: str, logical: int) -> None:
+    def share(self, physical: int, request_id: str, logical: int, group: int | None = None) -> None:
         """Add an existing block (used or cached) to another block table."""
         self.ref_counts[physical] += 1
         self.trace.emit(
@@ -86,35 +89,54 @@ class BlockPool:
             request_id=request_id,
             logical=logical,
             ref_count=self.ref_counts[physical],
+            **_named(group),
         )
 
-    def release(self, physical: int, request_id: str, logical: int) -> int:
+    def release(self, physical: int, request_id: str, logical: int, group: int | None = None) -> int:
         """Drop one reference; returns the references left (at 0 the caller caches or frees the block)."""
         count = self.ref_counts[physical] - 1
         assert count >= 0, f"block {physical} released more often than referenced"
         self.ref_counts[physical] = count
         self.trace.emit(
-            "block_released", physical=physical, request_id=request_id, logical=logical, ref_count=count
+            "block_released",
+            physical=physical,
+            request_id=request_id,
+            logical=logical,
+            ref_count=count,
+            **_named(group),
         )
         return count
 
-    def free_block(self, physical: int) -> None:
+    def free_block(self, physical: int, group: int | None = None) -> None:
         """An unreferenced block nobody caches goes back on the free list."""
         assert self.ref_counts[physical] == 0, f"block {physical} is freed while referenced"
         self.free.append(physical)
-        self.trace.emit("block_freed", physical=physical)
+        self.trace.emit("block_freed", physical=physical, **_named(group))
 
-    def copy(self, src: int, dst: int, request_id: str, logical: int, num_tokens: int) -> None:
+    def copy(
+        self, src: int, dst: int, request_id: str, logical: int, num_tokens: int, group: int | None = None
+    ) -> None:
         """Record that `dst` gets the first `num_tokens` slots of `src` (a copy-on-write) for the worker."""
         self.pending_copies.append(BlockCopy(src, dst, num_tokens))
         self.trace.emit(
-            "block_copied", src=src, dst=dst, request_id=request_id, logical=logical, num_tokens=num_tokens
+            "block_copied",
+            src=src,
+            dst=dst,
+            request_id=request_id,
+            logical=logical,
+            num_tokens=num_tokens,
+            **_named(group),
         )
 
     def take_copies(self) -> list[BlockCopy]:
         """The copies decided since the last call, in order; the worker applies them before its next forward."""
         copies, self.pending_copies = self.pending_copies, []
         return copies
+
+
+def _named(group: int | None) -> dict:
+    """The `group` field of a block event: only where a group is named (window_layout="paged")."""
+    return {} if group is None else {"group": group}
 
 
 def tail_waste(table: list[int], num_tokens: int, block_size: int) -> int:

@@ -100,6 +100,9 @@ class EditCuts:
         # window layers restart where their rings are exact (engine/core/rings.py)
         if holding:
             keep = self.rings.resume(req, keep, edited.tokens)
+            # window_layout="paged": a block boundary where every window group still holds its window
+            if self.groups.enabled:
+                keep = self.groups.cut(req.request_id, keep)
         table = req.block_table
         plan = plan_table(keep, len(table), self.block_size)
         if plan.partial is None:

@@ -6,6 +6,7 @@ It owns the parts, each one concept in its own module:
     PrefixCache  (prefix_cache.py)  the prefix tree of whole blocks and the tails after them, or none at all;
                  (tiered_cache.py)  with host (and disk) below the pool: evicted blocks go there, matches load them
     RingManager  (rings.py)         window layers' rings: rows, heads, snapshots, restarts
+    GroupBlocks  (group_blocks.py)  window_layout="paged": the other KV-cache groups' tables, hashes, hit rule
 and speaks one small vocabulary (as vLLM v1's KVCacheManager does):
     probe         what a prompt would reuse (a query: changes nothing)
     admit         share the longest usable cached prefix (loading lower-tier blocks), lock it, explain the match
@@ -25,17 +26,20 @@ releases the original.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from engine.config import EngineConfig
 from engine.core.blocks import BlockPool
 from engine.core.edit_cuts import EditCuts
 from engine.core.eviction import evict_to_free_list
+from engine.core.group_blocks import GroupBlocks, GroupTrace
 from engine.core.miss_explainer import PrefixMatch
 from engine.core.prefix_cache import NoPrefixCache, PrefixCache, RadixPrefixCache
 from engine.core.request import Request, Status
 from engine.core.rings import RingManager
 from engine.core.tiered_cache import TieredPrefixCache
 from engine.core.tiers import LowerTiers
+from engine.models.kv_groups import paged_groups, table_group
 from engine.models.shape import ModelShape
 from engine.trace.metrics import HitRateTracker
 from engine.trace.writer import TraceSink
@@ -60,7 +64,14 @@ class KVCacheManager(EditCuts):
         self.cache_on_allocation = cache_on_allocation
         self.token_text = token_text
         self.block_size = bs = config.block_size
-        self.pool = BlockPool(config.pool_blocks(shape), bs, trace)
+        # window_layout="paged": the table group's block events name it (engine/core/group_blocks.py)
+        groups = paged_groups(shape.windows) if config.window_layout == "paged" else None
+        num_blocks = config.pool_blocks(shape)
+        if groups is not None:
+            trace = GroupTrace(trace, table_group(groups))
+            # no rings: every layer pages its K/V
+            shape = replace(shape, windows=(None,) * shape.layers)
+        self.pool = BlockPool(num_blocks, bs, trace)
         # host (and disk) below the pool, or None
         tiers = LowerTiers.for_config(config, shape, self.pool, trace, token_text)
         self.prefix_cache: PrefixCache
@@ -75,6 +86,11 @@ class KVCacheManager(EditCuts):
                 self.pool, trace, config.eviction, token_text, config.partial_hits, tiers
             )
         self.rings = RingManager(shape, bs, trace)
+        self.groups = (
+            GroupBlocks.none(self.pool, bs, trace)
+            if groups is None
+            else GroupBlocks(groups, table_group(groups), self.pool, bs, self.trace)
+        )
         self.hit_rates = HitRateTracker(config.hit_rate_window, tiers.names if tiers else ())
 
     # --- queries ------------------------------------------------------------------------------------------
@@ -97,27 +113,32 @@ class KVCacheManager(EditCuts):
         return self.pool.num_blocks * self.block_size
 
     def num_cached(self) -> int:
-        """Blocks nobody uses that the cache keeps (tree blocks and tails)."""
-        return self.prefix_cache.num_cached()
+        """Blocks nobody uses that the cache keeps (tree blocks, tails, other groups' blocks)."""
+        return self.prefix_cache.num_cached() + self.groups.num_evictable()
 
     def num_available(self) -> int:
         """Blocks an allocation could get: free ones plus cached ones that may be evicted."""
-        return self.pool.num_free() + self.prefix_cache.num_evictable()
+        return self.pool.num_free() + self.prefix_cache.num_evictable() + self.groups.num_evictable()
 
     def can_allocate(self, n: int) -> bool:
         """n blocks are free, or can be made free by eviction (the tree walk only when the free list is short,
         and only until it has found enough)."""
-        free = self.pool.num_free()
+        free = self.pool.num_free() + self.groups.num_evictable()
         return n <= free or self.prefix_cache.has_evictable(n - free)
 
     # --- blocks: the pool's bookkeeping, the prefix cache's decisions -------------------------------------
-    def allocate_block(self, request_id: str, logical: int) -> int:
-        """A free block for the request's logical block; the prefix cache's eviction choice when none is free."""
+    def allocate_block(self, request_id: str, logical: int, group: int | None = None) -> int:
+        """A free block for the request's logical block (in `group`, None: the table's); when none is free, the
+        oldest cached block of the other groups, else the prefix cache's eviction choice."""
         if not self.pool.free:
-            evicted = self.prefix_cache.evict_one()
+            evicted = self._evict_one()
             if evicted is not None:
                 self.pool.free.append(evicted)
-        return self.pool.allocate(request_id, logical)
+        return self.pool.allocate(request_id, logical, group)
+
+    def _evict_one(self) -> int | None:
+        evicted = self.groups.evict_one()
+        return self.prefix_cache.evict_one() if evicted is None else evicted
 
     def release_block(self, physical: int, request_id: str, logical: int) -> None:
         """Drop a reference; the last one leaves the block cached (if the prefix cache keeps it) or free."""
@@ -162,6 +183,12 @@ class KVCacheManager(EditCuts):
         whole = match.num_tokens
         # window layers restart where their rings are exact (engine/core/rings.py): a ring_resume event, and a ring row
         usable = self.rings.resume(req, whole + (partial[1] if partial else 0))
+        # window_layout="paged": the longest hit every KV-cache group serves (engine/core/group_blocks.py)
+        if self.groups.enabled:
+            hit, found, limiting = self.groups.longest_hit(hashes[0] if hashes else [], len(match.blocks))
+            usable = min(usable, hit * self.block_size)
+            if limiting is not None:
+                match.detail = {**match.detail, "limiting_group": limiting}
         if usable < whole:
             keep = usable // self.block_size
             matched = len(match.blocks) + len(match.lower)
@@ -176,6 +203,8 @@ class KVCacheManager(EditCuts):
         for logical, physical in enumerate(match.blocks):
             self.pool.share(physical, req.request_id, logical)
             req.block_table.append(physical)
+        if self.groups.enabled:
+            self.groups.share_hit(req.request_id, found, len(match.blocks))
         req.lock_node = self.prefix_cache.acquire(match, req.request_id)
         if match.lower:
             self.prefix_cache.load_lower(req, match, tokens, hashes, self.allocate_block)
@@ -208,9 +237,10 @@ class KVCacheManager(EditCuts):
             self.trace.emit("hit_rates", **self.hit_rates.event_fields())
 
     def can_admit(self, req: Request, budget: int) -> bool:
-        """At least one block's worth of its first chunk fits (admission never preempts)."""
+        """At least one block's worth of its first chunk fits, in every KV-cache group (admission never
+        preempts)."""
         first = min(req.num_tokens, budget, self.block_size)
-        return self.can_allocate(self.pool.blocks_for(first))
+        return self.can_allocate(self.pool.blocks_for(first) * self.groups.count)
 
     # --- room for the next tokens -------------------------------------------------------------------------
     def _needs_copy_first(self, req: Request) -> bool:
@@ -224,7 +254,9 @@ class KVCacheManager(EditCuts):
     def blocks_to_append(self, req: Request, n: int) -> int:
         """New blocks n more tokens of the request take (the copy of a shared block first included)."""
         copy = int(self._needs_copy_first(req))
-        return self.pool.blocks_for(req.num_computed + n) - len(req.block_table) + copy
+        new = self.pool.blocks_for(req.num_computed + n) - len(req.block_table) + copy
+        # a block position takes a block in every KV-cache group
+        return new * self.groups.count
 
     def can_append(self, req: Request, n: int) -> bool:
         return self.can_allocate(self.blocks_to_append(req, n))
@@ -232,17 +264,24 @@ class KVCacheManager(EditCuts):
     def tokens_that_fit(self, req: Request) -> int:
         """New tokens the request could take if every free and evictable block went to it."""
         copy = int(self._needs_copy_first(req))
-        return (len(req.block_table) + self.num_available() - copy) * self.block_size - req.num_computed
+        available = self.num_available() // self.groups.count
+        return (len(req.block_table) + available - copy) * self.block_size - req.num_computed
 
     def allocate_slots(self, req: Request, n: int) -> None:
         """Blocks for positions [num_computed, num_computed + n); call after can_append said yes."""
         start = req.num_computed
+        rid = req.request_id
+        # window groups give back what left the window first
+        self.groups.skip(rid, start)
         if self._needs_copy_first(req):
-            self.copy_on_write(
-                req.block_table, start // self.block_size, req.request_id, start % self.block_size
-            )
-        for logical in range(len(req.block_table), self.pool.blocks_for(start + n)):
-            req.block_table.append(self.allocate_block(req.request_id, logical))
+            logical, offset = divmod(start, self.block_size)
+            self.copy_on_write(req.block_table, logical, rid, offset)
+            self.groups.copy_first(rid, logical, offset, self.allocate_block)
+        end = self.pool.blocks_for(start + n)
+        self.groups.allocate(rid, end, self.allocate_block, before_table=True)
+        for logical in range(len(req.block_table), end):
+            req.block_table.append(self.allocate_block(rid, logical))
+        self.groups.allocate(rid, end, self.allocate_block, before_table=False)
         if self.cache_on_allocation:
             self.cache_blocks(req, start + n)
 
@@ -268,6 +307,8 @@ class KVCacheManager(EditCuts):
             hashes=self.prefix_cache.hashes(req, tokens, full),
         )
         req.blocks_in_tree = full
+        if self.groups.enabled and req.block_keys:
+            self.groups.store(req.request_id, req.block_keys, full)
 
     def free(self, req: Request) -> None:
         """Finish or preemption: cache what it computed, drop its lock, release its blocks (cached ones stay)
@@ -277,6 +318,7 @@ class KVCacheManager(EditCuts):
         self.prefix_cache.unlock(req.lock_node, req.request_id)
         req.lock_node = None
         self.release_table(req.block_table, req.request_id)
+        self.groups.free(req.request_id)
         req.blocks_in_tree = 0
         req.attached = False
         self.rings.free(req.request_id)
@@ -320,7 +362,8 @@ class KVCacheManager(EditCuts):
         child.matched_before = True
         child.attached = True
         self.rings.fork(parent.request_id, child.request_id)
+        self.groups.fork(parent.request_id, child.request_id)
 
     def evict(self, num_blocks: int) -> list[int]:
         """Evict up to `num_blocks` cached blocks now (tails first) onto the free list (tests, CLI)."""
-        return evict_to_free_list(self.pool, self.prefix_cache.evict_one, num_blocks)
+        return evict_to_free_list(self.pool, self._evict_one, num_blocks)

@@ -47,6 +47,9 @@ def scan(core, own: dict) -> Scan:
     unshared (a running request's partly filled block stays its own until it fills: no copy check again;
     the caller forgets a request that finishes or is preempted)."""
     scheduler, manager = core.scheduler, core.cache
+    # window_layout="paged": a decode's allocate_slots gives back what left its window groups' windows
+    if manager.groups.enabled:
+        return Scan([], 0, core.num_steps)
     bs = manager.block_size
     cache_generated = manager.cache_generated
     needs_copy = manager.needs_copy

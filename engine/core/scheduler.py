@@ -127,10 +127,10 @@ class Scheduler:
           older request takes the rest of the budget), so the others get what they would have got;
         - the pool: the others need at most the blocks that are free or evictable now, so no one is preempted
           (the victim is the newest running request, which may be one set aside);
-        - no window layers: their rings begin with every chunk.
+        - no window layers: their rings begin with every chunk, their paged groups free blocks in it.
         Admission sees the same budget left and the same sequences running either way. `ids`: the rows' `id`s,
         where the caller has them."""
-        if self.cache.rings.enabled:
+        if self.cache.rings.enabled or self.cache.groups.enabled:
             return False
         aside = ids if ids is not None else {id(r) for r in rows}
         budget = self.max_batched_tokens

@@ -66,21 +66,25 @@ ENGINE_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "physical": (_INT, "physical block taken from the free list (ref count becomes 1)"),
         "request_id": (_STR, "owner"),
         "logical": (_INT, "logical index in the owner's block table"),
+        "group": (_INT + "?", "KV-cache group of the block (window_layout='paged'; header kv_groups)"),
     },
     "block_shared": {
         "physical": (_INT, "existing block added to another block table"),
         "request_id": (_STR, "new owner"),
         "logical": (_INT, "logical index in the new owner's block table"),
         "ref_count": (_INT, "ref count after the change"),
+        "group": (_INT + "?", "KV-cache group of the block (window_layout='paged'; header kv_groups)"),
     },
     "block_released": {
         "physical": (_INT, "block dropped from a block table"),
         "request_id": (_STR, "owner that dropped it"),
         "logical": (_INT, "logical index it had"),
         "ref_count": (_INT, "ref count after the change"),
+        "group": (_INT + "?", "KV-cache group of the block (window_layout='paged'; header kv_groups)"),
     },
     "block_freed": {
         "physical": (_INT, "block returned to the free list (ref count 0, not cached)"),
+        "group": (_INT + "?", "KV-cache group of the block (window_layout='paged'; header kv_groups)"),
     },
     "block_copied": {
         "src": (_INT, "shared block that was about to be written (copy-on-write)"),
@@ -88,17 +92,27 @@ ENGINE_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "request_id": (_STR, "the writer"),
         "logical": (_INT, "logical index in the writer's table"),
         "num_tokens": (_INT, "valid tokens copied"),
+        "group": (_INT + "?", "KV-cache group of the block (window_layout='paged'; header kv_groups)"),
     },
     # --- the prefix cache (radix tree) -------------------------------------------------------------------
     "block_cached": {
         "physical": (_INT, "block whose last owner left; it stays in the prefix tree, evictable"),
         "hash": (_STR, "chained block hash (hex)"),
+        "group": (_INT + "?", "KV-cache group of the block (window_layout='paged'; header kv_groups)"),
     },
     "block_evicted": {
         "physical": (_INT, "cached block reclaimed to make room; back to the free list"),
         "hash": (_STR, "its chained hash"),
         "policy": (_STR, "eviction policy that chose it (lru | lfu | ...)"),
         "node_id": (_INT, "radix node it belonged to"),
+        "group": (_INT + "?", "KV-cache group of the block (window_layout='paged'; header kv_groups)"),
+    },
+    "block_stored": {
+        "physical": (_INT, "a full block of a KV-cache group other than the table's, now found by its hash"),
+        "hash": (_STR, "chained block hash (hex)"),
+        "group": (_INT, "KV-cache group (header kv_groups)"),
+        "request_id": (_STR, "request that computed it"),
+        "logical": (_INT, "logical index in that request's table of the group"),
     },
     "radix_insert": {
         "node_id": (_INT, "new tree node"),
@@ -147,7 +161,8 @@ ENGINE_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         ),
         "detail": (
             _DICT,
-            "reason-specific facts: position, expected/actual token ids and texts, evicted_at, policy",
+            "reason-specific facts: position, expected/actual token ids and texts, evicted_at, policy; window: "
+            "matched_blocks (what the tree held), window_backoff, limiting_group (window_layout='paged')",
         ),
         "tiers": (
             _LIST + "?",

@@ -26,13 +26,25 @@ HEADER_FIELDS: dict[str, tuple[str, str]] = {
     ),
     "block_size": (_INT, "tokens per KV block"),
     "num_blocks": (_INT, "physical blocks in the pool"),
-    "bytes_per_block": (_INT, "KV bytes of one block over all full-attention layers"),
+    "bytes_per_block": (
+        _INT,
+        "KV bytes of one block over all full-attention layers (window_layout='paged': the largest group's)",
+    ),
     "bytes_per_token": (_INT, "KV bytes of one token over all full-attention layers"),
     "config": (_DICT, "engine configuration the run used"),
     "kv_dtype": (
         _STR + "?",
         "how K/V are stored: null = the model's dtype (exact); int8 | fp8_e4m3 = one byte a value and a float32 "
         "scale per token and KV head (bytes_per_block and bytes_per_token count the scales)",
+    ),
+    "kv_groups": (
+        _LIST + "?",
+        "window_layout='paged': the KV-cache groups sharing the pool, as vLLM forms them, each {kind "
+        "(full_attention | sliding_window | index), window, layers}; block events name theirs (`group`)",
+    ),
+    "table_group": (
+        _INT + "?",
+        "window_layout='paged': the group whose blocks are the request's block table",
     ),
     "kind": (
         _STR + "?",

@@ -153,6 +153,8 @@ def paged_attention(
     if batch.rings is not None and layer in batch.rings.layer_group:
         return ring_attention(batch.rings, layer, query, key, value, scaling, softcap), None
     window = batch.windows[layer]
+    # window_layout="paged": the layer's KV-cache group reads and writes through its own tables
+    batch = batch.by_layer.get(layer, batch)
     k_cache, v_cache = batch.kv.keys(layer), batch.kv.values(layer)
     # query [1, Hq, T, D]; key/value [1, Hkv, T, D] -> the caches' [Hkv, slots, D] take [Hkv, T, D]
     quant = batch.kv.quant

@@ -111,3 +111,6 @@ class PagedBatch:
     forced_window: int | None = None
     # a scoring probe (ModelRunner.score_span): attention reads the pool but writes nothing into it
     read_only: bool = False
+    # window_layout="paged": layer -> the batch of its KV-cache group (its tables), for the groups besides the
+    # table group's
+    by_layer: dict[int, PagedBatch] = field(default_factory=dict)

@@ -1,4 +1,5 @@
-"""The K/V tensors of the block pool: one slab per full-attention layer, KV heads only (never repeated).
+"""The K/V tensors of the block pool: one slab per full-attention layer (per layer of a KV-cache group, with
+window_layout="paged"), KV heads only (never repeated).
 
 Layout: `kv[layer_slot, 0 or 1, kv_head, slot, head_dim]` where slot = physical block x block_size + offset:
 each head's positions are rows of one matrix, so a sequence's context is [kv_heads, L, head_dim] as attention
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.models.kv_groups import KVGroup, layers_per_block
 from engine.models.shape import ModelShape
 from engine.worker.kernels import kv_quantize
 from engine.worker.kv_quant import quantizer
@@ -26,7 +28,10 @@ class PagedKV:
         dtype: torch.dtype,
         device: torch.device,
         kv_dtype: str | None = None,
+        groups: list[KVGroup] | None = None,
     ):
+        """`groups`: window_layout="paged" (engine/models/kv_groups.py): every layer pages its K/V, and a block
+        holds the largest group's layers, so layer i of a group is row i of the slab whichever block it reads."""
         self.shape = shape
         self.block_size = block_size
         self.num_blocks = num_blocks
@@ -36,8 +41,12 @@ class PagedKV:
         row = shape.head_dim if self.quant is None else self.quant.row_width(shape.head_dim)
         # full-attention layer index -> row in the slab; window layers keep their K/V elsewhere (rings)
         self.layer_slot = {layer: i for i, layer in enumerate(shape.paged_layers)}
+        rows = len(self.layer_slot)
+        if groups is not None:
+            self.layer_slot = {layer: i for group in groups for i, layer in enumerate(group.layers)}
+            rows = layers_per_block(groups)
         self.kv = torch.zeros(
-            len(self.layer_slot),
+            rows,
             2,
             shape.kv_heads,
             num_blocks * block_size,
@@ -107,11 +116,12 @@ class BlockTables:
         # request id -> (table copy, buffer)
         self.known: dict[str, tuple[list[int], torch.Tensor]] = {}
 
-    def get(self, request) -> torch.Tensor:
-        return self._buffer(request)[: len(request.block_table)]
+    def get(self, request, table: list[int] | None = None) -> torch.Tensor:
+        """The request's block table as a tensor (`table`: another table of it, a KV-cache group's)."""
+        table = request.block_table if table is None else table
+        return self._buffer(request, table)[: len(table)]
 
-    def _buffer(self, request) -> torch.Tensor:
-        table = request.block_table
+    def _buffer(self, request, table: list[int]) -> torch.Tensor:
         entry = self.known.get(request.request_id)
         if entry is not None:
             copy, buffer = entry

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.core.blocks import BlockPool
+from engine.core.group_blocks import GroupBlocks
 from engine.core.request import Request, SamplingParams
 from engine.core.scheduler import ScheduledChunk
 from engine.models.loading import needs_separate_forwards
@@ -74,6 +75,7 @@ class ModelRunner:
         rings: RingTensors | None = None,
         plan: RunPlan | None = None,
         host: HostKV | None = None,
+        group_blocks: GroupBlocks | None = None,
     ):
         """`plan`: which implementation runs each operation (engine/worker/run_plan.py); None chooses the one
         for the model's device and dtype. An operation this machine or model cannot take as planned runs the
@@ -89,6 +91,13 @@ class ModelRunner:
         self.separate = needs_separate_forwards(model.config)
         self.attention = AttentionSwitch(model)
         self.tables = BlockTables(self.device)
+        # window_layout="paged": the other KV-cache groups' (index, layers), their tables (the manager's
+        # GroupBlocks) and a tensor store per group
+        self.group_blocks = group_blocks
+        self.groups = []
+        if group_blocks is not None:
+            self.groups = [(g, group_blocks.groups[g].layers) for g in group_blocks.others]
+        self.group_tables = {g: BlockTables(self.device) for g, _ in self.groups}
         wanted = plan or RunPlan.for_device(self.device, kv.dtype)
         self.plan, self.linears, self.fused = run_plan.build(
             wanted,
@@ -126,61 +135,17 @@ class ModelRunner:
         apply_copies(self.pool.take_copies(), self.kv, self.host)
         token_ids: list[int] = []
         positions: list[int] = []
-        # slot tensors of prefill chunks, slot lists of decodes
-        writes: list[torch.Tensor | list[int]] = []
-        prefills: list[PrefillSegment] = []
-        decode_rows, decode_pos, decode_tables = [], [], []
         chunk_rows = []
-        # False: every layer keeps its K/V in rings, nothing to read or write
-        paged = bool(self.kv.layer_slot)
-        size = self.kv.block_size
         for chunk in chunks:
             req, start, n = chunk.request, chunk.start, chunk.num_tokens
-            row = len(token_ids)
-            chunk_rows.append(row)
+            chunk_rows.append(len(token_ids))
             token_ids += req.token_slice(start, start + n)
             positions += range(start, start + n)
-            if not paged:
-                continue
-            if n == 1:
-                block = req.block_table[start // size]
-                if writes and isinstance(writes[-1], list):
-                    writes[-1].append(block * size + start % size)
-                else:
-                    writes.append([block * size + start % size])
-                decode_rows.append(row)
-                decode_pos.append(start)
-                decode_tables.append(self.tables.get(req)[: start // size + 1])
-            else:
-                table = self.tables.get(req)[: -(-(start + n) // size)]
-                writes.append(self.kv.slots_of(table, start, start + n))
-                prefills.append(PrefillSegment(row, row + n, start, table))
-        decodes = []
-        # the kernel pads nothing: one group; SDPA pads a group to its longest: groups of like lengths
-        in_place = self.plan.attention == PAGED_DECODE
-        if in_place:
-            buckets = [list(range(len(decode_pos)))] if decode_pos else []
-        else:
-            buckets = length_buckets(decode_pos)
-        for bucket in buckets:
-            pos = [decode_pos[i] for i in bucket]
-            tables = [decode_tables[i] for i in bucket]
-            group = DecodeGroup(
-                q_index=torch.tensor([decode_rows[i] for i in bucket], device=self.device),
-                positions=torch.tensor(pos, device=self.device),
-                blocks=tables[0][None] if len(tables) == 1 else torch.nn.utils.rnn.pad_sequence(tables, True),
-                longest=max(pos) + 1,
-                uniform=min(pos) == max(pos),
-            )
-            if in_place:
-                group.lengths = group.positions + 1
-            decodes.append(group)
-        paged_writes = None
-        if writes:
-            parts = [
-                w if isinstance(w, torch.Tensor) else torch.tensor(w, device=self.device) for w in writes
-            ]
-            paged_writes = parts[0] if len(parts) == 1 else torch.cat(parts)
+        # False: every layer keeps its K/V in rings, nothing to read or write
+        paged = bool(self.kv.layer_slot)
+        paged_writes, prefills, decodes = None, [], []
+        if paged:
+            paged_writes, prefills, decodes = self._paged_part(chunks, chunk_rows, self.tables)
         batch = PagedBatch(
             kv=self.kv,
             windows=self.windows,
@@ -190,10 +155,78 @@ class ModelRunner:
             rings=self.rings.plan(chunks, chunk_rows) if self.rings is not None else None,
             forced_window=self.rings.shape.forced_window if self.rings is not None else None,
         )
+        # window_layout="paged": each other KV-cache group reads and writes through its own tables
+        for g, layers in self.groups:
+            tables = self.group_tables[g]
+            writes, group_prefills, group_decodes = self._paged_part(chunks, chunk_rows, tables, g)
+            part = PagedBatch(self.kv, self.windows, writes, group_prefills, group_decodes)
+            batch.by_layer.update(dict.fromkeys(layers, part))
+            if not probe:
+                tables.keep_only(chunk.request.request_id for chunk in chunks)
         if not probe:
             self.tables.keep_only(chunk.request.request_id for chunk in chunks)
         ids, pos = torch.tensor([token_ids, positions], device=self.device).split(1)
         return ids, pos, batch
+
+    def _paged_part(
+        self,
+        chunks: list[ScheduledChunk],
+        chunk_rows: list[int],
+        tables: BlockTables,
+        group: int | None = None,
+    ) -> tuple[torch.Tensor | None, list[PrefillSegment], list[DecodeGroup]]:
+        """Where each chunk writes its K/V and what it reads, through its block table (`group`: a KV-cache
+        group's, window_layout="paged"; its blocks before the window are None, read as block 0 and masked)."""
+        # slot tensors of prefill chunks, slot lists of decodes
+        writes: list[torch.Tensor | list[int]] = []
+        prefills: list[PrefillSegment] = []
+        decode_rows, decode_pos, decode_tables = [], [], []
+        size = self.kv.block_size
+        for chunk, row in zip(chunks, chunk_rows):
+            req, start, n = chunk.request, chunk.start, chunk.num_tokens
+            table = req.block_table
+            if group is not None:
+                table = [0 if b is None else b for b in self.group_blocks.table(req.request_id, group)]
+            if n == 1:
+                block = table[start // size]
+                if writes and isinstance(writes[-1], list):
+                    writes[-1].append(block * size + start % size)
+                else:
+                    writes.append([block * size + start % size])
+                decode_rows.append(row)
+                decode_pos.append(start)
+                decode_tables.append(tables.get(req, table)[: start // size + 1])
+            else:
+                blocks = tables.get(req, table)[: -(-(start + n) // size)]
+                writes.append(self.kv.slots_of(blocks, start, start + n))
+                prefills.append(PrefillSegment(row, row + n, start, blocks))
+        decodes = []
+        # the kernel pads nothing: one group; SDPA pads a group to its longest: groups of like lengths
+        in_place = self.plan.attention == PAGED_DECODE
+        if in_place:
+            buckets = [list(range(len(decode_pos)))] if decode_pos else []
+        else:
+            buckets = length_buckets(decode_pos)
+        for bucket in buckets:
+            pos = [decode_pos[i] for i in bucket]
+            blocks = [decode_tables[i] for i in bucket]
+            decode = DecodeGroup(
+                q_index=torch.tensor([decode_rows[i] for i in bucket], device=self.device),
+                positions=torch.tensor(pos, device=self.device),
+                blocks=blocks[0][None] if len(blocks) == 1 else torch.nn.utils.rnn.pad_sequence(blocks, True),
+                longest=max(pos) + 1,
+                uniform=min(pos) == max(pos),
+            )
+            if in_place:
+                decode.lengths = decode.positions + 1
+            decodes.append(decode)
+        paged_writes = None
+        if writes:
+            parts = [
+                w if isinstance(w, torch.Tensor) else torch.tensor(w, device=self.device) for w in writes
+            ]
+            paged_writes = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return paged_writes, prefills, decodes
 
     @torch.inference_mode()
     def forward(
@@ -254,7 +287,8 @@ class ModelRunner:
     ) -> torch.Tensor:
         ids, pos, batch = self.build_batch(chunks, probe)
         # a probe (score_span) writes nothing the cache holds
-        batch.read_only = probe
+        for part in (batch, *batch.by_layer.values()):
+            part.read_only = probe
         if all_logits or all(c.num_tokens == 1 for c in chunks):
             # every row (decodes only: one row per chunk already)
             keep = 0
@@ -308,15 +342,23 @@ class ModelRunner:
         """[end - first] log-probabilities of tokens first + 1 .. end of `req`, from the logits at positions
         first .. end - 1, computed again by a probe that writes nothing the cache holds (engine/worker/scoring.py):
         paged layers read the request's valid blocks before `first` as a prefix and never write; ring layers run
-        from 0 in a ring row of the probe's own. Needs the request's K/V valid in its blocks before `end`."""
+        from 0 in a ring row of the probe's own; with window_layout="paged", the whole span from 0 is one chunk.
+        Needs the request's K/V valid in its blocks before `end`."""
         tokens = req.tokens
         start = 0 if self.rings is not None else first
         stop = end
+        if self.groups:
+            # window_layout="paged": a window group may hold only the window before the hit; one chunk from 0
+            # reads nothing from the pool (its writes are off, its slots go through the request's tables)
+            start, chunk_tokens = 0, max(end, 2)
+            probe_tables = self.group_blocks.tables.get(req.request_id, {})
         # a one-token chunk would run as a decode (which reads its own K/V from the pool): take two
         if stop - start < 2:
             start, stop = (start - 1, stop) if start > 0 else (start, stop + 1)
         probe = Request(f"{req.request_id}#score", list(tokens), SamplingParams(), 0.0)
         probe.block_table = req.block_table
+        if self.groups:
+            self.group_blocks.tables[probe.request_id] = probe_tables
         bounds = list(range(start, stop, chunk_tokens)) + [stop]
         # no one-token piece at the end
         if len(bounds) > 2 and bounds[-1] - bounds[-2] < 2:
@@ -332,4 +374,8 @@ class ModelRunner:
             if self.rings is not None:
                 self.rings.manager.free(probe.request_id)
             self.tables.known.pop(probe.request_id, None)
+            if self.group_blocks is not None:
+                self.group_blocks.tables.pop(probe.request_id, None)
+            for tables in self.group_tables.values():
+                tables.known.pop(probe.request_id, None)
         return torch.cat(rows)

@@ -10,7 +10,9 @@ log-probabilities of that span are missing. The scoring request computes what it
 the prefix lookup for such requests): before its chunk runs, the runner computes the span again as a probe
 (`ModelRunner.score_span`) that writes nothing the cache holds: its paged layers read the reused blocks as a
 prefix (the prefix-hit read path) and never write; its ring layers run from position 0 in a probe row of their
-own (a ring restored from a snapshot holds only the last W positions), freed afterwards. The probe emits no
+own (a ring restored from a snapshot holds only the last W positions), freed afterwards; with
+window_layout="paged" (whose window groups may hold only the window before the hit) the span runs from 0 as one
+chunk, which reads nothing from the pool. The probe emits no
 event: the cache is unchanged, so the trace is too. The K/V reuse still saves the scored request nothing in
 compute for that span; it saves its memory writes and keeps sharing the blocks.
 """

@@ -84,6 +84,14 @@ def engine_options(func):
         "serve whole blocks only and keep no tails, as vLLM and SGLang do.",
     )
     @click.option(
+        "--window-layout",
+        type=click.Choice(["ring", "paged"]),
+        default="ring",
+        show_default=True,
+        help="Sliding-window layers: per-request rings of W slots, or paged as vLLM pages them (KV-cache "
+        "groups sharing the pool, blocks freed as they leave the window, whole-block hits by the hybrid rule).",
+    )
+    @click.option(
         "--eviction",
         type=click.Choice(["lru", "lfu", "cost"]),
         default="lru",
@@ -128,6 +136,7 @@ def engine_config(overrides: dict | None = None, **options):
         "eviction",
         "kv_dtype",
         "host_blocks",
+        "window_layout",
     )
     values = {key: options[key] for key in keys if key in options}
     # a workload's "engine" section beats the defaults ...
@@ -140,6 +149,12 @@ def engine_config(overrides: dict | None = None, **options):
             and context.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE
         ):
             values[key] = options[key]
+    # the paged window layout serves whole blocks: --partial-hits only where asked for
+    typed = context is not None and (
+        context.get_parameter_source("partial_hits") is click.core.ParameterSource.COMMANDLINE
+    )
+    if values.get("window_layout") == "paged" and not typed and "partial_hits" not in (overrides or {}):
+        values["partial_hits"] = None
     # a workload's engine section is held to the options' ranges too
     for key, most in (
         ("block_size", MAX_BLOCK_SIZE),

@@ -1,6 +1,6 @@
 """`CacheState`: everything known about the cache after some events, and the one place events are applied.
 
-`CacheState` composes the reducers (pool, requests, tree, rings, metrics, lower tiers: one mixin each, all on one object so
+`CacheState` composes the reducers (pool, KV-cache groups, requests, tree, rings, metrics, lower tiers: one mixin each, all on one object so
 the views read plain attributes) and dispatches each event to the one `_on_<type>` handler that folds it in.
 `snapshot` copies a state cheaply: flat lists are copied, and requests, radix nodes and rings are copied on
 write (see `_GENERATIONS`).
@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
+from kvtui.state.groups import GroupsReducer
 from kvtui.state.metrics import History, MetricsReducer
 from kvtui.state.pool import PoolReducer
 from kvtui.state.requests import RequestsReducer
@@ -24,7 +25,9 @@ from kvtui.state.tree import TreeReducer
 _GENERATIONS = itertools.count(1)
 
 
-class CacheState(PoolReducer, RequestsReducer, TreeReducer, RingsReducer, MetricsReducer, TiersReducer):
+class CacheState(
+    PoolReducer, GroupsReducer, RequestsReducer, TreeReducer, RingsReducer, MetricsReducer, TiersReducer
+):
     """Everything known about the cache after `index` events. Mutated only by `apply`."""
 
     def __init__(self, header: dict, history: History | None = None):
@@ -46,6 +49,7 @@ class CacheState(PoolReducer, RequestsReducer, TreeReducer, RingsReducer, Metric
         # copy-on-write ownership (see _GENERATIONS)
         self._gen = next(_GENERATIONS)
         self._init_pool(n)
+        self._init_groups(header)
         self._init_requests()
         self._init_tree()
         self._init_rings()
@@ -57,6 +61,7 @@ class CacheState(PoolReducer, RequestsReducer, TreeReducer, RingsReducer, Metric
         new = CacheState.__new__(CacheState)
         new.__dict__.update(self.__dict__)
         self._snapshot_pool(new)
+        self._snapshot_groups(new)
         self._snapshot_requests(new)
         self._snapshot_tree(new)
         self._snapshot_rings(new)

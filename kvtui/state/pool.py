@@ -126,23 +126,25 @@ class PoolReducer:
             self.n_cached += 1
         self.kind[p] = kind
 
-    def _set_table(self, rid: str, logical: int, physical: int) -> None:
-        table = self.tables.get(rid)
+    def _set_table(self, rid: str, logical: int, physical: int, group: int | None = None) -> None:
+        tables = self._tables_of(group)
+        table = tables.get(rid)
         if table is None:
-            table = self.tables[rid] = []
+            table = tables[rid] = []
         if logical >= len(table):
             table.extend([-1] * (logical + 1 - len(table)))
         table[logical] = physical
 
-    def _drop_from_table(self, rid: str, logical: int, physical: int) -> None:
-        table = self.tables.get(rid)
+    def _drop_from_table(self, rid: str, logical: int, physical: int, group: int | None = None) -> None:
+        tables = self._tables_of(group)
+        table = tables.get(rid)
         if table is None or logical >= len(table) or table[logical] != physical:
             return
         table[logical] = -1
         while table and table[-1] < 0:
             table.pop()
         if not table:
-            del self.tables[rid]
+            del tables[rid]
 
     def _drop_owner(self, p: int, rid: str, logical: int) -> bool:
         owners = self.owners[p]
@@ -178,7 +180,7 @@ class PoolReducer:
         self.born[p] = ev["t"]
         self.block_node.pop(p, None)
         self.tails.pop(p, None)
-        self._set_table(rid, logical, p)
+        self._set_table(rid, logical, p, ev.get("group"))
 
     def _on_block_shared(self, ev: dict) -> None:
         p, rid, logical = ev["physical"], ev["request_id"], ev["logical"]
@@ -187,13 +189,13 @@ class PoolReducer:
         self.ref[p] = ev["ref_count"]
         if (rid, logical) not in self.owners[p]:
             self.owners[p] += ((rid, logical),)
-        self._set_table(rid, logical, p)
+        self._set_table(rid, logical, p, ev.get("group"))
 
     def _on_block_released(self, ev: dict) -> None:
         p, rid, logical = ev["physical"], ev["request_id"], ev["logical"]
         self._drop_owner(p, rid, logical)
         self.ref[p] = ev["ref_count"]
-        self._drop_from_table(rid, logical, p)
+        self._drop_from_table(rid, logical, p, ev.get("group"))
         self.writing.discard(p)
         self._last_release = (p, rid, logical)
 
@@ -216,7 +218,7 @@ class PoolReducer:
             self.owners[dst] += ((rid, logical),)
             self.ref[dst] = max(1, len(self.owners[dst]))
             self.born[dst] = ev["t"]
-        self._set_table(rid, logical, dst)
+        self._set_table(rid, logical, dst, ev.get("group"))
 
     def _on_block_cached(self, ev: dict) -> None:
         p = ev["physical"]

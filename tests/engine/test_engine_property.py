@@ -7,7 +7,8 @@ total, the prefix tree never holds a free block, no locked or referenced block i
 differential oracle (tests/helpers/oracle.py) finds the UI's state, built from the events alone, equal to the engine's
 own. When an example ends, every request is run to completion and each greedy continuation equals
 transformers' own generate on the sequence it continued from. The models: full attention, a sliding window
-(rings, snapshots, window back-off), and attention sinks; a host tier of a few blocks (or none), so blocks are
+(rings, snapshots, window back-off), attention sinks, and window layers paged as vLLM pages them (an all-window
+model and a hybrid one: KV-cache groups, window blocks released, the hybrid hit rule); a host tier of a few blocks (or none), so blocks are
 offloaded, loaded back and dropped from host often. KVTUI_ENGINE_EXAMPLES sets the number of examples.
 """
 
@@ -34,7 +35,13 @@ MODELS = {
     "full": tiny_model("llama-gqa", num_key_value_heads=2, **SMALL),
     # rings + snapshots
     "window": tiny_model("mistral-mqa", sliding_window=3, num_key_value_heads=1, **SMALL),
+    # layer 0 full, layer 1 a window of 3
+    "hybrid": tiny_model(
+        "qwen2-gqa", use_sliding_window=True, sliding_window=3, max_window_layers=1, **SMALL
+    ),
 }
+# window_layout="paged" (vLLM's hybrid layout): model name -> the model it pages
+PAGED = {"paged-window": "window", "paged-hybrid": "hybrid"}
 # attention sinks on the full model: every layer a ring, answers change
 SINKS = dict(window=4, sink_tokens=1)
 
@@ -58,19 +65,21 @@ class EngineMachine(RuleBasedStateMachine):
         policy=st.sampled_from(["lru", "lfu", "cost"]),
         block_size=st.integers(1, 3),
         budget=st.integers(2, 8),
-        model=st.sampled_from([*sorted(MODELS), "sinks"]),
+        model=st.sampled_from([*sorted(MODELS), "sinks", *sorted(PAGED)]),
         host_blocks=st.sampled_from([0, 1, 3, 6, 12]),
     )
     def setup(self, policy, block_size, budget, model, host_blocks):
+        paged = model in PAGED
         config = EngineConfig(
             block_size=block_size,
-            num_blocks=28 // block_size,
+            num_blocks=(56 if paged else 28) // block_size,
             max_batched_tokens=budget,
             eviction=policy,
-            host_blocks=host_blocks,
+            host_blocks=0 if paged else host_blocks,
             **(SINKS if model == "sinks" else {}),
+            **(dict(window_layout="paged") if paged else {}),
         )
-        self.model = MODELS["full" if model == "sinks" else model]
+        self.model = MODELS["full" if model == "sinks" else PAGED.get(model, model)]
         self.sinks = model == "sinks"
         self.engine = Engine.from_model(self.model, config=config)
         self.engine.trace.listeners.append(self._check_event)
@@ -82,8 +91,8 @@ class EngineMachine(RuleBasedStateMachine):
             self.tier_events[event["type"]] += 1
         if event["type"] == "block_evicted":
             assert self.engine.cache.pool.ref_counts[event["physical"]] == 0
-            # a partial tail hangs off a node; it is not part of it
-            if not event["hash"].startswith("tail:"):
+            # a partial tail hangs off a node; it is not part of it (nor is another KV-cache group's block)
+            if not event["hash"].startswith("tail:") and event["node_id"] >= 0:
                 assert self.engine.cache.prefix_cache.radix.nodes[event["node_id"]].lock_ref == 0
 
     def _pick(self, index, status=None):
@@ -170,11 +179,19 @@ class EngineMachine(RuleBasedStateMachine):
         cache = self.engine.cache
         pool = cache.pool
         owners = Counter(b for r in self.engine.requests.values() for b in r.block_table)
+        # window_layout="paged": the other KV-cache groups' tables
+        owners.update(
+            b for tables in cache.groups.tables.values() for t in tables.values() for b in t if b is not None
+        )
         assert [owners.get(b, 0) for b in range(pool.num_blocks)] == pool.ref_counts
         free = set(pool.free)
         assert len(free) == len(pool.free)
         used = {b for b in range(pool.num_blocks) if pool.ref_counts[b]}
-        cached = {b for b in range(pool.num_blocks) if not pool.ref_counts[b] and cache.prefix_cache.holds(b)}
+        cached = {
+            b
+            for b in range(pool.num_blocks)
+            if not pool.ref_counts[b] and (cache.prefix_cache.holds(b) or b in cache.groups.evictable)
+        }
         assert not (free & used) and not (free & cached)
         # nothing leaked
         assert len(free) + len(used) + len(cached) == pool.num_blocks

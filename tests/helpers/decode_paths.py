@@ -21,7 +21,9 @@ def engine_with_plan(model, plan: RunPlan, **config) -> Engine:
     planned runs the reference path: engine.runner.plan says what runs)."""
     engine = Engine.from_model(model, config=EngineConfig(**config))
     chosen = engine.runner
-    engine.runner = ModelRunner(model, chosen.kv, chosen.pool, chosen.windows, chosen.rings, plan)
+    engine.runner = ModelRunner(
+        model, chosen.kv, chosen.pool, chosen.windows, chosen.rings, plan, group_blocks=chosen.group_blocks
+    )
     return engine
 
 

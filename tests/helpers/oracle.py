@@ -2,7 +2,8 @@
 
 `Witness` listens to an engine's trace the way the live UI does (each event through JSON, into a `Timeline`)
 and `differences(engine, state)` lists every place where the view and the engine disagree: blocks (state, ref
-count, owners, hash, tokens), requests (status, block table, computed, cached, tokens), tree nodes (blocks,
+count, owners, hash, tokens), requests (status, block table and each KV-cache group's, computed, cached,
+tokens), tree nodes (blocks,
 tokens, lock count, hits), ring slots, the hit-rate counters and the lower tiers (each slot's block, hit tokens
 and bytes loaded by tier). An empty list means the view is the truth.
 """
@@ -50,6 +51,12 @@ def _blocks(engine, state, out):
     for rid, req in engine.requests.items():
         for logical, physical in enumerate(req.block_table):
             owners.setdefault(physical, set()).add((rid, logical))
+    # window_layout="paged": the other KV-cache groups' tables own blocks too
+    for rid, tables in cache.groups.tables.items():
+        for table in tables.values():
+            for logical, physical in enumerate(table):
+                if physical is not None:
+                    owners.setdefault(physical, set()).add((rid, logical))
     free = set(pool.free)
     for p in range(pool.num_blocks):
         kind = FREE if p in free else ("cached" if pool.ref_counts[p] == 0 else "used")
@@ -68,6 +75,8 @@ def _blocks(engine, state, out):
 
 
 def _hash(cache, physical: int) -> str | None:
+    if physical in cache.groups.hash_of:
+        return cache.groups.hash_of[physical][1]
     radix = getattr(cache.prefix_cache, "radix", None)
     if radix is None:
         return None
@@ -94,6 +103,13 @@ def _requests(engine, state, out):
             out.append(f"request {rid}: cached engine {req.num_cached}, view {view.cached_tokens}")
         if req.tokens != view.token_ids:
             out.append(f"request {rid}: tokens engine {req.tokens}, view {view.token_ids}")
+        for group, table in engine.cache.groups.tables.get(rid, {}).items():
+            expected = [-1 if physical is None else physical for physical in table]
+            while expected and expected[-1] < 0:
+                expected.pop()
+            seen = state.group_tables.get(group, {}).get(rid, [])
+            if expected != seen:
+                out.append(f"request {rid}: group {group} table engine {expected}, view {seen}")
 
 
 def _tree(engine, state, out):

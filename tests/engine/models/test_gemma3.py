@@ -1,6 +1,8 @@
 """Gemma 3 270M (base; 15 sliding-window layers with W=512 in rings, 3 full layers in the paged pool) through our
 cache: exact against transformers on a short prompt and on prompts past the window, with prefix hits, an edit
-past the window and preemption. The first run dequantizes the model (about a minute); later ones load the copy.
+past the window and preemption; and with window_layout="paged" (vLLM's six KV-cache groups), exact on a prompt
+past the window and on a prefix hit past it. The first run dequantizes the model (about a minute); later ones load
+the copy.
 
 Kept to a few forwards (a 262k vocabulary makes every logit row costly): the long-prompt references compute
 only the logits they compare (logits_to_keep)."""
@@ -147,3 +149,45 @@ def test_preemption_recomputes_exactly(engine):
 def test_chat_messages_are_refused_with_a_reason(engine):
     with pytest.raises(ValueError, match="no chat template"):
         engine.submit([{"role": "user", "content": "Hi"}])
+
+
+# --- window_layout="paged": vLLM's hybrid layout (six KV-cache groups of 3 layers sharing the pool) ------------
+@pytest.fixture(scope="module")
+def paged(engine):
+    paged = Engine.from_model(
+        engine.model,
+        engine.tokenizer,
+        EngineConfig(
+            device="cpu", block_size=16, num_blocks=400, max_batched_tokens=256, window_layout="paged"
+        ),
+    )
+    paged.events = []
+    paged.trace.listeners.append(paged.events.append)
+    return paged
+
+
+def test_paged_layout_is_six_groups_of_three_layers_sharing_one_pool(paged):
+    groups = paged.cache.groups.groups
+    assert [g.kind for g in groups] == ["sliding_window"] * 5 + ["full_attention"]
+    assert [g.layers for g in groups][5] == (5, 11, 17) and groups[0].layers == (0, 6, 12)
+    # a block holds 3 layers' K/V whichever group it serves
+    assert paged.kv.nbytes == 2 * 3 * 1 * 256 * 4 * 16 * 400
+
+
+def test_paged_long_prompt_releases_window_blocks_and_stays_exact(paged):
+    ids = long_prompt(paged)
+    out = paged.generate([ids], SamplingParams(max_tokens=3, return_logits=True))[0]
+    assert_exact(paged, out)
+    finished = next(i for i, e in enumerate(paged.events) if e["type"] == "request_finished")
+    released = [e for e in paged.events[:finished] if e["type"] == "block_released" and e["group"] != 5]
+    # chunks of 256: the window groups give back the blocks before each chunk's window
+    assert released
+
+
+def test_paged_prefix_hit_past_the_window_is_served_whole_and_exact(paged):
+    ids = long_prompt(paged)
+    follow = ids + list(paged.tokenizer(" One night a ship", add_special_tokens=False)["input_ids"])
+    out = paged.generate([follow], SamplingParams(max_tokens=3, return_logits=True))[0]
+    # every group holds what the hit needs: the full group every block, the window groups the last 32 blocks
+    assert out.cached_tokens == len(ids) // 16 * 16 > W
+    assert_exact(paged, out)

@@ -100,3 +100,12 @@ def test_unreachable_hub_id_is_a_clear_error():
 def test_bad_engine_options_are_errors_not_tracebacks(args, message):
     result = run("info", *args)
     assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output
+
+
+def test_the_paged_window_layout_serves_whole_blocks_unless_partial_hits_is_typed(tmp_path):
+    from kvtui.commands.engine_options import engine_config
+
+    # --partial-hits is on by default, but not typed: the paged layout's whole blocks stand
+    assert engine_config(window_layout="paged", partial_hits=True).partial_hits is False
+    result = run("info", "--window-layout", "paged", "--partial-hits", "--model", str(tmp_path / "nope"))
+    assert result.exit_code != 0 and "whole blocks" in result.output and "Traceback" not in result.output

@@ -1,0 +1,69 @@
+"""KV-cache groups as vLLM's hybrid KV-cache manager forms them (torch-free): layers of one attention type
+(full, or a sliding window of W) share one block table per request, and every group's blocks come from one
+pool whose blocks all have one page size.
+
+vLLM's rule (`_get_kv_cache_groups_uniform_page_size`): bucket the layers by type in order of first appearance;
+the group size is the fewest layers of any type (the most, when that is under 1.5 x the fewest); each type is
+cut into ceil(n / size) groups, group i taking layers[i::num_groups], the last padded. A model of one type is
+one group. A block then holds the K/V of `size` layers, whichever group it serves.
+
+kvtui pages with one more rule: the request's own block table (`Request.block_table`) and the prefix tree hold
+the *table group*, which is the first full-attention group; a model with no full-attention layer gets an extra
+group with no layers for them (it costs blocks but holds no K/V).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    # None: full attention; W: a sliding window of W tokens (the current one included)
+    window: int | None
+    layers: tuple[int, ...]
+
+    @property
+    def kind(self) -> str:
+        """vLLM's spec kinds: full_attention | sliding_window (| index: kvtui's table group without layers)."""
+        if not self.layers:
+            return "index"
+        return "full_attention" if self.window is None else "sliding_window"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "window": self.window, "layers": list(self.layers)}
+
+
+def kv_cache_groups(windows: tuple[int | None, ...]) -> list[KVGroup]:
+    """vLLM's groups of a model whose layer l attends through `windows[l]` (None: full attention)."""
+    buckets: dict[int | None, list[int]] = {}
+    for layer, window in enumerate(windows):
+        buckets.setdefault(window, []).append(layer)
+    sizes = [len(layers) for layers in buckets.values()]
+    size = min(sizes)
+    if max(sizes) < size * 1.5:
+        size = max(sizes)
+    groups = []
+    for window, layers in buckets.items():
+        count = -(-len(layers) // size)
+        groups += [KVGroup(window, tuple(layers[i::count])) for i in range(count)]
+    return groups
+
+
+def table_group(groups: list[KVGroup]) -> int:
+    """The group the request's block table and the prefix tree hold: the first full-attention group, or the
+    layerless one `paged_groups` adds."""
+    return next(g for g, group in enumerate(groups) if group.window is None)
+
+
+def paged_groups(windows: tuple[int | None, ...]) -> list[KVGroup]:
+    """`kv_cache_groups`, plus a layerless full group at the end when no layer attends fully."""
+    groups = kv_cache_groups(windows)
+    if all(group.window is not None for group in groups):
+        groups.append(KVGroup(None, ()))
+    return groups
+
+
+def layers_per_block(groups: list[KVGroup]) -> int:
+    """Layers whose K/V one block holds: the largest group (the others are padded to it)."""
+    return max(len(group.layers) for group in groups)
