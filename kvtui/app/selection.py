@@ -63,6 +63,9 @@ class SelectionMixin:
             self.view.request_id = message.request_id
         self.refresh_views()
 
+    def on_block_pool_view_mode_changed(self, message: BlockPoolView.ModeChanged) -> None:
+        self.refresh_views()
+
     def on_timeline_view_request_selected(self, message: TimelineView.RequestSelected) -> None:
         self.select_request(message.request_id)
 

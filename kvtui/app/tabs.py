@@ -61,7 +61,7 @@ def _compose_pool() -> ComposeResult:
 def _update_pool(app: App, state: CacheState | None, view: View) -> None:
     grid = app.query_one("#pool-grid", BlockPoolView)
     view.block = grid.cursor
-    app.query_one("#pool-legend", TextLine).set(pool_legend(state, view))
+    app.query_one("#pool-legend", TextLine).set(pool_legend(state, view, grid.by_group))
     app.query_one("#edit-summary", TextLine).set(edit_summary(state, view.request_id))
     app.query_one("#block-details", TextLine).set(block_details(state, grid.cursor))
     grid.update_view(view)
@@ -119,7 +119,9 @@ every physical block is one cell: `■` in use, a digit = shared by that many re
 (no owner, kept in the prefix tree, evictable), `·` free, `▶` being written this step; the legend counts each.
 Below it the selected request's **block table** (logical -> physical, fill of each block, tail waste in the
 last block; for a request holding no blocks, the blocks it will hit or the tree keeps of it) and the block under
-the cursor: its tokens, ref count, hash, owners, age. After an edit: {EDIT_COLOURS}."""
+the cursor: its tokens, ref count, hash, owners, age. After an edit: {EDIT_COLOURS}. In vLLM's paged layout
+(`--window-layout paged`) the KV-cache groups share the pool: `w` colors each block by its group, and under
+the block table each other group's blocks follow, those that left a sliding window drawn as freed."""
 REQUESTS_HELP = """\
 one lane per request over trace time: `·` queued, `█` prefill chunk, `▪` decode step, `─` running, `E` edit,
 `P` preempted, `┃` finished. Above: TTFT / TPOT / ITL percentiles."""

@@ -76,6 +76,13 @@ SHOTS: tuple[Shot, ...] = (
         ("3",),
         "3 Prefix tree with a host tier: host blocks under their parents, tokens from host",
     ),
+    Shot(
+        "paged-groups",
+        "fixtures/traces/gemma3_paged_groups.jsonl",
+        ("1", "w"),
+        "1 Pool in vLLM's paged layout: six KV-cache groups share the pool, window blocks freed",
+        step=10,
+    ),
     Shot("help", "fixtures/traces/chat.jsonl", ("question_mark",), "?: help", (110, 40)),
     Shot("fleet", "fixtures/attach/concurrent8_smollm2.jsonl", ("1",), "kvtui attach: the fleet"),
     Shot("fleet-tree", "fixtures/attach/concurrent8_smollm2.jsonl", ("2",), "kvtui attach: the hash tree"),

@@ -127,6 +127,7 @@ class PoolReducer:
         self.kind[p] = kind
 
     def _set_table(self, rid: str, logical: int, physical: int, group: int | None = None) -> None:
+        self._note_group(physical, group)
         tables = self._tables_of(group)
         table = tables.get(rid)
         if table is None:

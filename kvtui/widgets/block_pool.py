@@ -18,7 +18,7 @@ from textual.strip import Strip
 
 from kvtui.state import CACHED, FREE, SHARED, USED, WRITING, CacheState
 from kvtui.widgets.base import STATE_GLYPH, STATE_ROLE, LineView, View, fmt_bytes, fmt_seconds, pad, show_text
-from kvtui.widgets.palette import Palette, markup
+from kvtui.widgets.palette import Palette, markup, owner_markup
 from kvtui.widgets.tier_pool import (
     PoolRow,
     cell_of,
@@ -60,8 +60,12 @@ class BlockPoolView(LineView):
         Binding("home", "jump(0)", "first block", show=False, id="pool.home"),
         Binding("end", "jump(-1)", "last block", show=False, id="pool.end"),
         Binding("o", "toggle_owner", "color by owner", show=False, id="pool.owner_mode"),
+        Binding("w", "toggle_group", "color by KV-cache group", show=False, id="pool.group_mode"),
         Binding("enter", "select_owner", "select owner", show=False, id="pool.select_owner"),
     ]
+
+    class ModeChanged(Message):
+        """The cells' colors mean something else now (the legend follows)."""
 
     class BlockSelected(Message):
         def __init__(self, physical: int, request_id: str | None):
@@ -73,6 +77,8 @@ class BlockPoolView(LineView):
         super().__init__(*args, **kwargs)
         self.cursor = 0
         self.by_owner = False
+        # window_layout="paged": each block in its KV-cache group's color
+        self.by_group = False
 
     def columns(self, width: int) -> int:
         return max(1, (width - MARGIN) // CELL)
@@ -104,7 +110,9 @@ class BlockPoolView(LineView):
         if kind == SHARED:
             ref = state.ref[p]
             glyph = str(ref) if ref < 10 else "+"
-        if self.by_owner and kind in (USED, SHARED, WRITING) and state.owners[p]:
+        if self.by_group and kind != FREE and state.block_group and state.block_group[p] >= 0:
+            style = palette.owner(state.block_group[p]) + Style(bold=kind != USED, dim=kind == CACHED)
+        elif self.by_owner and kind in (USED, SHARED, WRITING) and state.owners[p]:
             req = state.requests.get(state.owners[p][0][0])
             if req is not None:
                 style = palette.owner(req.ordinal) + Style(bold=kind != USED, underline=kind == SHARED)
@@ -196,6 +204,20 @@ class BlockPoolView(LineView):
 
     def action_toggle_owner(self) -> None:
         self.by_owner = not self.by_owner
+        self.by_group = False
+        self.refresh()
+
+    def action_toggle_group(self) -> None:
+        state = self.view.state
+        if state is None or not state.kv_groups:
+            self.notify(
+                "one KV-cache group: group colors are for window_layout='paged' (--window-layout paged)"
+            )
+            return
+        self.by_group = not self.by_group
+        self.by_owner = False
+        # the legend names the groups' colors
+        self.post_message(self.ModeChanged())
         self.refresh()
 
     def action_select_owner(self) -> None:
@@ -223,10 +245,13 @@ class BlockPoolView(LineView):
                 self._set_cursor(cell_of(state, grid_row.tier, grid_row.first + col))
 
 
-def pool_legend(state: CacheState | None, view: View | None = None) -> Content:
-    """One line: the glyphs the grid uses with their counts (and the tree node highlighted, if any)."""
+def pool_legend(state: CacheState | None, view: View | None = None, by_group: bool = False) -> Content:
+    """One line: the glyphs the grid uses with their counts (and the tree node highlighted, if any); with
+    `by_group`, each KV-cache group's color with its blocks held and cached."""
     if state is None:
         return Content.styled("waiting for the trace header…", markup("dim"))
+    if by_group and state.kv_groups:
+        return group_legend(state)
     # each block counted once, in the state its cell is drawn in
     counts = state.counts_by_state()
     parts: list = []
@@ -239,6 +264,16 @@ def pool_legend(state: CacheState | None, view: View | None = None) -> Content:
     node = state.nodes.get(view.node_id) if view is not None and view.node_id else None
     if node is not None:
         parts += ["  ", (f" tree n{node.node_id} ", markup("node"))]
+    return Content.assemble(*parts)
+
+
+def group_legend(state: CacheState) -> Content:
+    """Each KV-cache group in its color: blocks held by requests, and cached (evictable); six groups fit 110
+    columns."""
+    parts: list = []
+    for group, held, cached in state.group_counts():
+        parts += [("■", owner_markup(group)), f" {state.group_label(group, short=True)} {held}■ {cached}□ "]
+    parts.append(("(held■ cached□; w: states)", markup("dim")))
     return Content.assemble(*parts)
 
 
@@ -279,6 +314,8 @@ def block_details(state: CacheState | None, physical: int | None) -> Content:
         (kind, markup(STATE_ROLE[kind])),
         f"  ref {state.ref[physical]}\n",
     ]
+    if state.block_group and state.block_group[physical] >= 0 and kind != FREE:
+        parts.append(f"group {state.group_label(state.block_group[physical])}\n")
     owners = state.owners[physical]
     parts.append("owners: " + (", ".join(f"{rid}:L{logical}" for rid, logical in owners) or "none") + "\n")
     if state.block_hash[physical]:

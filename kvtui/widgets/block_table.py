@@ -14,6 +14,7 @@ from textual.strip import Strip
 from kvtui.state import FINISHED
 from kvtui.state.tree import KeptBlock
 from kvtui.widgets.base import STATE_ROLE, LineView, join_texts, pad, plural, show_text
+from kvtui.widgets.group_tables import ROWS_PER_GROUP, group_row, other_groups
 
 HEADER_ROWS = 2
 
@@ -50,7 +51,7 @@ class BlockTableView(LineView):
             return 1
         table = state.tables.get(rid)
         if table:
-            return HEADER_ROWS + len(table)
+            return HEADER_ROWS + len(table) + ROWS_PER_GROUP * len(other_groups(state, rid))
         kept = self.kept()
         # the label above the kept rows, then the line for the rest of the sequence
         return HEADER_ROWS + (len(kept) + 1 if kept else 0) + 1
@@ -74,10 +75,17 @@ class BlockTableView(LineView):
                 [Segment(f"{req.request_id} ", palette.owner(req.ordinal) + bold), Segment(text, bold)], width
             )
         if row == 1:
-            return pad([Segment(" logical  physical  fill   tokens", palette["heading"])], width)
+            segs = [Segment(" logical  physical  fill   tokens", palette["heading"])]
+            if state.kv_groups and state.table_group is not None:
+                segs.append(Segment(f"   (the table of {state.group_label(state.table_group)})", dim))
+            return pad(segs, width)
         logical = row - HEADER_ROWS
         if not table:
             return self._kept_row(state, req, logical, width)
+        if logical >= len(table):
+            index, which = divmod(logical - len(table), ROWS_PER_GROUP)
+            group = other_groups(state, req.request_id)[index]
+            return group_row(state, req.request_id, group, which, width, palette)
         p = table[logical]
         fill = max(0, min(bs, n - logical * bs))
         if p < 0:

@@ -1,7 +1,9 @@
 """A real trace of our engine on a tiny random hybrid model (2 sliding-window layers W=8, 1 full layer), recorded
 in memory for the UI and export tests: chunked prefill, a shared prefix, an edit, evictions and a preemption.
 
-tests/kvtui/data/hybrid_tiny.jsonl is one such run saved (`python -m tests.helpers.tiny_trace OUT`), for snapshots."""
+tests/kvtui/data/hybrid_tiny.jsonl is one such run saved (`python -m tests.helpers.tiny_trace OUT`), for snapshots;
+tests/kvtui/data/paged_tiny.jsonl the same model and requests in vLLM's paged layout, its three KV-cache groups
+sharing a pool of 24 blocks (`python -m tests.helpers.tiny_trace OUT paged`)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ HYBRID = dict(
 
 
 @functools.cache
-def hybrid_trace(num_blocks: int = 12, max_batched_tokens: int = 24) -> tuple[dict, tuple[dict, ...]]:
+def hybrid_trace(
+    num_blocks: int = 12, max_batched_tokens: int = 24, window_layout: str = "ring"
+) -> tuple[dict, tuple[dict, ...]]:
     from engine.core.request import SamplingParams
     from engine.engine import Engine, EngineConfig
 
@@ -37,7 +41,11 @@ def hybrid_trace(num_blocks: int = 12, max_batched_tokens: int = 24) -> tuple[di
     engine = Engine.from_model(
         model,
         config=EngineConfig(
-            device="cpu", block_size=4, num_blocks=num_blocks, max_batched_tokens=max_batched_tokens
+            device="cpu",
+            block_size=4,
+            num_blocks=num_blocks,
+            max_batched_tokens=max_batched_tokens,
+            window_layout=window_layout,
         ),
     )
     events: list[dict] = []
@@ -66,7 +74,8 @@ if __name__ == "__main__":
 
     from engine.trace import TraceWriter
 
-    header, events = hybrid_trace()
+    paged = sys.argv[2:] == ["paged"]
+    header, events = hybrid_trace(24, window_layout="paged") if paged else hybrid_trace()
     writer = TraceWriter(sys.argv[1])
     writer.write_header(header)
     for event in events:

@@ -100,3 +100,16 @@ def test_host_tier(snap_compare, tab):
     """A host tier: its slots under the pool, its blocks in the tree and the miss explainer, hits by tier."""
     app = real_app("host_tier", TRACE.parent)
     assert snap_compare(app, press=[tab], terminal_size=(110, 34))
+
+
+@pytest.mark.parametrize("keys", [[], ["w"]], ids=["states", "groups"])
+def test_paged_window_groups(snap_compare, keys):
+    """vLLM's paged layout on a tiny Gemma 3 (two window groups and the full one sharing 24 blocks): under r0's
+    block table each window group's blocks, those before the window freed; `w` colors the pool by group."""
+    app = real_app("paged_tiny")
+
+    async def to_window(pilot):
+        pilot.app.seek(60)
+        await pilot.pause()
+
+    assert snap_compare(app, press=["1", *keys], terminal_size=(110, 30), run_before=to_window)
