@@ -52,6 +52,9 @@ SHOWN_KEYS = {
     "other_salts",
     "hash",
     "not_loaded",
+    "matched_blocks",
+    "window_backoff",
+    "limiting_group",
 }
 
 
@@ -97,6 +100,8 @@ def explain(state: CacheState | None, req: RequestRecord | None, misses=None) ->
     out.append(reason, role="warning")
     out.append(f" - {REASONS.get(reason, 'reason not known to this kvtui')}\n")
     _reason_detail(out, reason, detail, matched, state.block_size)
+    if detail.get("limiting_group") is not None and state.kv_groups:
+        _limiting_group(out, state, detail, matched)
     _tiers(out, state, req, detail)
     if detail.get("reused_partial"):
         out.append(
@@ -185,6 +190,26 @@ def _reason_detail(out: _Parts, reason: str, detail: dict, matched: int, block_s
     elif reason == "salt":
         salts = detail.get("other_salts")
         out.append(f"this request's salt differs; the matching blocks belong to salt(s) {salts}\n")
+
+
+def _limiting_group(out: _Parts, state: CacheState, detail: dict, matched: int) -> None:
+    """window_layout="paged": the KV-cache group that cut the hit (vLLM's rule: the longest hit every group
+    serves), beside what the prefix tree's group held."""
+    group = detail["limiting_group"]
+    spec = state.kv_groups[group]
+    held = detail.get("matched_blocks")
+    tree = state.group_label(state.table_group) if state.table_group is not None else "the table group"
+    if held is not None:
+        out.append(f"{tree} holds {plural(held * state.block_size, 'token')}; ")
+    if spec.get("kind") == "sliding_window":
+        window = spec.get("window")
+        out.append(
+            f"{state.group_label(group)} needs the blocks of the last {window} tokens before the hit point, "
+            f"and past {matched} one of them is no longer cached (it left the window and was evicted): "
+            f"the hit is {plural(matched, 'token')}\n"
+        )
+    else:
+        out.append(f"{state.group_label(group)} serves only {plural(matched, 'token')}: the hit is that\n")
 
 
 def _causes(out: _Parts, misses) -> None:
