@@ -27,11 +27,20 @@ from tests.helpers.ui_fuzz import (
 pytestmark = pytest.mark.anyio
 
 SIZES = [(80, 24), (120, 40)]
-TARGETS = ["edit_series", "gemma3_hybrid_window", "host_tier", "whatif", "attach", "live"]
+TARGETS = [
+    "edit_series",
+    "gemma3_hybrid_window",
+    "gemma3_paged_groups",
+    "host_tier",
+    "whatif",
+    "attach",
+    "live",
+]
 # per case in the normal test suite
 SHORT = {
     "edit_series": 30,
     "gemma3_hybrid_window": 30,
+    "gemma3_paged_groups": 30,
     "host_tier": 30,
     "whatif": 30,
     "attach": 30,
