@@ -59,6 +59,11 @@ class VllmServer:
     extra: tuple = ()
     # an address to connect the event PUB socket to (kvtui attach --bind listens there), instead of binding
     connect_events: str | None = None
+    # the model directory (None: the setup script's SmolLM2), the name clients ask for, the pool and dtype
+    model: str | None = None
+    served_name: str = "smollm2"
+    num_blocks: int = NUM_BLOCKS
+    dtype: str = "bfloat16"
     proc: subprocess.Popen | None = None
     starts: int = 0
 
@@ -88,15 +93,15 @@ class VllmServer:
             "-m",
             "vllm.entrypoints.openai.api_server",
             "--model",
-            model_dir(),
+            self.model or model_dir(),
             "--served-model-name",
-            "smollm2",
+            self.served_name,
             "--dtype",
-            "bfloat16",
+            self.dtype,
             "--block-size",
             str(BLOCK_SIZE),
             "--num-gpu-blocks-override",
-            str(NUM_BLOCKS),
+            str(self.num_blocks),
             "--max-model-len",
             "2048",
             "--enable-prefix-caching",

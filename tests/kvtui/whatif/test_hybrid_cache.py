@@ -1,0 +1,84 @@
+"""vLLM's hybrid cache with no model: groups sharing one pool, window blocks freed while a request runs (cached
+until evicted, and evicted first), and hits by the hybrid rule. Blocks of 4 tokens, a window of 8 (a hit needs
+the 2 blocks before its point in the window group)."""
+
+from engine.core.hybrid_hit import FULL, SLIDING, KVGroup
+from kvtui.whatif.hybrid_cache import HybridCache, HybridRequest
+
+B = 4
+GROUPS = [KVGroup(SLIDING, 8), KVGroup(FULL)]
+
+
+def run(cache: HybridCache, rid: str, tokens: list[int], outputs: int = 1) -> HybridRequest:
+    """Admit, compute `outputs` more tokens, finish; the request."""
+    req = HybridRequest(rid, list(tokens))
+    assert cache.admit(req, len(tokens))
+    for k in range(outputs):
+        req.tokens.append(1000 + k)
+        assert cache.can_append(req, 1)
+        cache.append(req, 1)
+    cache.free(req)
+    return req
+
+
+def test_a_window_group_frees_the_blocks_that_left_its_window_while_the_request_runs():
+    cache = HybridCache(GROUPS, 16, B)
+    req = HybridRequest("a", list(range(24)))
+    assert cache.admit(req, 24)
+    # 6 blocks in each group
+    assert cache.free_blocks == 15 - 12
+    cache.append(req, 1)
+    # tokens 0-15 left the window of token 24 (its window: 17-24): the window group's blocks 0-3 freed;
+    # one more block in each group for token 24
+    assert req.blocks[0][:4] == [0, 0, 0, 0]
+    assert cache.free_blocks == 3 + 4 - 2
+    # freed, and still cached: the full group and the window group both serve a later request
+    again = HybridRequest("b", list(range(24)) + [99] * 4)
+    assert cache.find_hit(again).tokens == 24
+
+
+def test_a_full_hit():
+    cache = HybridCache(GROUPS, 64, B)
+    run(cache, "a", list(range(24)))
+    req = HybridRequest("b", list(range(24)) + [7, 7, 7, 7])
+    assert cache.admit(req, 28)
+    assert req.hit == 24 and req.limited_by is None
+
+
+def test_window_blocks_freed_then_evicted_limit_a_later_hit():
+    cache = HybridCache(GROUPS, 16, B)
+    run(cache, "a", list(range(24)))
+    # the window blocks freed while "a" ran wait at the free queue's head: an unrelated prompt evicts them
+    run(cache, "c", [500 + i for i in range(12)], outputs=0)
+    # "b" shares a's first 16 tokens: the full group holds them, the window group evicted them
+    b = HybridRequest("b", list(range(16)) + [99] * 8)
+    assert cache.admit(b, 24)
+    assert b.hit == 0 and b.limited_by == 0
+    assert b.found.per_group[1] == 16
+    cache.free(b)
+
+
+def test_a_hit_longer_than_the_window_survives_the_eviction_of_its_early_window_blocks():
+    cache = HybridCache(GROUPS, 16, B)
+    run(cache, "a", list(range(24)))
+    run(cache, "c", [500 + i for i in range(12)], outputs=0)
+    # a's window blocks 4-5 (tokens 16-23) are still cached: a hit at 24 needs only them
+    d = HybridRequest("d", list(range(24)) + [99] * 4)
+    assert cache.admit(d, 28)
+    assert d.hit == 24
+
+
+def test_the_match_unit_limits_a_hit():
+    cache = HybridCache(GROUPS, 64, B, prefix_match_unit=16)
+    run(cache, "a", list(range(24)))
+    req = HybridRequest("b", list(range(24)) + [7] * 4)
+    assert cache.admit(req, 28)
+    assert req.hit == 16
+
+
+def test_groups_share_the_pool_and_a_prompt_that_does_not_fit_waits():
+    cache = HybridCache(GROUPS, 10, B)
+    # 20 tokens: 5 blocks in each group, 10 of the 9 free
+    assert not cache.admit(HybridRequest("big", list(range(20))), 20)
+    assert cache.free_blocks == 9
+    assert cache.admit(HybridRequest("fits", list(range(16))), 16)
