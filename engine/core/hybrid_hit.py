@@ -14,6 +14,11 @@ down to the match unit; the full group goes first (it bounds the rest), then eac
 cut sends the candidate round the groups again until none cuts it (vLLM's
 `HybridKVCacheCoordinator.find_longest_cache_hit`). `limited_by` names the group that cut the hit last, so an
 explainer can say which group limited it.
+
+What a window or Mamba-style group keeps cached is its own matter (vLLM's `prefix_cache_retention_interval`):
+`retained_blocks` says which of a request's blocks such a group caches. vLLM 0.32's default (0) keeps only the
+blocks a later request can resume at: the run before the prompt's last token, and the run before a shared-prefix
+junction (where the full group found more than the others could serve).
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class HybridHit:
     # what each group could serve on its own, up to the bound (group index -> tokens)
     per_group: dict = field(default_factory=dict)
     bound: int = 0
+    # the longest hit one group found before the others cut it (vLLM's shared-prefix junction when longer
+    # than `tokens`: the full group's, where there is one)
+    longest: int = 0
 
 
 def contiguous_blocks(window: int, block_size: int) -> int:
@@ -117,7 +125,9 @@ def hybrid_hit(
                 hit, limited = got, m[0]
         if hit == start:
             break
-    return HybridHit(hit, limited, per_group, bound)
+    first = members[0][0]
+    longest = per_group[first] if groups[first].kind == FULL else max(per_group.values(), default=0)
+    return HybridHit(hit, limited, per_group, bound, max(longest, hit))
 
 
 def _unit(block_size: int, prefix_match_unit: int | None) -> int:
@@ -129,6 +139,28 @@ def _unit(block_size: int, prefix_match_unit: int | None) -> int:
             "give a multiple of it"
         )
     return prefix_match_unit
+
+
+def retained_blocks(
+    group: KVGroup, block_size: int, boundaries: tuple[int, ...], unit: int, interval: int | None = 0
+) -> Callable[[int], bool] | None:
+    """Which logical blocks a group caches (None: all of them): with `interval` None every block; 0 the run a
+    hit needs before each of `boundaries` (token positions: the prompt's last token, a junction); N > 0 also
+    the run before every multiple of N tokens."""
+    if group.kind == FULL or interval is None:
+        return None
+    need = contiguous_blocks(group.window or 1, block_size) if group.kind == SLIDING else 1
+    ends = [b // unit * unit // block_size for b in boundaries if b > 0]
+    per = interval // block_size if interval else 0
+    if per and need >= per:
+        return None
+
+    def kept(i: int) -> bool:
+        if per and i % per >= per - need:
+            return True
+        return any(end - need <= i < end for end in ends)
+
+    return kept
 
 
 def groups_from_layers(layer_types: list[str], window: int | None) -> list[KVGroup]:

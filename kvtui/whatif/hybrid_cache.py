@@ -12,6 +12,9 @@ share one block pool, for the what-if twin (hybrid_timeline.py). Torch-free.
     append    a sliding-window group first frees the blocks that left the window of the tokens computed so
               far (newest first: they stay cached until evicted), then every group gets room for the token
     free      each group's blocks, in group order, newest first (the tail blocks are evicted first)
+    retain    a window or Mamba-style group caches only the blocks a later hit can use (vLLM's
+              prefix_cache_retention_interval, 0 by default: the run before the prompt's last token and the
+              run before a shared-prefix junction; None: every block)
 
 The request's `hit` is what vLLM reports as its cached tokens; `limits` names the group that cut it.
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from engine.core.hybrid_hit import FULL, MAMBA, SLIDING, KVGroup, hybrid_hit
+from engine.core.hybrid_hit import FULL, MAMBA, SLIDING, KVGroup, hybrid_hit, retained_blocks
 
 NULL = 0
 
@@ -47,15 +50,28 @@ class HybridRequest:
     computed: int = 0
     hit: int = 0
     limited_by: int | None = None
-    # the first admission's hybrid hit (engine/core/hybrid_hit.py's HybridHit)
+    # the first admission's hybrid hit (engine/core/hybrid_hit.py's HybridHit) and its junction
     found: object = None
+    junction: int = 0
+    prompt_tokens: int = 0
+
+    def __post_init__(self):
+        self.prompt_tokens = self.prompt_tokens or len(self.tokens)
 
 
 class HybridCache:
-    def __init__(self, groups: list[KVGroup], num_blocks: int, block_size: int, prefix_match_unit=None):
+    def __init__(
+        self,
+        groups: list[KVGroup],
+        num_blocks: int,
+        block_size: int,
+        prefix_match_unit=None,
+        retention_interval: int | None = 0,
+    ):
         self.groups = groups
         self.block_size = block_size
         self.unit = prefix_match_unit
+        self.retention = retention_interval
         self.free_queue: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))
         self.ref = [0] * num_blocks
         self.key: list[tuple | None] = [None] * num_blocks
@@ -114,7 +130,10 @@ class HybridCache:
         if self.blocks_to_admit(req, hit, tokens) > self.free_blocks:
             return False
         req.hit, req.limited_by = hit, found.limited_by
-        req.found = req.found or found
+        if req.found is None:
+            req.found = found
+            # vLLM's shared-prefix junction: the full group found more than the hit
+            req.junction = found.longest if found.longest > hit else 0
         req.blocks, req.cached = [], []
         for g, group in enumerate(self.groups):
             first = self._kept_from(group, hit)
@@ -166,16 +185,17 @@ class HybridCache:
     def _cache(self, req: HybridRequest) -> None:
         full = min(req.computed, len(req.tokens)) // self.block_size
         hashes = self._hashes(req)
-        for g in range(len(self.groups)):
+        unit = self.unit or self.block_size
+        boundaries = (req.prompt_tokens - 1, req.junction)
+        for g, group in enumerate(self.groups):
             row = req.blocks[g]
-            mamba = self.groups[g].kind == MAMBA
+            kept = retained_blocks(group, self.block_size, boundaries, unit, self.retention)
             for i in range(req.cached[g], min(full, len(hashes))):
                 b = row[i]
-                if mamba and (i + 1) * self.block_size % (self.unit or self.block_size):
+                if b == NULL or self.key[b] is not None or (kept is not None and not kept(i)):
                     continue
-                if b != NULL and self.key[b] is None:
-                    self.key[b] = (g, hashes[i])
-                    self.cached.setdefault((g, hashes[i]), []).append(b)
+                self.key[b] = (g, hashes[i])
+                self.cached.setdefault((g, hashes[i]), []).append(b)
             req.cached[g] = max(req.cached[g], full)
 
     def free(self, req: HybridRequest) -> None:

@@ -151,3 +151,37 @@ class HybridTimeline:
         if entry in self.running:
             self.cache.free(entry.req)
             self.running.remove(entry)
+
+
+def hybrid_job(shared, job) -> dict:
+    """runs.py's simulated job for a configuration with KV-cache groups: the twin above at the configuration's
+    pool (its capacity in blocks, shared by the groups) and block size."""
+    import time
+
+    requests, _ = shared
+    config = job.config
+    started = time.perf_counter()
+    twin = HybridTimeline(
+        list(config.kv_groups), config.num_blocks, config.block_size, config.prefix_match_unit
+    )
+    hits = twin.run(requests)
+    prompt = sum(r.num_prompt_tokens for r in requests)
+    causes: dict[str, int] = {}
+    for _, missed in hits.values():
+        for cause, tokens in missed.items():
+            causes[cause] = causes.get(cause, 0) + tokens
+    point = {
+        "capacity_tokens": config.capacity_tokens,
+        "block_size": config.block_size,
+        "eviction": "lru",
+        "method": "simulated",
+        "token_hit_rate": sum(h for h, _ in hits.values()) / prompt if prompt else 0.0,
+        "misses": causes,
+        "kv_groups": len(config.kv_groups),
+        "prefix_match_unit": config.prefix_match_unit or config.block_size,
+        "evictions": twin.cache.evictions,
+        "preemptions": len(twin.preempted),
+        "wall_seconds": round(time.perf_counter() - started, 3),
+    }
+    point.update({k: getattr(config, k) for k in job.vary})
+    return {"point": point, "misses": causes, "detail": None, "hits": hits if job.want_hits else None}

@@ -1,6 +1,7 @@
 """vLLM's hybrid cache with no model: groups sharing one pool, window blocks freed while a request runs (cached
-until evicted, and evicted first), and hits by the hybrid rule. Blocks of 4 tokens, a window of 8 (a hit needs
-the 2 blocks before its point in the window group)."""
+until evicted, and evicted first), hits by the hybrid rule, and what a window group keeps cached (every block,
+or vLLM 0.32's default: the runs a later hit can resume at). Blocks of 4 tokens, a window of 8 (a hit needs the
+2 blocks before its point in the window group)."""
 
 from engine.core.hybrid_hit import FULL, SLIDING, KVGroup
 from kvtui.whatif.hybrid_cache import HybridCache, HybridRequest
@@ -22,7 +23,7 @@ def run(cache: HybridCache, rid: str, tokens: list[int], outputs: int = 1) -> Hy
 
 
 def test_a_window_group_frees_the_blocks_that_left_its_window_while_the_request_runs():
-    cache = HybridCache(GROUPS, 16, B)
+    cache = HybridCache(GROUPS, 16, B, retention_interval=None)
     req = HybridRequest("a", list(range(24)))
     assert cache.admit(req, 24)
     # 6 blocks in each group
@@ -38,7 +39,7 @@ def test_a_window_group_frees_the_blocks_that_left_its_window_while_the_request_
 
 
 def test_a_full_hit():
-    cache = HybridCache(GROUPS, 64, B)
+    cache = HybridCache(GROUPS, 64, B, retention_interval=None)
     run(cache, "a", list(range(24)))
     req = HybridRequest("b", list(range(24)) + [7, 7, 7, 7])
     assert cache.admit(req, 28)
@@ -46,7 +47,7 @@ def test_a_full_hit():
 
 
 def test_window_blocks_freed_then_evicted_limit_a_later_hit():
-    cache = HybridCache(GROUPS, 16, B)
+    cache = HybridCache(GROUPS, 16, B, retention_interval=None)
     run(cache, "a", list(range(24)))
     # the window blocks freed while "a" ran wait at the free queue's head: an unrelated prompt evicts them
     run(cache, "c", [500 + i for i in range(12)], outputs=0)
@@ -59,7 +60,7 @@ def test_window_blocks_freed_then_evicted_limit_a_later_hit():
 
 
 def test_a_hit_longer_than_the_window_survives_the_eviction_of_its_early_window_blocks():
-    cache = HybridCache(GROUPS, 16, B)
+    cache = HybridCache(GROUPS, 16, B, retention_interval=None)
     run(cache, "a", list(range(24)))
     run(cache, "c", [500 + i for i in range(12)], outputs=0)
     # a's window blocks 4-5 (tokens 16-23) are still cached: a hit at 24 needs only them
@@ -69,7 +70,7 @@ def test_a_hit_longer_than_the_window_survives_the_eviction_of_its_early_window_
 
 
 def test_the_match_unit_limits_a_hit():
-    cache = HybridCache(GROUPS, 64, B, prefix_match_unit=16)
+    cache = HybridCache(GROUPS, 64, B, prefix_match_unit=16, retention_interval=None)
     run(cache, "a", list(range(24)))
     req = HybridRequest("b", list(range(24)) + [7] * 4)
     assert cache.admit(req, 28)
@@ -77,8 +78,35 @@ def test_the_match_unit_limits_a_hit():
 
 
 def test_groups_share_the_pool_and_a_prompt_that_does_not_fit_waits():
-    cache = HybridCache(GROUPS, 10, B)
+    cache = HybridCache(GROUPS, 10, B, retention_interval=None)
     # 20 tokens: 5 blocks in each group, 10 of the 9 free
     assert not cache.admit(HybridRequest("big", list(range(20))), 20)
     assert cache.free_blocks == 9
     assert cache.admit(HybridRequest("fits", list(range(16))), 16)
+
+
+def test_by_default_a_window_group_caches_only_the_run_before_the_prompts_last_token():
+    cache = HybridCache(GROUPS, 64, B)
+    run(cache, "a", list(range(24)))
+    # the run before token 23, aligned to 20: the window group cached blocks 3 and 4 only
+    assert sorted(
+        i for i in range(6) if (0, cache._hashes(HybridRequest("x", list(range(24))))[i]) in cache.cached
+    ) == [3, 4]
+    # the same prompt again resumes there
+    again = HybridRequest("again", list(range(24)))
+    assert cache.admit(again, 24) and again.hit == 20
+    cache.free(again)
+
+
+def test_a_sibling_sharing_a_head_misses_in_the_window_group_and_leaves_a_junction_for_the_next():
+    cache = HybridCache(GROUPS, 64, B)
+    run(cache, "a", list(range(16)) + [100 + i for i in range(12)])
+    # "b" shares a's first 16 tokens: the full group holds them, the window group kept only a's last run
+    b = HybridRequest("b", list(range(16)) + [200 + i for i in range(12)])
+    assert cache.admit(b, 28)
+    assert b.hit == 0 and b.limited_by == 0 and b.junction == 16
+    cache.free(b)
+    # b cached the window group's run before the junction: "c" resumes at 16
+    c = HybridRequest("c", list(range(16)) + [300 + i for i in range(12)])
+    assert cache.admit(c, 28)
+    assert c.hit == 16
