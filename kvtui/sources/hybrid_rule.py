@@ -80,9 +80,10 @@ class HybridFleet:
         with self.lock:
             self.fleet.apply_all(events)
             if not self.groups:
-                self._learn(events)
+                self.learn(events)
 
-    def _learn(self, events) -> None:
+    def learn(self, events) -> None:
+        """The groups' kinds and windows from stored blocks (the first store of each group)."""
         for e in events:
             if type(e) is KvBlockStored and e.spec_kind in SPEC_KINDS and e.group not in self.learned:
                 kind = SPEC_KINDS[e.spec_kind]

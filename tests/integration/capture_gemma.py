@@ -19,7 +19,21 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "fixtures" / "attach" / "vllm_0.32_gemma3_proxy.jsonl"
 
 
-class GemmaProxy(ProxyRun):
+class HybridProxy(ProxyRun):
+    """kvtui proxy explaining by vLLM's hybrid rule over the attached view (kvtui/sources/hybrid_rule.py; the
+    groups learned from the events), as `kvtui proxy --attach` does."""
+
+    def __init__(self, url: str, attached: Attached, log):
+        from kvtui.sources.hybrid_rule import HybridFleet
+
+        hybrid = HybridFleet(attached.fleet)
+        hybrid.lock = attached.lock
+        # the attached view folds the events; the hybrid view learns the groups from them
+        attached.sink.batch_listeners.append(hybrid.learn)
+        super().__init__(url, attached, log)
+        self.proxy.explain = hybrid.explain
+        hybrid.in_flight = self.proxy.in_flight
+
     def post(self, ids: list[int], max_tokens: int = 8) -> dict:
         return completion(f"http://127.0.0.1:{self.proxy.port}", ids, max_tokens)
 
@@ -28,11 +42,15 @@ def record(server, out: Path, nonce: str = "") -> list[dict]:
     """The workload through a proxy logging to `out`; the proxy's records."""
     from transformers import AutoTokenizer
 
+    if not (GEMMA_DIR / "config.json").exists():
+        from engine.models.packaged import prepared_dir
+
+        prepared_dir("gemma3")
     tokenizer = AutoTokenizer.from_pretrained(str(GEMMA_DIR))
     attached = Attached(f"{server.events},replay={server.replay},metrics={server.url}/metrics,name=vllm")
     try:
         with open(out, "w") as log:
-            run = GemmaProxy(server.url, attached, log)
+            run = HybridProxy(server.url, attached, log)
             try:
                 sent = run_workload(run.post, attached.settle, run.forwarded, tokenizer, nonce)
                 run.wait(sent)
