@@ -150,7 +150,11 @@ class VllmServer:
                 return f"exited with {self.proc.returncode}"
             if self.healthy():
                 return ""
-            if complete_at is None and "startup complete" in self._log_since(offset):
+            since = self._log_since(offset)
+            # the API server outlives an engine core that died starting (seen while another server started)
+            if "EngineCore failed to start" in since:
+                return "its engine core failed to start"
+            if complete_at is None and "startup complete" in since:
                 complete_at = time.monotonic()
             # "startup complete" logged and still not listening: the stuck start
             if complete_at is not None and time.monotonic() - complete_at > 30:
