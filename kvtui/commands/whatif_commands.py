@@ -322,7 +322,8 @@ def whatif(
     if server.get("enable_prefix_caching") is False:
         caching = [False]
     configs = sweep_configs(plan.caps, sizes, policies, batch, caching, cost, not whole_blocks, tiers)
-    configs, method = hybrid_configs(configs, loaded, kv_config, prefix_match_unit, method)
+    kv_dtype = plan.precisions[0].kv_dtype if plan.precisions else None
+    configs, method = hybrid_configs(configs, loaded, kv_config, prefix_match_unit, method, kv_dtype)
     if trace_out:
         check_trace_out(loaded, workers, ray_address, method, request_slice)
     opts = SweepOptions(

@@ -19,21 +19,32 @@ def hybrid_options(command):
     )(command)
 
 
-def hybrid_configs(configs: list, loaded, kv_config: str | None, unit: int | None, method: str):
+def hybrid_configs(
+    configs: list, loaded, kv_config: str | None, unit: int | None, method: str, kv_dtype=None
+):
     """The configurations with the model's groups, and the method to run (a hybrid model runs simulated
     only). Unchanged when no group is hybrid and no unit is asked."""
     from engine.core.hybrid_hit import KVGroup
-    from kvtui.whatif.hybrid_groups import describe, groups_from_config, groups_from_server, is_hybrid
+    from kvtui.whatif.hybrid_groups import (
+        describe,
+        groups_from_config,
+        groups_from_server,
+        is_hybrid,
+        layer_bytes_per_token,
+    )
 
+    layer_bytes = None
     try:
         groups = groups_from_server(getattr(loaded, "server", None))
         if kv_config:
             from engine.models.kv_budget import ConfigError, load_config
 
             try:
-                groups = groups_from_config(load_config(kv_config)[0])
+                config = load_config(kv_config)[0]
             except ConfigError as exc:
                 raise click.ClickException(str(exc)) from None
+            groups = groups_from_config(config)
+            layer_bytes = layer_bytes_per_token(config, kv_dtype) if kv_dtype else None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if not is_hybrid(groups) and not unit:
@@ -49,7 +60,7 @@ def hybrid_configs(configs: list, loaded, kv_config: str | None, unit: int | Non
             "share a pool or a match unit: use --method simulated"
         )
     groups = tuple(groups) or (KVGroup(),)
-    loaded.notes.append(describe(list(groups), unit, configs[0].block_size))
+    loaded.notes.append(describe(list(groups), unit, configs[0].block_size, layer_bytes))
     if method == "both":
         loaded.notes.append(
             "the one-pass curve is left out: it models one full-attention group, not groups sharing a pool"

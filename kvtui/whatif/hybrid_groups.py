@@ -43,12 +43,39 @@ def is_hybrid(groups: list[KVGroup]) -> bool:
     return any(g.kind != FULL for g in groups)
 
 
-def describe(groups: list[KVGroup], unit: int | None, block_size: int) -> str:
+# bytes of one K/V element by precision name
+ITEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1}
+
+
+def layer_bytes_per_token(config: dict, kv_dtype: str) -> int | None:
+    """One attention layer's K and V bytes a token (None when the config does not say its heads)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    heads = text.get("num_key_value_heads") or text.get("num_attention_heads")
+    dim = text.get("head_dim") or (
+        text["hidden_size"] // text["num_attention_heads"]
+        if text.get("hidden_size") and text.get("num_attention_heads")
+        else None
+    )
+    item = ITEM_BYTES.get(kv_dtype)
+    return 2 * heads * dim * item if heads and dim and item else None
+
+
+def describe(groups: list[KVGroup], unit: int | None, block_size: int, layer_bytes: int | None = None) -> str:
+    """The run's note on its groups; with one layer's K/V bytes a token, each group's block (vLLM's page: its
+    layers' K/V of `block_size` tokens)."""
     kinds: dict[str, int] = {}
     for g in groups:
         kinds[g.label()] = kinds.get(g.label(), 0) + 1
     parts = ", ".join(f"{n} {label}" for label, n in kinds.items())
-    return (
+    text = (
         f"KV-cache groups: {parts}, sharing one pool (a capacity is the pool's blocks; each group takes its own "
         f"blocks from it); hits by vLLM's hybrid rule, in multiples of {unit or block_size} tokens"
     )
+    if layer_bytes and all(g.layers for g in groups):
+        shares = sorted({len(g.layers) for g in groups if g.kind != MAMBA})
+        text += "; " + ", ".join(
+            f"{n} attention layer(s) a group: {layer_bytes * n:,} bytes a token, {layer_bytes * n * block_size:,} "
+            "a block"
+            for n in shares
+        )
+    return text

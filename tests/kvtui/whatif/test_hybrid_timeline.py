@@ -33,6 +33,8 @@ def test_the_hybrid_twin_is_exact_on_every_request_of_the_gemma_log():
     assert fidelity["mae_points"] == 0
     point = report["points"][0]
     assert point["kv_groups"] == 6 and point["capacity_tokens"] == 512 * 32
+    # a group's page: 3 layers x K and V x 1 KV head x 256 x 4 bytes (the config's float32)
+    assert any("3 attention layer(s) a group: 6,144 bytes a token" in note for note in report["notes"])
 
 
 def test_one_full_attention_group_misses_what_the_window_groups_did():
