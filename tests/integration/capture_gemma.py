@@ -26,10 +26,9 @@ class HybridProxy(ProxyRun):
     def __init__(self, url: str, attached: Attached, log):
         from kvtui.sources.hybrid_rule import HybridFleet
 
+        # the attached view folds the events (and learns the groups from them)
         hybrid = HybridFleet(attached.fleet)
         hybrid.lock = attached.lock
-        # the attached view folds the events; the hybrid view learns the groups from them
-        attached.sink.batch_listeners.append(hybrid.learn)
         super().__init__(url, attached, log)
         self.proxy.explain = hybrid.explain
         hybrid.in_flight = self.proxy.in_flight
