@@ -47,7 +47,14 @@ disagreement means kvtui's picture of the cache is wrong or incomplete.
     help="The served model's config.json or directory: its KV-cache groups (a hybrid model's window and Mamba "
     "layers), written into the log's server settings; with --attach the prediction follows vLLM's hybrid rule.",
 )
-def proxy(upstream, listen, log_path, attach_sources, topic, quiet, kv_config):
+@click.option(
+    "--prefix-match-unit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The server's prefix_match_unit when it set one: hits only in multiples of it (written into the log's "
+    "server settings) [the block size].",
+)
+def proxy(upstream, listen, log_path, attach_sources, topic, quiet, kv_config, prefix_match_unit):
     import asyncio
     import os
 
@@ -78,7 +85,7 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet, kv_config):
             raise click.UsageError(str(exc)) from None
         sink = TraceSink()
         # the hybrid rule where the groups (--kv-config's, or the events') are hybrid, else fleet_explain's
-        locked = HybridFleet(FleetState({}), groups)
+        locked = HybridFleet(FleetState({}), groups, prefix_match_unit)
         sink.batch_listeners.append(locked.fold)
         attacher = Attacher(sources, sink)
         explain = locked.explain
@@ -89,6 +96,8 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet, kv_config):
         raise click.UsageError(str(exc)) from None
     if groups:
         server.server_extra["kv_groups"] = [{"kind": g.kind, "window": g.window} for g in groups]
+    if prefix_match_unit:
+        server.server_extra["prefix_match_unit"] = prefix_match_unit
     if locked is not None:
         locked.in_flight = server.in_flight
     if not quiet:

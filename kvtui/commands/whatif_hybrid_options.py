@@ -47,6 +47,7 @@ def hybrid_configs(
             layer_bytes = layer_bytes_per_token(config, kv_dtype) if kv_dtype else None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    unit = unit or (getattr(loaded, "server", None) or {}).get("prefix_match_unit")
     if not is_hybrid(groups) and not unit:
         return configs, method
     if unit and any(unit % c.block_size for c in configs):

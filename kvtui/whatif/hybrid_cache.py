@@ -83,6 +83,10 @@ class HybridCache:
     def free_blocks(self) -> int:
         return len(self.free_queue)
 
+    def never_fits(self, tokens: int) -> bool:
+        """Whether room for `tokens` in every group exceeds the whole pool (such a request never runs)."""
+        return len(self.groups) * -(-tokens // self.block_size) > len(self.ref) - 1
+
     # ------------------------------------------------------------------ the hit
     def find_hit(self, req: HybridRequest):
         hashes = self._hashes(req)

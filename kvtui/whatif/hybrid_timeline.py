@@ -31,8 +31,15 @@ def hybrid_cause(cache: HybridCache, req: HybridRequest, full_hit: int) -> str:
 
 
 class HybridTimeline:
-    def __init__(self, groups, num_blocks: int, block_size: int, prefix_match_unit: int | None = None):
-        self.cache = HybridCache(groups, num_blocks, block_size, prefix_match_unit)
+    def __init__(
+        self,
+        groups,
+        num_blocks: int,
+        block_size: int,
+        prefix_match_unit: int | None = None,
+        retention_interval: int | None = 0,
+    ):
+        self.cache = HybridCache(groups, num_blocks, block_size, prefix_match_unit, retention_interval)
         self.events: list[tuple] = []
         self.live: dict[str, _Live] = {}
         self.waiting: list[_Live] = []
@@ -66,7 +73,7 @@ class HybridTimeline:
     def _one_by_one(self, requests) -> dict:
         for item in requests:
             req = HybridRequest(item.request_id, list(item.prompt_token_ids()), item.cache_salt)
-            if not self.cache.admit(req, len(req.tokens)):
+            if self.cache.never_fits(len(req.tokens)) or not self.cache.admit(req, len(req.tokens)):
                 self.refused.append(item.request_id)
                 self.hits[item.request_id] = (0, {"too_large": len(req.tokens)})
                 continue
@@ -106,6 +113,12 @@ class HybridTimeline:
             req = entry.req
             # a readmission brings back what it had produced (its K/V computed again)
             need = item.num_prompt_tokens + (0 if first else entry.produced - 1)
+            if cache.never_fits(item.num_prompt_tokens + len(item.output_token_ids)):
+                self.refused.append(item.request_id)
+                self.hits[item.request_id] = (0, {"too_large": item.num_prompt_tokens})
+                entry.finished = True
+                self.waiting.pop(0)
+                continue
             req.tokens = list(item.prompt_token_ids()) + list(
                 item.output_token_ids[: max(0, entry.produced - 1)]
             )

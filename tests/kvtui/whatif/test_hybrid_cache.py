@@ -110,3 +110,16 @@ def test_a_sibling_sharing_a_head_misses_in_the_window_group_and_leaves_a_juncti
     c = HybridRequest("c", list(range(16)) + [300 + i for i in range(12)])
     assert cache.admit(c, 28)
     assert c.hit == 16
+
+
+def test_a_request_larger_than_the_pool_is_refused_and_the_queue_goes_on():
+    from kvtui.whatif.hybrid_timeline import HybridTimeline
+    from kvtui.whatif.requests import SimRequest
+
+    requests = [
+        SimRequest("huge", 0.0, list(range(40)), [1, 2]),
+        SimRequest("small", 1.0, list(range(8)), [1, 2]),
+    ]
+    hits = HybridTimeline(GROUPS, 10, B, retention_interval=None).run(requests)
+    assert hits["huge"] == (0, {"too_large": 40})
+    assert "small" in hits

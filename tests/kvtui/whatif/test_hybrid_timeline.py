@@ -71,3 +71,21 @@ def test_a_match_unit_lowers_the_hits_and_the_one_pass_curve_is_refused():
     assert result.exit_code != 0 and "one full-attention group" in result.output
     result = CliRunner().invoke(main, ["whatif", LOG, "-q", "--prefix-match-unit", "48"])
     assert result.exit_code != 0 and "not a multiple" in result.output
+
+
+def test_the_groups_and_the_unit_from_the_logs_server_settings(tmp_path):
+    """A log the proxy wrote with --kv-config and --prefix-match-unit needs neither option again."""
+    groups = [{"kind": "sliding_window", "window": 512}] * 5 + [{"kind": "full", "window": None}]
+    with open(LOG) as f, open(tmp_path / "log.jsonl", "w") as out:
+        for line in f:
+            record = json.loads(line)
+            record["server"].update(kv_groups=groups, prefix_match_unit=512)
+            out.write(json.dumps(record) + "\n")
+    result = CliRunner().invoke(main, ["whatif", str(tmp_path / "log.jsonl"), "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    point = json.loads(result.output)["points"][0]
+    assert point["kv_groups"] == 6 and point["prefix_match_unit"] == 512
+    assert (
+        point["token_hit_rate"]
+        == whatif("--kv-config", CONFIG, "--prefix-match-unit", "512")["points"][0]["token_hit_rate"]
+    )
