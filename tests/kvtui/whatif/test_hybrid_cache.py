@@ -123,3 +123,23 @@ def test_a_request_larger_than_the_pool_is_refused_and_the_queue_goes_on():
     hits = HybridTimeline(GROUPS, 10, B, retention_interval=None).run(requests)
     assert hits["huge"] == (0, {"too_large": 40})
     assert "small" in hits
+
+
+def test_a_mamba_style_group_keeps_a_state_only_at_a_unit_boundary():
+    from engine.core.hybrid_hit import MAMBA
+
+    groups = [KVGroup(MAMBA), KVGroup(FULL)]
+    cache = HybridCache(groups, 64, B, prefix_match_unit=8)
+    run(cache, "a", list(range(20)))
+    # the state before a's last token (19, at the unit boundary 16) is kept: the same head resumes there
+    again = HybridRequest("again", list(range(16)) + [500] * 8)
+    assert cache.admit(again, 24) and again.hit == 16
+    cache.free(again)
+    # a sibling sharing 12 tokens: the full group holds 8 of them in units, the Mamba group no state at 8
+    b = HybridRequest("b", list(range(12)) + [600] * 12)
+    assert cache.admit(b, 24)
+    assert b.hit == 0 and b.limited_by == 0 and b.junction == 8
+    cache.free(b)
+    # b kept the state at its junction: the next sibling resumes at 8
+    c = HybridRequest("c", list(range(12)) + [700] * 12)
+    assert cache.admit(c, 24) and c.hit == 8
