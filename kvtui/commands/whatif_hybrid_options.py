@@ -62,6 +62,13 @@ def hybrid_configs(
         )
     groups = tuple(groups) or (KVGroup(),)
     loaded.notes.append(describe(list(groups), unit, configs[0].block_size, layer_bytes))
+    from kvtui.whatif.timeline import on_the_clock
+
+    if on_the_clock(loaded.requests) is None:
+        loaded.notes.append(
+            "the groups run without the server's clock (no answers' times in this workload): one request after "
+            "another, each admitted, decoded and freed before the next"
+        )
     if method == "both":
         loaded.notes.append(
             "the one-pass curve is left out: it models one full-attention group, not groups sharing a pool"

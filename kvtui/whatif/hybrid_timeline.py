@@ -198,3 +198,14 @@ def hybrid_job(shared, job) -> dict:
     }
     point.update({k: getattr(config, k) for k in job.vary})
     return {"point": point, "misses": causes, "detail": None, "hits": hits if job.want_hits else None}
+
+
+def hybrid_ceiling(requests, config) -> float:
+    """The token hit rate of a pool that never evicts, for the configuration's groups (what its groups keep
+    cached still limits it)."""
+    total = sum(r.num_prompt_tokens + r.num_output_tokens for r in requests)
+    blocks = (total // config.block_size + 2 * len(requests) + 1) * len(config.kv_groups) + 1
+    twin = HybridTimeline(list(config.kv_groups), blocks, config.block_size, config.prefix_match_unit)
+    hits = twin.run(requests)
+    prompt = sum(r.num_prompt_tokens for r in requests)
+    return sum(h for h, _ in hits.values()) / prompt if prompt else 0.0

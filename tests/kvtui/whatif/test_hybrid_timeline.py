@@ -42,6 +42,14 @@ def test_one_full_attention_group_misses_what_the_window_groups_did():
     assert fidelity["equal"] < fidelity["requests"]
 
 
+def test_the_ceiling_is_the_groups_own():
+    """A pool that never evicts still misses what the window groups never kept: below one group's ceiling,
+    above the pool's hit rate."""
+    hybrid, plain = whatif("--kv-config", CONFIG), whatif()
+    rate = hybrid["points"][0]["token_hit_rate"]
+    assert rate < hybrid["ceiling"]["token_hit_rate"] < plain["ceiling"]["token_hit_rate"]
+
+
 def test_the_window_group_is_named_for_the_tokens_it_cost():
     twin = HybridTimeline(groups_from_config(json.load(open(CONFIG))), 512, 32)
     hits = twin.run(load_proxy_log(Path(LOG)).requests)
