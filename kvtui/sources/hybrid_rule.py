@@ -48,6 +48,9 @@ class HybridFleet:
                 for other, s in prompts.values()
                 if s == salt
             ]
+            # a junction matters while its prompt is in flight (then vLLM's events say what it kept)
+            live = {(s, tuple(other)) for other, s in prompts.values()}
+            self.junctions = {k: v for k, v in self.junctions.items() if k in live}
             out = []
             for worker in self.fleet.workers.values():
                 result, found = explain_hybrid(self.fleet, worker, ids, groups, self.unit, flying, **options)

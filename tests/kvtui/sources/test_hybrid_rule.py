@@ -84,8 +84,9 @@ def test_a_sibling_in_flight_leaves_the_run_before_its_junction():
     # b forwarded and not yet published: vLLM caches its window blocks 2-3 (before its junction at 16)
     result = view.predict(c, {"b": (b, None)})
     assert result["matched_tokens"] == 16 and result["in_flight_tokens"] == 16
-    # without b in flight the window group has nothing below 16
+    # without b in flight the window group has nothing below 16, and b's junction is forgotten
     assert view.predict(c)["matched_tokens"] == 0
+    assert (None, tuple(b)) not in view.hybrid.junctions
 
 
 FRAMES = "fixtures/attach/vllm_0.32_gemma3_window_frames.jsonl"
