@@ -194,7 +194,7 @@ def _query(text: str, tokenizer):
 def _headless(attacher, sink, duration, queries) -> float:
     """Receive until the duration is over (or Ctrl-C), then print the summary: the seconds it received for."""
     from kvtui.state.fleet import FleetState
-    from kvtui.state.fleet_explain import explain_prompt
+    from kvtui.state.fleet_hybrid import explain_any
     from kvtui.state.fleet_stats import workers_summary
 
     fleet = FleetState(sink.header)
@@ -228,7 +228,7 @@ def _headless(attacher, sink, duration, queries) -> float:
         )
     for text, ids, options in queries:
         click.echo(f"explain {text!r} ({len(ids)} tokens):")
-        for result in explain_prompt(fleet, ids, **options):
+        for result in explain_any(fleet, ids, **options):
             click.echo(f"  {result['message']}")
     return seconds
 

@@ -42,12 +42,25 @@ disagreement means kvtui's picture of the cache is wrong or incomplete.
 )
 @click.option("--topic", default="", help="KV-event topic (with --attach).")
 @click.option("--quiet", is_flag=True, help="No line per request on the terminal.")
-def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
+@click.option(
+    "--kv-config",
+    help="The served model's config.json or directory: its KV-cache groups (a hybrid model's window and Mamba "
+    "layers), written into the log's server settings; with --attach the prediction follows vLLM's hybrid rule.",
+)
+@click.option(
+    "--prefix-match-unit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The server's prefix_match_unit when it set one: hits only in multiples of it (written into the log's "
+    "server settings) [the block size].",
+)
+def proxy(upstream, listen, log_path, attach_sources, topic, quiet, kv_config, prefix_match_unit):
     import asyncio
     import os
 
+    from kvtui.sources.hybrid_rule import HybridFleet
     from kvtui.sources.proxy import Proxy
-    from kvtui.sources.proxy_log import LockedFleet, summary_line
+    from kvtui.sources.proxy_log import summary_line
 
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
@@ -58,7 +71,8 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
         raise click.UsageError(
             f"--log {log_path}: the directory {os.path.dirname(log_path)!r} does not exist"
         )
-    attacher = explain = None
+    attacher = explain = locked = None
+    groups = kv_groups(kv_config)
     if attach_sources:
         from engine.trace import TraceSink
         from kvtui.sources.attach import Attacher
@@ -70,7 +84,8 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
         except SourceError as exc:
             raise click.UsageError(str(exc)) from None
         sink = TraceSink()
-        locked = LockedFleet(FleetState({}))
+        # the hybrid rule where the groups (--kv-config's, or the events') are hybrid, else fleet_explain's
+        locked = HybridFleet(FleetState({}), groups, prefix_match_unit)
         sink.batch_listeners.append(locked.fold)
         attacher = Attacher(sources, sink)
         explain = locked.explain
@@ -79,6 +94,12 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
         server = Proxy(upstream, host or "127.0.0.1", int(port), log=log, explain=explain)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if groups:
+        server.server_extra["kv_groups"] = [{"kind": g.kind, "window": g.window} for g in groups]
+    if prefix_match_unit:
+        server.server_extra["prefix_match_unit"] = prefix_match_unit
+    if locked is not None:
+        locked.in_flight = server.in_flight
     if not quiet:
         server.on_record.append(lambda record: click.echo(summary_line(record)))
     # a client's 502 is said even with --quiet
@@ -126,3 +147,17 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
 
 
 COMMANDS = [proxy]
+
+
+def kv_groups(kv_config: str | None) -> list:
+    """--kv-config's KV-cache groups when they are hybrid, else []."""
+    if not kv_config:
+        return []
+    from engine.models.kv_budget import ConfigError, load_config
+    from kvtui.whatif.hybrid_groups import groups_from_config, is_hybrid
+
+    try:
+        groups = groups_from_config(load_config(kv_config)[0])
+    except ConfigError as exc:
+        raise click.UsageError(f"--kv-config: {exc}") from None
+    return groups if is_hybrid(groups) else []

@@ -24,6 +24,7 @@ from kvtui.commands.whatif_helpers import (
     server_defaults,
     tokenizer_option,
 )
+from kvtui.commands.whatif_hybrid_options import hybrid_configs, hybrid_options
 from kvtui.commands.whatif_tier_options import tier_options, tiers_from_options
 from kvtui.whatif.cost import CostModel
 from kvtui.whatif.sweep import SweepOptions, run_sweep, sweep_configs
@@ -63,6 +64,7 @@ COST = CostModel()
     help="A model's config.json or directory: bytes per token for byte capacities (and the tiers' loads).",
 )
 @tier_options
+@hybrid_options
 @click.option(
     "--kv-dtype",
     "kv_dtypes",
@@ -237,6 +239,7 @@ def whatif(
     quiet,
     ui,
     as_recorded,
+    prefix_match_unit,
     **tier_args,
 ):
     """What if the cache were different: WORKLOAD (a kvtui trace, a workload JSON, a Mooncake JSONL or a proxy
@@ -319,6 +322,8 @@ def whatif(
     if server.get("enable_prefix_caching") is False:
         caching = [False]
     configs = sweep_configs(plan.caps, sizes, policies, batch, caching, cost, not whole_blocks, tiers)
+    kv_dtype = plan.precisions[0].kv_dtype if plan.precisions else None
+    configs, method = hybrid_configs(configs, loaded, kv_config, prefix_match_unit, method, kv_dtype)
     if trace_out:
         check_trace_out(loaded, workers, ray_address, method, request_slice)
     opts = SweepOptions(

@@ -96,6 +96,8 @@ class Proxy:
         self.log = log
         # token ids -> list of explanations (kvtui/state/fleet_explain.py), or None without attach
         self.explain = explain
+        # settings the server does not publish, written beside its own (`kv_groups`: --kv-config's groups)
+        self.server_extra: dict = {}
         self.stats = ProxyStats()
         self.on_record = []
         # called with one line when a client got a 502 (the upstream could not be reached or said nothing)
@@ -299,7 +301,12 @@ class Proxy:
             if best.get("caveat"):
                 record["caveat"] = best["caveat"]
             size = best.get("block_size") or (self.server_cache or {}).get("block_size") or 0
-            ahead = self.in_flight.served(ids, record["cache_salt"], size)
+            # the hybrid rule (hybrid_rule.py) counts the requests in flight itself, group by group
+            ahead = (
+                0 if best.get("counts_in_flight") else self.in_flight.served(ids, record["cache_salt"], size)
+            )
+            if best.get("in_flight_tokens"):
+                record["in_flight_tokens"] = best["in_flight_tokens"]
             if ahead > record["predicted_cached"]:
                 record["predicted_cached"] = record["in_flight_tokens"] = ahead
                 record["explain"] += f"; {ahead} tokens from requests in flight (cached, not yet published)"
@@ -370,7 +377,7 @@ class Proxy:
                 self.stats.disagree += 1
         await self._settings_once()
         if self.server_cache is not None:
-            record["server"] = self.server_cache
+            record["server"] = {**self.server_cache, **self.server_extra}
         self.stats.recorded += 1
         if self.log is not None:
             self.log.write(json.dumps(record) + "\n")

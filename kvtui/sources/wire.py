@@ -117,6 +117,8 @@ def _fast(payload: bytes) -> Batch | None:
         hashes = e.hashes
         if cls is KvBlockStored:
             size, tokens = e.block_size, e.token_ids
+            if tokens and sparse_window_store(tokens, size, hashes):
+                e.token_ids = tokens = []
             if (size <= 0 or len(tokens) != size * len(hashes)) if tokens else size < 0:
                 return None
             parent = e.parent
@@ -212,6 +214,8 @@ def _stored(f: dict) -> KvBlockStored:
     # a store without token ids (an offloading tier's placeholder) may say 0
     if type(size) is not int or size < 0 or (size == 0 and tokens):
         raise WireError(f"BlockStored: block_size is not a positive integer: {size!r}")
+    if tokens and sparse_window_store(tokens, size, hashes):
+        tokens = []
     if tokens and len(tokens) != size * len(hashes):
         raise WireError(f"BlockStored: {len(tokens)} token ids for {len(hashes)} blocks of {size}")
     lora, lora_id, window = f.get("lora_name"), f.get("lora_id"), f.get("kv_cache_spec_sliding_window")
@@ -236,6 +240,13 @@ def _stored(f: dict) -> KvBlockStored:
         locality=_opt_str(f, "locality"),
         ownership=_opt_str(f, "ownership"),
     )
+
+
+def sparse_window_store(tokens: list, size, hashes: list) -> bool:
+    """vLLM 0.32's store of a window or Mamba group under sparse retention: the token ids of every block from
+    the first newly full one to the last, the hashes of only the blocks it kept (which ones, it does not say).
+    Such a store is read as hashes without token ids."""
+    return type(size) is int and size > 0 and len(tokens) > size * len(hashes) and len(tokens) % size == 0
 
 
 def _hashes(f: dict) -> list[int]:

@@ -90,6 +90,8 @@ class FleetState(FleetSources):
         self.orphans: dict[tuple, None] = {}
         # nodes at least one worker holds
         self.held_nodes = 0
+        # KV-cache group -> (kind, sliding window) as the stored blocks name them (a hybrid model's groups)
+        self.group_specs: dict[int, tuple] = {}
         self.index = 0
         self.t = 0.0
         # live: the clock of the stream (rates decay when events stop)
@@ -176,6 +178,8 @@ class FleetState(FleetSources):
                     worker.tier(medium)[2] += n
                 bucket[1] += n
                 continue
+            if e.spec_kind is not None and group not in self.group_specs:
+                self.group_specs[group] = (e.spec_kind, e.sliding_window)
             size, tokens, parent, texts, extra = e.block_size, e.token_ids, e.parent, e.texts, e.extra_keys
             only = _only(medium)
             held = resident = 0

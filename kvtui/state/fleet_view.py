@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvtui.state.fleet import FleetState, HashNode
-from kvtui.state.fleet_explain import explain_prompt, node_salt
+from kvtui.state.fleet_explain import node_salt
+from kvtui.state.fleet_hybrid import explain_any
 from kvtui.state.fleet_sources import SourceCounts
 from kvtui.state.fleet_tiers import ordered
 from kvtui.state.fleet_workers import Worker
@@ -189,7 +190,8 @@ def explain_text(fleet: FleetState | None, ids: list[int], options: dict) -> str
     """The explain tab: a prompt's token ids against every worker, best match first."""
     if fleet is None:
         return "no events yet"
-    results = explain_prompt(fleet, ids, **options)
+    # a hybrid model's groups (the stored blocks name them): vLLM's hybrid rule (fleet_hybrid.py)
+    results = explain_any(fleet, ids, **options)
     lines = [
         f"{len(ids)} prompt tokens against {len(results)} workers (matched by the token ids each stored "
         "block carries; hashes are never recomputed):",

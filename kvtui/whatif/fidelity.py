@@ -36,7 +36,16 @@ def fidelity_section(loaded, cost_hits: dict, config) -> dict:
     if timed is None:
         return {**fidelity(loaded, cost_hits, config), "clock": "cost"}
     cost = fidelity(loaded, cost_hits, config)
-    out = fidelity(loaded, TimelineReplay(config).run(timed), config)
+    if config.kv_groups:
+        from kvtui.whatif.hybrid_timeline import HybridTimeline
+
+        twin = HybridTimeline(
+            config.kv_groups, config.num_blocks, config.block_size, config.prefix_match_unit
+        )
+        replay = twin.run(timed)
+    else:
+        replay = TimelineReplay(config).run(timed)
+    out = fidelity(loaded, replay, config)
     out["clock"] = "recorded"
     out["cost_clock"] = {"equal": cost["equal"], "mae_points": cost["mae_points"]}
     return out

@@ -32,6 +32,10 @@ def simulated_job(shared, job: SimJob) -> dict:
 
     requests, hash_ids = shared
     config = job.config
+    if config.kv_groups:
+        from kvtui.whatif.hybrid_timeline import hybrid_job
+
+        return hybrid_job(shared, job)
     progress = job.progress() if job.progress is not None else None
     result = simulate(requests, config, hash_ids, job.trace_out, progress)
     point = {

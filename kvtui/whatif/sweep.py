@@ -201,6 +201,10 @@ def _one_passes(loaded, sizes, keep_chains, progress) -> dict:
 def _simulated_ceiling(loaded, first, progress) -> float:
     from kvtui.whatif.simulate import simulate
 
+    if first.kv_groups:
+        from kvtui.whatif.hybrid_timeline import hybrid_ceiling
+
+        return hybrid_ceiling(loaded.requests, first)
     n = loaded.num_requests
     total = sum(r.num_prompt_tokens + r.num_output_tokens for r in loaded.requests)
     room = (total // first.block_size + 2 * n + 1) * first.block_size

@@ -59,6 +59,11 @@ class VllmServer:
     extra: tuple = ()
     # an address to connect the event PUB socket to (kvtui attach --bind listens there), instead of binding
     connect_events: str | None = None
+    # the model directory (None: the setup script's SmolLM2), the name clients ask for, the pool and dtype
+    model: str | None = None
+    served_name: str = "smollm2"
+    num_blocks: int = NUM_BLOCKS
+    dtype: str = "bfloat16"
     proc: subprocess.Popen | None = None
     starts: int = 0
 
@@ -88,15 +93,15 @@ class VllmServer:
             "-m",
             "vllm.entrypoints.openai.api_server",
             "--model",
-            model_dir(),
+            self.model or model_dir(),
             "--served-model-name",
-            "smollm2",
+            self.served_name,
             "--dtype",
-            "bfloat16",
+            self.dtype,
             "--block-size",
             str(BLOCK_SIZE),
             "--num-gpu-blocks-override",
-            str(NUM_BLOCKS),
+            str(self.num_blocks),
             "--max-model-len",
             "2048",
             "--enable-prefix-caching",
@@ -145,7 +150,11 @@ class VllmServer:
                 return f"exited with {self.proc.returncode}"
             if self.healthy():
                 return ""
-            if complete_at is None and "startup complete" in self._log_since(offset):
+            since = self._log_since(offset)
+            # the API server outlives an engine core that died starting (seen while another server started)
+            if "EngineCore failed to start" in since:
+                return "its engine core failed to start"
+            if complete_at is None and "startup complete" in since:
                 complete_at = time.monotonic()
             # "startup complete" logged and still not listening: the stuck start
             if complete_at is not None and time.monotonic() - complete_at > 30:
