@@ -20,106 +20,17 @@ vLLM held, which the check verifies step by step. Torch-free.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import heapq
 
-from engine.core.hashing import block_hashes
-from kvtui.whatif.server_view import Step, server_steps
+from engine.core.request import Request, SamplingParams
+from kvtui.whatif.server_view import server_steps
 from kvtui.whatif.step_check import StepCheck
+from kvtui.whatif.step_plan import StepPlan, paced
 from kvtui.whatif.timeline import ARRIVE, FEED, FINISH, TimelineReplay, _Live, token_times
 
 # after the arrivals and tokens of its own instant
 CHECK = 3
-# a token's time this close to a server step's is that step's (half a decode step on a loaded CPU server)
-SNAP_S = 0.01
-# a batch may be stamped this much before the proxy's record of a request's forwarding (two clocks)
-SLACK_S = 0.002
-
-
-class StepPlan:
-    """When vLLM admitted each request, and by when each block-filling token was fed, from the steps."""
-
-    def __init__(self, requests, steps: list[Step], block_size: int):
-        self.steps = steps
-        self.admit: dict[str, float] = {}
-        # request id -> the step it was admitted at (None: inferred from its arrival)
-        self.admit_step: dict[str, int | None] = {}
-        # request id -> {output token index: the time it was fed by}
-        self.deadlines: dict[str, dict[int, float]] = {}
-        # twin key -> request ids whose prompt or output holds it (the check names them)
-        self.owners: dict[str, list[str]] = {}
-        # twin key -> its block's index in the token sequence
-        self.position: dict[str, int] = {}
-        prompt_of: dict[str, list] = {}
-        self._keys: dict[str, list[str]] = {}
-        for r in requests:
-            tokens = list(r.prompt) + list(r.output_token_ids or ())
-            keys, _ = block_hashes(tokens, block_size, r.cache_salt)
-            self._keys[r.request_id] = keys
-            for m, key in enumerate(keys):
-                self.owners.setdefault(key, []).append(r.request_id)
-                self.position[key] = m
-                if (m + 1) * block_size <= len(r.prompt):
-                    prompt_of.setdefault(key, []).append(r)
-        self._times = [step.t for step in steps]
-        self.finish = finishes(requests)
-        self._admissions(requests, prompt_of)
-        self._decode_deadlines(requests, block_size)
-
-    def _admissions(self, requests, prompt_of: dict) -> None:
-        order = {r.request_id: i for i, r in enumerate(requests)}
-        waiting = {r.request_id for r in requests}
-        # admitted no later than its first token came back (a whole answer: its end)
-        answered = {
-            r.request_id: r.arrival + (r.timeline[0] or r.timeline[1]) + 2 * SLACK_S for r in requests
-        }
-        for step in self.steps:
-            # one run of blocks is one request's: the earliest waiting request whose prompt holds its first
-            for key in (run[0] for run in step.runs):
-                candidates = [
-                    r
-                    for r in prompt_of.get(key, ())
-                    if r.request_id in waiting and r.arrival <= step.t + SLACK_S <= answered[r.request_id]
-                ]
-                if candidates:
-                    first = min(candidates, key=lambda r: order[r.request_id])
-                    waiting.discard(first.request_id)
-                    self.admit[first.request_id] = step.t
-                    self.admit_step[first.request_id] = step.index
-        latest = float("-inf")
-        for r in requests:
-            if r.request_id in self.admit:
-                latest = max(latest, self.admit[r.request_id])
-            else:
-                self.admit[r.request_id] = max(r.arrival, latest)
-                self.admit_step[r.request_id] = None
-
-    def snap(self, t: float) -> float:
-        """A time within half a decode step of a server step: that step's (a token computed in it)."""
-        i = bisect.bisect_left(self._times, t)
-        near = [self._times[k] for k in (i - 1, i) if 0 <= k < len(self._times)]
-        best = min(near, key=lambda x: abs(x - t), default=t)
-        return best if abs(best - t) <= SNAP_S else t
-
-    def _decode_deadlines(self, requests, block_size: int) -> None:
-        stores: dict[str, list[float]] = {}
-        for step in self.steps:
-            for key in step.stored:
-                stores.setdefault(key, []).append(step.t)
-        for r in requests:
-            prompt, n = len(r.prompt), len(r.output_token_ids or ())
-            admitted = self.admit[r.request_id]
-            out: dict[int, float] = {}
-            for m, key in enumerate(self._keys[r.request_id]):
-                j = (m + 1) * block_size - prompt
-                # a block filled by the step that computed output token j - 1, stored after the admission
-                if 1 <= j <= n - 1:
-                    times = stores.get(key, ())
-                    i = bisect.bisect_left(times, admitted)
-                    if i < len(times):
-                        out[j] = times[i]
-            self.deadlines[r.request_id] = out
 
 
 class StepReplay(TimelineReplay):
@@ -152,6 +63,85 @@ class StepReplay(TimelineReplay):
                 self._finish(self.live[item.request_id])
             self._admit_waiting()
         return {rid: (r.first_matched, dict(r.causes)) for rid, r in self.ledger.requests.items()}
+
+    def _admit_waiting(self) -> None:
+        """timeline.py's queue, with a first admission that computes the prompt's first chunk only (the rest
+        at the steps that stored it: step_plan.py), the output's first token once the prompt is done, and room
+        counted as vLLM counts it (the new blocks, and the cached hit blocks nobody uses, which leave the free
+        queue)."""
+        m = self.manager
+        while self.waiting:
+            entry = self.waiting[0]
+            item = entry.item
+            if entry.finished:
+                self.waiting.pop(0)
+                continue
+            output = item.output_token_ids
+            if len(item.prompt) + len(output) > m.capacity_tokens:
+                self.ledger.too_large(item.request_id, len(item.prompt))
+                entry.finished = True
+                self.waiting.pop(0)
+                continue
+            first = not entry.admitted
+            if entry.req is None:
+                sampling = SamplingParams(max_tokens=len(output))
+                entry.req = Request(item.request_id, item.prompt, sampling, self.now, item.cache_salt)
+            req = entry.req
+            chunks = self.plan.chunks.get(item.request_id) or [(self.now, len(item.prompt))]
+            # a readmission brings back what it had produced (its K/V computed again)
+            if first:
+                need = chunks[0][1]
+            elif entry.prefilled:
+                need = len(item.prompt) + entry.produced - 1
+            else:
+                need = len(item.prompt)
+            if not m.can_allocate(self._blocks_to_admit(req, need)):
+                return
+            self.waiting.pop(0)
+            self.running.append(entry)
+            entry.admitted = True
+            m.admit(req)
+            m.allocate_slots(req, max(0, need - req.num_computed))
+            req.num_computed = max(need, req.num_computed)
+            if first:
+                self.admitted_at[item.request_id] = self.now
+                for k, (t, _) in enumerate(chunks[1:], 1):
+                    heapq.heappush(self.events, (max(t, self.now), FEED, entry.order, -k, item))
+            if req.num_computed >= len(item.prompt) and not entry.prefilled:
+                self._prefilled(entry)
+            m.cache_blocks(req)
+
+    def _blocks_to_admit(self, req: Request, need: int) -> int:
+        m = self.manager
+        tokens = req.tokens
+        hit = m.probe(tokens, req.cache_salt).blocks[: max(len(tokens) - 1, 0) // m.block_size]
+        idle = sum(1 for physical in hit if m.pool.ref_counts[physical] == 0)
+        return max(0, m.pool.blocks_for(need) - len(hit)) + idle
+
+    def _prefilled(self, entry: _Live) -> None:
+        entry.prefilled = True
+        entry.req.output_token_ids.append(entry.item.output_token_ids[0])
+        self._schedule(entry)
+
+    def _feed(self, entry: _Live, j: int) -> None:
+        if j >= 0:
+            return super()._feed(entry, j)
+        # the prefill's next chunk
+        m, req = self.manager, entry.req
+        target = self.plan.chunks[entry.item.request_id][-j][1]
+        if entry not in self.running or entry.finished or req.num_computed >= target:
+            return
+        n = target - req.num_computed
+        while not m.can_append(req, n):
+            victim = self.running[-1]
+            self._preempt(victim)
+            if victim is entry:
+                return
+        m.allocate_slots(req, n)
+        req.num_computed = target
+        if target >= len(entry.item.prompt):
+            self._prefilled(entry)
+        m.cache_blocks(req)
 
     def _schedule(self, entry: _Live) -> None:
         item = entry.item
@@ -193,40 +183,6 @@ def step_replay(requests, batches: list[dict], t0: float, config) -> tuple[dict,
     replay = StepReplay(config, plan)
     hits = replay.run(requests)
     return hits, replay.check.report()
-
-
-def finishes(requests) -> dict[str, float]:
-    """When each request finished: its answer's recorded end, the ends within SNAP_S of each other at the
-    latest of them (vLLM finishes them in one step, and frees them in the order it admitted them, which the
-    replay's order among equal times keeps; the stream's last chunks reach the proxy a few ms apart)."""
-    ends = sorted((r.arrival + r.timeline[1], r.request_id) for r in requests)
-    out: dict[str, float] = {}
-    group: list[str] = []
-    for k, (t, rid) in enumerate(ends):
-        group.append(rid)
-        if k + 1 == len(ends) or ends[k + 1][0] - t > SNAP_S:
-            for member in group:
-                out[member] = t
-            group = []
-    return out
-
-
-def paced(recorded: list[float], anchors: dict[int, float]) -> list[float]:
-    """Each output token's time: at its anchor (a step that stored a block it filled, or the admission for the
-    first), evenly between two anchors, and past the last at the recorded pace to the recorded end (the
-    proxy records a stream's first token and its mean pace, which a long prefill beside it breaks)."""
-    n = len(recorded)
-    points = sorted((j, t) for j, t in anchors.items() if 0 <= j < n)
-    times = list(recorded)
-    for (a, ta), (b, tb) in zip(points, points[1:]):
-        for j in range(a, b + 1):
-            times[j] = ta + (tb - ta) * (j - a) / (b - a)
-    last, t_last = points[-1]
-    if last < n - 1:
-        pace = max(0.0, recorded[-1] - t_last) / (n - 1 - last)
-        for j in range(last, n):
-            times[j] = t_last + pace * (j - last)
-    return times
 
 
 def events_beside(log_path, t0: float) -> list[dict] | None:

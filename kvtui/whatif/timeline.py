@@ -45,6 +45,8 @@ class _Live:
     produced: int = 1
     admitted: bool = False
     finished: bool = False
+    # its whole prompt computed (step_clock.py prefills in chunks)
+    prefilled: bool = False
 
 
 def on_the_clock(requests) -> list | None:
