@@ -148,7 +148,7 @@ class StepReplay(TimelineReplay):
         output = item.output_token_ids
         recorded = token_times(item.arrival, item.timeline, len(output), self.now)
         anchors = {0: self.now, **self.plan.deadlines.get(item.request_id, {})}
-        times = [self.plan.snap(t) for t in paced(recorded, anchors)]
+        times = [self.plan.snap(t) for t in paced(recorded, anchors, self.plan.step_pace)]
         times[-1] = max(times[-1], self.plan.finish[item.request_id])
         for j in range(1, len(output)):
             heapq.heappush(self.events, (max(times[j], self.now), FEED, entry.order, j, item))

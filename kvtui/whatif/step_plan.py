@@ -16,12 +16,15 @@ admission step, the prefill's chunks, and the steps that stored the blocks its o
 from __future__ import annotations
 
 import bisect
+import statistics
 
 from engine.core.hashing import block_hashes
 from kvtui.whatif.server_view import Step
 
 # a token's time this close to a server step's is that step's (half a decode step on a loaded CPU server)
 SNAP_S = 0.01
+# a pace this many times a decode step's is a stall
+STALLED = 1.5
 # a batch may be stamped this much before the proxy's record of a request's forwarding (two clocks)
 SLACK_S = 0.002
 
@@ -125,6 +128,7 @@ class StepPlan:
         for step in self.steps:
             for key in step.stored:
                 stores.setdefault(key, []).append(step.t)
+        paces: list[float] = []
         for r in requests:
             prompt, n = len(r.prompt), len(r.output_token_ids or ())
             admitted = self.admit[r.request_id]
@@ -138,6 +142,10 @@ class StepPlan:
                     if i < len(times):
                         out[j] = times[i]
             self.deadlines[r.request_id] = out
+            marks = sorted(out.items())
+            paces += [(tb - ta) / (b - a) for (a, ta), (b, tb) in zip(marks, marks[1:])]
+        # the decode step: the usual pace between two blocks a request filled
+        self.step_pace = statistics.median(paces) if paces else 0.0
 
 
 def finishes(requests) -> dict[str, float]:
@@ -156,19 +164,22 @@ def finishes(requests) -> dict[str, float]:
     return out
 
 
-def paced(recorded: list[float], anchors: dict[int, float]) -> list[float]:
+def paced(recorded: list[float], anchors: dict[int, float], step: float) -> list[float]:
     """Each output token's time: at its anchor (a step that stored a block it filled, or the admission for the
     first), evenly between two anchors, and past the last at the recorded pace to the recorded end (the
-    proxy records a stream's first token and its mean pace, which a long prefill beside it breaks)."""
+    proxy records a stream's first token and its mean pace, which a long prefill beside it breaks). Where that
+    pace is much slower than a decode `step`, the request stalled (preempted, or queued again): its tokens go at
+    the step's pace from the anchor, and the twin's own preemption makes them wait."""
     n = len(recorded)
     points = sorted((j, t) for j, t in anchors.items() if 0 <= j < n)
+    if points[-1][0] < n - 1:
+        points.append((n - 1, max(recorded[-1], points[-1][1])))
     times = list(recorded)
     for (a, ta), (b, tb) in zip(points, points[1:]):
-        for j in range(a, b + 1):
-            times[j] = ta + (tb - ta) * (j - a) / (b - a)
-    last, t_last = points[-1]
-    if last < n - 1:
-        pace = max(0.0, recorded[-1] - t_last) / (n - 1 - last)
-        for j in range(last, n):
-            times[j] = t_last + pace * (j - last)
+        pace = (tb - ta) / (b - a)
+        if step and pace > STALLED * step:
+            pace = step
+        for j in range(a, b):
+            times[j] = min(ta + pace * (j - a), tb)
+        times[b] = tb
     return times
