@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from dataclasses import dataclass, field
 
 from engine.core.request import Request, SamplingParams
 from kvtui.whatif.server_view import server_steps
@@ -31,6 +32,21 @@ from kvtui.whatif.timeline import ARRIVE, FEED, FINISH, TimelineReplay, _Live, t
 
 # after the arrivals and tokens of its own instant
 CHECK = 3
+
+
+@dataclass(order=True)
+class _Scheduled:
+    """An event's request, with the generation of its schedule (one more per preemption)."""
+
+    gen: int
+    item: object = field(compare=False)
+
+    def __init__(self, item, gen: int):
+        self.item, self.gen = item, gen
+
+    @property
+    def request_id(self) -> str:
+        return self.item.request_id
 
 
 class StepReplay(TimelineReplay):
@@ -57,11 +73,18 @@ class StepReplay(TimelineReplay):
             if kind == ARRIVE:
                 self.live[item.request_id] = _Live(item, order)
                 self.waiting.append(self.live[item.request_id])
+            elif self.live[item.request_id].gen != item.gen:
+                # scheduled before a preemption: the readmission scheduled the rest again
+                continue
             elif kind == FEED:
                 self._feed(self.live[item.request_id], j)
             else:
                 self._finish(self.live[item.request_id])
-            self._admit_waiting()
+            # the queue is admitted once the instant's tokens and finishes are in (vLLM schedules after a
+            # step's finished requests have freed their blocks), before the step is checked
+            following = self.events[0] if self.events else None
+            if following is None or following[0] > t or following[1] == CHECK:
+                self._admit_waiting()
         return {rid: (r.first_matched, dict(r.causes)) for rid, r in self.ledger.requests.items()}
 
     def _admit_waiting(self) -> None:
@@ -106,9 +129,14 @@ class StepReplay(TimelineReplay):
             if first:
                 self.admitted_at[item.request_id] = self.now
                 for k, (t, _) in enumerate(chunks[1:], 1):
-                    heapq.heappush(self.events, (max(t, self.now), FEED, entry.order, -k, item))
+                    heapq.heappush(
+                        self.events, (max(t, self.now), FEED, entry.order, -k, _Scheduled(item, entry.gen))
+                    )
             if req.num_computed >= len(item.prompt) and not entry.prefilled:
                 self._prefilled(entry)
+            elif not first and entry.prefilled:
+                # the step recomputed what it had and feeds its last token: the next one comes now
+                self._schedule(entry, entry.produced - 1)
             m.cache_blocks(req)
 
     def _blocks_to_admit(self, req: Request, need: int) -> int:
@@ -143,16 +171,19 @@ class StepReplay(TimelineReplay):
             self._prefilled(entry)
         m.cache_blocks(req)
 
-    def _schedule(self, entry: _Live) -> None:
+    def _schedule(self, entry: _Live, start: int = 0) -> None:
+        """Feed the output from token `start` + 1 on (`start`: the token the step now sampled) and finish."""
         item = entry.item
         output = item.output_token_ids
         recorded = token_times(item.arrival, item.timeline, len(output), self.now)
-        anchors = {0: self.now, **self.plan.deadlines.get(item.request_id, {})}
+        later = self.plan.deadlines.get(item.request_id, {}).items()
+        anchors = {start: self.now, **{j: t for j, t in later if j > start and t >= self.now}}
         times = [self.plan.snap(t) for t in paced(recorded, anchors, self.plan.step_pace)]
         times[-1] = max(times[-1], self.plan.finish[item.request_id])
-        for j in range(1, len(output)):
-            heapq.heappush(self.events, (max(times[j], self.now), FEED, entry.order, j, item))
-        heapq.heappush(self.events, (max(times[-1], self.now), FINISH, entry.order, 0, item))
+        tag = _Scheduled(item, entry.gen)
+        for j in range(start + 1, len(output)):
+            heapq.heappush(self.events, (max(times[j], self.now), FEED, entry.order, j, tag))
+        heapq.heappush(self.events, (max(times[-1], self.now), FINISH, entry.order, 0, tag))
 
     def _finish(self, entry: _Live) -> None:
         if entry in self.running:
@@ -160,8 +191,11 @@ class StepReplay(TimelineReplay):
         super()._finish(entry)
 
     def _preempt(self, entry: _Live) -> None:
+        """vLLM's preempted request produces nothing until it is admitted again: what was scheduled for it
+        is dropped, and its readmission schedules the rest."""
         self._touch(entry)
         super()._preempt(entry)
+        entry.gen += 1
 
     def _touch(self, entry: _Live) -> None:
         """vLLM's LRU is its free queue: a request's blocks go to its end when the request lets them go (last
