@@ -8,7 +8,7 @@ admission step, the prefill's chunks, and the steps that stored the blocks its o
              its first token came back. A request that stored none (its whole blocks were cached, or its
              prompt fills none) is admitted at its arrival, never before a request that arrived earlier
     chunks   a prompt whose blocks were stored over several steps was prefilled in chunks: up to the last
-             block each step stored (the rest of the prompt with the last chunk)
+             block each step stored and into the next (the rest of the prompt with the last chunk)
     decode   the steps that stored the blocks its output filled; between them, tokens evenly
     finish   the answer's recorded end; ends a few ms apart were one step's
 """
@@ -114,7 +114,9 @@ class StepPlan:
             chunks.append((step.t, prompt))
         else:
             prefilling[r.request_id] = done
-            chunks.append((step.t, done * block_size))
+            # the step's token budget ran out inside the next block (at its edge once in block_size), which
+            # the chunk allocated
+            chunks.append((step.t, done * block_size + 1))
 
     def snap(self, t: float) -> float:
         """A time within half a decode step of a server step: that step's (a token computed in it)."""
