@@ -121,3 +121,10 @@ def read_events(path: str) -> list[dict]:
         except OSError:
             continue
     return out
+
+
+def events_beside(log_path, t0: float = 0.0) -> list[dict] | None:
+    """The batches kept beside a request log, their `ts` made relative to `t0` (the log's first request);
+    None when there are none."""
+    batches = read_events(events_path(str(log_path)))
+    return [{**b, "ts": b["ts"] - t0} for b in batches] or None

@@ -42,9 +42,12 @@ def fidelity_section(loaded, cost_hits: dict, config) -> dict:
     out = fidelity(loaded, TimelineReplay(config).run(timed), config)
     out["clock"] = "recorded"
     if getattr(loaded, "server_events", None):
-        from kvtui.whatif.step_clock import step_fidelity
+        from kvtui.whatif.step_clock import step_replay
 
-        out = step_fidelity(loaded, timed, config, out)
+        hits, check = step_replay(timed, loaded.server_events, config)
+        recorded = {"equal": out["equal"], "mae_points": out["mae_points"]}
+        out = {**fidelity(loaded, hits, config), "clock": "steps", "step_check": check}
+        out["recorded_clock"] = recorded
     out["cost_clock"] = {"equal": cost["equal"], "mae_points": cost["mae_points"]}
     return out
 

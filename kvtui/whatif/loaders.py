@@ -269,7 +269,7 @@ def load_proxy_log(path: Path) -> Workload:
     t0 = requests[0].arrival
     for r in requests:
         r.arrival -= t0
-    from kvtui.whatif.step_clock import events_beside
+    from kvtui.sources.proxy_events import events_beside
 
     events = events_beside(path, t0)
     return Workload(path.name, "proxy-log", requests, problems, [], server, server_events=events)

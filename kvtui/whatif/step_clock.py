@@ -210,33 +210,12 @@ class StepReplay(TimelineReplay):
             node = node.parent
 
 
-def step_replay(requests, batches: list[dict], t0: float, config) -> tuple[dict, dict]:
-    """(request id -> (hit tokens, miss causes), the step check's report) for the log's timed requests."""
-    steps = server_steps(batches, t0)
-    plan = StepPlan(requests, steps, config.block_size)
-    replay = StepReplay(config, plan)
-    hits = replay.run(requests)
-    return hits, replay.check.report()
-
-
-def events_beside(log_path, t0: float) -> list[dict] | None:
-    """The server's KV-event batches the proxy kept beside the log, on the log's clock (`ts` - t0); None when
-    there are none."""
-    from kvtui.sources.proxy_events import events_path, read_events
-
-    batches = read_events(events_path(str(log_path)))
-    return [{**b, "ts": b["ts"] - t0} for b in batches] or None
-
-
-def step_fidelity(loaded, timed, config, recorded: dict) -> dict:
-    """The fidelity section on the server's steps, with the recorded clock's figures beside it."""
-    from kvtui.whatif.fidelity import fidelity
-
+def step_replay(requests, batches: list[dict], config) -> tuple[dict, dict]:
+    """(request id -> (hit tokens, miss causes), the step check's report) for the log's timed requests, on the
+    steps of `batches` (their `ts` on the log's clock), at the server's `config`."""
     # vLLM's pool keeps one block back (its null block): the server's num_gpu_blocks less one hold K/V
     pool = dataclasses.replace(config, capacity_tokens=config.capacity_tokens - config.block_size)
-    hits, check = step_replay(timed, loaded.server_events, 0.0, pool)
-    out = fidelity(loaded, hits, config)
-    out["clock"] = "steps"
-    out["step_check"] = check
-    out["recorded_clock"] = {"equal": recorded["equal"], "mae_points": recorded["mae_points"]}
-    return out
+    plan = StepPlan(requests, server_steps(batches, 0.0), config.block_size)
+    replay = StepReplay(pool, plan)
+    hits = replay.run(requests)
+    return hits, replay.check.report()
