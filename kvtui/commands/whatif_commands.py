@@ -137,6 +137,16 @@ COST = CostModel()
 )
 @click.option("--seed", default=0, show_default=True)
 @click.option(
+    "--latency",
+    is_flag=True,
+    help="A proxy log: each request's TTFT and TPOT on the cost model against the served ones (p50, p95).",
+)
+@click.option(
+    "--calibrate",
+    is_flag=True,
+    help="A proxy log: fit --step-ms, --prefill-us and --decode-ms to its served TTFT and TPOT, then --latency.",
+)
+@click.option(
     "--step-ms",
     type=click.FloatRange(min=0),
     default=COST.per_step * 1e3,
@@ -223,6 +233,8 @@ def whatif(
     overlap_weight,
     router_temperature,
     seed,
+    latency,
+    calibrate,
     step_ms,
     prefill_us,
     decode_ms,
@@ -350,6 +362,10 @@ def whatif(
         except JobsError as exc:
             raise click.ClickException(str(exc)) from None
         misses = report.pop("current_misses")
+        if latency or calibrate:
+            from kvtui.whatif.latency_fit import latency_section
+
+            report["latency"] = latency_section(loaded.requests, configs[0], calibrate)
         if trace_out:
             from kvtui.whatif.report import append_summary, summary_event
 

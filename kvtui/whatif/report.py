@@ -139,6 +139,10 @@ def as_table(report: dict) -> str:
     lines += compare_lines(report)
     lines += fleet_lines(report)
     lines += fidelity_lines(report)
+    if report.get("latency"):
+        from kvtui.whatif.latency_fit import latency_lines
+
+        lines += latency_lines(report)
     for d in report.get("requests_detail", []):
         misses = ", ".join(f"{k} {v}" for k, v in sorted(d["misses"].items(), key=lambda kv: -kv[1]))
         lines.append(
