@@ -61,8 +61,9 @@ class StepCheck:
 
     def _named(self, keys: set) -> list[dict]:
         out = []
-        for key in sorted(keys, key=lambda k: (self.plan.owners[k][0], self.plan.position[k]))[:SHOWN]:
-            out.append({"block": self.plan.position[key], "requests": self.plan.owners[key][:4]})
+        owners, position = self.plan.owners, self.plan.position
+        for key in sorted(keys, key=lambda k: (owners.get(k, ["?"])[0], position.get(k, -1)))[:SHOWN]:
+            out.append({"block": position.get(key, -1), "requests": owners.get(key, ["?"])[:4]})
         if len(keys) > SHOWN:
             out.append({"more": len(keys) - SHOWN})
         return out

@@ -27,6 +27,9 @@ SNAP_S = 0.01
 STALLED = 1.5
 # a batch may be stamped this much before the proxy's record of a request's forwarding (two clocks)
 SLACK_S = 0.002
+# vLLM sends a step's outputs before it publishes the step's KV events: the first token may reach the proxy
+# this long before the batch that stored its prompt is stamped
+PUBLISHED_AFTER_S = 0.05
 
 
 class StepPlan:
@@ -66,7 +69,7 @@ class StepPlan:
         waiting = {r.request_id for r in requests}
         # admitted no later than its first token came back (a whole answer: its end)
         answered = {
-            r.request_id: r.arrival + (r.timeline[0] or r.timeline[1]) + 2 * SLACK_S for r in requests
+            r.request_id: r.arrival + (r.timeline[0] or r.timeline[1]) + PUBLISHED_AFTER_S for r in requests
         }
         by_id = {r.request_id: r for r in requests}
         # request id -> the prompt blocks its chunks computed so far, while its prefill goes on
@@ -80,7 +83,9 @@ class StepPlan:
                 candidates = [
                     r
                     for r in prompt_of.get(run[0], ())
-                    if r.request_id in waiting and r.arrival <= step.t + SLACK_S <= answered[r.request_id]
+                    if r.request_id in waiting
+                    and r.arrival <= step.t + SLACK_S
+                    and step.t <= answered[r.request_id]
                 ]
                 if candidates:
                     r = min(candidates, key=lambda r: order[r.request_id])
