@@ -124,11 +124,12 @@ class StepPlan:
             chunks.append((step.t, done * block_size + 1))
 
     def snap(self, t: float) -> float:
-        """A time within half a decode step of a server step: that step's (a token computed in it)."""
+        """A time within half a decode step (SNAP_S at least) of a server step: that step's (a token computed
+        in it)."""
         i = bisect.bisect_left(self._times, t)
         near = [self._times[k] for k in (i - 1, i) if 0 <= k < len(self._times)]
         best = min(near, key=lambda x: abs(x - t), default=t)
-        return best if abs(best - t) <= SNAP_S else t
+        return best if abs(best - t) <= max(SNAP_S, self.step_pace / 2) else t
 
     def _decode_deadlines(self, requests, block_size: int) -> None:
         stores: dict[str, list[float]] = {}
