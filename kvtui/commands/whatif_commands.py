@@ -136,15 +136,9 @@ COST = CostModel()
     help="kv_aware: softmax temperature.",
 )
 @click.option("--seed", default=0, show_default=True)
+@click.option("--latency", is_flag=True, help="A proxy log: predicted against served TTFT and TPOT.")
 @click.option(
-    "--latency",
-    is_flag=True,
-    help="A proxy log: each request's TTFT and TPOT on the cost model against the served ones (p50, p95).",
-)
-@click.option(
-    "--calibrate",
-    is_flag=True,
-    help="A proxy log: fit --step-ms, --prefill-us and --decode-ms to its served TTFT and TPOT, then --latency.",
+    "--calibrate", is_flag=True, help="A proxy log: fit the costs to its TTFT and TPOT, then --latency."
 )
 @click.option(
     "--step-ms",

@@ -1,6 +1,6 @@
 """The step-by-step check of the twin against vLLM's published state: after each of the server's steps, the
 blocks the twin holds in its prefix cache against the blocks vLLM's KV events leave resident, both as the twin's
-block keys (server_view.py). Only blocks of the log's requests are compared: the server may hold others (requests
+block keys (kvtui/sources/server_view.py). Only blocks of the log's requests are compared: the server may hold others (requests
 before the log, or from clients that bypass the proxy), which the twin never saw.
 
     {"steps": checked, "divergent_steps": how many differed,
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kvtui.whatif.server_view import Step
+from kvtui.sources.server_view import Step
 
 # blocks named per side in a divergence
 SHOWN = 8

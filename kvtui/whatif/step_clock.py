@@ -1,5 +1,5 @@
 """The twin on the server's own steps: a proxy log replayed with vLLM's KV-event batches beside it (the events
-file, kvtui/sources/proxy_events.py), each batch one engine step (server_view.py).
+file, kvtui/sources/proxy_events.py), each batch one engine step (kvtui/sources/server_view.py).
 
 The log says when the server got each request and when its tokens came back; the steps say when vLLM did the
 work. The replay (timeline.py's, on the recorded clock) is moved onto the steps:
@@ -25,7 +25,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from engine.core.request import Request, SamplingParams
-from kvtui.whatif.server_view import server_steps
+from kvtui.sources.server_view import server_steps
 from kvtui.whatif.step_check import StepCheck
 from kvtui.whatif.step_plan import StepPlan, paced
 from kvtui.whatif.timeline import ARRIVE, FEED, FINISH, TimelineReplay, _Live, token_times

@@ -1,4 +1,4 @@
-"""When vLLM did each request's work, read from its steps (server_view.py) beside the proxy's log: the
+"""When vLLM did each request's work, read from its steps (kvtui/sources/server_view.py) beside the proxy's log: the
 admission step, the prefill's chunks, and the steps that stored the blocks its output filled
 (step_clock.py replays the log on them).
 
@@ -19,7 +19,7 @@ import bisect
 import statistics
 
 from engine.core.hashing import block_hashes
-from kvtui.whatif.server_view import Step
+from kvtui.sources.server_view import Step
 
 # a token's time this close to a server step's is that step's (half a decode step on a loaded CPU server)
 SNAP_S = 0.01

@@ -13,8 +13,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from kvtui.cli import main
+from kvtui.sources.server_view import server_steps
 from kvtui.whatif.loaders import load_proxy_log
-from kvtui.whatif.server_view import server_steps
 from kvtui.whatif.simulate import SimConfig
 from kvtui.whatif.step_clock import StepReplay
 from kvtui.whatif.step_plan import StepPlan

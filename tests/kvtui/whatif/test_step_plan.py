@@ -6,8 +6,8 @@ and answers that ended a few ms apart ended in one step."""
 from __future__ import annotations
 
 from engine.core.hashing import block_hashes
+from kvtui.sources.server_view import Step
 from kvtui.whatif.requests import SimRequest
-from kvtui.whatif.server_view import Step
 from kvtui.whatif.step_plan import StepPlan, finishes, paced
 
 BS = 4
