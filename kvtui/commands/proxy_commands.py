@@ -60,7 +60,7 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
         raise click.UsageError(
             f"--log {log_path}: the directory {os.path.dirname(log_path)!r} does not exist"
         )
-    attacher = explain = events_log = None
+    attacher = explain = events_log = admission = None
     if attach_sources:
         from engine.trace import TraceSink
         from kvtui.sources.attach import Attacher
@@ -79,11 +79,16 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet):
 
             events_log = EventsLog(events_path(log_path))
             sink.batch_listeners.append(events_log.write)
+        from kvtui.sources.proxy_admission import AdmissionWatch
+
+        admission = AdmissionWatch()
+        sink.batch_listeners.append(admission.on_batch)
         attacher = Attacher(sources, sink)
         explain = locked.explain
     log = open(log_path, "a", encoding="utf-8") if log_path else None
     try:
         server = Proxy(upstream, host or "127.0.0.1", int(port), log=log, explain=explain)
+        server.admission = admission
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if not quiet:

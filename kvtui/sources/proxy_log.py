@@ -19,6 +19,9 @@ def summary_line(record: dict) -> str:
             else "  DISAGREES: kvtui's picture is wrong or incomplete"
         )
         line += f", kvtui predicted {record['predicted_cached']}{mark}"
+    if record.get("predicted_at_admission") is not None:
+        mark = "" if record.get("agrees_at_admission") in (True, None) else " (DISAGREES)"
+        line += f", {record['predicted_at_admission']} at its admission{mark}"
     if record.get("ttft") is not None:
         line += f"; TTFT {record['ttft'] * 1000:.0f} ms"
     if record.get("tpot") is not None:
