@@ -4,7 +4,8 @@ pool): the saturated waves of tests/integration/waves.py (three waves of eight s
 which keeps the server's KV-event batches beside its log.
 
 `kvtui whatif LOG` replays the log on vLLM's steps: every request's cached tokens exact, and after every step
-the twin's cached blocks equal the blocks vLLM's events leave resident (the step check).
+the twin's cached blocks equal the blocks vLLM's events leave resident (the step check). The live proxy's
+prediction at each request's admission agrees with vLLM on every request.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def test_the_proxy_keeps_the_servers_steps_beside_its_log(waves):
     batches = read_events(events_path(str(waves)))
     assert batches and all({"ts", "worker", "stored", "removed"} <= set(b) for b in batches)
     assert any(b["removed"] for b in batches), "the pool never evicted: the waves did not saturate it"
+
+
+def test_the_live_proxy_agrees_with_vllm_at_every_admission(waves):
+    records = [json.loads(line) for line in waves.read_text().splitlines()]
+    rows = [(r["request_id"], r.get("predicted_at_admission"), r["cached_tokens"]) for r in records]
+    print(f"\nat admission (id, predicted, vLLM): {rows}")
+    assert all(r.get("agrees_at_admission") for r in records), rows
 
 
 def test_the_twin_is_exact_on_the_servers_steps(waves):
