@@ -179,6 +179,13 @@ class StepReplay(TimelineReplay):
         later = self.plan.deadlines.get(item.request_id, {}).items()
         anchors = {start: self.now, **{j: t for j, t in later if j > start and t >= self.now}}
         times = [self.plan.snap(t) for t in paced(recorded, anchors, self.plan.step_pace)]
+        # the token after one that filled a block opens the next block in the very next step, and a step
+        # that evicts for it publishes a batch: no later than the next published step if that is close
+        for a in anchors:
+            if a + 1 < len(output):
+                following = self.plan.next_step(times[a], 2 * self.plan.step_pace)
+                if following is not None:
+                    times[a + 1] = min(times[a + 1], following)
         times[-1] = max(times[-1], self.plan.finish[item.request_id])
         tag = _Scheduled(item, entry.gen)
         for j in range(start + 1, len(output)):

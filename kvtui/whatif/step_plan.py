@@ -123,6 +123,13 @@ class StepPlan:
             # the chunk allocated
             chunks.append((step.t, done * block_size + 1))
 
+    def next_step(self, t: float, within: float) -> float | None:
+        """The first server step after t, if it came within `within` of it."""
+        i = bisect.bisect_right(self._times, t)
+        if i < len(self._times) and self._times[i] - t <= within:
+            return self._times[i]
+        return None
+
     def snap(self, t: float) -> float:
         """A time within half a decode step (SNAP_S at least) of a server step: that step's (a token computed
         in it)."""
