@@ -21,7 +21,8 @@ from kvtui.whatif.step_plan import StepPlan
 from kvtui.whatif.timeline import on_the_clock
 
 LOG = "fixtures/attach/vllm_0.32_proxy_waves.jsonl"
-EVENTS = "fixtures/attach/vllm_0.32_proxy_waves.events.jsonl"
+# the same waves against a server of 64-token blocks and 72 of them
+LOG_64 = "fixtures/attach/vllm_0.32_proxy_waves_b64.jsonl"
 
 
 def whatif(path) -> dict:
@@ -37,6 +38,13 @@ def test_a_saturated_real_log_is_exact_on_the_servers_steps():
     assert fidelity["step_check"] == {"steps": 111, "divergent_steps": 0, "first": None}
     # the recorded clock alone misses two of them on this log
     assert (fidelity["recorded_clock"]["equal"], fidelity["recorded_clock"]["mae_points"]) == (22, 2.8259)
+
+
+def test_a_server_of_longer_blocks_is_followed_too():
+    fidelity = whatif(LOG_64)["fidelity"]
+    assert fidelity["clock"] == "steps" and fidelity["settings"]["block_size"] == 64
+    assert (fidelity["requests"], fidelity["equal"]) == (24, 24)
+    assert fidelity["step_check"] == {"steps": 52, "divergent_steps": 0, "first": None}
 
 
 def test_the_log_saturated_the_server():
