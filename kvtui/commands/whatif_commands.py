@@ -359,7 +359,7 @@ def whatif(
         if latency or calibrate:
             from kvtui.whatif.latency_fit import latency_section
 
-            report["latency"] = latency_section(loaded.requests, configs[0], calibrate)
+            report["latency"] = latency_section(loaded.requests, configs, calibrate)
         if trace_out:
             from kvtui.whatif.report import append_summary, summary_event
 

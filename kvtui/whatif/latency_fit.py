@@ -14,7 +14,9 @@ repeated until the costs settle. Torch-free.
     {"calibration": {"per_step", "per_prefill_token", "per_decode_row", "runs"} (with --calibrate),
      "cost": the costs the prediction used, "requests": how many,
      "ttft" / "tpot": {"served": {"p50", "p95"}, "predicted": {"p50", "p95"}, "error": {"p50", "p95"}},
-     "per_request": [{"request_id", "ttft": [served, predicted], "tpot": [served, predicted]}]}
+     "per_request": [{"request_id", "ttft": [served, predicted], "tpot": [served, predicted]}],
+     "at": [{"capacity_tokens", "block_size", "ttft": {"p50", "p95"}, "tpot": {...}}]: the other capacities
+     and block sizes asked for, predicted on the same costs}
 
 `error` is predicted / served - 1 at each percentile.
 """
@@ -297,8 +299,10 @@ def percentile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def latency_section(requests, config, calibrate_first: bool) -> dict | None:
-    """Predicted against served TTFT and TPOT (with `calibrate_first`: on costs fitted to this log)."""
+def latency_section(requests, configs: list, calibrate_first: bool) -> dict | None:
+    """Predicted against served TTFT and TPOT at the first of `configs` (the server's settings; with
+    `calibrate_first`: on costs fitted to this log), and the predicted TTFT and TPOT at the others."""
+    config = configs[0]
     served = served_latency(requests)
     if not served:
         return None
@@ -331,6 +335,14 @@ def latency_section(requests, config, calibrate_first: bool) -> dict | None:
         }
         out[name] = figures
     out["per_request"] = rows
+    out["at"] = []
+    for other in configs[1:]:
+        guess = predicted(requests, replace(other, cost=config.cost))
+        at = {"capacity_tokens": other.capacity_tokens, "block_size": other.block_size}
+        for k, name in enumerate(("ttft", "tpot")):
+            values = [g[k] for g in guess.values() if g[k] is not None]
+            at[name] = {"p50": percentile(values, 50), "p95": percentile(values, 95)}
+        out["at"].append(at)
     return out
 
 
@@ -354,5 +366,12 @@ def latency_lines(report: dict) -> list[str]:
             f"{f['predicted']['p50'] * 1e3:.1f} ({f['error']['p50']:+.1%}); p95 served "
             f"{f['served']['p95'] * 1e3:.1f} ms, predicted {f['predicted']['p95'] * 1e3:.1f} "
             f"({f['error']['p95']:+.1%}); {lat['requests']} requests"
+        )
+    for at in lat.get("at", ()):
+        t, p = at["ttft"], at["tpot"]
+        lines.append(
+            f"          at {at['capacity_tokens']:,} tokens, block {at['block_size']}: TTFT p50 "
+            f"{t['p50'] * 1e3:.1f} ms, p95 {t['p95'] * 1e3:.1f}; TPOT p50 {p['p50'] * 1e3:.1f} ms, "
+            f"p95 {p['p95'] * 1e3:.1f} (predicted)"
         )
     return lines

@@ -110,3 +110,13 @@ def test_a_run_keeps_its_steps():
     assert len(w.starts) == len(w.ends) == len(w.prefill) == len(w.decode)
     assert all(e > s for s, e in zip(w.starts, w.ends))
     assert set(w.first) == {f"r{i}" for i in range(5)}
+
+
+def test_other_capacities_are_predicted_on_the_same_costs(tmp_path):
+    """Four times the pool: the burst waits less for blocks, on the costs the log was made with."""
+    path = simulated_log(tmp_path, KNOWN)
+    costs = ["--step-ms", "12", "--prefill-us", "300", "--decode-ms", "0.7"]
+    latency = whatif(path, "--latency", "--capacity", f"{BLOCK * BLOCKS},{4 * BLOCK * BLOCKS}", *costs)
+    (at,) = latency["at"]
+    assert (at["capacity_tokens"], at["block_size"]) == (4 * BLOCK * BLOCKS, BLOCK)
+    assert at["ttft"]["p95"] < latency["ttft"]["predicted"]["p95"]
