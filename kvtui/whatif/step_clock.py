@@ -57,6 +57,7 @@ class StepReplay(TimelineReplay):
         super().__init__(config)
         self.plan = plan
         self.check = StepCheck(plan)
+        self._preempted_at: float | None = None
         self.manager.trace.listeners.append(self.check.on_twin_event)
 
     def run(self, requests) -> dict:
@@ -83,7 +84,8 @@ class StepReplay(TimelineReplay):
             # the queue is admitted once the instant's tokens and finishes are in (vLLM schedules after a
             # step's finished requests have freed their blocks), before the step is checked
             following = self.events[0] if self.events else None
-            if following is None or following[0] > t or following[1] == CHECK:
+            # and not in a step that preempted (vLLM schedules no waiting request then)
+            if (following is None or following[0] > t or following[1] == CHECK) and self._preempted_at != t:
                 self._admit_waiting()
         return {rid: (r.first_matched, dict(r.causes)) for rid, r in self.ledger.requests.items()}
 
@@ -203,6 +205,7 @@ class StepReplay(TimelineReplay):
         self._touch(entry)
         super()._preempt(entry)
         entry.gen += 1
+        self._preempted_at = self.now
 
     def _touch(self, entry: _Live) -> None:
         """vLLM's LRU is its free queue: a request's blocks go to its end when the request lets them go (last
