@@ -188,7 +188,10 @@ class StepReplay(TimelineReplay):
                 following = self.plan.next_step(times[a], 2 * self.plan.step_pace)
                 if following is not None:
                     times[a + 1] = min(times[a + 1], following)
-        times[-1] = max(times[-1], self.plan.finish[item.request_id])
+        # its answer's end, the same instant as the others vLLM finished in that step, unless its tokens ran on
+        # past it (a readmission's)
+        end = self.plan.finish[item.request_id]
+        times[-1] = end if times[-1] <= end + self.plan.step_pace else times[-1]
         tag = _Scheduled(item, entry.gen)
         for j in range(start + 1, len(output)):
             heapq.heappush(self.events, (max(times[j], self.now), FEED, entry.order, j, tag))

@@ -5,7 +5,7 @@ which keeps the server's KV-event batches beside its log.
 
 `kvtui whatif LOG` replays the log on vLLM's steps: every request's cached tokens exact, and after every step
 the twin's cached blocks equal the blocks vLLM's events leave resident (the step check; measured: 0 divergent
-steps in 6 of 8 logs, 1 of 57 and 1 of 116 in the others). The live proxy's
+steps in 8 of 10 logs, 1 of 57 and 1 of 116 in the others). The live proxy's
 prediction at each request's admission agrees with vLLM on every request.
 """
 
