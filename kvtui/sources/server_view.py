@@ -5,7 +5,8 @@ vLLM's block hashes are its own (and salted by its own rule); a stored block als
 its token ids, so each one is given the twin's key (engine/core/hashing.py: the chained content of the token
 ids from the root, salted by the store's cache salt when the wire carries one). A hash stored before the stream
 began has no known chain: its blocks, and their children, are left out. vLLM may hold two physical copies of
-one hash (a block-aligned prompt recomputed); a key stays resident while any copy does.
+one hash (a block-aligned prompt recomputed); a key stays resident while any copy does. A hash no copy holds
+any more is forgotten, so a long-running proxy's view stays the size of the pool.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class ServerView:
                 continue
             self._copies[h] -= 1
             key = self._known[h][1]
+            if not self._copies[h]:
+                # gone: a block stored later under it would have stored it again first
+                del self._copies[h], self._known[h]
             self.resident[key] -= 1
             if not self.resident[key]:
                 del self.resident[key]
