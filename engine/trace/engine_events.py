@@ -310,6 +310,10 @@ ENGINE_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
             _DICT + "?",
             "with --host-capacity: assumptions, trace_seconds, current, curve and surface per tier",
         ),
+        "latency": (
+            _DICT + "?",
+            "with --latency or --calibrate: predicted against served TTFT and TPOT, per request and p50 / p95",
+        ),
     },
     # --- the machine -----------------------------------------------------------------------------------
     "roofline": {

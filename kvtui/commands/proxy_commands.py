@@ -17,7 +17,9 @@ Clients use the proxy's address instead of the server's; every byte passes uncha
 token ids as vLLM saw them (its /tokenize), the salt, cached_tokens (start vLLM with
 --enable-prompt-tokens-details), TTFT and TPOT from the stream, the answer's token ids. With --attach, each
 request is explained at its arrival and kvtui's predicted hit tokens are compared with vLLM's cached tokens: a
-disagreement means kvtui's picture of the cache is wrong or incomplete.
+disagreement means kvtui's picture of the cache is wrong or incomplete. With --attach and --log, the server's
+KV-event batches go beside the log (requests.events.jsonl: kvtui/sources/proxy_events.py), and kvtui whatif
+replays the log on the server's own steps.
 """
 
 
@@ -71,7 +73,7 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet, kv_config, p
         raise click.UsageError(
             f"--log {log_path}: the directory {os.path.dirname(log_path)!r} does not exist"
         )
-    attacher = explain = locked = None
+    attacher = explain = locked = events_log = admission = None
     groups = kv_groups(kv_config)
     if attach_sources:
         from engine.trace import TraceSink
@@ -87,11 +89,21 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet, kv_config, p
         # the hybrid rule where the groups (--kv-config's, or the events') are hybrid, else fleet_explain's
         locked = HybridFleet(FleetState({}), groups, prefix_match_unit)
         sink.batch_listeners.append(locked.fold)
+        if log_path:
+            from kvtui.sources.proxy_events import EventsLog, events_path
+
+            events_log = EventsLog(events_path(log_path))
+            sink.batch_listeners.append(events_log.write)
+        from kvtui.sources.proxy_admission import AdmissionWatch
+
+        admission = AdmissionWatch()
+        sink.batch_listeners.append(admission.on_batch)
         attacher = Attacher(sources, sink)
         explain = locked.explain
     log = open(log_path, "a", encoding="utf-8") if log_path else None
     try:
         server = Proxy(upstream, host or "127.0.0.1", int(port), log=log, explain=explain)
+        server.admission = admission
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if groups:
@@ -132,6 +144,8 @@ def proxy(upstream, listen, log_path, attach_sources, topic, quiet, kv_config, p
     finally:
         if attacher is not None:
             attacher.stop()
+        if events_log is not None:
+            events_log.close()
         if log is not None:
             log.close()
     s = server.stats

@@ -138,6 +138,10 @@ COST = CostModel()
     help="kv_aware: softmax temperature.",
 )
 @click.option("--seed", default=0, show_default=True)
+@click.option("--latency", is_flag=True, help="A proxy log: predicted against served TTFT and TPOT.")
+@click.option(
+    "--calibrate", is_flag=True, help="A proxy log: fit the costs to its TTFT and TPOT, then --latency."
+)
 @click.option(
     "--step-ms",
     type=click.FloatRange(min=0),
@@ -225,6 +229,8 @@ def whatif(
     overlap_weight,
     router_temperature,
     seed,
+    latency,
+    calibrate,
     step_ms,
     prefill_us,
     decode_ms,
@@ -355,6 +361,10 @@ def whatif(
         except JobsError as exc:
             raise click.ClickException(str(exc)) from None
         misses = report.pop("current_misses")
+        if latency or calibrate:
+            from kvtui.whatif.latency_fit import latency_section
+
+            report["latency"] = latency_section(loaded.requests, configs, calibrate)
         if trace_out:
             from kvtui.whatif.report import append_summary, summary_event
 

@@ -187,6 +187,29 @@ def _event_rows(etype: str) -> list[str]:
     return rows
 
 
+# the file beside a proxy log (kvtui/sources/proxy_events.py), not a trace
+PROXY_EVENTS = """\
+## The proxy's KV-event file (`kvtui proxy --log LOG --attach ...`)
+
+Not a trace: the server's own KV-event stream, kept beside the proxy's request log as `LOG` with `.events`
+before its extension (`requests.jsonl` -> `requests.events.jsonl`). vLLM publishes one batch at the end of
+each engine step that stored or removed blocks; each becomes one JSON line. `kvtui whatif LOG` finds the file
+and replays the log on the server's steps (docs/whatif.md). Past 256 MiB the file is moved to
+`requests.events.jsonl.1` (replacing an older one) and a new one starts: at most twice that is kept, and a
+reader takes the two in order.
+
+| field | type | meaning |
+|---|---|---|
+| `ts` | `float` | the engine's wall-clock seconds when it published the batch (after the step) |
+| `t` | `float` | wall-clock seconds when the proxy got it |
+| `worker` | `str` | the source's worker (name, plus #rN for a rank of a shared stream) |
+| `seq` | `int?` | the publisher's sequence number |
+| `stored` | `list` | one entry per BlockStored (one request's new blocks in the step): `hashes` (u64 hex, chain order), `parent` (hex or null: from the root), `tokens` (block_size per hash); `salt`, `group`, `medium` when the wire says |
+| `removed` | `list` | hashes (u64 hex) the device pool evicted in the step |
+| `cleared` | `bool?` | true when the batch cleared the whole cache (AllBlocksCleared) |
+"""
+
+
 def markdown() -> str:
     """The whole page."""
     out = [INTRO, "## The header", "", 'The first line, with `"type": "header"`.', "", *_header_table()]
@@ -200,6 +223,7 @@ def markdown() -> str:
         for etype in types:
             if etype in EVENT_FIELDS:
                 out += _event_rows(etype)
+    out += ["", PROXY_EVENTS.rstrip("\n")]
     return "\n".join(out) + "\n"
 
 

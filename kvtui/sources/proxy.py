@@ -28,6 +28,9 @@ proxy reads a copy of it on the side. For each completion request it records one
                        prompts forwarded and not yet answered when they serve more (in_flight.py:
                        `in_flight_tokens`), since vLLM caches a block before it publishes it; requests are
                        explained in the order they were forwarded (a late /tokenize holds back the later ones)
+    admitted, predicted_at_admission, agrees_at_admission
+                       with --attach: the engine's time of the step that admitted it, what its cache held for it
+                       then, and whether that is vLLM's cached_tokens (kvtui/sources/proxy_admission.py)
 
 The log is the proxy-log format of kvtui/whatif/loaders.py: "what if this vLLM had twice the blocks".
 Side requests (/tokenize) never delay the answer: they run beside it.
@@ -113,6 +116,8 @@ class Proxy:
         self._asked_cache = False
         # prompts forwarded and not yet answered (kvtui/sources/in_flight.py)
         self.in_flight = InFlight()
+        # with attach: when vLLM admits each request, and its prediction then (kvtui/sources/proxy_admission.py)
+        self.admission = None
         # (record, its prompt ids' task) not explained yet, in the order they were forwarded
         self._to_explain: deque[tuple] = deque()
 
@@ -311,6 +316,9 @@ class Proxy:
                 record["predicted_cached"] = record["in_flight_tokens"] = ahead
                 record["explain"] += f"; {ahead} tokens from requests in flight (cached, not yet published)"
         self.in_flight.add(record["request_id"], ids, record["cache_salt"])
+        size = (self.server_cache or {}).get("block_size")
+        if self.admission is not None and size:
+            self.admission.forwarded(record["request_id"], ids, record["cache_salt"], size)
 
     async def _prompt_ids(self, path: str, request: dict) -> list | None:
         ids, ask = tokenize_ask(path, request)
@@ -369,6 +377,8 @@ class Proxy:
         record["tpot"] = (
             round((last - first) / (n_out - 1), 6) if sse and first is not None and n_out > 1 else None
         )
+        if self.admission is not None:
+            record.update(self.admission.settle(record["request_id"], record["cached_tokens"]))
         if "predicted_cached" in record and record["cached_tokens"] is not None:
             record["agrees"] = record["predicted_cached"] == record["cached_tokens"]
             if record["agrees"]:

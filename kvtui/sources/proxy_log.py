@@ -19,6 +19,12 @@ def summary_line(record: dict) -> str:
             else "  DISAGREES: kvtui's picture is wrong or incomplete"
         )
         line += f", kvtui predicted {record['predicted_cached']}{mark}"
+    if record.get("predicted_at_admission") is not None:
+        mark = "" if record.get("agrees_at_admission") in (True, None) else " (DISAGREES)"
+        line += f", {record['predicted_at_admission']} at its admission{mark}"
+        if record.get("admitted") is not None and record.get("forwarded") is not None:
+            queued = max(0.0, record["admitted"] - record["forwarded"])
+            line += f" (queued; its admission step ended {queued * 1000:.0f} ms after it was forwarded)"
     if record.get("ttft") is not None:
         line += f"; TTFT {record['ttft'] * 1000:.0f} ms"
     if record.get("tpot") is not None:

@@ -5,9 +5,12 @@ vLLM) replayed at the server's settings, and each request's predicted hit tokens
      "differ": [{"request_id", "prompt_tokens", "server", "predicted", "why"}], "settings",
      "clock", "cost_clock": {"equal", "mae_points"}}
 
-`clock`: "recorded" when the log carries every answered request's times (the proxy's ttft and tpot): the twin's
-cache then runs on the server's own clock (timeline.py), and `cost_clock` gives the simulated run's figures
-beside it; "cost" otherwise (the simulated run, on the cost model's clock).
+`clock`: "steps" when the proxy kept the server's KV events beside the log: the twin runs on vLLM's own steps
+(step_clock.py), `step_check` compares its cached blocks with vLLM's after each step (step_check.py), and
+`recorded_clock` gives the recorded clock's figures beside it; "recorded" when the log carries every answered
+request's times (the proxy's ttft and tpot): the twin's cache then runs on the server's recorded clock
+(timeline.py); `cost_clock` gives the simulated run's figures beside either; "cost" otherwise (the simulated
+run, on the cost model's clock).
 
 `mae_points`: the mean over requests of |predicted - server| / prompt tokens, in points (100 = a whole
 prompt). `why` reads the twin's own miss causes for the request: where the twin missed tokens the server
@@ -47,6 +50,13 @@ def fidelity_section(loaded, cost_hits: dict, config) -> dict:
         replay = TimelineReplay(config).run(timed)
     out = fidelity(loaded, replay, config)
     out["clock"] = "recorded"
+    if getattr(loaded, "server_events", None):
+        from kvtui.whatif.step_clock import step_replay
+
+        hits, check = step_replay(timed, loaded.server_events, config)
+        recorded = {"equal": out["equal"], "mae_points": out["mae_points"]}
+        out = {**fidelity(loaded, hits, config), "clock": "steps", "step_check": check}
+        out["recorded_clock"] = recorded
     out["cost_clock"] = {"equal": cost["equal"], "mae_points": cost["mae_points"]}
     return out
 
@@ -155,6 +165,16 @@ def fidelity_lines(report: dict) -> list[str]:
             f"          on the server's recorded clock (the answers' times); on the cost model's clock "
             f"{c['equal']} of {f['requests']}, {c['mae_points']:.2f} points"
         )
+    if f.get("clock") == "steps":
+        from kvtui.whatif.step_check import check_lines
+
+        c, r = f["cost_clock"], f["recorded_clock"]
+        lines.append(
+            f"          on the server's steps (its KV events); on the recorded clock {r['equal']} of "
+            f"{f['requests']}, {r['mae_points']:.2f} points; on the cost model's clock {c['equal']}, "
+            f"{c['mae_points']:.2f} points"
+        )
+        lines += check_lines(f["step_check"])
     for d in f["differ"][:20]:
         lines.append(
             f"  {d['request_id']}: server {d['server']}, predicted {d['predicted']} of "

@@ -269,7 +269,10 @@ def load_proxy_log(path: Path) -> Workload:
     t0 = requests[0].arrival
     for r in requests:
         r.arrival -= t0
-    return Workload(path.name, "proxy-log", requests, problems, [], server)
+    from kvtui.sources.proxy_events import events_beside
+
+    events = events_beside(path, t0)
+    return Workload(path.name, "proxy-log", requests, problems, [], server, server_events=events)
 
 
 def _proxy_request(obj, number: int) -> SimRequest:

@@ -139,6 +139,10 @@ def as_table(report: dict) -> str:
     lines += compare_lines(report)
     lines += fleet_lines(report)
     lines += fidelity_lines(report)
+    if report.get("latency"):
+        from kvtui.whatif.latency_fit import latency_lines
+
+        lines += latency_lines(report)
     for d in report.get("requests_detail", []):
         misses = ", ".join(f"{k} {v}" for k, v in sorted(d["misses"].items(), key=lambda kv: -kv[1]))
         lines.append(
@@ -197,6 +201,7 @@ SUMMARY_KEYS = (
     "fleet",
     "tiers",
     "capacities_rounded",
+    "latency",
 )
 
 
@@ -206,9 +211,10 @@ def summary_event(report: dict, current: dict, misses: dict) -> dict:
     out = {k: report.get(k) for k in SUMMARY_KEYS}
     out.update(ceiling=report["ceiling"]["token_hit_rate"], current=current, misses=misses)
     out["curve"] = out["curve"] or []
-    for key in ("tiers", "capacities_rounded"):
+    for key in ("tiers", "capacities_rounded", "latency"):
         if out[key] is None:
-            # only a tiered run has tiers, only a run given capacities that were not whole blocks the other
+            # only a tiered run has tiers, only a run given capacities that were not whole blocks the other,
+            # only a run asked for latency (--latency, --calibrate) the last
             del out[key]
     return out
 

@@ -172,6 +172,8 @@ class Workload:
     server: dict | None = None
     # what the trace reader skipped and the run does without, one line each (a cut last line)
     warnings: list[str] = field(default_factory=list)
+    # a proxy log's server KV-event batches (kvtui/sources/proxy_events.py), `ts` on the log's clock, or None
+    server_events: list[dict] | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -195,4 +197,6 @@ class Workload:
             self.notes,
             self.server,
             self.warnings,
+            # the server's steps are the whole log's
+            self.server_events if start is None and stop is None else None,
         )

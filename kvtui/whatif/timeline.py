@@ -45,6 +45,10 @@ class _Live:
     produced: int = 1
     admitted: bool = False
     finished: bool = False
+    # its whole prompt computed (step_clock.py prefills in chunks)
+    prefilled: bool = False
+    # its schedule's generation (step_clock.py schedules a preempted request's tokens again)
+    gen: int = 0
 
 
 def on_the_clock(requests) -> list | None:

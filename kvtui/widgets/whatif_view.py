@@ -19,6 +19,7 @@ from kvtui.widgets.base import TextLine
 from kvtui.widgets.palette import markup
 from kvtui.widgets.whatif_curve import WhatIfCurve
 from kvtui.widgets.whatif_heatmap import TierHeatMap
+from kvtui.widgets.whatif_latency import LatencyScatter
 
 # cause -> palette role of its bar
 CAUSE_ROLES = {
@@ -189,6 +190,7 @@ class WhatIfView(Vertical, can_focus=True):
     def compose(self) -> ComposeResult:
         yield TextLine(id="whatif-head")
         yield WhatIfCurve(id="whatif-curve")
+        yield LatencyScatter(id="whatif-latency")
         yield TierHeatMap(id="whatif-heatmap")
         yield Static(id="whatif-causes")
         yield TextLine(id="whatif-fleet-head")
@@ -202,6 +204,7 @@ class WhatIfView(Vertical, can_focus=True):
         head = self.query_one("#whatif-head", TextLine)
         causes = self.query_one("#whatif-causes", Static)
         self.query_one("#whatif-curve", WhatIfCurve).show(summary)
+        self.query_one("#whatif-latency", LatencyScatter).show((summary or {}).get("latency"))
         self.query_one("#whatif-heatmap", TierHeatMap).show(
             ((summary or {}).get("tiers") or {}).get("surface")
         )

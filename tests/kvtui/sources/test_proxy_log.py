@@ -32,3 +32,25 @@ def test_a_long_log_is_read_from_the_first_whole_line_of_its_tail(tmp_path):
     records, _ = read_log(str(log), tail_offset(str(log), len(lines[-1]) * 3))
     assert [r["request_id"] for r in records] == ["proxy-97", "proxy-98", "proxy-99"]
     assert tail_offset(str(tmp_path / "missing.jsonl"), 10) == 0
+
+
+def test_a_request_line_says_both_predictions_and_how_long_it_was_queued():
+    from kvtui.sources.proxy_log import summary_line
+
+    record = {
+        "request_id": "proxy-7",
+        "endpoint": "/v1/completions",
+        "prompt_token_ids": [1] * 100,
+        "cached_tokens": 32,
+        "predicted_cached": 64,
+        "agrees": False,
+        "forwarded": 10.0,
+        "admitted": 10.25,
+        "predicted_at_admission": 32,
+        "agrees_at_admission": True,
+    }
+    line = summary_line(record)
+    assert "vLLM cached 32, kvtui predicted 64  DISAGREES" in line
+    assert "32 at its admission (queued; its admission step ended 250 ms after it was forwarded)" in line
+    line = summary_line({**record, "predicted_at_admission": 0, "agrees_at_admission": False})
+    assert "0 at its admission (DISAGREES)" in line
