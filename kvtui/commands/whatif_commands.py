@@ -10,6 +10,7 @@ import json
 import click
 
 from kvtui.commands.output_path import output_file
+from kvtui.commands.whatif_cost_options import cost_options
 from kvtui.commands.whatif_helpers import (
     _as_recorded,
     _export,
@@ -28,8 +29,6 @@ from kvtui.commands.whatif_hybrid_options import hybrid_configs, hybrid_options
 from kvtui.commands.whatif_tier_options import tier_options, tiers_from_options
 from kvtui.whatif.cost import CostModel
 from kvtui.whatif.sweep import SweepOptions, run_sweep, sweep_configs
-
-COST = CostModel()
 
 
 @click.command("whatif")
@@ -138,31 +137,7 @@ COST = CostModel()
     help="kv_aware: softmax temperature.",
 )
 @click.option("--seed", default=0, show_default=True)
-@click.option("--latency", is_flag=True, help="A proxy log: predicted against served TTFT and TPOT.")
-@click.option(
-    "--calibrate", is_flag=True, help="A proxy log: fit the costs to its TTFT and TPOT, then --latency."
-)
-@click.option(
-    "--step-ms",
-    type=click.FloatRange(min=0),
-    default=COST.per_step * 1e3,
-    show_default=True,
-    help="Cost model: ms per step.",
-)
-@click.option(
-    "--prefill-us",
-    type=click.FloatRange(min=0),
-    default=COST.per_prefill_token * 1e6,
-    show_default=True,
-    help="Cost model: us per prefill token.",
-)
-@click.option(
-    "--decode-ms",
-    type=click.FloatRange(min=0),
-    default=COST.per_decode_row * 1e3,
-    show_default=True,
-    help="Cost model: ms per decode row.",
-)
+@cost_options
 @click.option(
     "--target",
     "target_text",
