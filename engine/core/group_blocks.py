@@ -25,6 +25,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from engine.core.blocks import BlockPool
+from engine.core.hybrid_hit import FULL, SLIDING, contiguous_blocks, group_hit
+from engine.core.hybrid_hit import KVGroup as RuleGroup
 from engine.models.kv_groups import KVGroup
 from engine.trace.writer import TraceSink
 
@@ -114,29 +116,15 @@ class GroupBlocks:
             hit = current
 
     def _group_hit(self, group: int, keys: list[str], bound: int) -> list[int | None]:
+        """The group's blocks for the longest hit it serves on its own, at most `bound` blocks (vLLM's rule for
+        one group, engine/core/hybrid_hit.py), None where a window group does not need the block."""
         cached = self.by_hash[group]
         window = self.groups[group].window
-        if window is None:
-            blocks: list[int | None] = []
-            for key in keys[:bound]:
-                if key not in cached:
-                    break
-                blocks.append(cached[key])
-            return blocks
-        need = -(-(window - 1) // self.block_size)
-        blocks = [None] * bound
-        run = 0
-        for i in range(bound - 1, -1, -1):
-            physical = cached.get(keys[i])
-            if physical is None:
-                run = 0
-                continue
-            blocks[i] = physical
-            run += 1
-            if run >= need:
-                return blocks[: i + run]
-        # no run of `need` blocks: the cached run from the start still serves
-        return blocks[:run]
+        rule = RuleGroup(FULL if window is None else SLIDING, window)
+        size = self.block_size
+        blocks = group_hit(rule, lambda i: keys[i] in cached, bound * size, size, size) // size
+        first = 0 if window is None else max(0, blocks - contiguous_blocks(window, size))
+        return [None] * first + [cached[key] for key in keys[first:blocks]]
 
     def share_hit(self, request_id: str, found: dict[int, list[int | None]], blocks: int) -> None:
         """The request takes the first `blocks` of each group's hit."""

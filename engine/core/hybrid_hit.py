@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-FULL, SLIDING, MAMBA = "full", "sliding_window", "mamba"
+# vLLM's kv_cache_spec_kind names, as KV events and kvtui's trace header (kv_groups) spell them
+FULL, SLIDING, MAMBA = "full_attention", "sliding_window", "mamba"
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class KVGroup:
     layers: tuple[int, ...] = ()
 
     def label(self) -> str:
-        return f"sliding-window ({self.window})" if self.kind == SLIDING else self.kind
+        return {SLIDING: f"sliding-window ({self.window})", FULL: "full"}.get(self.kind, self.kind)
 
 
 @dataclass

@@ -61,10 +61,10 @@ def test_the_window_group_is_named_for_the_tokens_it_cost():
 
 
 def test_groups_from_a_proxy_logs_server_settings():
-    server = {"kv_groups": [{"kind": "sliding_window", "window": 512}, {"kind": "full"}]}
+    server = {"kv_groups": [{"kind": "sliding_window", "window": 512}, {"kind": "full_attention"}]}
     assert [(g.kind, g.window) for g in groups_from_server(server)] == [
         ("sliding_window", 512),
-        ("full", None),
+        ("full_attention", None),
     ]
     with pytest.raises(ValueError, match="'ring'"):
         groups_from_server({"kv_groups": [{"kind": "ring"}]})
