@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.models.kv_groups import group_layers
+
 # vLLM's kv_cache_spec_kind names, as KV events and kvtui's trace header (kv_groups) spell them
 FULL, SLIDING, MAMBA = "full_attention", "sliding_window", "mamba"
 
@@ -165,20 +167,12 @@ def retained_blocks(
 
 
 def groups_from_layers(layer_types: list[str], window: int | None) -> list[KVGroup]:
-    """vLLM's groups of a model whose layers all have one page size: layers bucketed by type (in the order
-    each type first appears), the group size the smallest bucket (or the largest, when none is 1.5 times
-    another), each bucket cut into groups of that size by taking every n-th layer."""
-    buckets: dict[str, list[int]] = {}
-    for i, t in enumerate(layer_types):
-        buckets.setdefault(_kind(t), []).append(i)
-    sizes = [len(v) for v in buckets.values()]
-    size = max(sizes) if max(sizes) < min(sizes) * 1.5 else min(sizes)
-    out = []
-    for kind, layers in buckets.items():
-        n = -(-len(layers) // size)
-        for i in range(n):
-            out.append(KVGroup(kind, window if kind == SLIDING else None, tuple(layers[i::n])))
-    return out
+    """vLLM's groups of a model whose layers all have one page size (engine/models/kv_groups.py's
+    `group_layers`), its layers' types named as a config names them."""
+    return [
+        KVGroup(kind, window if kind == SLIDING else None, layers)
+        for kind, layers in group_layers([_kind(t) for t in layer_types])
+    ]
 
 
 def _kind(layer_type: str) -> str:

@@ -34,20 +34,26 @@ class KVGroup:
         return {"kind": self.kind, "window": self.window, "layers": list(self.layers)}
 
 
-def kv_cache_groups(windows: tuple[int | None, ...]) -> list[KVGroup]:
-    """vLLM's groups of a model whose layer l attends through `windows[l]` (None: full attention)."""
-    buckets: dict[int | None, list[int]] = {}
-    for layer, window in enumerate(windows):
-        buckets.setdefault(window, []).append(layer)
+def group_layers(keys: list) -> list[tuple[object, tuple[int, ...]]]:
+    """vLLM's grouping of layers of one page size, whatever tells their types apart (`keys[l]`: layer l's
+    type): (type, layers) per group, in the order each type first appears."""
+    buckets: dict = {}
+    for layer, key in enumerate(keys):
+        buckets.setdefault(key, []).append(layer)
     sizes = [len(layers) for layers in buckets.values()]
     size = min(sizes)
     if max(sizes) < size * 1.5:
         size = max(sizes)
     groups = []
-    for window, layers in buckets.items():
+    for key, layers in buckets.items():
         count = -(-len(layers) // size)
-        groups += [KVGroup(window, tuple(layers[i::count])) for i in range(count)]
+        groups += [(key, tuple(layers[i::count])) for i in range(count)]
     return groups
+
+
+def kv_cache_groups(windows: tuple[int | None, ...]) -> list[KVGroup]:
+    """vLLM's groups of a model whose layer l attends through `windows[l]` (None: full attention)."""
+    return [KVGroup(window, layers) for window, layers in group_layers(list(windows))]
 
 
 def table_group(groups: list[KVGroup]) -> int:
