@@ -149,12 +149,23 @@ def engine_config(overrides: dict | None = None, **options):
             and context.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE
         ):
             values[key] = options[key]
-    # the paged window layout serves whole blocks: --partial-hits only where asked for
-    typed = context is not None and (
-        context.get_parameter_source("partial_hits") is click.core.ParameterSource.COMMANDLINE
-    )
-    if values.get("window_layout") == "paged" and not typed and "partial_hits" not in (overrides or {}):
-        values["partial_hits"] = None
+    if values.get("window_layout") == "paged":
+        # the paged layout serves whole blocks from the device pool, as vLLM does
+        typed = [
+            name
+            for key, name in (("partial_hits", "--partial-hits"), ("host_blocks", "--host-blocks"))
+            if context is not None
+            and context.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE
+            and values.get(key)
+        ]
+        if typed:
+            raise click.UsageError(
+                f"--window-layout paged serves whole blocks from the device pool, as vLLM does: drop "
+                f"{' and '.join(typed)}, or use --window-layout ring"
+            )
+        # a workload's engine section may still ask for partial hits (EngineConfig then says no)
+        if "partial_hits" not in (overrides or {}):
+            values["partial_hits"] = None
     # a workload's engine section is held to the options' ranges too
     for key, most in (
         ("block_size", MAX_BLOCK_SIZE),

@@ -147,6 +147,9 @@ CASES = [
     # the engine's options, wherever they are taken (the root command takes live's)
     (["generate", "hi", "--block-size", "99999999999999"], "99999999999999 is not in the range 1<=x<=4096"),
     (["generate", "hi", "--num-blocks", "0"], "'--num-blocks': 0 is not in the range 1<=x<=4194304"),
+    (["generate", "hi", "--window-layout", "pages"], "'pages' is not one of 'ring', 'paged'"),
+    (["generate", "hi", "--window-layout", "paged", "--partial-hits"], "drop --partial-hits"),
+    (["live", "--window-layout", "paged", "--host-blocks", "8"], "drop --host-blocks"),
     (["generate", "hi", "--num-blocks", "99999999999999999"], "99999999999999999 is not in the range"),
     (["generate", "hi", "--max-batched-tokens", "0"], "'--max-batched-tokens': 0 is not in the range x>=1"),
     (["generate", "hi", "--max-tokens", "0"], "'--max-tokens': 0 is not in the range x>=1"),
