@@ -69,6 +69,14 @@ SHOTS: tuple[Shot, ...] = (
         "7 What if: hit rate against capacity, miss causes",
         whatif=("--capacity", "256,1k,4k"),
     ),
+    Shot(
+        "whatif-latency",
+        "fixtures/attach/vllm_0.32_proxy_waves.jsonl",
+        ("7",),
+        "7 What if on a vLLM proxy log with --calibrate: predicted against served TTFT",
+        (110, 50),
+        whatif=("--calibrate",),
+    ),
     Shot("host-pool", "fixtures/traces/host_tier.jsonl", ("1",), "1 Pool with a host tier: its slots below"),
     Shot(
         "host-tree",

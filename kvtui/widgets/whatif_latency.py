@@ -1,8 +1,8 @@
-"""Predicted against served latency, one point per request, drawn by Textualize's Plotext widget
-(textual-plotext): the `latency` of a what-if summary (`kvtui whatif LOG --latency` or `--calibrate`,
-kvtui/whatif/latency_fit.py). TTFT on both axes in ms, with the line where prediction equals service; the
-title states the costs and the errors at p50 and p95 of TTFT and TPOT. Hidden when the summary has none.
-Series colours are the palette's roles, read from the theme (`Palette.of`).
+"""The what-if latency scatter: each request of a proxy log at its served TTFT (x) and the twin's predicted one
+(y), beside the line where they are equal; the what-if view writes p50 and p95 of both and their error above
+it (`latency_line`). Drawn from a
+what-if summary's `latency` (kvtui/whatif/latency_fit.py's section, `kvtui whatif LOG --latency` or
+`--calibrate`); hidden when the run predicted no latency.
 """
 
 from __future__ import annotations
@@ -12,8 +12,39 @@ from textual_plotext import PlotextPlot
 from kvtui.widgets.palette import COMPONENT_CLASSES, Palette, role_css
 from kvtui.widgets.whatif_curve import _rgb
 
-# series -> palette role
-SERIES = {"requests": "series-time", "equal": "dim"}
+
+def ms_pairs(latency: dict, name: str) -> list[tuple[float, float]]:
+    """(served, predicted) of `name` (ttft or tpot) in ms, for the requests that have both."""
+    pairs = []
+    for row in latency.get("per_request") or ():
+        served, guess = row.get(name) or (None, None)
+        if served is not None and guess is not None:
+            pairs.append((served * 1e3, guess * 1e3))
+    return pairs
+
+
+def error_title(latency: dict, name: str, label: str) -> str:
+    """`TTFT p50 1611 -> 1614 ms (+0.2%), p95 2273 -> 2300 ms (+1.2%)`: served -> predicted, and the error."""
+    figures = latency.get(name) or {}
+    parts = []
+    for q in ("p50", "p95"):
+        served = (figures.get("served") or {}).get(q)
+        guess = (figures.get("predicted") or {}).get(q)
+        error = (figures.get("error") or {}).get(q)
+        if served is not None and guess is not None and error is not None:
+            parts.append(f"{q} {served * 1e3:.0f} -> {guess * 1e3:.0f} ms ({100 * error:+.1f}%)")
+    return f"{label} served -> predicted: " + ", ".join(parts) if parts else f"{label}: none served"
+
+
+def latency_line(latency: dict | None) -> str:
+    """The line above the scatter: TTFT's and TPOT's served -> predicted, and the costs they came from."""
+    if not latency:
+        return ""
+    costs = "calibrated on this log" if latency.get("calibration") else f"costs: {latency.get('cost')}"
+    return (
+        f"{error_title(latency, 'ttft', 'TTFT')}\n{error_title(latency, 'tpot', 'TPOT')}\n"
+        f"{latency.get('requests', 0)} requests, {costs}"
+    )
 
 
 class LatencyScatter(PlotextPlot):
@@ -23,12 +54,11 @@ class LatencyScatter(PlotextPlot):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.latency: dict | None = None
-        self.display = False
 
     def show(self, latency: dict | None) -> None:
+        self.display = bool(latency and latency.get("per_request"))
         if latency is not self.latency:
             self.latency = latency
-            self.display = bool(latency and points(latency))
             self.refresh()
 
     def render(self):
@@ -39,33 +69,21 @@ class LatencyScatter(PlotextPlot):
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
-        pairs = points(latency) if latency else []
+        pairs = ms_pairs(latency or {}, "ttft")
         if not pairs:
-            plt.title("no served latency")
+            plt.title("no latency predicted (kvtui whatif LOG --latency)")
             return
         palette = Palette.of(self)
-        served, predicted = zip(*pairs)
-        top = max(max(served), max(predicted))
-        plt.plot([0, top], [0, top], color=_rgb(palette, SERIES["equal"]), marker="braille")
-        plt.scatter(served, predicted, marker="●", color=_rgb(palette, SERIES["requests"]), label="requests")
+        top = max(max(p) for p in pairs) * 1.05
+        plt.plot([0, top], [0, top], color=_rgb(palette, "dim"), label="predicted = served", marker="braille")
+        plt.scatter(
+            [p[0] for p in pairs],
+            [p[1] for p in pairs],
+            marker="●",
+            color=_rgb(palette, "series-time"),
+            label=f"{len(pairs)} requests",
+        )
+        plt.xlim(0, top)
+        plt.ylim(0, top)
         plt.xlabel("served TTFT (ms)")
-        plt.ylabel("predicted TTFT (ms)")
-        plt.title(title(latency))
-
-
-def points(latency: dict) -> list[tuple[float, float]]:
-    """(served, predicted) TTFT in ms of each request that has both."""
-    return [
-        (1e3 * row["ttft"][0], 1e3 * row["ttft"][1])
-        for row in latency.get("per_request") or ()
-        if row["ttft"][0] is not None and row["ttft"][1] is not None
-    ]
-
-
-def title(latency: dict) -> str:
-    def errors(name: str) -> str:
-        e = latency[name]["error"]
-        return f"{name.upper()} p50 {e['p50']:+.1%} p95 {e['p95']:+.1%}"
-
-    how = "calibrated on this log" if latency.get("calibration") else "stated costs"
-    return f"predicted against served ({how}): {errors('ttft')}, {errors('tpot')}"
+        plt.ylabel("predicted (ms)")

@@ -1,5 +1,6 @@
-"""The what-if view: a headline, the hit-rate curve (whatif_curve.py), the miss causes as bars, and the fleet
-table when the run had workers. It draws one what-if summary (kvtui/whatif/report.py's `summary_event`, the
+"""The what-if view: a headline, the hit-rate curve (whatif_curve.py), predicted against served TTFT when the
+run predicted latency (whatif_latency.py), the miss causes as bars, and the fleet table when the run had
+workers. It draws one what-if summary (kvtui/whatif/report.py's `summary_event`, the
 fields of the `whatif_summary` event), from `kvtui whatif --ui` or from a simulated trace in replay.
 """
 
@@ -19,7 +20,7 @@ from kvtui.widgets.base import TextLine
 from kvtui.widgets.palette import markup
 from kvtui.widgets.whatif_curve import WhatIfCurve
 from kvtui.widgets.whatif_heatmap import TierHeatMap
-from kvtui.widgets.whatif_latency import LatencyScatter
+from kvtui.widgets.whatif_latency import LatencyScatter, latency_line
 
 # cause -> palette role of its bar
 CAUSE_ROLES = {
@@ -179,6 +180,7 @@ class WhatIfView(Vertical, can_focus=True):
     WhatIfView #whatif-head { height: auto; }
     WhatIfView #whatif-causes { height: auto; max-height: 12; }
     WhatIfView #whatif-heatmap { max-height: 14; }
+    WhatIfView #whatif-latency-head { height: auto; }
     WhatIfView #whatif-fleet-head { height: 2; }
     WhatIfView #whatif-fleet { height: auto; max-height: 10; }
     """
@@ -190,8 +192,9 @@ class WhatIfView(Vertical, can_focus=True):
     def compose(self) -> ComposeResult:
         yield TextLine(id="whatif-head")
         yield WhatIfCurve(id="whatif-curve")
-        yield LatencyScatter(id="whatif-latency")
         yield TierHeatMap(id="whatif-heatmap")
+        yield TextLine(id="whatif-latency-head")
+        yield LatencyScatter(id="whatif-latency")
         yield Static(id="whatif-causes")
         yield TextLine(id="whatif-fleet-head")
         yield DataTable(id="whatif-fleet", show_cursor=False, zebra_stripes=True)
@@ -204,10 +207,13 @@ class WhatIfView(Vertical, can_focus=True):
         head = self.query_one("#whatif-head", TextLine)
         causes = self.query_one("#whatif-causes", Static)
         self.query_one("#whatif-curve", WhatIfCurve).show(summary)
-        self.query_one("#whatif-latency", LatencyScatter).show((summary or {}).get("latency"))
         self.query_one("#whatif-heatmap", TierHeatMap).show(
             ((summary or {}).get("tiers") or {}).get("surface")
         )
+        latency = (summary or {}).get("latency")
+        self.query_one("#whatif-latency", LatencyScatter).show(latency)
+        self.query_one("#whatif-latency-head").display = bool(latency)
+        self.query_one("#whatif-latency-head", TextLine).set(Content(latency_line(latency)))
         fleet = (summary or {}).get("fleet")
         self.query_one("#whatif-fleet-head").display = bool(fleet)
         self.query_one("#whatif-fleet").display = bool(fleet)
