@@ -27,7 +27,7 @@ def test_the_groups_and_the_unit_go_into_the_logs_server_settings(upstream):  # 
     server = record["server"]
     assert server["block_size"] == 16 and server["prefix_match_unit"] == 64
     assert server["kv_groups"] == [{"kind": "sliding_window", "window": 512}] * 5 + [
-        {"kind": "full", "window": None}
+        {"kind": "full_attention", "window": None}
     ]
 
 

@@ -83,7 +83,7 @@ def test_a_match_unit_lowers_the_hits_and_the_one_pass_curve_is_refused():
 
 def test_the_groups_and_the_unit_from_the_logs_server_settings(tmp_path):
     """A log the proxy wrote with --kv-config and --prefix-match-unit needs neither option again."""
-    groups = [{"kind": "sliding_window", "window": 512}] * 5 + [{"kind": "full", "window": None}]
+    groups = [{"kind": "sliding_window", "window": 512}] * 5 + [{"kind": "full_attention", "window": None}]
     with open(LOG) as f, open(tmp_path / "log.jsonl", "w") as out:
         for line in f:
             record = json.loads(line)
