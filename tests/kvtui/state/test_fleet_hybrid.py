@@ -34,7 +34,9 @@ def folded_until(arrival: int):
 
 def test_the_groups_come_from_the_stored_blocks():
     state, _ = folded_until(1)
-    assert [(g.kind, g.window) for g in groups_of(state)] == [("sliding_window", 512)] * 5 + [("full_attention", None)]
+    assert [(g.kind, g.window) for g in groups_of(state)] == [("sliding_window", 512)] * 5 + [
+        ("full_attention", None)
+    ]
     assert groups_of(FleetState({})) == []
 
 
