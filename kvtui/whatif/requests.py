@@ -160,7 +160,7 @@ class Workload:
     """Requests in arrival order, where they came from, and what was wrong with the file (kept going)."""
 
     name: str
-    # trace | workload | mooncake | bailian | proxy-log
+    # trace | workload | mooncake | bailian | blocks | proxy-log
     format: str
     requests: list[SimRequest]
     # "line 7: ..." for each line skipped
@@ -184,7 +184,7 @@ class Workload:
     @property
     def hash_ids(self) -> bool:
         """Prompts are hash ids: generated tokens take pool space but are never cached."""
-        return self.format in ("mooncake", "bailian")
+        return self.format in ("mooncake", "bailian", "blocks")
 
     def slice(self, start: int | None, stop: int | None) -> Workload:
         return Workload(

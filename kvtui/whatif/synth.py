@@ -2,6 +2,7 @@
 
     write_jsonl(mooncake_like(seed=0), "mooncake_12k.jsonl")
     python -m kvtui.whatif.synth mooncake_12k.jsonl [--seed 0] [--requests 12031]
+    python -m kvtui.whatif.synth big.kvblk --references 100000000     streamed (synth_stream.py)
 
 Each line: {"timestamp": ms, "input_length": tokens, "output_length": tokens, "hash_ids": [...]}, one id per
 512-token block, the last block partial; ids are consecutive integers in order of first use, and equal leading
@@ -141,11 +142,26 @@ def write_jsonl(records: list[dict], path: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Write a Mooncake-shaped workload (JSONL).")
+    parser = argparse.ArgumentParser(description="Write a Mooncake-shaped workload (JSONL or a block trace).")
     parser.add_argument("path")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--requests", type=int, default=MooncakeLikeConfig.requests)
+    parser.add_argument(
+        "--references",
+        type=int,
+        help="Stream this many hash ids (10^8, 10^9) to the file as they are made (synth_stream.py).",
+    )
+    parser.add_argument(
+        "--format",
+        dest="fmt",
+        choices=("jsonl", "blocks"),
+        help="With --references: Mooncake JSONL or kvtui's binary block trace [blocks for a .kvblk path].",
+    )
     args = parser.parse_args(argv)
+    if args.references is not None:
+        return _stream(args)
+    if args.requests < 1:
+        parser.error("--requests must be at least 1")
     records = mooncake_like(args.seed, MooncakeLikeConfig(requests=args.requests))
     write_jsonl(records, args.path)
     prompt = sum(r["input_length"] for r in records)
@@ -153,6 +169,19 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"{args.path}: {len(records)} requests, {prompt / len(records):,.0f} prompt and "
         f"{output / len(records):,.0f} output tokens on average"
+    )
+
+
+def _stream(args) -> None:
+    from kvtui.whatif.synth_stream import write_stream
+
+    if args.references < 1:
+        raise SystemExit("--references must be at least 1")
+    fmt = args.fmt or ("blocks" if str(args.path).endswith(".kvblk") else "jsonl")
+    requests, ids, prompt = write_stream(args.path, args.references, args.seed, fmt)
+    print(
+        f"{args.path}: {requests:,} requests, {ids:,} hash ids ({fmt}), "
+        f"{prompt / max(requests, 1):,.0f} prompt tokens on average"
     )
 
 
