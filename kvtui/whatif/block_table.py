@@ -6,8 +6,8 @@ interning: onepass.py, curve.py).
 
 A node is a (parent node, key) pair, so the same id means the same prefix: chained keys (vLLM's block hashes,
 Mooncake's hash ids) and unchained ones (Qwen-Bailian's per-block ids) alike. The pairs live in one
-open-addressing hash table of numpy arrays (a 64-bit key and two 32-bit ids a slot, at most 60% full: about 30
-bytes a distinct block), filled a depth at a time: every request's block d finds its parent among the blocks
+open-addressing hash table of numpy arrays (a 64-bit key and two 32-bit ids a slot: 23 to 46 bytes a distinct
+block, at most 70% full), filled a depth at a time: every request's block d finds its parent among the blocks
 d - 1 just interned, so a batch costs a few numpy calls per depth, not a Python call per block.
 
 `prefix_hashes(keys, starts, seed)`: a 64-bit hash of each block's whole prefix (what SHARDS samples by,
@@ -21,7 +21,7 @@ import numpy as np
 __all__ = ["PrefixTable", "prefix_hashes", "mix64"]
 
 EMPTY = -2
-MAX_LOAD = 0.6
+MAX_LOAD = 0.7
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

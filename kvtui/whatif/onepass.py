@@ -72,6 +72,7 @@ class OnePass:
         self._keys = array("q")
         self._key_starts = array("q", [0])
         self._key_limits = array("q")
+        self._curve: Curve | None = None
 
     def add_request(self, request: SimRequest) -> None:
         if self.first_arrival is None:
@@ -112,6 +113,7 @@ class OnePass:
             self._pass(keys, starts, limits)
 
     def _pass(self, keys: np.ndarray, starts: np.ndarray, limits: np.ndarray) -> None:
+        self._curve = None
         counts = np.diff(starts)
         may_hit = depths_of(starts, len(keys)) < np.repeat(limits, counts)
         if self.sampler is not None:
@@ -140,10 +142,14 @@ class OnePass:
         return len(self.table)
 
     def curve(self) -> Curve:
+        """The curve so far (made once for all the requests added: it is as large as the distinct blocks)."""
         self._flush()
-        if self.sampler is not None:
-            return self.sampler.curve(self.builder)
-        return self.builder.curve(len(self.table))
+        if self._curve is None:
+            if self.sampler is not None:
+                self._curve = self.sampler.curve(self.builder)
+            else:
+                self._curve = self.builder.curve(len(self.table))
+        return self._curve
 
     def optimal(self, capacities_tokens: list[int]) -> list[OptimalPoint]:
         """Belady's bound at each capacity (tokens); needs keep_chains."""

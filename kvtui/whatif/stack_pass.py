@@ -120,29 +120,30 @@ class CurveBuilder:
             self._grow(0, self.live + 2)
             width = self.hist.shape[1]
             flat = groups[seen_at][keep] * width + position[keep]
-            self.hist += np.bincount(flat, minlength=self.groups * width).reshape(self.groups, width)
+            # in place: a batch touches a few of the positions, not all of them
+            np.add.at(self.hist.reshape(-1), flat, 1)
             if self.hist_tokens is not None:
-                tokens = np.bincount(
-                    position[keep], weights=np.asarray(weights)[seen_at][keep], minlength=width
-                )
-                self.hist_tokens += np.rint(tokens).astype(np.int64)
+                block_weights = np.asarray(weights, dtype=np.int64)[seen_at][keep]
+                np.add.at(self.hist_tokens, position[keep], block_weights)
         self._grow(0, self.live + 2)
 
     def _fenwick(self, run_slot, run_length, run_pointer, count_of, seen_count, first_index) -> np.ndarray:
         """For each run, the blocks last referenced after its slot when its request arrives; updates the
-        tree, `live` and `requests` for the whole batch."""
+        tree, `live` and `requests` for the whole batch. Requests with no block (most of them in a sparse
+        sample) change nothing and are skipped."""
         tree, live = self.tree, self.live
         slots, lengths, pointer = run_slot.tolist(), run_length.tolist(), run_pointer.tolist()
         counts, seens = count_of.tolist(), seen_count.tolist()
         out = [0] * len(slots)
         measure_from = self.measure_from
+        if first_index <= measure_from < first_index + len(counts):
+            # live does not change before the first request with blocks: the warm-up ends where it was
+            before = int(count_of[: measure_from - first_index].sum() - seen_count[: measure_from - first_index].sum())
+            self.warm_blocks = live + before
         size = len(tree) - 1
-        for r in range(len(counts)):
-            index = first_index + r
-            if index == measure_from:
-                self.warm_blocks = live
-            slot = index + 1
-            if slot > size:
+        for r in np.flatnonzero(count_of).tolist():
+            slot = first_index + r + 1
+            while slot > size:
                 self.live = live
                 self._grow_tree()
                 size = len(tree) - 1
@@ -174,7 +175,8 @@ class CurveBuilder:
 
         live = self.live
         warm = live if self.measure_from >= self.requests else self.warm_blocks
-        block_cum = np.cumsum(self.hist[:, : live + 1].sum(axis=0))
+        counts = self.hist[0, : live + 1] if self.groups == 1 else self.hist[:, : live + 1].sum(axis=0)
+        block_cum = np.cumsum(counts)
         token_cum = np.cumsum(self.hist_tokens[: live + 1]) if self.weighted else None
         return Curve(
             block_cum=compact(block_cum),
@@ -192,5 +194,6 @@ class CurveBuilder:
 def compact(values: np.ndarray, code: str = "q") -> array:
     """A numpy array as a plain array of ints (or floats, code "d"): 8 bytes an entry, Python numbers out."""
     out = array(code)
-    out.frombytes(values.astype(np.int64 if code == "q" else np.float64).tobytes())
+    contiguous = np.ascontiguousarray(values, dtype=np.int64 if code == "q" else np.float64)
+    out.frombytes(memoryview(contiguous).cast("B"))
     return out
