@@ -8,7 +8,7 @@ import numpy as np
 
 from kvtui.whatif.block_trace import HEADER, block_size_of, iter_chunks
 from kvtui.whatif.onepass import OnePass
-from kvtui.whatif.requests import SimRequest
+from kvtui.whatif.requests import OutOfOrder, SimRequest
 
 
 def chunk_keys(hashes, starts, input_lengths, trace_block: int, block_size: int):
@@ -27,8 +27,6 @@ def chunk_keys(hashes, starts, input_lengths, trace_block: int, block_size: int)
 
 def one_pass_blocks(path, curves: dict[int, OnePass], summary, start, stop, progress) -> None:
     """Every chunk's requests [start:stop] (file order, which must be arrival order) into each OnePass."""
-    from kvtui.whatif.stream import OutOfOrder
-
     trace_block = block_size_of(path)
     summary.notes.append(
         f"each hash id is {trace_block} tokens; generated tokens are never cached (kvtui block trace)"

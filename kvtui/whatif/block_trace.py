@@ -233,6 +233,24 @@ def convert(source: str | Path, target: str | Path, fmt: str, trace_block_size: 
     return writer.requests, writer.references, problems
 
 
+def _jsonl_format(path) -> str | None:
+    """mooncake or bailian from the first non-empty line; None when it is neither."""
+    import json
+
+    from kvtui.whatif.bailian import looks_like_bailian
+    from kvtui.whatif.mooncake import looks_like_mooncake
+
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        first = next((line for line in handle if line.strip()), "")
+    try:
+        obj = json.loads(first)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(obj, dict) and looks_like_bailian(obj):
+        return "bailian"
+    return "mooncake" if isinstance(obj, dict) and looks_like_mooncake(obj) else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Convert a Mooncake or Qwen-Bailian JSONL trace to a block trace."
@@ -247,17 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.source).is_file():
         print(f"{args.source}: no such file; give a Mooncake or Qwen-Bailian JSONL trace", file=sys.stderr)
         return 2
-    fmt = args.fmt
+    fmt = args.fmt or _jsonl_format(args.source)
     if fmt is None:
-        from kvtui.whatif.loaders import WorkloadFormatError, detect_format
-
-        try:
-            fmt = detect_format(args.source)
-        except WorkloadFormatError as exc:
-            print(exc, file=sys.stderr)
-            return 2
-    if fmt not in ("mooncake", "bailian"):
-        print(f"{args.source}: a {fmt} file; this converts Mooncake or Qwen-Bailian JSONL", file=sys.stderr)
+        print(
+            f"{args.source}: line 1 is not a Mooncake or Qwen-Bailian record; give --format", file=sys.stderr
+        )
         return 2
     block = args.trace_block_size or (16 if fmt == "bailian" else 512)
     if block < 1:

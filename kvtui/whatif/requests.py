@@ -114,6 +114,10 @@ def compact_tokens(
     return tokens
 
 
+class OutOfOrder(ValueError):
+    """A request in a streamed file arrives before the one above it."""
+
+
 @dataclass(slots=True)
 class SimRequest:
     request_id: str

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvtui.whatif.block_table import PrefixTable, prefix_hashes
+from kvtui.whatif.curve_figures import Curve
+from kvtui.whatif.stack_pass import compact
 
 __all__ = ["Sampler", "GROUPS"]
 
@@ -50,9 +52,6 @@ class Sampler:
 
     def curve(self, builder):
         """The estimated curve, with its standard error at every point."""
-        from kvtui.whatif.curve import Curve
-        from kvtui.whatif.stack_pass import compact
-
         live = builder.live
         counted = builder.counted
         scale = self.may_hit_blocks / counted.sum() if counted.sum() else 0.0

@@ -19,6 +19,8 @@ from array import array
 
 import numpy as np
 
+from kvtui.whatif.curve_figures import Curve
+
 __all__ = ["CurveBuilder"]
 
 
@@ -138,7 +140,9 @@ class CurveBuilder:
         measure_from = self.measure_from
         if first_index <= measure_from < first_index + len(counts):
             # live does not change before the first request with blocks: the warm-up ends where it was
-            before = int(count_of[: measure_from - first_index].sum() - seen_count[: measure_from - first_index].sum())
+            before = int(
+                count_of[: measure_from - first_index].sum() - seen_count[: measure_from - first_index].sum()
+            )
             self.warm_blocks = live + before
         size = len(tree) - 1
         for r in np.flatnonzero(count_of).tolist():
@@ -171,8 +175,6 @@ class CurveBuilder:
         return np.array(out, dtype=np.int64)
 
     def curve(self, distinct_blocks: int | None = None):
-        from kvtui.whatif.curve import Curve
-
         live = self.live
         warm = live if self.measure_from >= self.requests else self.warm_blocks
         counts = self.hist[0, : live + 1] if self.groups == 1 else self.hist[:, : live + 1].sum(axis=0)

@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtui.whatif.onepass import OnePass
+from kvtui.whatif.requests import OutOfOrder
 
 STREAMED_FORMATS = ("mooncake", "bailian", "blocks")
-
-
-class OutOfOrder(ValueError):
-    """A line arrives before the one above it."""
+__all__ = ["OutOfOrder", "STREAMED_FORMATS", "FileProgress", "StreamedWorkload", "one_pass_file"]
 
 
 @dataclass

@@ -29,35 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvtui.whatif.synth_config import MooncakeLikeConfig, _lognormal
+
 __all__ = ["MooncakeLikeConfig", "mooncake_like", "write_jsonl"]
-
-
-@dataclass(frozen=True)
-class MooncakeLikeConfig:
-    requests: int = 12_031
-    duration_ms: int = 3_600_000
-    block_size: int = 512
-    max_prompt_tokens: int = 131_072
-    # blocks of the system prompt every request starts with
-    global_prompt_blocks: int = 1
-    # application prompts: count, Zipf exponent, and blocks each (uniform in the range)
-    apps: int = 40
-    app_zipf: float = 1.1
-    app_blocks: tuple[int, int] = (1, 8)
-    # turns per session: geometric with this mean
-    mean_turns: float = 1.8
-    # seconds between a session's turns: exponential with this mean
-    mean_gap_s: float = 120.0
-    # log-normal message sizes in tokens: (median, sigma)
-    first_message: tuple[float, float] = (5_000.0, 1.0)
-    next_message: tuple[float, float] = (900.0, 1.1)
-    output: tuple[float, float] = (250.0, 0.8)
-    max_output: int = 4_096
 
 
 @dataclass
@@ -66,11 +44,6 @@ class _Session:
     ids: list[int] = field(default_factory=list)
     input_length: int = 0
     output_length: int = 0
-
-
-def _lognormal(rng: random.Random, median_sigma: tuple[float, float]) -> int:
-    median, sigma = median_sigma
-    return max(1, int(rng.lognormvariate(math.log(median), sigma)))
 
 
 def mooncake_like(seed: int = 0, config: MooncakeLikeConfig | None = None) -> list[dict]:

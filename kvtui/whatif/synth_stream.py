@@ -19,7 +19,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kvtui.whatif.synth import MooncakeLikeConfig, _lognormal
+from kvtui.whatif.synth_config import MooncakeLikeConfig, _lognormal
 
 
 @dataclass

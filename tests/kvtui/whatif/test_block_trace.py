@@ -112,3 +112,14 @@ def test_the_progress_bar_gives_references_a_second_and_memory():
     line = progress.line(100, 500, progress.started + 1.0)
     assert "[##########..........] 50%" in line and "2,000,000 block references" in line
     assert "2.00M/s" in line and "GiB" in line
+
+
+def test_the_converter_command_checks_its_input(tmp_path, capsys):
+    from kvtui.whatif.block_trace import main as convert_main
+
+    source = jsonl(tmp_path, requests=30)
+    assert convert_main([str(source), str(tmp_path / "c.kvblk")]) == 0
+    assert "30 requests" in capsys.readouterr().out and detect_format(tmp_path / "c.kvblk") == "blocks"
+    (tmp_path / "bad.jsonl").write_text('{"prompt_token_ids": [1]}\n')
+    assert convert_main([str(tmp_path / "bad.jsonl"), str(tmp_path / "d.kvblk")]) == 2
+    assert "not a Mooncake or Qwen-Bailian record" in capsys.readouterr().err
