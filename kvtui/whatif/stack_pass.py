@@ -47,7 +47,7 @@ class CurveBuilder:
 
     def _grow_tree(self) -> None:
         size = len(self.tree) - 1
-        self.tree.extend(bytes(8 * size))
+        self.tree.frombytes(bytes(8 * size))
         # the new top node covers every slot so far; the others cover only empty slots
         self.tree[2 * size] = self.live
 

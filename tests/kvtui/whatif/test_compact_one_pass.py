@@ -52,18 +52,19 @@ def test_prefix_hashes_name_the_whole_prefix():
 
 
 def test_the_compact_curve_equals_plain_lru_on_a_generated_workload():
-    workload = generated(400)
+    # 5,000 requests: the slot tree doubles three times, past 4,096 slots
+    workload = generated(5000)
     bs = 512
     keys = [onepass.request_keys(r, bs) for r in workload.requests]
     matchable = [(r.num_prompt_tokens - 1) // bs for r in workload.requests]
     # small batches: the slot tree, the table and the histogram all grow between batches
-    one = onepass.OnePass(bs, batch_blocks=500)
+    one = onepass.OnePass(bs, batch_blocks=20_000)
     for request in workload.requests:
         one.add_request(request)
     curve = one.curve()
     whole = onepass.lru_curve_of(workload, bs)
     assert curve == whole
-    for capacity in (1, 10, 100, 1000, curve.distinct_blocks):
+    for capacity in (1, 100, 2048, 20_000, curve.distinct_blocks):
         assert curve.hits(capacity) == simulate_lru(keys, capacity, matchable=matchable).hit_blocks
 
 
