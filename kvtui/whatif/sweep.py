@@ -302,7 +302,8 @@ def sampled_note(one) -> str:
         f"sampled: SHARDS over {100 * sampler.rate:g}% of the blocks (by their prefix hash, seed "
         f"{sampler.seed}): {one.distinct_blocks:,} distinct blocks kept of {sampler.total_blocks:,} block "
         "references; each one-pass rate has +/- one standard error (token_hit_rate_error, from 8 hash "
-        "groups); Belady's bound needs every block and is left out"
+        f"groups), under {round(1 / sampler.rate):,} blocks unresolved; a few blocks shared by most requests "
+        "make it noisy; Belady's bound needs every block and is left out"
     )
 
 
