@@ -4,6 +4,8 @@ request becomes a Python object where the block size is the trace's or divides i
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from kvtui.whatif.block_trace import HEADER, block_size_of, iter_chunks
@@ -26,11 +28,29 @@ def chunk_keys(hashes, starts, input_lengths, trace_block: int, block_size: int)
 
 
 def one_pass_blocks(path, curves: dict[int, OnePass], summary, start, stop, progress) -> None:
-    """Every chunk's requests [start:stop] (file order, which must be arrival order) into each OnePass."""
+    """Every chunk's requests [start:stop] (file order, which must be arrival order) into each OnePass; a
+    sampled one reads the file twice (its first pass counts, sampled.py)."""
     trace_block = block_size_of(path)
+    sampled = [one for one in curves.values() if one.sampler is not None and not one.sampler.whole]
+    if sampled:
+        for one in sampled:
+            one.begin_count(os.path.getsize(path) // 8)
+        scratch = type(summary)(summary.name, summary.format)
+        if hasattr(progress, "restart"):
+            progress.restart("one-pass, first of two passes (the widely shared blocks)")
+        _read(path, {bs: one for bs, one in curves.items() if one in sampled}, scratch, start, stop, progress)
+        for one in sampled:
+            one.end_count()
+        if hasattr(progress, "restart"):
+            progress.restart("one-pass, second pass (the sample)")
     summary.notes.append(
         f"each hash id is {trace_block} tokens; generated tokens are never cached (kvtui block trace)"
     )
+    _read(path, curves, summary, start, stop, progress)
+
+
+def _read(path, curves: dict[int, OnePass], summary, start, stop, progress) -> None:
+    trace_block = block_size_of(path)
     offset, position, last = 0, HEADER.size, None
     for chunk in iter_chunks(path, summary.problems):
         n = len(chunk.counts)

@@ -8,13 +8,25 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+
+def sampled_index(blocks, rate: float, fine: int):
+    """Where a sampled curve keeps capacity `blocks` (an int or an int64 array): every capacity up to `fine`,
+    then one index for every 1 / rate blocks."""
+    if isinstance(blocks, np.ndarray):
+        coarse = fine + ((blocks - fine) * rate).astype(np.int64)
+        return np.where(blocks <= fine, blocks, coarse)
+    return blocks if blocks <= fine else fine + int((blocks - fine) * rate)
+
 
 @dataclass(frozen=True)
 class Curve:
     """Hits at every LRU capacity. `block_cum[i]`: blocks that hit at capacity i / `rate` (i up to the
     distinct blocks seen; beyond it nothing changes); `token_cum[i]` the same in tokens, or None when every
     block holds `block_tokens` tokens. Compact arrays of ints (8 bytes a capacity), compared whole with ==.
-    A sampled curve (sampled.py) has `rate` < 1 and `error_cum[i]`: the standard error of block_cum[i]."""
+    A sampled curve (sampled.py) has `rate` < 1, keeps every capacity up to `fine` and then one in 1 / rate
+    (sampled_index), and `error_cum[i]`: the standard error of block_cum[i]."""
 
     block_cum: array
     token_cum: array | None
@@ -30,13 +42,16 @@ class Curve:
     block_tokens: int = 1
     rate: float = 1.0
     error_cum: array | None = None
+    fine: int = 0
 
     @property
     def sampled(self) -> bool:
         return self.rate < 1.0
 
     def _index(self, capacity_blocks) -> int:
-        scaled = int(capacity_blocks) if self.rate == 1.0 else int(capacity_blocks * self.rate)
+        scaled = int(capacity_blocks)
+        if self.rate < 1.0:
+            scaled = sampled_index(max(scaled, 0), self.rate, self.fine)
         return max(0, min(scaled, len(self.block_cum) - 1))
 
     def hits(self, capacity_blocks: int) -> int:
@@ -79,7 +94,9 @@ class Curve:
                 high = mid
             else:
                 low = mid + 1
-        return low if self.rate == 1.0 else math.ceil(low / self.rate)
+        if self.rate == 1.0 or low <= self.fine:
+            return low
+        return self.fine + math.ceil((low - self.fine) / self.rate)
 
     @property
     def ceiling_blocks(self) -> int:

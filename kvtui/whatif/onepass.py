@@ -16,7 +16,8 @@ Memory: the prefix-tree interning and the curve's counters in numpy arrays (abou
 block_table.py, stack_pass.py), and the chains Belady needs (4 bytes a block reference); requests are buffered
 and passed a million block references at a time. Keys that are not ints (token-block hashes, the tuples of a
 block size that is a multiple of the trace's) take a dict entry each on top. With `sample` (`--sample RATE`)
-only the blocks SHARDS keeps are interned and counted (sampled.py), and Belady's bound is left out.
+only the blocks SHARDS keeps are interned and counted (sampled.py), after a first pass over the same requests
+(begin_count .. end_count) that finds the blocks many requests share, and Belady's bound is left out.
 
 What the one-pass model leaves out, and the simulation has: generated tokens of token workloads are cached by
 the engine (the next turn of a chat reuses them), partly filled blocks are reused (tails), running requests
@@ -54,8 +55,15 @@ class OnePass:
         self.block_size = block_size
         self.sampler = Sampler(sample, seed) if sample is not None else None
         self.table = PrefixTable()
-        groups = self.sampler.groups if self.sampler is not None else 1
-        self.builder = CurveBuilder(block_tokens=block_size, groups=groups)
+        groups, shift = (
+            (self.sampler.builder_groups(), self.sampler.builder_shift())
+            if self.sampler is not None
+            else (1, 0)
+        )
+        index_of = self.sampler.builder_index() if self.sampler is not None else None
+        self.builder = CurveBuilder(block_tokens=block_size, groups=groups, shift=shift, index_of=index_of)
+        # the first of a sampled pass's two passes (begin_count .. end_count): requests are only counted
+        self.counting = False
         self.keep_chains = keep_chains and self.sampler is None
         self.batch_blocks = batch_blocks
         # past this many block references the chains are dropped (Belady's bound would not be asked for)
@@ -73,6 +81,18 @@ class OnePass:
         self._key_starts = array("q", [0])
         self._key_limits = array("q")
         self._curve: Curve | None = None
+
+    def begin_count(self, expected_references: int) -> None:
+        """A sampled pass's first pass starts: the requests added until end_count() find the blocks that
+        many requests share (sampled.py), and the same requests are then added again."""
+        if self.sampler is not None:
+            self.sampler.begin_count(expected_references)
+            self.counting = True
+
+    def end_count(self) -> None:
+        self._flush()
+        self.counting = False
+        self.prompt_tokens, self.first_arrival, self.last_arrival = 0, None, 0.0
 
     def add_request(self, request: SimRequest) -> None:
         if self.first_arrival is None:
@@ -114,6 +134,9 @@ class OnePass:
 
     def _pass(self, keys: np.ndarray, starts: np.ndarray, limits: np.ndarray) -> None:
         self._curve = None
+        if self.counting:
+            self.sampler.count(keys, starts)
+            return
         counts = np.diff(starts)
         may_hit = depths_of(starts, len(keys)) < np.repeat(limits, counts)
         if self.sampler is not None:
@@ -171,6 +194,11 @@ def of_workload(
     workload: Workload, block_size: int, keep_chains: bool = True, sample: float | None = None, seed: int = 0
 ) -> OnePass:
     one = OnePass(block_size, keep_chains, sample, seed)
+    if one.sampler is not None and not one.sampler.whole:
+        one.begin_count(sum(r.num_prompt_tokens // block_size for r in workload.requests))
+        for request in workload.requests:
+            one.add_request(request)
+        one.end_count()
     for request in workload.requests:
         one.add_request(request)
     return one

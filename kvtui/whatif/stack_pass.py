@@ -11,6 +11,11 @@ leading ones (a block's prefix is referenced whenever the block is), and they fa
 last request. What is sequential is one Fenwick query and update per run over request slots (curve.py's
 method), in plain Python; everything per block is a numpy operation over the whole batch. Memory: `last` and
 the histogram, 12 bytes a distinct block, and the tree, 8 bytes a request.
+
+`stack_weights` (sampled.py): each block stands for this many blocks in the stack, in fixed point with `shift`
+fraction bits (a sampled block for 1 / rate blocks, a block kept whole for 1); a position is then one more
+than the weight of the blocks above it, with the fraction cut off, and `index_of` maps it to its place in the
+histogram (curve_figures.sampled_index).
 """
 
 from __future__ import annotations
@@ -28,13 +33,24 @@ class CurveBuilder:
     """`add_batch` in arrival order, then `curve()`. `groups`: histograms kept apart by a per-block group
     (sampled.py's error estimate); `weighted`: token weights per block instead of `block_tokens` each."""
 
-    def __init__(self, measure_from: int = 0, block_tokens: int = 1, weighted: bool = False, groups: int = 1):
+    def __init__(
+        self,
+        measure_from: int = 0,
+        block_tokens: int = 1,
+        weighted: bool = False,
+        groups: int = 1,
+        shift: int = 0,
+        index_of=None,
+    ):
         self.measure_from, self.block_tokens, self.weighted, self.groups = (
             measure_from,
             block_tokens,
             weighted,
             groups,
         )
+        self.shift = shift
+        # a position's place in the histogram (sampled: one place for many positions); None: itself
+        self.index_of = index_of if index_of is not None else (lambda position: position)
         self.last = np.zeros(1024, dtype=np.int32)
         # Fenwick tree over slots 1..len(tree)-1 (a power of two): blocks whose last reference is there
         self.tree = array("q", bytes(8 * 1025))
@@ -67,9 +83,10 @@ class CurveBuilder:
                 tokens[:width] = self.hist_tokens
                 self.hist_tokens = tokens
 
-    def add_batch(self, nodes, starts, may_hit, weights=None, group=None) -> None:
+    def add_batch(self, nodes, starts, may_hit, weights=None, group=None, stack_weights=None) -> None:
         """Requests in arrival order: request i's nodes are nodes[starts[i]:starts[i + 1]]; may_hit[j]: block
-        j is within its request's hit limit; weights[j]: its tokens (weighted only); group[j]: its group."""
+        j is within its request's hit limit; weights[j]: its tokens (weighted only); group[j]: its group;
+        stack_weights[j]: the blocks it stands for in the stack (fixed point, `shift`; default 1 each)."""
         nodes = np.asarray(nodes, dtype=np.int64)
         starts = np.asarray(starts, dtype=np.int64)
         total, count_of = len(nodes), np.diff(starts)
@@ -102,10 +119,24 @@ class CurveBuilder:
         run_end = np.minimum(np.append(run_at[1:], total), seen_end[run_request])
         run_length = run_end - run_at
         run_pointer = np.searchsorted(run_request, np.arange(requests + 1))
-        distance = self._fenwick(previous[run_at], run_length, run_pointer, count_of, seen_count, first_index)
-        # stack position of every seen block: its run's distance, then one more per block down the run
         seen_at = np.flatnonzero(seen)
-        position = np.repeat(distance - depth[run_at], run_length) + depth[seen_at] + 1
+        if stack_weights is None:
+            distance = self._fenwick(
+                previous[run_at], run_length, run_pointer, count_of, seen_count, first_index
+            )
+            # stack position of every seen block: its run's distance, then one more per block down the run
+            position = np.repeat(distance - depth[run_at], run_length) + depth[seen_at] + 1
+        else:
+            # the same in weights: a run's, a request's and its seen blocks' from one running sum
+            running = np.concatenate([[0], np.cumsum(np.asarray(stack_weights, dtype=np.int64))])
+            run_weight = running[run_end] - running[run_at]
+            request_weight = running[starts[1:]] - running[starts[:-1]]
+            seen_weight = running[seen_end] - running[starts[:-1]]
+            distance = self._fenwick(
+                previous[run_at], run_weight, run_pointer, request_weight, seen_weight, first_index
+            )
+            above = np.repeat(distance - running[run_at], run_length) + running[seen_at]
+            position = self.index_of((above >> self.shift) + 1)
         counted_request = np.arange(first_index, first_index + requests) >= self.measure_from
         if counted_request.any():
             blocks = count_of[counted_request]
@@ -119,7 +150,7 @@ class CurveBuilder:
             groups = np.zeros(total, dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
             self.counted += np.bincount(groups[hit_able], minlength=self.groups)
             keep = hit_able[seen_at]
-            self._grow(0, self.live + 2)
+            self._grow(0, self.top + 2)
             width = self.hist.shape[1]
             flat = groups[seen_at][keep] * width + position[keep]
             # in place: a batch touches a few of the positions, not all of them
@@ -127,7 +158,12 @@ class CurveBuilder:
             if self.hist_tokens is not None:
                 block_weights = np.asarray(weights, dtype=np.int64)[seen_at][keep]
                 np.add.at(self.hist_tokens, position[keep], block_weights)
-        self._grow(0, self.live + 2)
+        self._grow(0, self.top + 2)
+
+    @property
+    def top(self) -> int:
+        """The histogram's last place in use (the live blocks' deepest position)."""
+        return int(self.index_of(self.live >> self.shift))
 
     def _fenwick(self, run_slot, run_length, run_pointer, count_of, seen_count, first_index) -> np.ndarray:
         """For each run, the blocks last referenced after its slot when its request arrives; updates the

@@ -47,6 +47,12 @@ class FileProgress:
         self.started = self._last = time.perf_counter()
         self.references = 0
 
+    def restart(self, label: str) -> None:
+        """A second pass over the same file: its own label, rate and clock."""
+        self.label = label
+        self.started = self._last = time.perf_counter()
+        self.references = 0
+
     def __call__(self, requests: int, position: int) -> None:
         now = time.perf_counter()
         if self.enabled and now - self._last >= self.every:
@@ -114,8 +120,32 @@ def one_pass_file(
         chaining = bailian.ChainingCount(trace_block_size)
     else:
         reader, notes, chaining = mooncake.iter_mooncake, mooncake.notes_for(trace_block_size), None
-    summary = StreamedWorkload(path.name, fmt, notes=notes)
     curves = {bs: OnePass(bs, keep_chains, sample, seed, chain_limit=chain_limit) for bs in block_sizes}
+    sampled = [one for one in curves.values() if one.sampler is not None and not one.sampler.whole]
+    if sampled:
+        # a sampled curve's first pass (sampled.py): the same lines, only counted
+        for one in sampled:
+            one.begin_count(os.path.getsize(path) // 8)
+        if hasattr(progress, "restart"):
+            progress.restart("one-pass, first of two passes (the widely shared blocks)")
+        scratch = StreamedWorkload(path.name, fmt)
+        _read_lines(path, reader, trace_block_size, dict(enumerate(sampled)), scratch, start, stop, progress)
+        for one in sampled:
+            one.end_count()
+        if hasattr(progress, "restart"):
+            progress.restart("one-pass, second pass (the sample)")
+    summary = StreamedWorkload(path.name, fmt, notes=notes)
+    _read_lines(path, reader, trace_block_size, curves, summary, start, stop, progress, chaining)
+    if not summary.num_requests:
+        first = f" ({summary.problems[0]})" if summary.problems else ""
+        raise ValueError(f"{path}: no usable {fmt} line{first}")
+    if chaining is not None:
+        summary.notes.append(chaining.note())
+    return summary, curves
+
+
+def _read_lines(path, reader, trace_block_size, curves, summary, start, stop, progress, chaining=None):
+    """The file's requests [start:stop] into every OnePass of `curves`, counted in `summary`."""
     counter = [0]
     last_arrival = None
     with open(path, "rb") as handle:
@@ -137,9 +167,3 @@ def one_pass_file(
                 chaining.add(request)
     if progress is not None:
         progress(counter[0], os.path.getsize(path))
-    if not summary.num_requests:
-        first = f" ({summary.problems[0]})" if summary.problems else ""
-        raise ValueError(f"{path}: no usable {fmt} line{first}")
-    if chaining is not None:
-        summary.notes.append(chaining.note())
-    return summary, curves

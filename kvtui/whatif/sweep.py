@@ -298,12 +298,18 @@ def _one_pass_points(ones, lru_sizes, first, prompt, opts: SweepOptions, notes, 
 def sampled_note(one) -> str:
     """What a sampled curve is, said in the report."""
     sampler = one.sampler
+    heavy = (
+        f", and the {sampler.heavy_refs:,} references of blocks a first pass found in at least "
+        f"{sampler.heavy.threshold / sampler.count_share:,.0f} requests kept whole"
+        if sampler.heavy_refs
+        else ""
+    )
     return (
         f"sampled: SHARDS over {100 * sampler.rate:g}% of the blocks (by their prefix hash, seed "
-        f"{sampler.seed}): {one.distinct_blocks:,} distinct blocks kept of {sampler.total_blocks:,} block "
-        "references; each one-pass rate has +/- one standard error (token_hit_rate_error, from 8 hash "
-        f"groups), under {round(1 / sampler.rate):,} blocks unresolved; a few blocks shared by most requests "
-        "make it noisy; Belady's bound needs every block and is left out"
+        f"{sampler.seed}){heavy}: {one.distinct_blocks:,} distinct blocks kept of {sampler.total_blocks:,} "
+        "block references; each one-pass rate has +/- one standard error (token_hit_rate_error, from 8 hash "
+        f"groups); capacities under {round(10 / sampler.rate):,} blocks are a few sampled blocks deep and "
+        "read less surely; Belady's bound needs every block and is left out"
     )
 
 

@@ -91,7 +91,8 @@ def test_whatif_samples_a_block_trace(tmp_path):
     sampled = json.loads(result.output)
     assert any(note.startswith("sampled: SHARDS over 50%") for note in sampled["notes"])
     for a, b in zip(exact["points"], sampled["points"]):
-        assert b["token_hit_rate_error"] > 0 and abs(a["token_hit_rate"] - b["token_hit_rate"]) < 0.05
+        # at 50% every block referenced twice is kept whole: the hits are exact, and so is their error
+        assert b["token_hit_rate_error"] < 0.01 and abs(a["token_hit_rate"] - b["token_hit_rate"]) < 0.01
     assert sampled["optimal"] == []
 
 
