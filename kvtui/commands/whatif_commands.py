@@ -170,8 +170,8 @@ COST = CostModel()
     "target_text",
     help="Shares of the ceiling, a list (80%,90%): the smallest capacity reaching each (bytes with --kv-config).",
 )
-@click.option("--jobs", default=1, show_default=True, help="Simulated runs side by side on this many cores.")
-@click.option("--ray", "ray_address", help="Run the simulated configurations on a Ray cluster (kvtui[ray]).")
+@click.option("--jobs", default=1, show_default=True, help="Runs, or --sample's hash ranges, on N cores.")
+@click.option("--ray", "ray_address", help="Simulated runs or --sample's ranges on Ray: ADDRESS or local.")
 @click.option(
     "--optimal/--no-optimal",
     default=None,
@@ -296,9 +296,8 @@ def whatif(
     ones = None
     try:
         if streamed:
-            loaded, ones = _stream(
-                workload, fmt, trace_block_size, block_sizes, start, stop, quiet, sample, seed, optimal
-            )
+            more = (sample, seed, optimal, jobs, ray_address)
+            loaded, ones = _stream(workload, fmt, trace_block_size, block_sizes, start, stop, quiet, *more)
         if ones is None:
             loaded = load(workload, fmt, trace_block_size, tokenizer).slice(start, stop)
     except (WorkloadFormatError, ValueError) as exc:

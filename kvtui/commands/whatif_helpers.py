@@ -96,15 +96,33 @@ def _streamable(fmt: str) -> bool:
     return fmt in STREAMED_FORMATS
 
 
-def _stream(path, fmt, trace_block_size, block_sizes, start, stop, quiet, sample=None, seed=0, optimal=None):
+def _stream(
+    path,
+    fmt,
+    trace_block_size,
+    block_sizes,
+    start,
+    stop,
+    quiet,
+    sample=None,
+    seed=0,
+    optimal=None,
+    jobs=1,
+    ray_address=None,
+):
     """The one-pass curves straight from the file, a line or a chunk at a time (None when it is not in
-    arrival order); Belady's chains only where its bound will be computed."""
+    arrival order); Belady's chains only where its bound will be computed. A sample with --jobs N or --ray
+    splits the block space into N hash ranges, one task each (sample_ranges.py)."""
     import os
 
     from kvtui.whatif.stream import FileProgress, OutOfOrder, one_pass_file
     from kvtui.whatif.sweep import OPTIMAL_AUTO_REFERENCES
 
     sizes = _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size]
+    if sample is not None and sample < 1 and (jobs > 1 or ray_address):
+        return _ranged(
+            path, fmt, trace_block_size, sizes, start, stop, quiet, sample, seed, jobs, ray_address
+        )
     progress = FileProgress("one-pass, streaming the file", os.path.getsize(path), enabled=not quiet)
     try:
         limit = None if optimal else OPTIMAL_AUTO_REFERENCES
@@ -116,6 +134,23 @@ def _stream(path, fmt, trace_block_size, block_sizes, start, stop, quiet, sample
         if not quiet:
             click.echo(f"{exc}: reading it whole to sort it", err=True)
         return None, None
+
+
+def _ranged(path, fmt, trace_block_size, sizes, start, stop, quiet, sample, seed, jobs, ray_address):
+    from kvtui.whatif.jobs import JobsError
+    from kvtui.whatif.sample_ranges import RangeSpec, ranged_passes
+    from kvtui.whatif.stream import OutOfOrder
+
+    spec = RangeSpec(str(path), fmt, tuple(sizes), trace_block_size, sample, seed, jobs, start, stop)
+    where = f"on Ray ({ray_address})" if ray_address else "on this machine's cores"
+    if not quiet:
+        click.echo(f"  one-pass, sampled: {jobs} hash ranges {where}, each reading the file", err=True)
+    try:
+        return ranged_passes(spec, jobs, ray_address)
+    except JobsError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OutOfOrder as exc:
+        raise click.ClickException(f"{exc}: hash ranges read the file in order; sort it first") from None
 
 
 def file_block_size(fmt: str, path: str, trace_block_size: int) -> int:

@@ -25,6 +25,7 @@ with no model (no torch, no K/V memory), under other capacities, block sizes, po
     stack_pass.py    the curve's pass over compact arrays, a batch of requests at a time
     sampled.py       the curve from a SHARDS sample of the blocks (--sample), with its standard error
     heavy_blocks.py  the blocks many requests share, counted in a first pass and kept whole by the sample
+    sample_ranges.py the sampled curve split by hash range, a task a range (--jobs, --ray), merged
     optimal.py       Belady's bound
     onepass.py       the bridge from a workload to the curve and the bound
     answers.py       --target: the smallest capacity for a share of the ceiling

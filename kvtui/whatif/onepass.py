@@ -41,7 +41,8 @@ from kvtui.whatif.sampled import Sampler
 class OnePass:
     """Requests in arrival order into the curve, keeping what Belady's bound needs. `sample`: a SHARDS rate
     (sampled.py) instead of every block; `batch_blocks`: block references buffered before each numpy pass;
-    `chain_limit`: keep Belady's chains only up to this many block references."""
+    `chain_limit`: keep Belady's chains only up to this many block references; `part` of `parts`: that hash
+    range of the sample only (sample_ranges.py)."""
 
     def __init__(
         self,
@@ -51,9 +52,11 @@ class OnePass:
         seed: int = 0,
         batch_blocks: int = 1 << 20,
         chain_limit: int | None = None,
+        part: int = 0,
+        parts: int = 1,
     ):
         self.block_size = block_size
-        self.sampler = Sampler(sample, seed) if sample is not None else None
+        self.sampler = Sampler(sample, seed, part, parts) if sample is not None else None
         self.table = PrefixTable()
         groups, shift = (
             (self.sampler.builder_groups(), self.sampler.builder_shift())

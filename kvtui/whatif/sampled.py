@@ -25,6 +25,7 @@ Memory: the kept distinct blocks, and the first pass's sketch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -34,7 +35,7 @@ from kvtui.whatif.curve_figures import Curve, sampled_index
 from kvtui.whatif.heavy_blocks import HeavyBlocks
 from kvtui.whatif.stack_pass import compact
 
-__all__ = ["Sampler", "GROUPS", "HEAVY"]
+__all__ = ["Sampler", "SampleFigures", "merged_curve", "GROUPS", "HEAVY"]
 
 GROUPS = 8
 # a block referenced HEAVY / rate times is kept whole: at most as many as the sample keeps
@@ -48,13 +49,44 @@ FINE, FINE_MOST = 256, 1 << 21
 _REQUEST_SALT = np.uint64(0xA0761D6478BD642F)
 
 
+@dataclass
+class SampleFigures:
+    """What a sampled pass, or one hash range of it (sample_ranges.py), hands back: a few arrays, no blocks."""
+
+    # hist[g, i]: hits at histogram place i of sampled group g (GROUPS: the heavy blocks)
+    hist: np.ndarray
+    # per group: the kept references that may hit
+    counted: np.ndarray
+    total_blocks: int
+    may_hit_blocks: int
+    may_hit_heavy: int
+    heavy_refs: int
+    # the distinct blocks this pass estimates, and those it kept
+    live_blocks: int
+    kept_blocks: int
+    requests: int
+    block_tokens: int
+
+
 class Sampler:
-    def __init__(self, rate: float, seed: int = 0):
+    """`part` of `parts`: keep only that share of the sampled hash range (sample_ranges.py); the heavy
+    blocks are kept in every part."""
+
+    def __init__(self, rate: float, seed: int = 0, part: int = 0, parts: int = 1):
         if not 0.0 < rate <= 1.0:
             raise ValueError(f"sample rate {rate}: give a share above 0 and at most 1 (0.01 = 1%)")
+        if not 0 <= part < parts:
+            raise ValueError(f"hash range {part} of {parts}: give 0 <= part < parts")
         self.rate, self.seed, self.groups = rate, seed, GROUPS
-        self.threshold = np.uint64(min(int(rate * 2.0**64), (1 << 64) - 1))
+        self.part, self.parts = part, parts
+        cut = min(int(rate * 2.0**64), (1 << 64) - 1)
+        self.threshold = np.uint64(cut)
+        self.low, self.high = np.uint64(cut * part // parts), np.uint64(cut * (part + 1) // parts)
+        if part == parts - 1:
+            self.high = self.threshold
         threshold = HEAVY / rate
+        # references that make a block heavy (what the report says)
+        self.heavy_threshold = threshold
         # the first pass's share of the requests, and the count that makes a block heavy in it
         self.count_share = min(1.0, SEEN / threshold)
         self.heavy = HeavyBlocks(threshold * self.count_share, 0)
@@ -99,14 +131,14 @@ class Sampler:
         heavy = self.heavy.of(hashes)
         self.heavy_refs += int(np.count_nonzero(heavy))
         self.may_hit_heavy += int(np.count_nonzero(heavy & may_hit))
-        kept = heavy | (hashes < self.threshold)
+        kept = heavy | ((hashes >= self.low) & (hashes < self.high))
         kept_before = np.concatenate([[0], np.cumsum(kept)])
         chosen, chosen_heavy = hashes[kept], heavy[kept]
         # a prefix hash names its block: no tree to build, parent -1 for all
         nodes = table.lookup_or_add(np.full(len(chosen), -1, dtype=np.int64), chosen.view(np.int64))
         group = np.where(chosen_heavy, GROUPS, (chosen & np.uint64(GROUPS - 1)).astype(np.int64))
         # a heavy block stands for itself, a sampled one for 1 / rate blocks
-        weights = np.where(chosen_heavy, 1 << SHIFT, round((1 << SHIFT) / self.rate))
+        weights = np.where(chosen_heavy, 1 << SHIFT, round((1 << SHIFT) * self.parts / self.rate))
         builder.add_batch(nodes, kept_before[starts], may_hit[kept], group=group, stack_weights=weights)
 
     def builder_groups(self) -> int:
@@ -124,42 +156,68 @@ class Sampler:
         """The histogram's place of a stack position (curve_figures.sampled_index; None: itself)."""
         return None if self.whole else partial(sampled_index, rate=self.rate, fine=self.fine)
 
+    def figures(self, builder, kept_blocks: int = 0) -> SampleFigures:
+        top = builder.top
+        return SampleFigures(
+            hist=builder.hist[:, : top + 2].copy(),
+            counted=builder.counted.copy(),
+            total_blocks=self.total_blocks,
+            may_hit_blocks=self.may_hit_blocks,
+            may_hit_heavy=self.may_hit_heavy,
+            heavy_refs=self.heavy_refs,
+            live_blocks=builder.live >> builder.shift,
+            kept_blocks=kept_blocks,
+            requests=builder.requests,
+            block_tokens=builder.block_tokens,
+        )
+
     def curve(self, builder) -> Curve:
         """The estimated curve, with its standard error at every point."""
-        top = builder.top
-        hist = builder.hist[:, : top + 2]
-        counted = builder.counted
         if self.whole:
             exact = builder.curve()
-            return Curve(**{**exact.__dict__, "error_cum": compact(np.zeros(top + 2), "d")})
-        sampled_may_hit = self.may_hit_blocks - self.may_hit_heavy
-        heavy_cum = np.cumsum(hist[GROUPS])
-        sampled_counted = counted[:GROUPS].sum()
-        scale = sampled_may_hit / sampled_counted if sampled_counted else 0.0
-        block_cum = np.rint(heavy_cum + np.cumsum(hist[:GROUPS].sum(axis=0)) * scale).astype(np.int64)
-        # each group's own estimate, summed and squared a group at a time (three arrays, not nine)
-        usable = [g for g in range(GROUPS) if counted[g]]
-        total, squares = np.zeros(top + 2), np.zeros(top + 2)
-        for g in usable:
-            estimate = heavy_cum + np.cumsum(hist[g]) * (sampled_may_hit / counted[g])
-            total += estimate
-            squares += estimate * estimate
-        n = len(usable)
-        error = np.zeros(top + 2)
-        if n >= 2:
-            spread = np.maximum(squares - total * total / n, 0.0) / (n - 1)
-            error = np.sqrt(spread / n)
-        return Curve(
-            block_cum=compact(block_cum),
-            token_cum=None,
-            total_blocks=self.total_blocks,
-            total_tokens=self.total_blocks * builder.block_tokens,
-            requests=builder.requests,
-            measure_from=0,
-            distinct_blocks=builder.live >> builder.shift,
-            warm_blocks=0,
-            block_tokens=builder.block_tokens,
-            rate=self.rate,
-            error_cum=compact(error, "d"),
-            fine=self.fine,
-        )
+            error = compact(np.zeros(len(exact.block_cum)), "d")
+            return Curve(**{**exact.__dict__, "error_cum": error})
+        return merged_curve([self.figures(builder)], self.rate, self.fine)
+
+
+def merged_curve(parts: list[SampleFigures], rate: float, fine: int) -> Curve:
+    """The curve of one sampled pass, or of every hash range of one (each saw every reference and kept the
+    heavy blocks, so those count once: their mean)."""
+    width = max(p.hist.shape[1] for p in parts)
+    hist = np.zeros((GROUPS + 1, width))
+    for p in parts:
+        hist[:, : p.hist.shape[1]] += p.hist
+    hist[GROUPS] /= len(parts)
+    counted = np.sum([p.counted for p in parts], axis=0)
+    first = parts[0]
+    sampled_may_hit = first.may_hit_blocks - first.may_hit_heavy
+    heavy_cum = np.cumsum(hist[GROUPS])
+    sampled_counted = counted[:GROUPS].sum()
+    scale = sampled_may_hit / sampled_counted if sampled_counted else 0.0
+    block_cum = np.rint(heavy_cum + np.cumsum(hist[:GROUPS].sum(axis=0)) * scale).astype(np.int64)
+    # each group's own estimate, summed and squared a group at a time (three arrays, not nine)
+    usable = [g for g in range(GROUPS) if counted[g]]
+    total, squares = np.zeros(width), np.zeros(width)
+    for g in usable:
+        estimate = heavy_cum + np.cumsum(hist[g]) * (sampled_may_hit / counted[g])
+        total += estimate
+        squares += estimate * estimate
+    n = len(usable)
+    error = np.zeros(width)
+    if n >= 2:
+        spread = np.maximum(squares - total * total / n, 0.0) / (n - 1)
+        error = np.sqrt(spread / n)
+    return Curve(
+        block_cum=compact(block_cum),
+        token_cum=None,
+        total_blocks=first.total_blocks,
+        total_tokens=first.total_blocks * first.block_tokens,
+        requests=first.requests,
+        measure_from=0,
+        distinct_blocks=round(sum(p.live_blocks for p in parts) / len(parts)),
+        warm_blocks=0,
+        block_tokens=first.block_tokens,
+        rate=rate,
+        error_cum=compact(error, "d"),
+        fine=fine,
+    )

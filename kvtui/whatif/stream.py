@@ -102,16 +102,21 @@ def one_pass_file(
     sample: float | None = None,
     seed: int = 0,
     chain_limit: int | None = None,
+    part: int = 0,
+    parts: int = 1,
 ) -> tuple[StreamedWorkload, dict[int, OnePass]]:
     """Stream the file's requests [start:stop] (good lines, arrival order) into one OnePass per block size;
-    `sample`: a SHARDS rate (sampled.py); `chain_limit`: OnePass's."""
+    `sample`: a SHARDS rate (sampled.py); `chain_limit`, `part` and `parts`: OnePass's."""
     from kvtui.whatif import bailian, mooncake
 
     path = Path(path)
     if fmt == "blocks":
         from kvtui.whatif.block_stream import one_pass_blocks
 
-        curves = {bs: OnePass(bs, keep_chains, sample, seed, chain_limit=chain_limit) for bs in block_sizes}
+        curves = {
+            bs: OnePass(bs, keep_chains, sample, seed, chain_limit=chain_limit, part=part, parts=parts)
+            for bs in block_sizes
+        }
         summary = StreamedWorkload(path.name, fmt)
         one_pass_blocks(path, curves, summary, start, stop, progress)
         return summary, curves
@@ -120,7 +125,10 @@ def one_pass_file(
         chaining = bailian.ChainingCount(trace_block_size)
     else:
         reader, notes, chaining = mooncake.iter_mooncake, mooncake.notes_for(trace_block_size), None
-    curves = {bs: OnePass(bs, keep_chains, sample, seed, chain_limit=chain_limit) for bs in block_sizes}
+    curves = {
+        bs: OnePass(bs, keep_chains, sample, seed, chain_limit=chain_limit, part=part, parts=parts)
+        for bs in block_sizes
+    }
     sampled = [one for one in curves.values() if one.sampler is not None and not one.sampler.whole]
     if sampled:
         # a sampled curve's first pass (sampled.py): the same lines, only counted

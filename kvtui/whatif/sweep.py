@@ -300,7 +300,7 @@ def sampled_note(one) -> str:
     sampler = one.sampler
     heavy = (
         f", and the {sampler.heavy_refs:,} references of blocks a first pass found in at least "
-        f"{sampler.heavy.threshold / sampler.count_share:,.0f} requests kept whole"
+        f"{sampler.heavy_threshold:,.0f} requests kept whole"
         if sampler.heavy_refs
         else ""
     )
