@@ -23,6 +23,7 @@ with no model (no torch, no K/V memory), under other capacities, block sizes, po
     block_table.py   block keys into prefix-tree node ids in numpy arrays, a batch at a time; prefix hashes
     curve.py         the one-pass LRU curve (Mattson stack distances)
     stack_pass.py    the curve's pass over compact arrays, a batch of requests at a time
+    stack_kernel.py  that pass's slot-tree loop in C (stack_runs.c), built at first use; Python without cc
     sampled.py       the curve from a SHARDS sample of the blocks (--sample), with its standard error
     heavy_blocks.py  the blocks many requests share, counted in a first pass and kept whole by the sample
     sample_ranges.py the sampled curve split by hash range, a task a range (--jobs, --ray), merged

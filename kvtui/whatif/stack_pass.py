@@ -9,8 +9,9 @@ For each block, the request that last referenced it (`last`, 4 bytes a node) com
 node: the previous reference in the batch, else the one before the batch. A request's seen blocks are its
 leading ones (a block's prefix is referenced whenever the block is), and they fall into runs that share their
 last request. What is sequential is one Fenwick query and update per run over request slots (curve.py's
-method), in plain Python; everything per block is a numpy operation over the whole batch. Memory: `last` and
-the histogram, 12 bytes a distinct block, and the tree, 8 bytes a request.
+method), in C where a compiler is at hand (stack_kernel.py), else in plain Python; everything per block is a
+numpy operation over the whole batch. Memory: `last` and the histogram, 12 bytes a distinct block, and the
+tree, 8 bytes a request.
 
 `stack_weights` (sampled.py): each block stands for this many blocks in the stack, in fixed point with `shift`
 fraction bits (a sampled block for 1 / rate blocks, a block kept whole for 1); a position is then one more
@@ -20,11 +21,13 @@ histogram (curve_figures.sampled_index).
 
 from __future__ import annotations
 
+import ctypes
 from array import array
 
 import numpy as np
 
 from kvtui.whatif.curve_figures import Curve
+from kvtui.whatif.stack_kernel import stack_runs
 
 __all__ = ["CurveBuilder"]
 
@@ -170,18 +173,24 @@ class CurveBuilder:
         tree, `live` and `requests` for the whole batch. Requests with no block (most of them in a sparse
         sample) change nothing and are skipped."""
         tree, live = self.tree, self.live
-        slots, lengths, pointer = run_slot.tolist(), run_length.tolist(), run_pointer.tolist()
-        counts, seens = count_of.tolist(), seen_count.tolist()
-        out = [0] * len(slots)
         measure_from = self.measure_from
-        if first_index <= measure_from < first_index + len(counts):
+        if first_index <= measure_from < first_index + len(count_of):
             # live does not change before the first request with blocks: the warm-up ends where it was
             before = int(
                 count_of[: measure_from - first_index].sum() - seen_count[: measure_from - first_index].sum()
             )
             self.warm_blocks = live + before
+        busy = np.flatnonzero(count_of)
+        kernel = stack_runs()
+        if kernel is not None and len(busy):
+            return self._fenwick_c(
+                kernel, run_slot, run_length, run_pointer, count_of, seen_count, busy, first_index
+            )
+        slots, lengths, pointer = run_slot.tolist(), run_length.tolist(), run_pointer.tolist()
+        counts, seens = count_of.tolist(), seen_count.tolist()
+        out = [0] * len(slots)
         size = len(tree) - 1
-        for r in np.flatnonzero(count_of).tolist():
+        for r in busy.tolist():
             slot = first_index + r + 1
             while slot > size:
                 self.live = live
@@ -209,6 +218,33 @@ class CurveBuilder:
         self.live = live
         self.requests = first_index + len(counts)
         return np.array(out, dtype=np.int64)
+
+    def _fenwick_c(self, kernel, run_slot, run_length, run_pointer, count_of, seen_count, busy, first_index):
+        """_fenwick's loop in C (stack_kernel.py): the tree grown first to hold every slot of the batch."""
+        while first_index + len(count_of) > len(self.tree) - 1:
+            self._grow_tree()
+        arrays = [
+            np.ascontiguousarray(a, dtype=np.int64)
+            for a in (run_slot, run_length, run_pointer, count_of, seen_count, busy)
+        ]
+        out = np.zeros(len(arrays[0]), dtype=np.int64)
+        live = ctypes.c_int64(0)
+        status = kernel(
+            self.tree.buffer_info()[0],
+            len(self.tree) - 1,
+            self.live,
+            *(a.ctypes.data for a in arrays[:5]),
+            arrays[5].ctypes.data,
+            len(arrays[5]),
+            first_index,
+            out.ctypes.data,
+            ctypes.addressof(live),
+        )
+        if status:
+            raise RuntimeError("stack_runs: a slot past the tree")
+        self.live = live.value
+        self.requests = first_index + len(count_of)
+        return out
 
     def curve(self, distinct_blocks: int | None = None):
         live = self.live
