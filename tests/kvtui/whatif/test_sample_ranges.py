@@ -77,3 +77,23 @@ def test_ranges_on_ray_equal_them_here(trace):
         ray.shutdown()
         shutil.rmtree(scratch, ignore_errors=True)
     assert figures(remote[512].curve()) == figures(here[512].curve())
+
+
+def test_whatif_with_jobs_samples_in_ranges(trace):
+    import json
+
+    from click.testing import CliRunner
+
+    from kvtui.cli import main
+
+    args = [trace, "--method", "one-pass", "--sample", "0.05", "--seed", "7", "--capacity", "1M,10M"]
+    result = CliRunner().invoke(main, ["whatif", *args, "--jobs", "2", "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    _, passes = ranged_passes(spec_of(trace, 2))
+    curve = passes[512].curve()
+    for point in report["points"]:
+        blocks = point["capacity_tokens"] // 512
+        assert point["token_hit_rate"] == curve.hit_tokens(blocks) / report["prompt_tokens"]
+        assert point["token_hit_rate_error"] == curve.hit_rate_error(blocks)
+    assert any(note.startswith("sampled: SHARDS over 5%") for note in report["notes"])
