@@ -5,11 +5,11 @@ them whole instead of sampling them.
     heavy.add(prefix_hashes)          # every block reference of the first pass
     heavy.of(prefix_hashes)           # True where a block was referenced at least `threshold` times
 
-A count-min sketch: two rows of 32-bit counters, each block counted in one counter per row by other bits of
+A count-min sketch: two rows of 16-bit counters (held at 65,535), each block counted in one counter per row by other bits of
 its prefix hash than the sample's, and its count read as the smaller of the two. A count is never low, so
 every block referenced `threshold` times is found; a block counted high by collisions is only kept whole
 when it need not be (exact, and a little more memory). Rows are sized for about a quarter of `threshold`
-references a counter: 8 bytes a counter, `expected_references` / `threshold` x 32 bytes in all.
+references a counter: 4 bytes a counter, `expected_references` / `threshold` x 16 bytes in all.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ _SALTS = (np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344))
 
 class HeavyBlocks:
     def __init__(self, threshold: int, expected_references: int):
-        self.threshold = max(int(threshold), 1)
+        self.threshold = min(max(int(threshold), 1), np.iinfo(np.uint16).max)
         width = 1 << 16
         while width < 4 * expected_references / self.threshold:
             width *= 2
-        self.rows = np.zeros((len(_SALTS), width), dtype=np.uint32)
+        self.rows = np.zeros((len(_SALTS), width), dtype=np.uint16)
         self.counted = 0
 
     def _index(self, hashes: np.ndarray, row: int) -> np.ndarray:
@@ -42,7 +42,9 @@ class HeavyBlocks:
         for row in range(len(_SALTS)):
             # sorted and counted: a few times faster than np.add.at into a table past the caches
             at, times = np.unique(self._index(hashes, row), return_counts=True)
-            self.rows[row][at] += times.astype(np.uint32)
+            # 16 bits a counter, held at their top: a count past it is heavy at any threshold asked
+            summed = self.rows[row][at] + times
+            self.rows[row][at] = np.minimum(summed, np.iinfo(np.uint16).max)
 
     def of(self, hashes: np.ndarray) -> np.ndarray:
         """Which of these blocks were referenced at least `threshold` times (none before any count)."""

@@ -157,10 +157,11 @@ class Sampler:
         return None if self.whole else partial(sampled_index, rate=self.rate, fine=self.fine)
 
     def figures(self, builder, kept_blocks: int = 0) -> SampleFigures:
+        """The pass's figures; the histograms are the builder's own (a view: add nothing after)."""
         top = builder.top
         return SampleFigures(
-            hist=builder.hist[:, : top + 2].copy(),
-            counted=builder.counted.copy(),
+            hist=builder.hist[:, : top + 2],
+            counted=builder.counted,
             total_blocks=self.total_blocks,
             may_hit_blocks=self.may_hit_blocks,
             may_hit_heavy=self.may_hit_heavy,
@@ -184,17 +185,24 @@ def merged_curve(parts: list[SampleFigures], rate: float, fine: int) -> Curve:
     """The curve of one sampled pass, or of every hash range of one (each saw every reference and kept the
     heavy blocks, so those count once: their mean)."""
     width = max(p.hist.shape[1] for p in parts)
-    hist = np.zeros((GROUPS + 1, width))
-    for p in parts:
-        hist[:, : p.hist.shape[1]] += p.hist
-    hist[GROUPS] /= len(parts)
+    # a row at a time: one pass's histograms are used in place, and no float copy of all nine is made
+    if len(parts) == 1:
+        hist = parts[0].hist
+    else:
+        hist = np.zeros((GROUPS + 1, width), dtype=np.int64)
+        for p in parts:
+            hist[:, : p.hist.shape[1]] += p.hist
     counted = np.sum([p.counted for p in parts], axis=0)
     first = parts[0]
     sampled_may_hit = first.may_hit_blocks - first.may_hit_heavy
-    heavy_cum = np.cumsum(hist[GROUPS])
+    heavy_cum = np.cumsum(hist[GROUPS], dtype=np.float64) / len(parts)
     sampled_counted = counted[:GROUPS].sum()
     scale = sampled_may_hit / sampled_counted if sampled_counted else 0.0
-    block_cum = np.rint(heavy_cum + np.cumsum(hist[:GROUPS].sum(axis=0)) * scale).astype(np.int64)
+    sampled_hits = np.zeros(width, dtype=np.int64)
+    for g in range(GROUPS):
+        sampled_hits += hist[g]
+    block_cum = np.rint(heavy_cum + np.cumsum(sampled_hits) * scale).astype(np.int64)
+    del sampled_hits
     # each group's own estimate, summed and squared a group at a time (three arrays, not nine)
     usable = [g for g in range(GROUPS) if counted[g]]
     total, squares = np.zeros(width), np.zeros(width)
