@@ -64,16 +64,9 @@ def stack_runs():
             function = ctypes.CDLL(str(_build(compiler))).stack_runs
             pointer = ctypes.c_void_p
             function.restype = ctypes.c_int
-            function.argtypes = (
-                [pointer, ctypes.c_int64, ctypes.c_int64]
-                + [pointer] * 6
-                + [
-                    ctypes.c_int64,
-                    ctypes.c_int64,
-                    pointer,
-                    pointer,
-                ]
-            )
+            # tree, size, live; the six arrays; busy_count, first_index; out, live_out
+            int64 = ctypes.c_int64
+            function.argtypes = [pointer, int64, int64, *[pointer] * 6, int64, int64, pointer, pointer]
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
             why_not.append(str(exc))
             function = None
