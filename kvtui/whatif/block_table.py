@@ -6,7 +6,7 @@ interning: onepass.py, curve.py).
 
 A node is a (parent node, key) pair, so the same id means the same prefix: chained keys (vLLM's block hashes,
 Mooncake's hash ids) and unchained ones (Qwen-Bailian's per-block ids) alike. The pairs live in one
-open-addressing hash table of numpy arrays (a 64-bit key and two 32-bit ids a slot: 23 to 46 bytes a distinct
+open-addressing hash table of numpy arrays (a 64-bit key and three 32-bit ids a slot: 29 to 57 bytes a distinct
 block, at most 70% full), filled a depth at a time: every request's block d finds its parent among the blocks
 d - 1 just interned, so a batch costs a few numpy calls per depth, not a Python call per block.
 
@@ -57,12 +57,22 @@ class PrefixTable:
 
     @property
     def nbytes(self) -> int:
-        return self._keys.nbytes + self._parents.nbytes + self._nodes.nbytes
+        return self._keys.nbytes + self._parents.nbytes + self._nodes.nbytes + self._claim.nbytes
 
     def _allocate(self, capacity: int) -> None:
         self._keys = np.zeros(capacity, dtype=np.int64)
         self._parents = np.full(capacity, EMPTY, dtype=np.int32)
         self._nodes = np.zeros(capacity, dtype=np.int32)
+        # scratch: which pair of a probing round claims each free slot
+        self._claim = np.empty(capacity, dtype=np.int32)
+
+    def _first_claims(self, at: np.ndarray, free: np.ndarray) -> np.ndarray:
+        """The pairs (indices into `at`, ascending) that take a free slot this round, one a slot: a scatter
+        and a read-back, not a sort (np.unique here was most of a batch's time)."""
+        wanting = np.flatnonzero(free)
+        slots = at[wanting]
+        self._claim[slots] = wanting
+        return wanting[self._claim[slots] == wanting]
 
     def _slots(self, parents: np.ndarray, keys: np.ndarray) -> np.ndarray:
         mixed = mix64(keys.view(np.uint64) ^ ((parents.astype(np.int64) + 2).view(np.uint64) * _GOLDEN))
@@ -89,8 +99,7 @@ class PrefixTable:
             at = slots[pending]
             free = self._parents[at] == EMPTY
             # one pair per free slot this round; the others probe on
-            _, first = np.unique(np.where(free, at, -1), return_index=True)
-            first = first[free[first]]
+            first = self._first_claims(at, free)
             won = pending[first]
             self._keys[at[first]] = keys[won]
             self._parents[at[first]] = parents[won]
@@ -113,9 +122,8 @@ class PrefixTable:
             found = (stored == parents[pending]) & (self._keys[at] == keys[pending])
             out[pending[found]] = self._nodes[at[found]]
             free = stored == EMPTY
-            # a free slot: the first pair probing it takes it (an equal pair finds it next round)
-            _, first = np.unique(np.where(free, at, -1), return_index=True)
-            first = first[free[first]]
+            # a free slot: one pair probing it takes it (an equal pair finds it next round)
+            first = self._first_claims(at, free)
             won = pending[first]
             new = np.arange(self.count, self.count + len(won), dtype=np.int64)
             self.count += len(won)
