@@ -18,8 +18,10 @@ from kvtui.commands.whatif_helpers import (
     _slice,
     _stream,
     _streamable,
+    check_sample,
     check_trace_out,
     checked_choices,
+    file_block_size,
     kv_capacities,
     refuse_ignored,
     server_defaults,
@@ -36,7 +38,7 @@ from kvtui.whatif.sweep import SweepOptions, run_sweep, sweep_configs
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["trace", "workload", "mooncake", "bailian", "proxy-log"]),
+    type=click.Choice(["trace", "workload", "mooncake", "bailian", "blocks", "proxy-log"]),
     help="Override the format detected from the content.",
 )
 @click.option(
@@ -97,6 +99,12 @@ from kvtui.whatif.sweep import SweepOptions, run_sweep, sweep_configs
     help="Full simulation, the one-pass LRU curve, or both.",
 )
 @click.option(
+    "--sample",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    help="With --method one-pass: the curve from this share of the blocks (SHARDS, 0.01 = 1%), by their "
+    "hash and --seed, with an error estimate.",
+)
+@click.option(
     "--requests", "request_slice", help="Only requests A:B (arrival order), e.g. for -o on a big trace."
 )
 @click.option(
@@ -143,8 +151,8 @@ from kvtui.whatif.sweep import SweepOptions, run_sweep, sweep_configs
     "target_text",
     help="Shares of the ceiling, a list (80%,90%): the smallest capacity reaching each (bytes with --kv-config).",
 )
-@click.option("--jobs", default=1, show_default=True, help="Simulated runs side by side on this many cores.")
-@click.option("--ray", "ray_address", help="Run the simulated configurations on a Ray cluster (kvtui[ray]).")
+@click.option("--jobs", default=1, show_default=True, help="Runs, or --sample's hash ranges, on N cores.")
+@click.option("--ray", "ray_address", help="Simulated runs or --sample's ranges on Ray: ADDRESS or local.")
 @click.option(
     "--optimal/--no-optimal",
     default=None,
@@ -197,6 +205,7 @@ def whatif(
     mbts,
     mnss,
     method,
+    sample,
     request_slice,
     trace_out,
     workers,
@@ -246,6 +255,8 @@ def whatif(
       kvtui whatif mooncake.jsonl --capacity 300k,3M,30M --ui
       kvtui whatif mooncake.jsonl --capacity 1M,3M --host-capacity 3M,30M --kv-config config.json
                                   a host tier under each device: hits per tier, prefill seconds saved
+      kvtui whatif trace.kvblk --method one-pass --sample 0.01 --capacity 1M,10M,100M
+                                  a block trace (python -m kvtui.whatif.block_trace) sampled at 1%
       kvtui whatif fixtures/traces/concurrent8.jsonl --as-recorded
     """
     refuse_ignored(click.get_current_context(), workers)
@@ -254,6 +265,7 @@ def whatif(
     from kvtui.whatif.loaders import WorkloadFormatError, detect_format, load
 
     routers, targets, policies = checked_choices(router, target_text, jobs, evictions)
+    check_sample(sample, method, optimal)
     start, stop = _slice(request_slice)
     try:
         fmt = fmt or detect_format(workload)
@@ -263,15 +275,13 @@ def whatif(
         raise click.UsageError(
             f"--tokenizer reads a workload JSON's text prompts; this {fmt} carries token ids: leave it out"
         )
-    if fmt == "bailian":
-        from kvtui.whatif.bailian import BLOCK
-
-        trace_block_size = BLOCK
+    trace_block_size = file_block_size(fmt, workload, trace_block_size)
     streamed = method == "one-pass" and workers == 1 and not trace_out and not ui and _streamable(fmt)
     ones = None
     try:
         if streamed:
-            loaded, ones = _stream(workload, fmt, trace_block_size, block_sizes, start, stop, quiet)
+            more = (sample, seed, optimal, jobs, ray_address)
+            loaded, ones = _stream(workload, fmt, trace_block_size, block_sizes, start, stop, quiet, *more)
         if ones is None:
             loaded = load(workload, fmt, trace_block_size, tokenizer).slice(start, stop)
     except (WorkloadFormatError, ValueError) as exc:
@@ -324,6 +334,7 @@ def whatif(
         plan=plan,
         optimal=optimal,
         tiers=tiers,
+        sample=sample,
     )
 
     def job(make_progress=None) -> dict:

@@ -96,20 +96,87 @@ def _streamable(fmt: str) -> bool:
     return fmt in STREAMED_FORMATS
 
 
-def _stream(path, fmt, trace_block_size, block_sizes, start, stop, quiet):
-    """The one-pass curves straight from the file, a line at a time (None when it is not in arrival order)."""
+def _stream(
+    path,
+    fmt,
+    trace_block_size,
+    block_sizes,
+    start,
+    stop,
+    quiet,
+    sample=None,
+    seed=0,
+    optimal=None,
+    jobs=1,
+    ray_address=None,
+):
+    """The one-pass curves straight from the file, a line or a chunk at a time (None when it is not in
+    arrival order); Belady's chains only where its bound will be computed. A sample with --jobs N or --ray
+    splits the block space into N hash ranges, one task each (sample_ranges.py)."""
     import os
 
     from kvtui.whatif.stream import FileProgress, OutOfOrder, one_pass_file
+    from kvtui.whatif.sweep import OPTIMAL_AUTO_REFERENCES
 
     sizes = _ints(block_sizes, "--block-size") if block_sizes else [trace_block_size]
+    if sample is not None and sample < 1 and (jobs > 1 or ray_address):
+        return _ranged(
+            path, fmt, trace_block_size, sizes, start, stop, quiet, sample, seed, jobs, ray_address
+        )
     progress = FileProgress("one-pass, streaming the file", os.path.getsize(path), enabled=not quiet)
     try:
-        return one_pass_file(path, sizes, trace_block_size, start, stop, True, progress, fmt)
+        limit = None if optimal else OPTIMAL_AUTO_REFERENCES
+        keep = optimal is not False
+        return one_pass_file(
+            path, sizes, trace_block_size, start, stop, keep, progress, fmt, sample, seed, limit
+        )
     except OutOfOrder as exc:
         if not quiet:
             click.echo(f"{exc}: reading it whole to sort it", err=True)
         return None, None
+
+
+def _ranged(path, fmt, trace_block_size, sizes, start, stop, quiet, sample, seed, jobs, ray_address):
+    from kvtui.whatif.jobs import JobsError
+    from kvtui.whatif.sample_ranges import RangeSpec, ranged_passes
+    from kvtui.whatif.stream import OutOfOrder
+
+    spec = RangeSpec(str(path), fmt, tuple(sizes), trace_block_size, sample, seed, jobs, start, stop)
+    where = f"on Ray ({ray_address})" if ray_address else "on this machine's cores"
+    if not quiet:
+        click.echo(f"  one-pass, sampled: {jobs} hash ranges {where}, each reading the file", err=True)
+    try:
+        return ranged_passes(spec, jobs, ray_address)
+    except JobsError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OutOfOrder as exc:
+        raise click.ClickException(f"{exc}: hash ranges read the file in order; sort it first") from None
+
+
+def file_block_size(fmt: str, path: str, trace_block_size: int) -> int:
+    """Tokens per hash id: Qwen-Bailian's fixed 16, a block trace's own header, else --trace-block-size."""
+    if fmt == "bailian":
+        from kvtui.whatif.bailian import BLOCK
+
+        return BLOCK
+    if fmt == "blocks":
+        from kvtui.whatif.block_trace import block_size_of
+
+        try:
+            return block_size_of(path)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+    return trace_block_size
+
+
+def check_sample(sample, method: str, optimal) -> None:
+    """--sample estimates the one-pass curve; it has no meaning for a simulation or Belady's bound."""
+    if sample is None:
+        return
+    if method != "one-pass":
+        raise click.UsageError("--sample samples the one-pass curve: give --method one-pass")
+    if optimal:
+        raise click.UsageError("--optimal needs every block reference: leave out --sample")
 
 
 def check_trace_out(loaded, workers: int, ray_address, method: str, request_slice) -> None:

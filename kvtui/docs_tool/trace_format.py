@@ -223,8 +223,36 @@ def markdown() -> str:
         for etype in types:
             if etype in EVENT_FIELDS:
                 out += _event_rows(etype)
+    out += _block_trace()
     out += ["", PROXY_EVENTS.rstrip("\n")]
     return "\n".join(out) + "\n"
+
+
+BLOCK_TRACE = """\
+## Block traces (what-if workloads)
+
+A workload of hash ids (Mooncake's or Qwen-Bailian's fields) in kvtui's own binary form, for `kvtui whatif`
+at 10^8 block references and more: fixed-width columns, little-endian, read a chunk at a time straight into
+arrays. `python -m kvtui.whatif.block_trace trace.jsonl trace.kvblk` converts a Mooncake or Qwen-Bailian JSONL
+file (`--trace-block-size`, default 512, Bailian 16); `python -m kvtui.whatif.synth big.kvblk --references N`
+writes a Mooncake-shaped one; `kvtui whatif` knows the file by its first 8 bytes. The file is a header, then
+chunks to its end, each a chunk header and then its columns one after another. A chunk cut short at the end
+(a writer that stopped) is left out and named; a request whose input_length does not fit its ids stops the
+read with the chunk and request."""
+
+
+def _block_trace() -> list[str]:
+    from kvtui.whatif.block_trace import CHUNK_HEADER, COLUMNS, FILE_HEADER
+
+    out = ["", BLOCK_TRACE]
+    for title, rows in (
+        ("The header", FILE_HEADER),
+        ("A chunk's header", CHUNK_HEADER),
+        ("Its columns", COLUMNS),
+    ):
+        out += ["", f"{title}:", "", "| field | type | meaning |", "|---|---|---|"]
+        out += [f"| `{name}` | `{kind}` | {_cell(doc)} |" for name, kind, doc in rows]
+    return out
 
 
 def main(argv: list[str]) -> None:

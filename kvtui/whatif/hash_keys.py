@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 
 from engine.core.hashing import HASH_HEX_CHARS, block_hashes, root_hash, salted
-from kvtui.whatif.onepass import request_keys
+from kvtui.whatif.block_keys import request_keys
 
 _ROOT = root_hash() + "|ids"
 

@@ -10,6 +10,7 @@ from the content (`detect_format`), and `--format` overrides it.
                `prompt_ids`: chat messages through the chat template); arrival_step s becomes s x STEP_SECONDS
     mooncake   Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (mooncake.py)
     bailian    Qwen-Bailian JSONL: chat_id, timestamp (s), per-block hash_ids of 16 tokens (bailian.py)
+    blocks     kvtui's binary block trace: the same fields in fixed-width columns (block_trace.py)
     proxy-log  the request log of kvtui's OpenAI proxy (kvtui proxy --log), one JSON object per line:
                    {"arrival": 12.5,                      seconds (or "timestamp": ms since the epoch / start)
                     "request_id": "chatcmpl-1",           optional (default: line number)
@@ -35,7 +36,7 @@ from kvtui.whatif.bailian import load_bailian, looks_like_bailian
 from kvtui.whatif.mooncake import load_mooncake, looks_like_mooncake
 from kvtui.whatif.requests import SimRequest, Workload
 
-FORMATS = ("trace", "workload", "mooncake", "bailian", "proxy-log")
+FORMATS = ("trace", "workload", "mooncake", "bailian", "blocks", "proxy-log")
 # a workload JSON counts arrivals in engine steps: one step is taken to last this long
 STEP_SECONDS = 0.02
 
@@ -47,7 +48,11 @@ class WorkloadFormatError(ValueError):
 def detect_format(path: str | Path) -> str:
     """trace, workload, mooncake or proxy-log, from the first non-empty line (or the whole JSON document)."""
     path = Path(path)
+    from kvtui.whatif.block_trace import is_block_trace
+
     try:
+        if is_block_trace(path):
+            return "blocks"
         with open(path, encoding="utf-8") as handle:
             first = next((line for line in handle if line.strip()), "")
     except FileNotFoundError:
@@ -107,6 +112,10 @@ def load(
         return load_mooncake(path, trace_block_size)
     if fmt == "bailian":
         return load_bailian(path)
+    if fmt == "blocks":
+        from kvtui.whatif.block_trace import load_blocks
+
+        return load_blocks(path)
     if fmt == "proxy-log":
         return load_proxy_log(path)
     raise WorkloadFormatError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")

@@ -12,8 +12,12 @@ blocks as the engine's hashes, at no hashing cost. Otherwise the engine's chaine
 (engine/core/hashing.py, salted), which is what the manager matches. Each request lists its prompt's full
 blocks; the first (prompt_tokens - 1) // block_size may hit (the last prompt token is always computed).
 
-Memory: the prefix-tree interning (a dict entry per distinct block), the curve's counters, and the chains
-Belady needs as one flat array (4 bytes a block reference), so a million-request trace fits in a few GB.
+Memory: the prefix-tree interning and the curve's counters in numpy arrays (about 45 bytes a distinct block:
+block_table.py, stack_pass.py), and the chains Belady needs (4 bytes a block reference); requests are buffered
+and passed a million block references at a time. Keys that are not ints (token-block hashes, the tuples of a
+block size that is a multiple of the trace's) take a dict entry each on top. With `sample` (`--sample RATE`)
+only the blocks SHARDS keeps are interned and counted (sampled.py), after a first pass over the same requests
+(begin_count .. end_count) that finds the blocks many requests share, and Belady's bound is left out.
 
 What the one-pass model leaves out, and the simulation has: generated tokens of token workloads are cached by
 the engine (the next turn of a chat reuses them), partly filled blocks are reused (tails), running requests
@@ -24,44 +28,74 @@ from __future__ import annotations
 
 from array import array
 
-from engine.core.hashing import block_hashes
+import numpy as np
+
+from kvtui.whatif.block_keys import request_keys
+from kvtui.whatif.block_table import PrefixTable, depths_of
 from kvtui.whatif.curve import Curve, CurveBuilder
 from kvtui.whatif.optimal import OptimalPoint, belady_flat
-from kvtui.whatif.prefix_nodes import PrefixNodes
 from kvtui.whatif.requests import SimRequest, Workload
-
-
-def request_keys(request: SimRequest, block_size: int) -> list:
-    """The keys of the request's full prompt blocks at this block size."""
-    n = request.num_prompt_tokens
-    full = n // block_size
-    ids, trace_block = request.hash_ids, request.trace_block_size
-    if ids is not None and block_size == trace_block:
-        return list(ids[:full])
-    if ids is not None and trace_block % block_size == 0:
-        per = trace_block // block_size
-        # block j lies in id j // per, at place j % per: one int names both
-        return [ids[j // per] * per + j % per for j in range(full)]
-    if ids is not None and block_size % trace_block == 0:
-        per = block_size // trace_block
-        return [tuple(ids[j * per : (j + 1) * per]) for j in range(full)]
-    return block_hashes(request.prompt_token_ids()[: full * block_size], block_size, request.cache_salt)[0]
+from kvtui.whatif.sampled import Sampler
 
 
 class OnePass:
-    """Requests in arrival order into the curve, keeping what Belady's bound needs."""
+    """Requests in arrival order into the curve, keeping what Belady's bound needs. `sample`: a SHARDS rate
+    (sampled.py) instead of every block; `batch_blocks`: block references buffered before each numpy pass;
+    `chain_limit`: keep Belady's chains only up to this many block references; `part` of `parts`: that hash
+    range of the sample only (sample_ranges.py)."""
 
-    def __init__(self, block_size: int, keep_chains: bool = True):
+    def __init__(
+        self,
+        block_size: int,
+        keep_chains: bool = True,
+        sample: float | None = None,
+        seed: int = 0,
+        batch_blocks: int = 1 << 20,
+        chain_limit: int | None = None,
+        part: int = 0,
+        parts: int = 1,
+    ):
         self.block_size = block_size
-        self.nodes = PrefixNodes()
-        self.builder = CurveBuilder(block_tokens=block_size)
-        self.keep_chains = keep_chains
-        self.flat = array("i")
+        self.sampler = Sampler(sample, seed, part, parts) if sample is not None else None
+        self.table = PrefixTable()
+        groups, shift = (
+            (self.sampler.builder_groups(), self.sampler.builder_shift())
+            if self.sampler is not None
+            else (1, 0)
+        )
+        index_of = self.sampler.builder_index() if self.sampler is not None else None
+        self.builder = CurveBuilder(block_tokens=block_size, groups=groups, shift=shift, index_of=index_of)
+        # the first of a sampled pass's two passes (begin_count .. end_count): requests are only counted
+        self.counting = False
+        self.keep_chains = keep_chains and self.sampler is None
+        self.batch_blocks = batch_blocks
+        # past this many block references the chains are dropped (Belady's bound would not be asked for)
+        self.chain_limit = chain_limit
+        # node ids of every request (4 bytes a reference), the start of each, and how many may hit
+        self.chains: list[np.ndarray] = []
         self.starts = array("q", [0])
         self.limits = array("i")
         self.prompt_tokens = 0
         self.first_arrival: float | None = None
         self.last_arrival = 0.0
+        # keys that are not ints (tuples, token-block hashes) get ints of their own
+        self._codes: dict = {}
+        self._keys = array("q")
+        self._key_starts = array("q", [0])
+        self._key_limits = array("q")
+        self._curve: Curve | None = None
+
+    def begin_count(self, expected_references: int) -> None:
+        """A sampled pass's first pass starts: the requests added until end_count() find the blocks that
+        many requests share (sampled.py), and the same requests are then added again."""
+        if self.sampler is not None:
+            self.sampler.begin_count(expected_references)
+            self.counting = True
+
+    def end_count(self) -> None:
+        self._flush()
+        self.counting = False
+        self.prompt_tokens, self.first_arrival, self.last_arrival = 0, None, 0.0
 
     def add_request(self, request: SimRequest) -> None:
         if self.first_arrival is None:
@@ -75,38 +109,99 @@ class OnePass:
         return 0.0 if self.first_arrival is None else self.last_arrival - self.first_arrival
 
     def add(self, keys, prompt_tokens: int) -> None:
-        nodes = self.nodes.intern(keys)
-        limit = max(prompt_tokens - 1, 0) // self.block_size
-        self.builder.add(nodes, limit)
+        if keys and type(keys[0]) is not int:
+            codes = self._codes
+            keys = [codes.setdefault(key, len(codes)) for key in keys]
+        self._keys.extend(keys)
+        self._key_starts.append(len(self._keys))
+        self._key_limits.append(max(prompt_tokens - 1, 0) // self.block_size)
         self.prompt_tokens += prompt_tokens
+        if len(self._keys) >= self.batch_blocks:
+            self._flush()
+
+    def add_batch(self, keys: np.ndarray, starts: np.ndarray, prompt_tokens: np.ndarray) -> None:
+        """Whole requests at once: request i's keys are keys[starts[i]:starts[i + 1]] (int64), its prompt
+        prompt_tokens[i] tokens (what a binary block trace hands over; arrivals are the caller's)."""
+        self._flush()
+        self.prompt_tokens += int(prompt_tokens.sum())
+        limits = np.maximum(prompt_tokens - 1, 0) // self.block_size
+        self._pass(np.asarray(keys, dtype=np.int64), np.asarray(starts, dtype=np.int64), limits)
+
+    def _flush(self) -> None:
+        if len(self._key_limits):
+            keys = np.frombuffer(self._keys, dtype=np.int64).copy()
+            starts = np.frombuffer(self._key_starts, dtype=np.int64).copy()
+            limits = np.frombuffer(self._key_limits, dtype=np.int64).copy()
+            self._keys, self._key_starts, self._key_limits = array("q"), array("q", [0]), array("q")
+            self._pass(keys, starts, limits)
+
+    def _pass(self, keys: np.ndarray, starts: np.ndarray, limits: np.ndarray) -> None:
+        self._curve = None
+        if self.counting:
+            self.sampler.count(keys, starts)
+            return
+        counts = np.diff(starts)
+        may_hit = depths_of(starts, len(keys)) < np.repeat(limits, counts)
+        if self.sampler is not None:
+            self.sampler.add(self.table, self.builder, keys, starts, may_hit)
+            return
+        nodes = self.table.intern(keys, starts)
+        self.builder.add_batch(nodes, starts, may_hit)
         if self.keep_chains:
-            self.flat.extend(nodes)
-            self.starts.append(len(self.flat))
-            self.limits.append(limit)
+            self.chains.append(nodes.astype(np.int32))
+            base = self.starts[-1]
+            self.starts.extend((starts[1:] + base).tolist())
+            self.limits.extend(np.minimum(limits, counts).tolist())
+            if self.chain_limit is not None and self.builder.total_blocks > self.chain_limit:
+                self.keep_chains = False
+                self.chains, self.starts, self.limits = [], array("q", [0]), array("i")
 
     @property
     def references(self) -> int:
         """Block references so far (what Belady's time grows with)."""
-        return self.builder.total_blocks
+        self._flush()
+        return self.builder.total_blocks if self.sampler is None else self.sampler.total_blocks
+
+    @property
+    def distinct_blocks(self) -> int:
+        self._flush()
+        return len(self.table)
 
     def curve(self) -> Curve:
-        return self.builder.curve(len(self.nodes))
+        """The curve so far (made once for all the requests added: it is as large as the distinct blocks)."""
+        self._flush()
+        if self._curve is None:
+            if self.sampler is not None:
+                self._curve = self.sampler.curve(self.builder)
+            else:
+                self._curve = self.builder.curve(len(self.table))
+        return self._curve
 
     def optimal(self, capacities_tokens: list[int]) -> list[OptimalPoint]:
         """Belady's bound at each capacity (tokens); needs keep_chains."""
+        self._flush()
         bs = self.block_size
+        # a plain array: Belady's loop reads it an element at a time
+        flat = array("i", np.concatenate(self.chains).tobytes() if self.chains else b"")
         return belady_flat(
-            self.flat,
+            flat,
             self.starts,
             self.limits,
-            len(self.nodes),
+            len(self.table),
             [c // bs for c in capacities_tokens],
             block_tokens=bs,
         )
 
 
-def of_workload(workload: Workload, block_size: int, keep_chains: bool = True) -> OnePass:
-    one = OnePass(block_size, keep_chains)
+def of_workload(
+    workload: Workload, block_size: int, keep_chains: bool = True, sample: float | None = None, seed: int = 0
+) -> OnePass:
+    one = OnePass(block_size, keep_chains, sample, seed)
+    if one.sampler is not None and not one.sampler.whole:
+        one.begin_count(sum(r.num_prompt_tokens // block_size for r in workload.requests))
+        for request in workload.requests:
+            one.add_request(request)
+        one.end_count()
     for request in workload.requests:
         one.add_request(request)
     return one

@@ -114,6 +114,10 @@ def compact_tokens(
     return tokens
 
 
+class OutOfOrder(ValueError):
+    """A request in a streamed file arrives before the one above it."""
+
+
 @dataclass(slots=True)
 class SimRequest:
     request_id: str
@@ -160,7 +164,7 @@ class Workload:
     """Requests in arrival order, where they came from, and what was wrong with the file (kept going)."""
 
     name: str
-    # trace | workload | mooncake | bailian | proxy-log
+    # trace | workload | mooncake | bailian | blocks | proxy-log
     format: str
     requests: list[SimRequest]
     # "line 7: ..." for each line skipped
@@ -186,7 +190,7 @@ class Workload:
     @property
     def hash_ids(self) -> bool:
         """Prompts are hash ids: generated tokens take pool space but are never cached."""
-        return self.format in ("mooncake", "bailian")
+        return self.format in ("mooncake", "bailian", "blocks")
 
     def slice(self, start: int | None, stop: int | None) -> Workload:
         return Workload(

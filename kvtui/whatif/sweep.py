@@ -45,6 +45,8 @@ class SweepOptions:
     optimal: bool | None = None
     # --host-capacity / --disk-capacity (tiers.py's TierOptions); None: the device only
     tiers: object = None
+    # --sample: the one-pass curve from this share of the blocks (SHARDS, sampled.py); None: every block
+    sample: float | None = None
 
 
 def sweep_configs(caps, sizes, policies, batch, caching, cost, partial_hits=True, tiers=None):
@@ -94,7 +96,8 @@ def run_sweep(loaded, configs, opts: SweepOptions, ones: dict | None = None) -> 
     if ones is None:
         sizes = {bs for bs, _ in lru_sizes} if one_pass_wanted else set()
         sizes.add(first.block_size)
-        ones = _one_passes(loaded, sorted(sizes), one_pass_wanted and opts.optimal is not False, progress)
+        keep = one_pass_wanted and opts.optimal is not False
+        ones = _one_passes(loaded, sorted(sizes), keep, progress, opts.sample, opts.seed)
     first_curve = ones[first.block_size].curve()
     if curve_from_one_pass:
         ceiling = first_curve.ceiling_tokens / prompt if prompt else 0.0
@@ -191,11 +194,11 @@ def _progress_factory(opts: SweepOptions, n: int):
     return progress
 
 
-def _one_passes(loaded, sizes, keep_chains, progress) -> dict:
+def _one_passes(loaded, sizes, keep_chains, progress, sample=None, seed=0) -> dict:
     from kvtui.whatif.onepass import of_workload
 
     progress("the one-pass curve")(0, 0.0)
-    return {bs: of_workload(loaded, bs, keep_chains) for bs in sizes}
+    return {bs: of_workload(loaded, bs, keep_chains, sample, seed) for bs in sizes}
 
 
 def _simulated_ceiling(loaded, first, progress) -> float:
@@ -273,9 +276,12 @@ def _one_pass_points(ones, lru_sizes, first, prompt, opts: SweepOptions, notes, 
         if bs != first.block_size:
             continue
         curve = dense_points(lru, bs, prompt)
+        if one.sampler is not None:
+            notes.append(sampled_note(one))
+            continue
         auto_off = opts.optimal is None and one.references > OPTIMAL_AUTO_REFERENCES
         if opts.optimal is False or auto_off or not one.keep_chains:
-            if auto_off or not one.keep_chains:
+            if auto_off or (not one.keep_chains and opts.optimal is not False):
                 notes.append(
                     f"Belady's bound left out: {one.references:,} block references (about "
                     f"{one.references / 1e6:.0f} s a capacity); --optimal computes it"
@@ -293,10 +299,30 @@ def _one_pass_points(ones, lru_sizes, first, prompt, opts: SweepOptions, notes, 
     return points, optimal, curve
 
 
+def sampled_note(one) -> str:
+    """What a sampled curve is, said in the report."""
+    sampler = one.sampler
+    heavy = (
+        f", and the {sampler.heavy_refs:,} references of blocks a first pass found in at least "
+        f"{sampler.heavy_threshold:,.0f} requests kept whole"
+        if sampler.heavy_refs
+        else ""
+    )
+    return (
+        f"sampled: SHARDS over {100 * sampler.rate:g}% of the blocks (by their prefix hash, seed "
+        f"{sampler.seed}){heavy}: {one.distinct_blocks:,} distinct blocks kept of {sampler.total_blocks:,} "
+        "block references; each one-pass rate has +/- one standard error (token_hit_rate_error, from 8 hash "
+        f"groups); capacities under {round(10 / sampler.rate):,} blocks are a few sampled blocks deep and "
+        "read less surely; Belady's bound needs every block and is left out"
+    )
+
+
 def _plain_point(lru, bs: int, cap: int, prompt: int) -> dict:
-    """The one-pass point of a device-only cache."""
+    """The one-pass point of a device-only cache (with its standard error where the curve is sampled)."""
     h = lru.hit_tokens(cap // bs)
+    error = {"token_hit_rate_error": lru.hit_rate_error(cap // bs)} if lru.error_cum is not None else {}
     return {
+        **error,
         "capacity_tokens": cap,
         "block_size": bs,
         "eviction": "lru",

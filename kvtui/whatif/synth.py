@@ -2,6 +2,7 @@
 
     write_jsonl(mooncake_like(seed=0), "mooncake_12k.jsonl")
     python -m kvtui.whatif.synth mooncake_12k.jsonl [--seed 0] [--requests 12031]
+    python -m kvtui.whatif.synth big.kvblk --references 100000000     streamed (synth_stream.py)
 
 Each line: {"timestamp": ms, "input_length": tokens, "output_length": tokens, "hash_ids": [...]}, one id per
 512-token block, the last block partial; ids are consecutive integers in order of first use, and equal leading
@@ -28,35 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvtui.whatif.synth_config import MooncakeLikeConfig, _lognormal
+
 __all__ = ["MooncakeLikeConfig", "mooncake_like", "write_jsonl"]
-
-
-@dataclass(frozen=True)
-class MooncakeLikeConfig:
-    requests: int = 12_031
-    duration_ms: int = 3_600_000
-    block_size: int = 512
-    max_prompt_tokens: int = 131_072
-    # blocks of the system prompt every request starts with
-    global_prompt_blocks: int = 1
-    # application prompts: count, Zipf exponent, and blocks each (uniform in the range)
-    apps: int = 40
-    app_zipf: float = 1.1
-    app_blocks: tuple[int, int] = (1, 8)
-    # turns per session: geometric with this mean
-    mean_turns: float = 1.8
-    # seconds between a session's turns: exponential with this mean
-    mean_gap_s: float = 120.0
-    # log-normal message sizes in tokens: (median, sigma)
-    first_message: tuple[float, float] = (5_000.0, 1.0)
-    next_message: tuple[float, float] = (900.0, 1.1)
-    output: tuple[float, float] = (250.0, 0.8)
-    max_output: int = 4_096
 
 
 @dataclass
@@ -65,11 +44,6 @@ class _Session:
     ids: list[int] = field(default_factory=list)
     input_length: int = 0
     output_length: int = 0
-
-
-def _lognormal(rng: random.Random, median_sigma: tuple[float, float]) -> int:
-    median, sigma = median_sigma
-    return max(1, int(rng.lognormvariate(math.log(median), sigma)))
 
 
 def mooncake_like(seed: int = 0, config: MooncakeLikeConfig | None = None) -> list[dict]:
@@ -141,11 +115,26 @@ def write_jsonl(records: list[dict], path: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Write a Mooncake-shaped workload (JSONL).")
+    parser = argparse.ArgumentParser(description="Write a Mooncake-shaped workload (JSONL or a block trace).")
     parser.add_argument("path")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--requests", type=int, default=MooncakeLikeConfig.requests)
+    parser.add_argument(
+        "--references",
+        type=int,
+        help="Stream this many hash ids (10^8, 10^9) to the file as they are made (synth_stream.py).",
+    )
+    parser.add_argument(
+        "--format",
+        dest="fmt",
+        choices=("jsonl", "blocks"),
+        help="With --references: Mooncake JSONL or kvtui's binary block trace [blocks for a .kvblk path].",
+    )
     args = parser.parse_args(argv)
+    if args.references is not None:
+        return _stream(args)
+    if args.requests < 1:
+        parser.error("--requests must be at least 1")
     records = mooncake_like(args.seed, MooncakeLikeConfig(requests=args.requests))
     write_jsonl(records, args.path)
     prompt = sum(r["input_length"] for r in records)
@@ -153,6 +142,19 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"{args.path}: {len(records)} requests, {prompt / len(records):,.0f} prompt and "
         f"{output / len(records):,.0f} output tokens on average"
+    )
+
+
+def _stream(args) -> None:
+    from kvtui.whatif.synth_stream import write_stream
+
+    if args.references < 1:
+        raise SystemExit("--references must be at least 1")
+    fmt = args.fmt or ("blocks" if str(args.path).endswith(".kvblk") else "jsonl")
+    requests, ids, prompt = write_stream(args.path, args.references, args.seed, fmt)
+    print(
+        f"{args.path}: {requests:,} requests, {ids:,} hash ids ({fmt}), "
+        f"{prompt / max(requests, 1):,.0f} prompt tokens on average"
     )
 
 
