@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 
 from kvtui.whatif.hybrid_cache import HybridCache, HybridRequest
-from kvtui.whatif.timeline import ARRIVE, FEED, FINISH, _Live, on_the_clock, token_times
+from kvtui.whatif.timeline import FEED, FINISH, _Live, on_the_clock, play, token_times
 
 
 def hybrid_cause(cache: HybridCache, req: HybridRequest, full_hit: int) -> str:
@@ -55,19 +55,7 @@ class HybridTimeline:
         timed = on_the_clock(requests)
         if timed is None:
             return self._one_by_one(requests)
-        for order, item in enumerate(timed):
-            heapq.heappush(self.events, (item.arrival, ARRIVE, order, 0, item))
-        while self.events:
-            t, kind, order, j, item = heapq.heappop(self.events)
-            self.now = t
-            if kind == ARRIVE:
-                self.live[item.request_id] = _Live(item, order)
-                self.waiting.append(self.live[item.request_id])
-            elif kind == FEED:
-                self._feed(self.live[item.request_id], j)
-            else:
-                self._finish(self.live[item.request_id])
-            self._admit_waiting()
+        play(self, timed)
         return self.hits
 
     def _one_by_one(self, requests) -> dict:

@@ -24,7 +24,7 @@ import dataclasses
 import heapq
 from dataclasses import dataclass, field
 
-from engine.core.request import Request, SamplingParams
+from engine.core.request import Request
 from kvtui.sources.server_view import server_steps
 from kvtui.whatif.step_check import StepCheck
 from kvtui.whatif.step_plan import StepPlan, paced
@@ -104,23 +104,9 @@ class StepReplay(TimelineReplay):
         counted as vLLM counts it (the new blocks, and the cached hit blocks nobody uses, which leave the free
         queue)."""
         m = self.manager
-        while self.waiting:
-            entry = self.waiting[0]
-            item = entry.item
-            if entry.finished:
-                self.waiting.pop(0)
-                continue
-            output = item.output_token_ids
-            if len(item.prompt) + len(output) > m.capacity_tokens:
-                self.ledger.too_large(item.request_id, len(item.prompt))
-                entry.finished = True
-                self.waiting.pop(0)
-                continue
+        while (entry := self._head_of_queue()) is not None:
+            item, req = entry.item, entry.req
             first = not entry.admitted
-            if entry.req is None:
-                sampling = SamplingParams(max_tokens=len(output))
-                entry.req = Request(item.request_id, item.prompt, sampling, self.now, item.cache_salt)
-            req = entry.req
             chunks = self.plan.chunks.get(item.request_id) or [(self.now, len(item.prompt))]
             used = self._used()
             # a readmission brings back what it had produced (its K/V computed again)

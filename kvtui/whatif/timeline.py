@@ -91,27 +91,16 @@ class TimelineReplay:
 
     def run(self, requests) -> dict:
         """request id -> (hit tokens at the first admission, the misses' causes)."""
-        for order, item in enumerate(requests):
-            heapq.heappush(self.events, (item.arrival, ARRIVE, order, 0, item))
-        while self.events:
-            t, kind, order, j, item = heapq.heappop(self.events)
-            self.now = t
-            if kind == ARRIVE:
-                self.live[item.request_id] = _Live(item, order)
-                self.waiting.append(self.live[item.request_id])
-            elif kind == FEED:
-                self._feed(self.live[item.request_id], j)
-            else:
-                self._finish(self.live[item.request_id])
-            self._admit_waiting()
+        play(self, requests)
         return {rid: (r.first_matched, dict(r.causes)) for rid, r in self.ledger.requests.items()}
 
     def _prompt_of(self, request_id: str) -> tuple:
         req = self.live[request_id].req
         return req.prompt_token_ids, req.cache_salt, req.block_keys, req.block_contents
 
-    def _admit_waiting(self) -> None:
-        m = self.manager
+    def _head_of_queue(self) -> _Live | None:
+        """The first waiting request that could ever be admitted, its `Request` made (the finished leave the
+        queue, and so do those larger than the pool, counted as such); None when nobody waits."""
         while self.waiting:
             entry = self.waiting[0]
             item = entry.item
@@ -119,16 +108,23 @@ class TimelineReplay:
                 self.waiting.pop(0)
                 continue
             output = item.output_token_ids
-            if len(item.prompt) + len(output) > m.capacity_tokens:
+            if len(item.prompt) + len(output) > self.manager.capacity_tokens:
                 self.ledger.too_large(item.request_id, len(item.prompt))
                 entry.finished = True
                 self.waiting.pop(0)
                 continue
-            first = not entry.admitted
             if entry.req is None:
                 sampling = SamplingParams(max_tokens=len(output))
                 entry.req = Request(item.request_id, item.prompt, sampling, self.now, item.cache_salt)
-            req = entry.req
+            return entry
+        return None
+
+    def _admit_waiting(self) -> None:
+        m = self.manager
+        while (entry := self._head_of_queue()) is not None:
+            item, req = entry.item, entry.req
+            output = item.output_token_ids
+            first = not entry.admitted
             # a readmission brings back what it had produced (its K/V computed again)
             need = len(item.prompt) + (0 if first else entry.produced - 1)
             if not m.can_allocate(m.pool.blocks_for(need)):
@@ -185,3 +181,22 @@ class TimelineReplay:
         if entry in self.running:
             self.manager.free(entry.req)
             self.running.remove(entry)
+
+
+def play(replay, requests) -> None:
+    """The recorded clock: each request arrives at its time, its tokens are fed at theirs and it finishes at its
+    last; after each, the waiting are admitted as room allows (`replay`: a TimelineReplay, or the hybrid twin's
+    replay, hybrid_timeline.py)."""
+    for order, item in enumerate(requests):
+        heapq.heappush(replay.events, (item.arrival, ARRIVE, order, 0, item))
+    while replay.events:
+        t, kind, order, j, item = heapq.heappop(replay.events)
+        replay.now = t
+        if kind == ARRIVE:
+            replay.live[item.request_id] = _Live(item, order)
+            replay.waiting.append(replay.live[item.request_id])
+        elif kind == FEED:
+            replay._feed(replay.live[item.request_id], j)
+        else:
+            replay._finish(replay.live[item.request_id])
+        replay._admit_waiting()
