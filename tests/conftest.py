@@ -7,7 +7,8 @@ runs does not depend on how fast this machine happened to be when a probe timed 
 Two runs (docs/architecture.md, "Tests"): `pytest` runs every package's tests in a few minutes; `pytest -m slow`
 runs the slow remainder, marked here by file: the real models (SmolLM2, Gemma 3, MiniLM) end to end, the
 real-vLLM integration, the exactness tests again on an AVX2 build, the install in a fresh venv, the real-model
-walkthrough. CI runs both, and the property tests and the key fuzz again at their long budgets.
+walkthrough; and by test (`@pytest.mark.slow`): the Ray clusters on loopback, `kvtui bench attach` end to end, the
+fleet app over two collector servers. CI runs both, and the property tests and the key fuzz again at their long budgets.
 """
 
 import os

@@ -38,13 +38,13 @@ TARGETS = [
 ]
 # per case in the normal test suite
 SHORT = {
-    "edit_series": 30,
-    "gemma3_hybrid_window": 30,
-    "gemma3_paged_groups": 30,
-    "host_tier": 30,
-    "whatif": 30,
-    "attach": 30,
-    "live": 30,
+    "edit_series": 20,
+    "gemma3_hybrid_window": 20,
+    "gemma3_paged_groups": 20,
+    "host_tier": 20,
+    "whatif": 20,
+    "attach": 20,
+    "live": 20,
 }
 TOTAL = int(os.environ.get("KVTUI_FUZZ_PRESSES", "0"))
 BASE_SEED = int(os.environ.get("KVTUI_FUZZ_SEED", "0"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from kvtui.bench.attach import make_batches
@@ -17,6 +18,8 @@ def test_bench_payloads_are_the_wire_and_count_their_blocks():
     assert {e["type"] for e in events} == {"kv_block_stored", "kv_block_removed"}
 
 
+# the benchmark end to end: with the slow remainder (tests/conftest.py)
+@pytest.mark.slow
 def test_bench_attach_runs():
     result = CliRunner().invoke(
         main, ["bench", "attach", "--seconds", "1.5", "--rate", "3000", "--pool", "500"]

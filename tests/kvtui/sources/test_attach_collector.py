@@ -134,6 +134,8 @@ def test_a_collector_that_cannot_start_says_why():
         squatter.close(0)
 
 
+# two collector servers and the fleet app over ZeroMQ, about 11 s: with the slow remainder (tests/conftest.py)
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_fleet_app_draws_the_collectors_views(two_servers):
     from kvtui.app.fleet_app import FleetApp

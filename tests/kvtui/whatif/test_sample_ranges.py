@@ -55,6 +55,8 @@ def test_a_task_is_sent_the_files_name_not_its_requests(trace):
     assert len(pickle.dumps(spec_of(trace, 2))) < 1000
 
 
+# a Ray head on loopback takes seconds: with the slow remainder (tests/conftest.py)
+@pytest.mark.slow
 def test_ranges_on_ray_equal_them_here(trace):
     ray = pytest.importorskip("ray", reason="ray is not installed here (pip install 'kvtui[ray]')")
     import shutil

@@ -115,6 +115,8 @@ def test_a_parallel_sweep_equals_the_serial_one():
         assert a == b
 
 
+# a Ray head on loopback takes seconds: with the slow remainder (tests/conftest.py)
+@pytest.mark.slow
 def test_a_sweep_on_ray_equals_the_serial_one():
     ray = pytest.importorskip("ray", reason="ray is not installed here (pip install 'kvtui[ray]')")
     import shutil
