@@ -16,10 +16,8 @@ cut the hit (`window: group 0 sliding_window (512)`), the match unit, or that no
 
 from __future__ import annotations
 
-import heapq
-
 from kvtui.whatif.hybrid_cache import HybridCache, HybridRequest
-from kvtui.whatif.timeline import FEED, FINISH, _Live, on_the_clock, play, token_times
+from kvtui.whatif.timeline import _Live, on_the_clock, play, schedule_tokens
 
 
 def hybrid_cause(cache: HybridCache, req: HybridRequest, full_hit: int) -> str:
@@ -121,12 +119,7 @@ class HybridTimeline:
                 self._schedule(entry)
 
     def _schedule(self, entry: _Live) -> None:
-        item = entry.item
-        output = item.output_token_ids
-        times = token_times(item.arrival, item.timeline, len(output), self.now)
-        for j in range(1, len(output)):
-            heapq.heappush(self.events, (max(times[j], self.now), FEED, entry.order, j, item))
-        heapq.heappush(self.events, (max(times[-1], self.now), FINISH, entry.order, 0, item))
+        schedule_tokens(self, entry)
 
     def _feed(self, entry: _Live, j: int) -> None:
         entry.produced = j + 1

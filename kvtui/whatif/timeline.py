@@ -142,13 +142,7 @@ class TimelineReplay:
             m.cache_blocks(req)
 
     def _schedule(self, entry: _Live) -> None:
-        item = entry.item
-        output = item.output_token_ids
-        times = token_times(item.arrival, item.timeline, len(output), self.now)
-        # feeding token j-1 (computing its K/V) is the step that produced token j
-        for j in range(1, len(output)):
-            heapq.heappush(self.events, (max(times[j], self.now), FEED, entry.order, j, item))
-        heapq.heappush(self.events, (max(times[-1], self.now), FINISH, entry.order, 0, item))
+        schedule_tokens(self, entry)
 
     def _feed(self, entry: _Live, j: int) -> None:
         m = self.manager
@@ -200,3 +194,14 @@ def play(replay, requests) -> None:
         else:
             replay._finish(replay.live[item.request_id])
         replay._admit_waiting()
+
+
+def schedule_tokens(replay, entry: _Live) -> None:
+    """An admitted request's later tokens and its end, at their recorded times (none before now)."""
+    item = entry.item
+    output = item.output_token_ids
+    times = token_times(item.arrival, item.timeline, len(output), replay.now)
+    # feeding token j-1 (computing its K/V) is the step that produced token j
+    for j in range(1, len(output)):
+        heapq.heappush(replay.events, (max(times[j], replay.now), FEED, entry.order, j, item))
+    heapq.heappush(replay.events, (max(times[-1], replay.now), FINISH, entry.order, 0, item))
