@@ -23,8 +23,9 @@ with no model (no torch, no K/V memory), under other capacities, block sizes, po
     block_table.py   block keys into prefix-tree node ids in numpy arrays, a batch at a time; prefix hashes
     curve.py         the one-pass LRU curve (Mattson stack distances)
     stack_pass.py    the curve's pass over compact arrays, a batch of requests at a time
-    stack_kernel.py  that pass's slot-tree loop in C (stack_runs.c), built at first use; Python without cc
+    stack_kernel.py  the one pass's C loops (stack_runs.c, top_stack.c), built at first use
     sampled.py       the curve from a SHARDS sample of the blocks (--sample), with its standard error
+    top_stack.py     the exact top of the stack beside a sample: the curve exact up to 256 / rate blocks
     heavy_blocks.py  the blocks many requests share, counted in a first pass and kept whole by the sample
     sample_ranges.py the sampled curve split by hash range, a task a range (--jobs, --ray), merged
     optimal.py       Belady's bound

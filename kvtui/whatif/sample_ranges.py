@@ -46,9 +46,18 @@ class RangeResult:
 class SampleSummary:
     """What the report says of the sample (sweep.sampled_note): the fields it reads of a Sampler."""
 
-    def __init__(self, rate: float, seed: int, heavy_refs: int, heavy_threshold: float, total_blocks: int):
+    def __init__(
+        self,
+        rate: float,
+        seed: int,
+        heavy_refs: int,
+        heavy_threshold: float,
+        total_blocks: int,
+        exact_blocks: int = 0,
+    ):
         self.rate, self.seed, self.heavy_refs = rate, seed, heavy_refs
         self.heavy_threshold, self.total_blocks = heavy_threshold, total_blocks
+        self.exact_blocks = exact_blocks
 
 
 class MergedPass:
@@ -65,8 +74,9 @@ class MergedPass:
         self.first_arrival, self.last_arrival = first, last
         head = parts[0]
         self.kept = sum(p.kept_blocks for p in parts)
+        exact = fine if any(p.top is not None for p in parts) else 0
         self.sampler = SampleSummary(
-            spec.rate, spec.seed, head.heavy_refs, HEAVY / spec.rate, head.total_blocks
+            spec.rate, spec.seed, head.heavy_refs, HEAVY / spec.rate, head.total_blocks, exact
         )
 
     def curve(self):

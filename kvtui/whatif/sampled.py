@@ -18,6 +18,11 @@ may): exact at RATE 1, and free of the sample's size wobble. The histogram keeps
 FINE / RATE blocks and one in 1 / RATE above (curve_figures.sampled_index), so the positions that the heavy
 blocks resolve finely (a system prompt at 3 blocks) are not rounded to 1 / RATE.
 
+Below FINE / rate blocks the sampled curve is not used at all: the first part of a pass also keeps the top of
+the stack exactly from every reference (top_stack.py, in memory bounded by that capacity), and the curve is
+exact there and the sampled one's rise above it. A sampled block stands for 1 / rate blocks, so under about
+10 / rate blocks a position is a handful of sampled blocks deep and was points off.
+
 The error estimate: the sampled blocks fall into 8 groups by other bits of their hash, each group's curve
 (plus the heavy blocks') is an estimate on its own, and the standard error is their spread / sqrt(8).
 Memory: the kept distinct blocks, and the first pass's sketch.
@@ -34,6 +39,7 @@ from kvtui.whatif.block_table import PrefixTable, mix64, prefix_hashes
 from kvtui.whatif.curve_figures import Curve, sampled_index
 from kvtui.whatif.heavy_blocks import HeavyBlocks
 from kvtui.whatif.stack_pass import compact
+from kvtui.whatif.top_stack import ExactTop, available
 
 __all__ = ["Sampler", "SampleFigures", "merged_curve", "GROUPS", "HEAVY"]
 
@@ -66,6 +72,8 @@ class SampleFigures:
     kept_blocks: int
     requests: int
     block_tokens: int
+    # top[p]: the references that may hit at exact stack position p (1..FINE / rate), or None (not kept)
+    top: np.ndarray | None = None
 
 
 class Sampler:
@@ -94,6 +102,8 @@ class Sampler:
         self.counted_requests = 0
         # every reference and every reference that may hit, kept or not; those of heavy blocks
         self.total_blocks = self.may_hit_blocks = self.may_hit_heavy = self.heavy_refs = 0
+        # the exact top of the stack: once, in the first part, where a C compiler is at hand
+        self.top = ExactTop(self.fine) if rate < 1.0 and part == 0 and available() else None
 
     @property
     def whole(self) -> bool:
@@ -128,6 +138,8 @@ class Sampler:
             builder.add_batch(nodes, starts, may_hit, group=np.zeros(len(keys), dtype=np.int64))
             return
         hashes = prefix_hashes(keys, starts, self.seed)
+        if self.top is not None:
+            self.top.add(hashes, starts, may_hit)
         heavy = self.heavy.of(hashes)
         self.heavy_refs += int(np.count_nonzero(heavy))
         self.may_hit_heavy += int(np.count_nonzero(heavy & may_hit))
@@ -147,6 +159,11 @@ class Sampler:
 
     def builder_shift(self) -> int:
         return 0 if self.whole else SHIFT
+
+    @property
+    def exact_blocks(self) -> int:
+        """Capacities up to this many blocks are exact (the top of the stack), 0: none."""
+        return self.fine if self.top is not None else 0
 
     @property
     def fine(self) -> int:
@@ -170,6 +187,7 @@ class Sampler:
             kept_blocks=kept_blocks,
             requests=builder.requests,
             block_tokens=builder.block_tokens,
+            top=None if self.top is None else self.top.hist,
         )
 
     def curve(self, builder) -> Curve:
@@ -184,9 +202,12 @@ class Sampler:
 def merged_curve(parts: list[SampleFigures], rate: float, fine: int) -> Curve:
     """The curve of one sampled pass, or of every hash range of one (each saw every reference and kept the
     heavy blocks, so those count once: their mean)."""
-    width = max(p.hist.shape[1] for p in parts)
+    top = next((p.top for p in parts if p.top is not None), None)
+    # the exact top reaches as deep as its deepest hit, even past the sample's estimate of the live blocks
+    reach = int(np.flatnonzero(top)[-1]) + 1 if top is not None and top.any() else 0
+    width = max(reach, *(p.hist.shape[1] for p in parts))
     # a row at a time: one pass's histograms are used in place, and no float copy of all nine is made
-    if len(parts) == 1:
+    if len(parts) == 1 and parts[0].hist.shape[1] == width:
         hist = parts[0].hist
     else:
         hist = np.zeros((GROUPS + 1, width), dtype=np.int64)
@@ -201,20 +222,30 @@ def merged_curve(parts: list[SampleFigures], rate: float, fine: int) -> Curve:
     sampled_hits = np.zeros(width, dtype=np.int64)
     for g in range(GROUPS):
         sampled_hits += hist[g]
-    block_cum = np.rint(heavy_cum + np.cumsum(sampled_hits) * scale).astype(np.int64)
+    estimate = heavy_cum + np.cumsum(sampled_hits) * scale
     del sampled_hits
-    # each group's own estimate, summed and squared a group at a time (three arrays, not nine)
+    # exact up to the top's last place, then the sampled curve's rise above it
+    exact = 0 if top is None else min(len(top), width) - 1
+    if top is not None:
+        exact_cum = np.cumsum(top[: exact + 1])
+        estimate[exact + 1 :] += exact_cum[exact] - estimate[exact]
+        estimate[: exact + 1] = exact_cum
+    block_cum = np.rint(estimate).astype(np.int64)
+    del estimate
+    # each group's own estimate of the rise above the exact top, summed and squared a group at a time
     usable = [g for g in range(GROUPS) if counted[g]]
     total, squares = np.zeros(width), np.zeros(width)
     for g in usable:
-        estimate = heavy_cum + np.cumsum(hist[g]) * (sampled_may_hit / counted[g])
-        total += estimate
-        squares += estimate * estimate
+        rise = heavy_cum + np.cumsum(hist[g]) * (sampled_may_hit / counted[g])
+        rise -= rise[exact] if top is not None else 0.0
+        total += rise
+        squares += rise * rise
     n = len(usable)
     error = np.zeros(width)
     if n >= 2:
         spread = np.maximum(squares - total * total / n, 0.0) / (n - 1)
         error = np.sqrt(spread / n)
+        error[: exact + 1] = 0.0
     return Curve(
         block_cum=compact(block_cum),
         token_cum=None,

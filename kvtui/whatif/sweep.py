@@ -308,12 +308,18 @@ def sampled_note(one) -> str:
         if sampler.heavy_refs
         else ""
     )
+    exact = getattr(sampler, "exact_blocks", 0)
+    resolution = (
+        f"capacities up to {exact:,} blocks are exact (the top of the stack, kept from every reference)"
+        if exact
+        else f"capacities under {round(10 / sampler.rate):,} blocks are a few sampled blocks deep and read "
+        "less surely"
+    )
     return (
         f"sampled: SHARDS over {100 * sampler.rate:g}% of the blocks (by their prefix hash, seed "
         f"{sampler.seed}){heavy}: {one.distinct_blocks:,} distinct blocks kept of {sampler.total_blocks:,} "
         "block references; each one-pass rate has +/- one standard error (token_hit_rate_error, from 8 hash "
-        f"groups); capacities under {round(10 / sampler.rate):,} blocks are a few sampled blocks deep and "
-        "read less surely; Belady's bound needs every block and is left out"
+        f"groups); {resolution}; Belady's bound needs every block and is left out"
     )
 
 

@@ -42,11 +42,13 @@ def test_the_two_pass_sample_is_close_to_the_exact_curve(workload, truth, rate, 
 
 
 def test_plain_shards_is_points_off_on_the_same_workload(workload, truth):
-    # no first pass: a shared prompt's block is in the sample or not, and moves the whole curve
+    # no first pass: a shared prompt's block is in the sample or not, and moves the curve above the exact top
     plain = onepass.OnePass(BLOCK, sample=0.01, seed=2)
     for request in workload.requests:
         plain.add_request(request)
-    assert worst(plain.curve(), truth, resolved(truth, 0.01)) > 0.1
+    above_top = [c for c in resolved(truth, 0.01) if c > plain.sampler.fine]
+    # seed 2 leaves a shared prompt's block out (the figures are the same on every run)
+    assert worst(plain.curve(), truth, above_top) > 0.03
 
 
 def test_the_error_estimate_covers_the_error(workload, truth):
@@ -64,3 +66,16 @@ def test_every_capacity_up_to_the_fine_limit_is_kept(workload, truth):
     assert curve.fine == one.sampler.fine == 2560
     assert curve.hits(3) != curve.hits(9)
     assert abs(curve.hit_rate(5) - truth.hit_rate(5)) < 0.01
+
+
+@pytest.mark.parametrize(("rate", "seed"), [(0.01, 1), (0.001, 4)])
+def test_the_curve_is_exact_up_to_the_fine_limit(workload, truth, rate, seed):
+    # the exact top of the stack (top_stack.py): under 10 / rate blocks a sampled position is a few blocks deep
+    one = onepass.of_workload(workload, BLOCK, sample=rate, seed=seed)
+    curve = one.curve()
+    for capacity in (1, 2, 5, 30, 100, 1000, 5000, one.sampler.fine):
+        assert curve.hits(capacity) == truth.hits(capacity), capacity
+        assert curve.hit_rate_error(capacity) == 0.0
+    if rate == 0.01:
+        # above the top the sampled rise has its spread again
+        assert curve.hit_rate_error(one.sampler.fine + 1000) > 0.0
