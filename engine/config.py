@@ -52,6 +52,10 @@ class EngineConfig:
     # layout: KV-cache groups sharing the pool, window blocks freed as they leave the window,
     # engine/core/group_blocks.py)
     window_layout: str = "ring"
+    # window_layout="paged": which blocks a window group keeps cached, as vLLM's prefix_cache_retention_interval:
+    # 0 the runs a later hit resumes at (before the prompt's last token and a shared-prefix junction), N > 0
+    # those and the run before every N tokens too, None every block
+    retention_interval: int | None = 0
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -85,6 +89,13 @@ class EngineConfig:
             raise ValueError(
                 "window_layout='paged' serves whole blocks from one device pool, as vLLM does: it takes no "
                 "partial_hits, window (sinks) or host_blocks"
+            )
+        if self.retention_interval is not None and (
+            self.retention_interval < 0 or self.retention_interval % self.block_size
+        ):
+            raise ValueError(
+                f"retention_interval must be None or a multiple of the block size {self.block_size} "
+                f"(got {self.retention_interval})"
             )
         if self.sink_tokens and self.window is None:
             raise ValueError("sink_tokens needs a window too: EngineConfig(sink_tokens=S, window=W)")

@@ -6,9 +6,13 @@ vLLM v1's hybrid layout (single_type_kv_cache_manager.py, kv_cache_coordinator.p
 - every group takes its blocks from the one BlockPool; a block serves one group at a time, and every block
   event names its group (`group`);
 - a full block enters its group's hash map once computed (`block_stored`), as the table group's enter the tree;
+  a window group stores only the blocks it retains (vLLM's prefix_cache_retention_interval, 0 by default:
+  the run a later hit resumes at before the prompt's last token and before the shared-prefix junction, where
+  the tree served more than the groups; hybrid_hit.py's `retained_blocks`, the rule the what-if twin keeps);
 - a sliding-window group releases the blocks wholly before the window of the next token to compute
   (positions below num_computed - W + 1, `skip`); a released block with a hash stays cached (`block_cached`)
-  until evicted, oldest first (`block_evicted`), and its place in the table becomes None (vLLM's null block);
+  until evicted, oldest first (`block_evicted`), one without is freed (`block_freed`), and its place in the
+  table becomes None (vLLM's null block);
 - a prefix hit is the longest that every group serves (`longest_hit`): the tree bounds it (the table group
   needs every block); another full group needs every block too; a window group needs only the
   ceil((W - 1) / block_size) blocks before the hit point, the rightmost such run below the bound (or the run
@@ -25,9 +29,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from engine.core.blocks import BlockPool
-from engine.core.hybrid_hit import FULL, SLIDING, contiguous_blocks, group_hit
-from engine.core.hybrid_hit import KVGroup as RuleGroup
-from engine.models.kv_groups import KVGroup
+from engine.core.hybrid_hit import contiguous_blocks, group_hit, retained_blocks
+from engine.models.kv_groups import FULL, INDEX, SLIDING, KVGroup
 from engine.trace.writer import TraceSink
 
 # (request id, logical, group) -> a free block (the manager's allocate_block: it evicts first when none is free)
@@ -58,6 +61,7 @@ class GroupBlocks:
         pool: BlockPool,
         block_size: int,
         trace: TraceSink,
+        retention: int | None = 0,
     ):
         self.groups = groups
         self.table_group = table_group
@@ -65,6 +69,9 @@ class GroupBlocks:
         self.pool = pool
         self.block_size = block_size
         self.trace = trace
+        # vLLM's prefix_cache_retention_interval: which blocks a window group caches (hybrid_hit.py's
+        # retained_blocks; None: every block)
+        self.retention = retention
         # request id -> group -> physical block per logical block (None: released, before the window)
         self.tables: dict[str, dict[int, list[int | None]]] = {}
         # blocks of each request that were offered to the hash maps
@@ -78,7 +85,7 @@ class GroupBlocks:
     @classmethod
     def none(cls, pool: BlockPool, block_size: int, trace: TraceSink) -> GroupBlocks:
         """One group: nothing besides the table group."""
-        return cls([KVGroup(None, ())], 0, pool, block_size, trace)
+        return cls([KVGroup(INDEX)], 0, pool, block_size, trace)
 
     @property
     def enabled(self) -> bool:
@@ -115,15 +122,20 @@ class GroupBlocks:
                 return hit, found, limiting
             hit = current
 
+    def junction(self, bound: int, hit: int) -> int:
+        """vLLM's shared-prefix junction, in tokens: where the full group (the tree, `bound` blocks) found more
+        than every group serves (`hit` blocks); 0 when it did not, or when no group attends fully."""
+        full = self.groups[self.table_group].kind == FULL
+        return bound * self.block_size if full and bound > hit else 0
+
     def _group_hit(self, group: int, keys: list[str], bound: int) -> list[int | None]:
         """The group's blocks for the longest hit it serves on its own, at most `bound` blocks (vLLM's rule for
         one group, engine/core/hybrid_hit.py), None where a window group does not need the block."""
         cached = self.by_hash[group]
-        window = self.groups[group].window
-        rule = RuleGroup(FULL if window is None else SLIDING, window)
+        rule = self.groups[group]
         size = self.block_size
         blocks = group_hit(rule, lambda i: keys[i] in cached, bound * size, size, size) // size
-        first = 0 if window is None else max(0, blocks - contiguous_blocks(window, size))
+        first = max(0, blocks - contiguous_blocks(rule.window, size)) if rule.kind == SLIDING else 0
         return [None] * first + [cached[key] for key in keys[first:blocks]]
 
     def share_hit(self, request_id: str, found: dict[int, list[int | None]], blocks: int) -> None:
@@ -172,18 +184,25 @@ class GroupBlocks:
             table[logical] = dst
             self._release(src, request_id, logical, g)
 
-    def store(self, request_id: str, keys: list[str], full: int) -> None:
+    def store(self, request_id: str, keys: list[str], full: int, boundaries: tuple[int, ...]) -> None:
         """Blocks [.., full) of the request are computed: each group's enters its hash map (the first block
-        stored under a hash stays the one a hit finds, as in vLLM)."""
+        stored under a hash stays the one a hit finds, as in vLLM), a window group's only where it retains them
+        (`retained_blocks`: the run a later hit resumes at before each of `boundaries`, the prompt's last token
+        and the shared-prefix junction; the rest are freed when released)."""
         done = self.stored.get(request_id, 0)
         if full <= done:
             return
         self.stored[request_id] = full
         for g in self.others:
             table = self.tables.get(request_id, {}).get(g, [])
+            kept = retained_blocks(
+                self.groups[g], self.block_size, boundaries, self.block_size, self.retention
+            )
             for logical in range(done, min(full, len(table))):
                 physical, key = table[logical], keys[logical]
                 if physical is None or physical in self.hash_of or key in self.by_hash[g]:
+                    continue
+                if kept is not None and not kept(logical):
                     continue
                 self.by_hash[g][key] = physical
                 self.hash_of[physical] = (g, key)

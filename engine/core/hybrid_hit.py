@@ -19,6 +19,10 @@ What a window or Mamba-style group keeps cached is its own matter (vLLM's `prefi
 `retained_blocks` says which of a request's blocks such a group caches. vLLM 0.32's default (0) keeps only the
 blocks a later request can resume at: the run before the prompt's last token, and the run before a shared-prefix
 junction (where the full group found more than the others could serve).
+
+The groups are engine/models/kv_groups.py's `KVGroup`s. The engine's paged layout (engine/core/group_blocks.py),
+the what-if twin (kvtui/whatif/hybrid_cache.py) and the proxy's explainer (kvtui/state/fleet_hybrid.py) all
+settle hits and retention by these functions.
 """
 
 from __future__ import annotations
@@ -26,22 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.models.kv_groups import group_layers
-
-# vLLM's kv_cache_spec_kind names, as KV events and kvtui's trace header (kv_groups) spell them
-FULL, SLIDING, MAMBA = "full_attention", "sliding_window", "mamba"
-
-
-@dataclass(frozen=True)
-class KVGroup:
-    """One KV-cache group: its kind, its window in tokens (sliding), and the model layers it holds."""
-
-    kind: str = FULL
-    window: int | None = None
-    layers: tuple[int, ...] = ()
-
-    def label(self) -> str:
-        return {SLIDING: f"sliding-window ({self.window})", FULL: "full"}.get(self.kind, self.kind)
+from engine.models.kv_groups import FULL, MAMBA, SLIDING, KVGroup, group_layers
 
 
 @dataclass

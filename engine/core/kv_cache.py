@@ -89,7 +89,9 @@ class KVCacheManager(EditCuts):
         self.groups = (
             GroupBlocks.none(self.pool, bs, trace)
             if groups is None
-            else GroupBlocks(groups, table_group(groups), self.pool, bs, self.trace)
+            else GroupBlocks(
+                groups, table_group(groups), self.pool, bs, self.trace, config.retention_interval
+            )
         )
         self.hit_rates = HitRateTracker(config.hit_rate_window, tiers.names if tiers else ())
 
@@ -187,6 +189,8 @@ class KVCacheManager(EditCuts):
         if self.groups.enabled:
             hit, found, limiting = self.groups.longest_hit(hashes[0] if hashes else [], len(match.blocks))
             usable = min(usable, hit * self.block_size)
+            if not req.matched_before:
+                req.junction = self.groups.junction(len(match.blocks), hit)
             if limiting is not None:
                 match.detail = {**match.detail, "limiting_group": limiting}
         if usable < whole:
@@ -308,7 +312,8 @@ class KVCacheManager(EditCuts):
         )
         req.blocks_in_tree = full
         if self.groups.enabled and req.block_keys:
-            self.groups.store(req.request_id, req.block_keys, full)
+            boundaries = (len(req.prompt_token_ids) - 1, req.junction)
+            self.groups.store(req.request_id, req.block_keys, full, boundaries)
 
     def free(self, req: Request) -> None:
         """Finish or preemption: cache what it computed, drop its lock, release its blocks (cached ones stay)
@@ -360,6 +365,7 @@ class KVCacheManager(EditCuts):
             child.lock_node = parent.lock_node
         child.blocks_in_tree = parent.blocks_in_tree
         child.matched_before = True
+        child.junction = parent.junction
         child.attached = True
         self.rings.fork(parent.request_id, child.request_id)
         self.groups.fork(parent.request_id, child.request_id)

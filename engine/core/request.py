@@ -95,6 +95,9 @@ class Request:
     blocks_in_tree: int = 0
     # the prefix lookup was counted in the hit rates already
     matched_before: bool = False
+    # window_layout="paged": where the tree served more than every KV-cache group at the first admission (vLLM's
+    # shared-prefix junction, in tokens; 0: none): window groups retain the blocks a later hit resumes at there
+    junction: int = 0
     # holds its cached prefix (admitted, or an edited finished request re-attached)
     attached: bool = False
     # chained hash of each full block so far: hashed once

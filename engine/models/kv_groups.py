@@ -9,26 +9,32 @@ one group. A block then holds the K/V of `size` layers, whichever group it serve
 
 kvtui pages with one more rule: the request's own block table (`Request.block_table`) and the prefix tree hold
 the *table group*, which is the first full-attention group; a model with no full-attention layer gets an extra
-group with no layers for them (it costs blocks but holds no K/V).
+group with no layers for them (kind "index": it costs blocks but holds no K/V).
+
+`KVGroup` is the one group type: the hit rule (engine/core/hybrid_hit.py), the what-if twin and the proxy build
+groups of a kind and a window without layers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+# vLLM's kv_cache_spec_kind names, as KV events and kvtui's trace header (kv_groups) spell them; INDEX is
+# kvtui's table group without layers (`paged_groups`)
+FULL, SLIDING, MAMBA, INDEX = "full_attention", "sliding_window", "mamba", "index"
+
 
 @dataclass(frozen=True)
 class KVGroup:
-    # None: full attention; W: a sliding window of W tokens (the current one included)
-    window: int | None
-    layers: tuple[int, ...]
+    """One KV-cache group: its kind, its window in tokens (sliding: the current token included), and the model
+    layers it holds (none where only the kind matters: the hit rule, the what-if twin)."""
 
-    @property
-    def kind(self) -> str:
-        """vLLM's spec kinds: full_attention | sliding_window (| index: kvtui's table group without layers)."""
-        if not self.layers:
-            return "index"
-        return "full_attention" if self.window is None else "sliding_window"
+    kind: str = FULL
+    window: int | None = None
+    layers: tuple[int, ...] = ()
+
+    def label(self) -> str:
+        return {SLIDING: f"sliding-window ({self.window})", FULL: "full"}.get(self.kind, self.kind)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "window": self.window, "layers": list(self.layers)}
@@ -53,20 +59,23 @@ def group_layers(keys: list) -> list[tuple[object, tuple[int, ...]]]:
 
 def kv_cache_groups(windows: tuple[int | None, ...]) -> list[KVGroup]:
     """vLLM's groups of a model whose layer l attends through `windows[l]` (None: full attention)."""
-    return [KVGroup(window, layers) for window, layers in group_layers(list(windows))]
+    return [
+        KVGroup(FULL if window is None else SLIDING, window, layers)
+        for window, layers in group_layers(list(windows))
+    ]
 
 
 def table_group(groups: list[KVGroup]) -> int:
     """The group the request's block table and the prefix tree hold: the first full-attention group, or the
     layerless one `paged_groups` adds."""
-    return next(g for g, group in enumerate(groups) if group.window is None)
+    return next(g for g, group in enumerate(groups) if group.kind in (FULL, INDEX))
 
 
 def paged_groups(windows: tuple[int | None, ...]) -> list[KVGroup]:
     """`kv_cache_groups`, plus a layerless full group at the end when no layer attends fully."""
     groups = kv_cache_groups(windows)
-    if all(group.window is not None for group in groups):
-        groups.append(KVGroup(None, ()))
+    if all(group.kind != FULL for group in groups):
+        groups.append(KVGroup(INDEX))
     return groups
 
 

@@ -24,7 +24,7 @@ def hybrid_configs(
 ):
     """The configurations with the model's groups, and the method to run (a hybrid model runs simulated
     only). Unchanged when no group is hybrid and no unit is asked."""
-    from engine.core.hybrid_hit import KVGroup
+    from engine.models.kv_groups import KVGroup
     from kvtui.whatif.hybrid_groups import (
         describe,
         groups_from_config,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from engine.core.hybrid_hit import KVGroup
+from engine.models.kv_groups import KVGroup
 from kvtui.state.fleet_explain import explain_prompt
 from kvtui.state.fleet_hybrid import explain_hybrid, groups_of
 

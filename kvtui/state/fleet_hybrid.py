@@ -12,7 +12,8 @@ whole shared blocks every group holds as vLLM keeps them.
 
 from __future__ import annotations
 
-from engine.core.hybrid_hit import FULL, MAMBA, SLIDING, HybridHit, KVGroup, hybrid_hit, retained_blocks
+from engine.core.hybrid_hit import HybridHit, hybrid_hit, retained_blocks
+from engine.models.kv_groups import FULL, MAMBA, SLIDING, KVGroup
 from kvtui.state.fleet_explain import _identity_ok, explain_prompt, explain_worker
 
 # vLLM's kv_cache_spec_kind -> our group kinds

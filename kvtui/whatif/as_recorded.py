@@ -106,6 +106,9 @@ def replay(recorded: Recorded, trace_path: str | Path | None = None) -> list[tup
     model["windows"] = tuple(model["windows"])
     shape = ModelShape(**model)
     settings = {k: v for k, v in header["config"].items() if k in CONFIG_FIELDS}
+    # a paged trace whose config names no retention_interval was recorded keeping every window block
+    if settings.get("window_layout") == "paged":
+        settings.setdefault("retention_interval", None)
     config = EngineConfig(**{**settings, "num_blocks": header["num_blocks"]})
     times = recorded.step_times
     core: EngineCore | None = None

@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from engine.core.hybrid_hit import FULL, MAMBA, SLIDING, KVGroup, hybrid_hit, retained_blocks
+from engine.core.hybrid_hit import hybrid_hit, retained_blocks
+from engine.models.kv_groups import FULL, MAMBA, SLIDING, KVGroup
 
 NULL = 0
 

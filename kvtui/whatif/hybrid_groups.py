@@ -9,7 +9,8 @@ sliding-window when the config sets `sliding_window` (Mistral), else full attent
 
 from __future__ import annotations
 
-from engine.core.hybrid_hit import FULL, MAMBA, SLIDING, KVGroup, groups_from_layers
+from engine.core.hybrid_hit import groups_from_layers
+from engine.models.kv_groups import FULL, MAMBA, SLIDING, KVGroup
 
 KINDS = (FULL, SLIDING, MAMBA)
 

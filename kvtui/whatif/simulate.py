@@ -58,7 +58,7 @@ class SimConfig:
     # tiers below the device (engine/core/tiers.py): evicted cached blocks go to host, then disk (0: none)
     host_capacity_tokens: int = 0
     disk_capacity_tokens: int = 0
-    # a hybrid model's KV-cache groups (engine/core/hybrid_hit.py's KVGroup), sharing the pool: the run is
+    # a hybrid model's KV-cache groups (engine/models/kv_groups.py's KVGroup), sharing the pool: the run is
     # hybrid_timeline.py's twin; () for one full-attention group
     kv_groups: tuple = ()
     prefix_match_unit: int | None = None

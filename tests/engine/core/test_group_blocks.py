@@ -1,5 +1,7 @@
 """engine/core/group_blocks.py without a model: window_layout="paged" on a two-layer hybrid shape (layer 0 a
-window of 8, layer 1 full attention, blocks of 4), the hit rule case by case with exact block ids."""
+window of 8, layer 1 full attention, blocks of 4), the hit rule case by case with exact block ids. The window
+group keeps every block cached (retention_interval=None) unless a test says otherwise: vLLM's default
+(0) is tests/engine/core/test_group_retention.py's."""
 
 from __future__ import annotations
 
@@ -14,11 +16,18 @@ HYBRID = ModelShape("hybrid", 2, 1, 1, 1, "float32", 4, windows=(8, None))
 WINDOW, FULL = 0, 1
 
 
-def manager(num_blocks: int = 64):
+def manager(num_blocks: int = 64, retention_interval: int | None = None):
     events: list[dict] = []
     trace = TraceSink(clock=lambda: 0.0)
     trace.listeners.append(events.append)
-    cache = model_free_manager(num_blocks, BS, trace, shape=HYBRID, window_layout="paged")
+    cache = model_free_manager(
+        num_blocks,
+        BS,
+        trace,
+        shape=HYBRID,
+        window_layout="paged",
+        retention_interval=retention_interval,
+    )
     return cache, events
 
 

@@ -3,7 +3,8 @@ unit, and by a Mamba-style group; vLLM's grouping of Gemma 3's layers."""
 
 import pytest
 
-from engine.core.hybrid_hit import FULL, MAMBA, SLIDING, KVGroup, groups_from_layers, hybrid_hit
+from engine.core.hybrid_hit import groups_from_layers, hybrid_hit
+from engine.models.kv_groups import FULL, MAMBA, SLIDING, KVGroup
 
 B = 32
 GEMMA = [KVGroup(SLIDING, 512, (0,)), KVGroup(SLIDING, 512, (1,)), KVGroup(FULL)]

@@ -54,3 +54,11 @@ def test_the_paged_layout_refuses_what_it_cannot_serve():
         EngineConfig(window_layout="paged", partial_hits=True)
     with pytest.raises(ValueError, match="'ring' or 'paged'"):
         EngineConfig(window_layout="rings")
+
+
+def test_an_all_window_model_is_one_group_as_vllm_forms_it():
+    """vLLM's grouping of a Mistral-like model (every layer a window) is one window group; only the paged
+    layout's `paged_groups` adds the layerless table group the prefix tree needs."""
+    assert [(g.kind, g.layers) for g in kv_cache_groups((5, 5, 5))] == [("sliding_window", (0, 1, 2))]
+    assert [g.kind for g in paged_groups((5, 5, 5))] == ["sliding_window", "index"]
+    assert layers_per_block(paged_groups((5, 5, 5))) == 3

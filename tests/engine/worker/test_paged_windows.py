@@ -72,7 +72,8 @@ def test_prefix_hits_inside_and_past_the_window_are_exact(style):
     (every group holds the blocks it needs), and both answers are the model's."""
     model = window_model(style)
     w = window_of(model)
-    engine = paged(model, block_size=4, num_blocks=256)
+    # every window block stays cached, so that hits anywhere in the prompt are there to take
+    engine = paged(model, block_size=4, num_blocks=256, retention_interval=None)
     shared = random_prompts([10 * w + 3], seed=5)[0]
     first = engine.generate([shared], SamplingParams(max_tokens=4, return_logits=True))[0]
     assert_exact(model, style, first)
@@ -90,7 +91,7 @@ def test_a_hit_whose_early_window_blocks_were_evicted_serves_past_them():
     style = "alternating"
     model = window_model(style)
     w = window_of(model)
-    engine = paged(model, block_size=4, num_blocks=256)
+    engine = paged(model, block_size=4, num_blocks=256, retention_interval=None)
     shared = random_prompts([40], seed=3)[0]
     engine.generate([shared], SamplingParams(max_tokens=1))
     groups = engine.cache.groups

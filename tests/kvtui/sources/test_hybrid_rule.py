@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engine.core.hybrid_hit import FULL, SLIDING, KVGroup
+from engine.models.kv_groups import FULL, SLIDING, KVGroup
 from kvtui.sources.attach import stamp
 from kvtui.sources.hybrid_rule import HybridFleet
 from kvtui.sources.wire import decode_payload

@@ -3,7 +3,7 @@ until evicted, and evicted first), hits by the hybrid rule, and what a window gr
 or vLLM 0.32's default: the runs a later hit can resume at). Blocks of 4 tokens, a window of 8 (a hit needs the
 2 blocks before its point in the window group)."""
 
-from engine.core.hybrid_hit import FULL, SLIDING, KVGroup
+from engine.models.kv_groups import FULL, SLIDING, KVGroup
 from kvtui.whatif.hybrid_cache import HybridCache, HybridRequest
 
 B = 4
@@ -126,7 +126,7 @@ def test_a_request_larger_than_the_pool_is_refused_and_the_queue_goes_on():
 
 
 def test_a_mamba_style_group_keeps_a_state_only_at_a_unit_boundary():
-    from engine.core.hybrid_hit import MAMBA
+    from engine.models.kv_groups import MAMBA
 
     groups = [KVGroup(MAMBA), KVGroup(FULL)]
     cache = HybridCache(groups, 64, B, prefix_match_unit=8)

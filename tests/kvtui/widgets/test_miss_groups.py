@@ -20,8 +20,14 @@ def test_a_hit_cut_by_a_window_group_names_it_beside_what_the_full_group_held():
         transformers.Gemma3TextConfig(**HYBRID), dtype=torch.float32
     ).eval()
     model.generation_config.eos_token_id = None
+    # every window block stays cached (retention_interval=None), so that eviction is what cuts the hit
     config = EngineConfig(
-        device="cpu", block_size=4, num_blocks=26, max_batched_tokens=24, window_layout="paged"
+        device="cpu",
+        block_size=4,
+        num_blocks=26,
+        max_batched_tokens=24,
+        window_layout="paged",
+        retention_interval=None,
     )
     engine = Engine.from_model(model, config=config)
     events: list[dict] = []
