@@ -102,7 +102,8 @@ from kvtui.whatif.sweep import SweepOptions, run_sweep, sweep_configs
     "--sample",
     type=click.FloatRange(min=0, max=1, min_open=True),
     help="With --method one-pass: the curve from this share of the blocks (SHARDS, 0.01 = 1%), by their "
-    "hash and --seed, with an error estimate.",
+    "hash and --seed, with an error estimate; exact up to 256 / RATE blocks (25,600 at 1%), for traces "
+    "too large for the exact pass.",
 )
 @click.option(
     "--requests", "request_slice", help="Only requests A:B (arrival order), e.g. for -o on a big trace."
