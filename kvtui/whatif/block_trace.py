@@ -60,7 +60,7 @@ CHUNK_REQUESTS = 1 << 16
 @dataclass
 class BlockChunk:
     """One chunk's columns, numpy arrays over the chunk's bytes; `position`: the bytes of the file on disk read
-so far (compressed bytes for a zstd file), for a progress bar."""
+    so far (compressed bytes for a zstd file), for a progress bar."""
 
     timestamps: object
     input_lengths: object
