@@ -21,8 +21,11 @@ from pathlib import Path
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 INSTALL = "pip install 'kvtui[zstd]'"
-# compressed bytes read from disk at a time, and the decompressed buffer a reader reads from
+# compressed bytes read from disk at a time; the least fed to the decompressor at once, and the most it may
+# give back before the pieces get smaller; the decompressed buffer a reader reads from
 INPUT_BYTES = 1 << 17
+PIECE_BYTES = 64
+OUTPUT_BYTES = 4 << 20
 BUFFER_BYTES = 1 << 20
 # a zstd file that does not say its decompressed size is taken to be this many times its own (an estimate,
 # used only to size a sampled pass's first sketch: sampled.py)
@@ -138,7 +141,11 @@ def decompressed_size(path: str | Path) -> int:
 
 class _ZstdStream(io.RawIOBase):
     """The decompressed bytes of a zstd file, read forward: its frames one after another (skippable frames
-    skipped by the decompressor). Damaged data, or an end inside a frame, raises CompressedFileError."""
+    skipped by the decompressor). Damaged data, or an end inside a frame, raises CompressedFileError.
+
+    The decompressor gives back everything its input holds, and a few compressed bytes can hold megabytes (a
+    run of zeros): the input goes in by pieces, from PIECE_BYTES up to INPUT_BYTES, halved while the output of
+    one is over OUTPUT_BYTES, so no more than about that is ever out at once."""
 
     def __init__(self, source, path, zstandard):
         self.source, self.path, self.zstandard = source, path, zstandard
@@ -146,6 +153,8 @@ class _ZstdStream(io.RawIOBase):
         self._frame = self._context.decompressobj()
         # whether the frame being read has had any input yet (at the end of the file it must have none)
         self._begun = False
+        self._input = memoryview(b"")
+        self._piece = PIECE_BYTES
         self._out = memoryview(b"")
 
     def readable(self) -> bool:
@@ -153,39 +162,44 @@ class _ZstdStream(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         while not self._out:
-            data = self.source.read(INPUT_BYTES)
-            if not data:
-                if self._begun:
-                    raise CompressedFileError(
-                        self.path,
-                        f"the zstd stream ends inside a frame at byte {self.source.tell():,} (the file is "
-                        "cut short: download or compress it again)",
-                    )
-                return 0
-            self._out = memoryview(self._decompress(data))
+            if not self._input:
+                self._input = memoryview(self.source.read(INPUT_BYTES))
+                if not self._input:
+                    return self._end()
+            piece, self._input = self._input[: self._piece], self._input[self._piece :]
+            self._out = memoryview(self._decompress(piece))
+            if len(self._out) > OUTPUT_BYTES:
+                self._piece = max(self._piece // 2, PIECE_BYTES)
+            elif len(self._out) < OUTPUT_BYTES // 4:
+                self._piece = min(self._piece * 2, INPUT_BYTES)
         n = min(len(buffer), len(self._out))
         buffer[:n] = self._out[:n]
         self._out = self._out[n:]
         return n
 
-    def _decompress(self, data: bytes) -> bytes:
-        pieces = []
-        while data:
-            try:
-                pieces.append(self._frame.decompress(data))
-            except self.zstandard.ZstdError as exc:
-                raise CompressedFileError(
-                    self.path,
-                    f"not a readable zstd stream near byte {self.source.tell():,} of the file ({exc})",
-                ) from None
-            self._begun = True
-            if not self._frame.eof:
-                break
-            # a frame ended: what follows it is the next frame's
-            data = self._frame.unused_data
+    def _end(self) -> int:
+        if self._begun:
+            raise CompressedFileError(
+                self.path,
+                f"the zstd stream ends inside a frame at byte {self.source.tell():,} (the file is cut short: "
+                "download or compress it again)",
+            )
+        return 0
+
+    def _decompress(self, piece) -> bytes:
+        try:
+            out = self._frame.decompress(piece)
+        except self.zstandard.ZstdError as exc:
+            raise CompressedFileError(
+                self.path, f"not a readable zstd stream near byte {self.source.tell():,} of the file ({exc})"
+            ) from None
+        self._begun = True
+        if self._frame.eof:
+            # a frame ended: what follows it in the piece is the next frame's
+            self._input = memoryview(self._frame.unused_data + bytes(self._input))
             self._frame = self._context.decompressobj()
             self._begun = False
-        return b"".join(pieces)
+        return out
 
     def close(self) -> None:
         if not self.closed:

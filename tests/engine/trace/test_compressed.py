@@ -89,6 +89,25 @@ def test_a_cut_short_or_damaged_file_is_an_error_not_a_shorter_workload(tmp_path
             list(handle)
 
 
+def test_a_stretch_that_compresses_very_well_comes_out_a_buffer_at_a_time(tmp_path):
+    import tracemalloc
+
+    path = tmp_path / "zeros.zst"
+    with open(path, "wb") as out, zstandard.ZstdCompressor().stream_writer(out) as writer:
+        for _ in range(256):
+            writer.write(bytes(1 << 20))
+    # 256 MiB in a few kB: fed whole, one call would give it all back at once
+    assert path.stat().st_size < 1 << 16
+    tracemalloc.start()
+    try:
+        with open_binary(path) as handle:
+            total = sum(len(block) for block in iter(lambda: handle.read(1 << 20), b""))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert total == 256 << 20 and peak < 32 << 20, peak
+
+
 def test_the_decompressed_size_is_what_the_frame_declares_or_an_estimate(tmp_path):
     (tmp_path / "declared.zst").write_bytes(compressed(LINES))
     assert decompressed_size(tmp_path / "declared.zst") == len(LINES)
