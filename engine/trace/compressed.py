@@ -23,9 +23,9 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 INSTALL = "pip install 'kvtui[zstd]'"
 # compressed bytes read from disk at a time; the least fed to the decompressor at once, and the most it may
 # give back before the pieces get smaller; the decompressed buffer a reader reads from
-INPUT_BYTES = 1 << 17
+INPUT_BYTES = 1 << 15
 PIECE_BYTES = 64
-OUTPUT_BYTES = 4 << 20
+OUTPUT_BYTES = 1 << 18
 BUFFER_BYTES = 1 << 20
 # a zstd file that does not say its decompressed size is taken to be this many times its own (an estimate,
 # used only to size a sampled pass's first sketch: sampled.py)
