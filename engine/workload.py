@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from engine.core.request import RequestOutput, SamplingParams
+from engine.trace.compressed import CompressedFileError, open_binary
 
 PROMPT_KEYS = ("prompt", "messages", "prompt_token_ids")
 
@@ -63,9 +64,13 @@ class Workload:
 def load_workload(path: str | Path) -> Workload:
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # one JSON document, read whole (decompressed first where it is zstd: compressed.py)
+        with open_binary(path) as handle:
+            data = json.loads(handle.read().decode("utf-8"))
     except FileNotFoundError:
         raise WorkloadError(f"no such workload file: {path}") from None
+    except CompressedFileError as exc:
+        raise WorkloadError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise WorkloadError(
             f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at byte {exc.start + 1}): "

@@ -6,6 +6,7 @@ every later line is one event with `seq` (monotonic from 0), `t` (seconds since 
     writer.py         TraceSink (numbers, stamps, hands on) and TraceWriter (the file)
     reader.py         the one reader: strict, or tolerant of a bad line (keeps what came before, says which line)
     opening.py        a command opening a trace: the reader, and one wording for what is wrong with the file
+    compressed.py     opening any trace or workload file, plain or zstd-compressed (decompressed as it is read)
     schema.py         the header's fields, validation, `kvtui schema`; the events: engine_events.py, what the
                       engine records, and attach_events.py, what `kvtui attach` records
     attach_structs.py the two attach events nearly every message is made of, as msgspec structs

@@ -14,7 +14,8 @@ Speed: the file is read in 1 MiB blocks of bytes, each block's lines parsed by o
 line is re-read line by line to name it. The cyclic GC is paused meanwhile. `on_batch` receives each block's
 events as they come (the replay folds them into its timeline while the file loads); if it raises
 `BatchRejected(i, why)`, event i of the batch becomes the bad line. A line over `MAX_LINE_BYTES` is refused
-without reading it whole into one string.
+without reading it whole into one string. A zstd-compressed trace is decompressed as it is read (compressed.py);
+progress then counts compressed bytes, and a damaged or cut-short stream is the error of line 0 (the file).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.trace.compressed import CompressedFileError, decompressing, open_binary, read_position
 from engine.trace.schema import FAST_CHECKS, validate_event, validate_header
 
 CHUNK_BYTES = 1 << 20
@@ -92,8 +94,23 @@ def read_trace(
 ) -> TraceFile:
     """Read a trace file (see the module docstring for the modes)."""
     total = os.path.getsize(path)
-    with open(path, "rb") as handle:
-        return _Reader(strict, allow_unknown, on_batch).run(_blocks(handle), total, progress)
+    reader = _Reader(strict, allow_unknown, on_batch)
+    try:
+        with open_binary(path) as handle:
+            if progress is not None and decompressing(handle):
+                # a compressed file: how far into the file on disk, not into what it holds
+                shown = progress
+
+                def progress(done: int, total: int, events: int) -> None:
+                    shown(min(read_position(handle), total), total, events)
+
+            return reader.run(_blocks(handle), total, progress)
+    except CompressedFileError as exc:
+        error = TraceError(0, exc.reason)
+        if strict:
+            raise error from None
+        reader.out.error = reader.out.error or error
+        return reader.out
 
 
 def parse_trace_lines(
@@ -106,8 +123,11 @@ def parse_trace_lines(
 
 def read_header(path: str | Path) -> tuple[dict | None, TraceError | None]:
     """The first line only: lets a command refuse a file that is not a trace before doing anything else."""
-    with open(path, "rb") as handle:
-        first = handle.readline(MAX_LINE_BYTES)
+    try:
+        with open_binary(path) as handle:
+            first = handle.readline(MAX_LINE_BYTES)
+    except CompressedFileError as exc:
+        return None, TraceError(0, exc.reason)
     trace = _Reader(False, False, None)
     trace.run(iter([first.rstrip(b"\r\n") + b"\n"]) if first.strip() else iter(()), len(first), None)
     return (None, trace.out.error) if trace.out.error is not None else (trace.out.header, None)

@@ -18,6 +18,7 @@ from kvtui.commands.whatif_helpers import (
     _slice,
     _stream,
     _streamable,
+    check_readable,
     check_sample,
     check_trace_out,
     checked_choices,
@@ -260,6 +261,7 @@ def whatif(
                                   a block trace (python -m kvtui.whatif.block_trace) sampled at 1%
       kvtui whatif fixtures/traces/concurrent8.jsonl --as-recorded
     """
+    check_readable(workload)
     refuse_ignored(click.get_current_context(), workers)
     if as_recorded:
         return _as_recorded(workload, as_json, trace_out)

@@ -90,6 +90,14 @@ def server_defaults(loaded, server: dict, block_sizes, capacities, whole_blocks)
     return block_sizes, capacities or "1M", whole_blocks
 
 
+def check_readable(path: str) -> None:
+    """A zstd-compressed workload needs the zstandard package: said before any other work."""
+    from engine.trace.compressed import missing_package
+
+    if missing := missing_package(path):
+        raise click.ClickException(missing)
+
+
 def _streamable(fmt: str) -> bool:
     from kvtui.whatif.stream import STREAMED_FORMATS
 

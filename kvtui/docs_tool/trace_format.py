@@ -44,6 +44,15 @@ bad file, with a non-zero exit: `FILE, line 6: not valid JSON (...)`, `FILE, lin
 (`kvtui whatif FILE`). A last line cut mid-line is a warning (`FILE: the last line is incomplete (the writer
 stopped mid-line); ignored`) and the command runs; the replay app shows the events before a bad line.
 
+A trace may be zstd-compressed (`trace.jsonl.zst`), and so may every workload `kvtui whatif` reads: a Mooncake
+or Qwen-Bailian JSONL, a proxy log, a workload JSON, a block trace. The reader knows a zstd file by its first
+four bytes, whatever its name, and decompresses it as it reads, a buffer at a time, never whole in memory or on
+disk (`engine/trace/compressed.py`); a file of several frames reads as one stream. Reading one needs the
+zstandard package (`pip install 'kvtui[zstd]'`); without it the command says so on one line before it does
+anything else. A compressed file cut short (an interrupted download) is an error of the whole file, not a
+shorter trace: `FILE: the zstd stream ends inside a frame at byte N (the file is cut short: ...)`; bytes after
+the last frame that are not zstd are one too (`FILE: not a readable zstd stream near byte N ...`).
+
 Three tools write traces besides the engine, and say so in the header's `kind`: `kvtui attach -o` (`attach`:
 the events of an attached vLLM / SGLang fleet, no physical blocks), `kvtui whatif -o` (`whatif`: a what-if
 run, ending with a `whatif_summary`) and `kvtui sinks --trace` (`sinks`: the caches of the attention-sinks
@@ -238,7 +247,13 @@ file (`--trace-block-size`, default 512, Bailian 16); `python -m kvtui.whatif.sy
 writes a Mooncake-shaped one; `kvtui whatif` knows the file by its first 8 bytes. The file is a header, then
 chunks to its end, each a chunk header and then its columns one after another. A chunk cut short at the end
 (a writer that stopped) is left out and named; a request whose input_length does not fit its ids stops the
-read with the chunk and request."""
+read with the chunk and request.
+
+The file is read forward only, a chunk after the other: it has no index or footer to seek to, so a block trace
+compressed with `zstd trace.kvblk` (`trace.kvblk.zst`) streams through `kvtui whatif` as the plain file does,
+with the same figures; its progress bar counts compressed bytes. A sampled pass (`--sample`) sizes its first
+sketch from the decompressed size that `zstd` writes in the frame; a file compressed from a pipe does not say
+it, and is taken to be 4 times its size."""
 
 
 def _block_trace() -> list[str]:

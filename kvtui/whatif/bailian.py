@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.trace.compressed import open_text
 from kvtui.whatif.mooncake import iter_json_lines, parse_line
 from kvtui.whatif.requests import Workload
 
@@ -50,7 +51,7 @@ def iter_bailian(handle, block: int, problems: list[str]):
 def load_bailian(path: str | Path, block: int = BLOCK) -> Workload:
     path = Path(path)
     problems: list[str] = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open_text(path) as handle:
         requests = list(iter_bailian(handle, block, problems))
     if not requests:
         raise ValueError(f"{path}: no usable Qwen-Bailian line" + (f" ({problems[0]})" if problems else ""))

@@ -4,11 +4,10 @@ request becomes a Python object where the block size is the trace's or divides i
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from kvtui.whatif.block_trace import HEADER, block_size_of, iter_chunks
+from engine.trace.compressed import decompressed_size
+from kvtui.whatif.block_trace import block_size_of, iter_chunks
 from kvtui.whatif.onepass import OnePass
 from kvtui.whatif.requests import OutOfOrder, SimRequest
 
@@ -34,7 +33,7 @@ def one_pass_blocks(path, curves: dict[int, OnePass], summary, start, stop, prog
     sampled = [one for one in curves.values() if one.sampler is not None and not one.sampler.whole]
     if sampled:
         for one in sampled:
-            one.begin_count(os.path.getsize(path) // 8)
+            one.begin_count(decompressed_size(path) // 8)
         scratch = type(summary)(summary.name, summary.format)
         if hasattr(progress, "restart"):
             progress.restart("one-pass, first of two passes (the widely shared blocks)")
@@ -51,10 +50,9 @@ def one_pass_blocks(path, curves: dict[int, OnePass], summary, start, stop, prog
 
 def _read(path, curves: dict[int, OnePass], summary, start, stop, progress) -> None:
     trace_block = block_size_of(path)
-    offset, position, last = 0, HEADER.size, None
+    offset, last = 0, None
     for chunk in iter_chunks(path, summary.problems):
         n = len(chunk.counts)
-        position += 16 + 20 * n + 8 * len(chunk.hashes)
         stamps = chunk.timestamps
         back = np.flatnonzero(np.diff(stamps) < 0)
         if len(back) or (last is not None and n and stamps[0] < last):
@@ -97,7 +95,7 @@ def _read(path, curves: dict[int, OnePass], summary, start, stop, progress) -> N
                     )
                 )
         if progress is not None:
-            progress(summary.num_requests, position)
+            progress(summary.num_requests, chunk.position)
     if not summary.num_requests:
         first = f" ({summary.problems[0]})" if summary.problems else ""
         raise ValueError(f"{path}: no requests in it{first}")

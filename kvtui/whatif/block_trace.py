@@ -5,7 +5,8 @@ columns, read a chunk at a time straight into numpy, never whole in memory.
     kvtui whatif trace.kvblk --method one-pass --capacity 1M,10M
 
 The layout (little-endian) is FILE_HEADER, then chunks to the end of the file, each CHUNK_HEADER and then
-its COLUMNS one after another (docs/trace-format.md shows these tables).
+its COLUMNS one after another (docs/trace-format.md shows these tables). The file is read forward only, a
+chunk after the other, so a zstd-compressed one (engine/trace/compressed.py) reads as it is.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.trace.compressed import (
+    CompressedFileError,
+    missing_package,
+    open_binary,
+    open_text,
+    read_position,
+)
 from kvtui.whatif.requests import MAX_HASH_ID, SimRequest, Workload
 
 MAGIC = b"KVBLOCK1"
@@ -51,13 +59,15 @@ CHUNK_REQUESTS = 1 << 16
 
 @dataclass
 class BlockChunk:
-    """One chunk's columns, numpy arrays over the chunk's bytes."""
+    """One chunk's columns, numpy arrays over the chunk's bytes; `position`: the bytes of the file on disk read
+    so far (compressed bytes for a zstd file), for a progress bar."""
 
     timestamps: object
     input_lengths: object
     output_lengths: object
     counts: object
     hashes: object
+    position: int = 0
 
     @property
     def starts(self):
@@ -67,7 +77,7 @@ class BlockChunk:
 
 
 def is_block_trace(path: str | Path) -> bool:
-    with open(path, "rb") as handle:
+    with open_binary(path) as handle:
         return handle.read(len(MAGIC)) == MAGIC
 
 
@@ -84,7 +94,7 @@ def iter_chunks(path: str | Path, problems: list[str] | None = None) -> Iterator
     named in `problems`."""
     import numpy as np
 
-    with open(path, "rb") as handle:
+    with open_binary(path) as handle:
         block = read_header(handle, path)
         number = 0
         while raw := handle.read(CHUNK.size):
@@ -101,7 +111,7 @@ def iter_chunks(path: str | Path, problems: list[str] | None = None) -> Iterator
                 columns.append(np.frombuffer(body, dtype=dtype, count=n, offset=offset))
                 offset += n * width
             hashes = np.frombuffer(body, dtype="<u8", count=m, offset=offset)
-            chunk = BlockChunk(*columns, hashes)
+            chunk = BlockChunk(*columns, hashes, read_position(handle))
             _check(chunk, block, number, path)
             yield chunk
 
@@ -127,7 +137,7 @@ def _check(chunk: BlockChunk, block: int, number: int, path) -> None:
 
 
 def block_size_of(path: str | Path) -> int:
-    with open(path, "rb") as handle:
+    with open_binary(path) as handle:
         return read_header(handle, path)
 
 
@@ -223,7 +233,7 @@ def convert(source: str | Path, target: str | Path, fmt: str, trace_block_size: 
     reader = bailian.iter_bailian if fmt == "bailian" else mooncake.iter_mooncake
     problems: list[str] = []
     with (
-        open(source, encoding="utf-8", errors="replace") as handle,
+        open_text(source) as handle,
         BlockTraceWriter(target, trace_block_size) as writer,
     ):
         for request in reader(handle, trace_block_size, problems):
@@ -240,7 +250,7 @@ def _jsonl_format(path) -> str | None:
     from kvtui.whatif.bailian import looks_like_bailian
     from kvtui.whatif.mooncake import looks_like_mooncake
 
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open_text(path) as handle:
         first = next((line for line in handle if line.strip()), "")
     try:
         obj = json.loads(first)
@@ -265,6 +275,17 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.source).is_file():
         print(f"{args.source}: no such file; give a Mooncake or Qwen-Bailian JSONL trace", file=sys.stderr)
         return 2
+    if missing := missing_package(args.source):
+        print(missing, file=sys.stderr)
+        return 2
+    try:
+        return _convert(args)
+    except CompressedFileError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+
+
+def _convert(args) -> int:
     fmt = args.fmt or _jsonl_format(args.source)
     if fmt is None:
         print(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from math import gcd
 
+from engine.trace.compressed import open_text
 from kvtui.whatif.requests import FRESH_BASE, HASH_BASE
 
 
@@ -50,7 +51,7 @@ def scan_run_length(path: str, header: dict) -> int:
     """B of a what-if trace file, read from its request_arrived lines only (a line that does not parse is the
     loader's to report: skipped here)."""
     prompts = []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open_text(path) as f:
         for line in f:
             if '"request_arrived"' not in line:
                 continue

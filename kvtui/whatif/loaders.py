@@ -25,6 +25,8 @@ from the content (`detect_format`), and `--format` overrides it.
                against the server (fidelity.py), and with server it replays at the server's settings
 
 A bad line of a JSONL format is skipped and named (`Workload.problems`: "line 7: ..."); the good lines are kept.
+Any of them may be zstd-compressed (known by its first bytes, whatever its name): it is decompressed as it is
+read (engine/trace/compressed.py), and the format is detected from what it holds.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from engine.trace.compressed import CompressedFileError, open_text
 from kvtui.whatif.bailian import load_bailian, looks_like_bailian
 from kvtui.whatif.mooncake import load_mooncake, looks_like_mooncake
 from kvtui.whatif.requests import SimRequest, Workload
@@ -53,10 +56,12 @@ def detect_format(path: str | Path) -> str:
     try:
         if is_block_trace(path):
             return "blocks"
-        with open(path, encoding="utf-8") as handle:
+        with open_text(path, errors="strict") as handle:
             first = next((line for line in handle if line.strip()), "")
     except FileNotFoundError:
         raise WorkloadFormatError(f"no such workload file: {path}") from None
+    except CompressedFileError as exc:
+        raise WorkloadFormatError(str(exc)) from None
     except UnicodeDecodeError:
         raise WorkloadFormatError(_not_text(path)) from None
     if not first:
@@ -258,7 +263,7 @@ def load_tokenizer(spec: str):
 def load_proxy_log(path: Path) -> Workload:
     requests, problems = [], []
     server = None
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open_text(path) as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from engine.trace.compressed import open_text
 from kvtui.whatif.requests import MAX_HASH_ID, SimRequest, Workload
 
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -90,7 +91,7 @@ def notes_for(trace_block_size: int) -> list[str]:
 def load_mooncake(path: str | Path, trace_block_size: int = 512) -> Workload:
     path = Path(path)
     problems: list[str] = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open_text(path) as handle:
         requests = list(iter_mooncake(handle, trace_block_size, problems))
     if not requests:
         raise ValueError(f"{path}: no usable Mooncake line" + (f" ({problems[0]})" if problems else ""))

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.trace.compressed import decompressed_size, open_binary, read_position
 from kvtui.whatif.onepass import OnePass
 from kvtui.whatif.requests import OutOfOrder
 
@@ -82,11 +83,9 @@ def resident_bytes() -> int:
 
 
 def _lines(handle, progress: Callable[[int, int], None] | None, counter: list[int]) -> Iterator[bytes]:
-    position = 0
     for number, line in enumerate(handle):
-        position += len(line)
         if progress is not None and not number % 4096:
-            progress(counter[0], position)
+            progress(counter[0], read_position(handle))
         yield line
 
 
@@ -133,7 +132,7 @@ def one_pass_file(
     if sampled:
         # a sampled curve's first pass (sampled.py): the same lines, only counted
         for one in sampled:
-            one.begin_count(os.path.getsize(path) // 8)
+            one.begin_count(decompressed_size(path) // 8)
         if hasattr(progress, "restart"):
             progress.restart("one-pass, first of two passes (the widely shared blocks)")
         scratch = StreamedWorkload(path.name, fmt)
@@ -156,7 +155,7 @@ def _read_lines(path, reader, trace_block_size, curves, summary, start, stop, pr
     """The file's requests [start:stop] into every OnePass of `curves`, counted in `summary`."""
     counter = [0]
     last_arrival = None
-    with open(path, "rb") as handle:
+    with open_binary(path) as handle:
         requests = reader(_lines(handle, progress, counter), trace_block_size, summary.problems)
         for index, request in enumerate(requests):
             if last_arrival is not None and request.arrival < last_arrival:
