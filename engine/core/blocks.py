@@ -51,6 +51,9 @@ class BlockPool:
         self.block_size = block_size
         self.trace = trace
         self.ref_counts = [0] * num_blocks
+        # bumped when a held block gains or loses a reference (allocation takes a free block, never a cached
+        # one): the prefix tree's count of evictable blocks is kept until it changes (engine/core/eviction.py)
+        self.changes = 0
         self.free: deque[int] = deque(range(num_blocks))
         # copies decided since the worker last took them (engine/worker/runner.py applies them in order)
         self.pending_copies: list[BlockCopy] = []
@@ -83,6 +86,7 @@ class BlockPool:
     def share(self, physical: int, request_id: str, logical: int, group: int | None = None) -> None:
         """Add an existing block (used or cached) to another block table."""
         self.ref_counts[physical] += 1
+        self.changes += 1
         self.trace.emit(
             "block_shared",
             physical=physical,
@@ -97,6 +101,7 @@ class BlockPool:
         count = self.ref_counts[physical] - 1
         assert count >= 0, f"block {physical} released more often than referenced"
         self.ref_counts[physical] = count
+        self.changes += 1
         self.trace.emit(
             "block_released",
             physical=physical,

@@ -91,10 +91,8 @@ def evict_to_free_list(pool, evict_one: Callable[[], int | None], num_blocks: in
     return evicted
 
 
-def count_evictable(root: Node, ref_counts: Sequence[int], enough: int | None = None) -> int:
-    """Tree blocks that repeated evictions would reclaim now (exact: walks the tree, children before parents).
-    With `enough`, the walk stops once that many are found: "can n blocks be freed?" on a full pool asks this
-    for every new block, and a production-size tree is large."""
+def count_evictable(root: Node, ref_counts: Sequence[int]) -> int:
+    """Tree blocks that repeated evictions would reclaim now (exact: walks the tree, children before parents)."""
     total = 0
     # node id -> every block of its subtree would go
     cleared: dict[int, bool] = {}
@@ -116,8 +114,6 @@ def count_evictable(root: Node, ref_counts: Sequence[int], enough: int | None = 
                     break
                 count += 1
         total += count
-        if enough is not None and total >= enough:
-            return total
         cleared[node.node_id] = count == len(node.blocks)
     return total
 
@@ -134,10 +130,15 @@ class TreeEviction:
         self._victims.offer(node)
         return True
 
-    def num_evictable(self, enough: int | None = None) -> int:
-        """Cached blocks that repeated `evict_one` calls would reclaim now (exact, walks the tree; with
-        `enough`, stops once that many are found)."""
-        return count_evictable(self.root, self.pool.ref_counts, enough)
+    def num_evictable(self) -> int:
+        """Cached blocks that repeated `evict_one` calls would reclaim now (exact). The tree is walked only
+        after a reference, a lock or the tree's shape changed: a full pool asks before every new block, and
+        an eviction takes exactly one block off the count."""
+        stamp = (self.pool.changes, self.changes)
+        known = self._evictable_known
+        if known is None or known[0] != stamp:
+            known = self._evictable_known = (stamp, count_evictable(self.root, self.pool.ref_counts))
+        return known[1]
 
     def evict_one(self) -> int | None:
         """Reclaim the policy's choice among the last blocks of unlocked leaves; the pool frees it."""
@@ -171,6 +172,10 @@ class TreeEviction:
 
     def _evict_last_block(self, node: Node) -> int:
         physical, key = node.blocks[-1], node.keys[-1]
+        known = self._evictable_known
+        if known is not None and known[0] == (self.pool.changes, self.changes):
+            # the victim was one of the blocks counted, and the rest stay reclaimable
+            self._evictable_known = (known[0], known[1] - 1)
         event = self.trace.emit(
             "block_evicted", physical=physical, hash=key, policy=self.policy, node_id=node.node_id
         )

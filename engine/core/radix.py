@@ -67,6 +67,9 @@ class RadixCache(eviction.TreeEviction):
         self.evicted: OrderedDict[str, tuple[int, float, str]] = OrderedDict()
         self._evicted_memory = evicted_memory
         self._victims = eviction.EvictionQueue(self.policy, self.block_size)
+        # bumped by every change of shape or lock (eviction.py keeps its evictable count until it changes)
+        self.changes = 0
+        self._evictable_known: tuple | None = None
 
     # --- queries ------------------------------------------------------------------------------------------
     def holds(self, physical: int) -> bool:
@@ -225,6 +228,7 @@ class RadixCache(eviction.TreeEviction):
         if node is self.root:
             return
         handle = node
+        self.changes += 1
         while node is not self.root:
             node.lock_ref += 1
             node = node.parent
@@ -234,6 +238,7 @@ class RadixCache(eviction.TreeEviction):
         if node is self.root:
             return
         handle = node
+        self.changes += 1
         while node is not self.root:
             if node.lock_ref <= 0:
                 raise RuntimeError(f"radix node {node.node_id} unlocked more often than locked")
@@ -249,6 +254,7 @@ class RadixCache(eviction.TreeEviction):
         self, parent, keys, contents, blocks, token_ids, texts, first, cache_salt, request_id
     ) -> Node:
         bs = self.block_size
+        self.changes += 1
         for physical in blocks:
             if physical in self._node_of:
                 raise RuntimeError(

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine.core.eviction import POLICIES, priority
+from engine.core.eviction import POLICIES, count_evictable, priority
 from engine.core.hashing import block_hashes
 from engine.core.tree_node import Node
 from engine.trace import TraceSink
@@ -226,6 +226,11 @@ class PoolTree(RuleBasedStateMachine):
         assert self.cache.num_cached() == len(cached)
         assert self.pool.num_used() == len(used)
         assert self.cache.num_evictable() <= len(cached)
+
+    @invariant()
+    def the_kept_evictable_count_is_a_fresh_walk(self):
+        # the tree walks again only after a reference, lock or shape changed; an eviction takes one off
+        assert self.cache.num_evictable() == count_evictable(self.cache.root, self.pool.ref_counts)
 
     def _tree_blocks(self) -> set[int]:
         """Walk the tree: structure, hashes and contents hold; return its blocks (each in exactly one node)."""
