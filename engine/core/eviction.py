@@ -91,8 +91,9 @@ def evict_to_free_list(pool, evict_one: Callable[[], int | None], num_blocks: in
     return evicted
 
 
-def count_evictable(root: Node, ref_counts: Sequence[int]) -> int:
-    """Tree blocks that repeated evictions would reclaim now (exact: walks the tree, children before parents)."""
+def count_evictable(root: Node, ref_counts: Sequence[int], enough: int | None = None) -> int:
+    """Tree blocks that repeated evictions would reclaim now (exact: walks the tree, children before parents).
+    With `enough`, the walk stops once that many are found (then the count is at least that)."""
     total = 0
     # node id -> every block of its subtree would go
     cleared: dict[int, bool] = {}
@@ -114,6 +115,8 @@ def count_evictable(root: Node, ref_counts: Sequence[int]) -> int:
                     break
                 count += 1
         total += count
+        if enough is not None and total >= enough:
+            return total
         cleared[node.node_id] = count == len(node.blocks)
     return total
 
@@ -130,15 +133,20 @@ class TreeEviction:
         self._victims.offer(node)
         return True
 
-    def num_evictable(self) -> int:
-        """Cached blocks that repeated `evict_one` calls would reclaim now (exact). The tree is walked only
-        after a reference, a lock or the tree's shape changed: a full pool asks before every new block, and
-        an eviction takes exactly one block off the count."""
+    def num_evictable(self, enough: int | None = None) -> int:
+        """Cached blocks that repeated `evict_one` calls would reclaim now (exact; with `enough`, at least
+        that many where there are). A full pool asks before every new block: the count is kept until a
+        reference, a lock or the tree's shape changes (an eviction takes exactly one block off it), and a
+        walk asked for `enough` stops once it has found them."""
         stamp = (self.pool.changes, self.changes)
         known = self._evictable_known
-        if known is None or known[0] != stamp:
-            known = self._evictable_known = (stamp, count_evictable(self.root, self.pool.ref_counts))
-        return known[1]
+        if known is not None and known[0] == stamp:
+            return known[1]
+        count = count_evictable(self.root, self.pool.ref_counts, enough)
+        if enough is None or count < enough:
+            # the walk went through the whole tree: the count is exact
+            self._evictable_known = (stamp, count)
+        return count
 
     def evict_one(self) -> int | None:
         """Reclaim the policy's choice among the last blocks of unlocked leaves; the pool frees it."""

@@ -185,7 +185,7 @@ class RadixPrefixCache(PrefixCache):
 
     def has_evictable(self, n):
         n -= len(self.tails.evictable())
-        return n <= 0 or self.radix.num_evictable() >= n
+        return n <= 0 or self.radix.num_evictable(enough=n) >= n
 
     def evict_one(self):
         tail = self.tails.evict_one(self.radix.policy)
