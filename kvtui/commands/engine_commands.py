@@ -114,6 +114,8 @@ def record(workload, out, model, publish, **options):
     engine = load_engine(model, engine_config(spec.engine, **options))
     engine.add_trace_file(out)
     if publisher is not None:
+        # the header first: it names the KV-cache groups
+        publisher(engine.trace.header)
         engine.trace.listeners.append(publisher)
         click.echo(f"publishing vLLM KV events on {publisher.endpoint}", err=True)
     from engine.worker.machine_probe import emit_roofline

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from kvtui.app.feed import EventFeed
+from kvtui.app.feed_messages import FeedHeader
 
 publish_option = click.option(
     "--publish",
@@ -34,11 +35,18 @@ def open_publisher(text: str):
 
 
 class PublishingFeed(EventFeed):
-    """The live feed that also hands every engine event to the publisher (on the engine's thread)."""
+    """The live feed that also hands the trace header and every engine event to the publisher (on the engine's
+    thread)."""
 
     def __init__(self, publisher):
         super().__init__()
         self.publisher = publisher
+
+    def put(self, item) -> None:
+        # the trace header names the KV-cache groups that block events carry
+        if isinstance(item, FeedHeader):
+            self.publisher(item.header)
+        super().put(item)
 
     def put_event(self, event: dict) -> None:
         self.publisher(event)
