@@ -7,7 +7,9 @@ is free (or evictable), the most recently admitted running request is preempted:
 pool (the full ones it computed stay cached in the prefix tree), and when readmitted it matches the cache like
 any prompt and recomputes the rest, so its tokens stay exact. As in vLLM, a step that preempted admits nobody
 (the victim would come straight back and be preempted again), and a victim already scheduled in this step
-gives its tokens back to the step's budget.
+gives its tokens back to the step's budget. A waiting request may hold blocks too (an edit re-attaches a
+finished request's prefix): when a step can place nothing, the newest such request gives its blocks back the
+same way, so the blocks it holds never starve the requests before it.
 """
 
 from __future__ import annotations
@@ -118,6 +120,10 @@ class Scheduler:
             budget -= n
         if set_aside and self._preempted:
             raise RuntimeError("a step with rows set aside preempted: can_set_aside let it through")
+        if not chunks and not set_aside and not self._preempted:
+            # nothing could be placed: the blocks may be held by waiting requests (an edited one keeps its
+            # prefix while it waits); one gives them back and the next step places what now fits
+            self._release_waiting()
         return chunks
 
     def can_set_aside(self, rows: Sequence[Request], ids: set | None = None) -> bool:
@@ -207,6 +213,18 @@ class Scheduler:
         request.status = Status.WAITING
         self.running.remove(request)
         self.waiting.appendleft(request)
+
+    def _release_waiting(self) -> bool:
+        """The newest waiting request that holds blocks gives them back, as a preemption would (the full
+        ones it computed stay cached, and it matches the cache again when admitted). Whether one did."""
+        holder = next((r for r in reversed(self.waiting) if r.attached), None)
+        if holder is None:
+            return False
+        self._preempted = True
+        self.cache.free(holder)
+        self.trace.emit("request_preempted", request_id=holder.request_id, num_tokens=holder.num_tokens)
+        holder.num_computed = 0
+        return True
 
     def finish(self, request: Request) -> None:
         """Take a request out of the batch (it finished) or out of the queue (aborted before admission)."""

@@ -24,7 +24,11 @@ ENGINE_EVENT_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
         "num_computed": (_INT, "tokens whose K/V are already valid when admitted (prefix hit)"),
     },
     "request_preempted": {
-        "request_id": (_STR, "request evicted from the batch because a decode found no free block"),
+        "request_id": (
+            _STR,
+            "request that gave its blocks back: the latest admitted when a decode found no free block, or a "
+            "waiting one holding blocks (after an edit) when a step could place nothing",
+        ),
         "num_tokens": (_INT, "tokens that will be recomputed when it is readmitted"),
     },
     "prefill_chunk": {

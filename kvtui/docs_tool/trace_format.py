@@ -107,7 +107,8 @@ SUMMARY: dict[str, str] = {
     "request_scheduled": "Admitted to the running batch, with the tokens already valid (a prefix hit).",
     "request_preempted": (
         "A decode found no free block: the latest admitted request gives its blocks back (full ones stay "
-        "cached) and is readmitted later; a step that preempts admits nobody."
+        "cached) and is readmitted later; a step that preempts admits nobody. When a step can place nothing, "
+        "a waiting request that holds blocks (an edit re-attached its prefix) gives them back the same way."
     ),
     "prefill_chunk": "Positions of a request's prompt computed in a step.",
     "decode": "One position decoded for a request in a step.",

@@ -1,6 +1,7 @@
 import pytest
 
 from engine.engine import Engine, EngineConfig, SamplingParams
+from tests.helpers.reference import greedy_generate
 from tests.helpers.tiny_models import random_prompts, tiny_model
 
 
@@ -74,3 +75,31 @@ def test_abort_releases_a_running_or_waiting_request():
     assert engine.abort(waiting).finish_reason == "aborted"
     assert not engine.has_unfinished() and not any(engine.cache.pool.ref_counts)
     assert [e["reason"] for e in events if e["type"] == "request_finished"] == ["aborted", "aborted"]
+
+
+def test_a_waiting_edited_request_gives_its_blocks_back_when_nothing_else_fits():
+    """An edit re-attaches a finished request's prefix while it waits; when the running request needs those
+    blocks, the waiting one gives them back (a preemption) instead of the step finding nothing to place
+    (found by the engine property test at 3000 examples)."""
+    model = tiny_model("llama-gqa")
+    # a budget of one token: the edited request stays waiting while the other runs
+    config = EngineConfig(block_size=2, num_blocks=6, max_batched_tokens=1)
+    engine = Engine.from_model(model, config=config)
+    events = recorded(engine)
+    edited = engine.submit([10, 11, 12, 13], SamplingParams(max_tokens=1))
+    while engine.has_unfinished():
+        engine.step()
+    # 12 tokens: the whole pool
+    running = engine.submit([20, 21, 22, 23, 24, 25, 26, 27], SamplingParams(max_tokens=4))
+    engine.step()
+    engine.edit(edited, 4, [3], "insert")
+    assert engine.requests[edited].block_table == [0, 1]
+    for _ in range(100):
+        if not engine.has_unfinished():
+            break
+        engine.step()
+    assert not engine.has_unfinished()
+    preempted = [e["request_id"] for e in events if e["type"] == "request_preempted"]
+    assert edited in preempted
+    req = engine.requests[running]
+    assert req.output_token_ids == greedy_generate(model, req.prompt_token_ids, 4)
