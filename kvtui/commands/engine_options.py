@@ -23,6 +23,15 @@ def check_device(ctx, param, value: str | None) -> str | None:
     raise click.BadParameter(f"{value!r} is not a device: use auto, cpu, cuda or cuda:N (N = GPU index)")
 
 
+def check_retention(ctx, param, value: str) -> int | None:
+    """--retention-interval: a token count (0 and up), or `all` (None: every window block stays cached)."""
+    if value == "all":
+        return None
+    if value.isdigit():
+        return int(value)
+    raise click.BadParameter(f"{value!r} is not a retention: give 0, a multiple of --block-size, or all")
+
+
 def engine_options(func):
     """Options shared by every command that loads a model."""
 
@@ -92,6 +101,16 @@ def engine_options(func):
         "groups sharing the pool, blocks freed as they leave the window, whole-block hits by the hybrid rule).",
     )
     @click.option(
+        "--retention-interval",
+        metavar="N|all",
+        default="0",
+        show_default=True,
+        callback=check_retention,
+        help="With --window-layout paged: which blocks a window group keeps cached, as vLLM's "
+        "--prefix-cache-retention-interval: 0 keeps only the blocks a later hit resumes at (before the "
+        "prompt's last token and at a shared prefix), N also every N tokens, all keeps every block.",
+    )
+    @click.option(
         "--eviction",
         type=click.Choice(["lru", "lfu", "cost"]),
         default="lru",
@@ -137,6 +156,7 @@ def engine_config(overrides: dict | None = None, **options):
         "kv_dtype",
         "host_blocks",
         "window_layout",
+        "retention_interval",
     )
     values = {key: options[key] for key in keys if key in options}
     # a workload's "engine" section beats the defaults ...
@@ -149,6 +169,14 @@ def engine_config(overrides: dict | None = None, **options):
             and context.get_parameter_source(key) is click.core.ParameterSource.COMMANDLINE
         ):
             values[key] = options[key]
+    if (
+        values.get("window_layout") != "paged"
+        and context is not None
+        and context.get_parameter_source("retention_interval") is click.core.ParameterSource.COMMANDLINE
+    ):
+        raise click.UsageError(
+            "--retention-interval is for window groups in the pool: add --window-layout paged, or drop it"
+        )
     if values.get("window_layout") == "paged":
         # the paged layout serves whole blocks from the device pool, as vLLM does
         typed = [

@@ -150,6 +150,12 @@ CASES = [
     (["generate", "hi", "--window-layout", "pages"], "'pages' is not one of 'ring', 'paged'"),
     (["generate", "hi", "--window-layout", "paged", "--partial-hits"], "drop --partial-hits"),
     (["live", "--window-layout", "paged", "--host-blocks", "8"], "drop --host-blocks"),
+    (["generate", "hi", "--retention-interval", "16"], "add --window-layout paged, or drop it"),
+    (["generate", "hi", "--window-layout", "paged", "--retention-interval", "x"], "'x' is not a retention"),
+    (
+        ["generate", "hi", "--window-layout", "paged", "--retention-interval", "10"],
+        "a multiple of the block size 16 (got 10)",
+    ),
     (["generate", "hi", "--num-blocks", "99999999999999999"], "99999999999999999 is not in the range"),
     (["generate", "hi", "--max-batched-tokens", "0"], "'--max-batched-tokens': 0 is not in the range x>=1"),
     (["generate", "hi", "--max-tokens", "0"], "'--max-tokens': 0 is not in the range x>=1"),
