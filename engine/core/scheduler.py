@@ -205,26 +205,25 @@ class Scheduler:
         return victim
 
     def preempt(self, request: Request) -> None:
+        self._give_back(request)
+        request.status = Status.WAITING
+        self.running.remove(request)
+        self.waiting.appendleft(request)
+
+    def _release_waiting(self) -> None:
+        """The newest waiting request that holds blocks gives them back, as a preemption would (the full
+        ones it computed stay cached, and it matches the cache again when admitted)."""
+        holder = next((r for r in reversed(self.waiting) if r.attached), None)
+        if holder is not None:
+            self._give_back(holder)
+
+    def _give_back(self, request: Request) -> None:
+        """A preemption's release: the request's blocks go back (computed full ones stay cached)."""
         self._preempted = True
         self.cache.free(request)
         self.trace.emit("request_preempted", request_id=request.request_id, num_tokens=request.num_tokens)
         # num_cached stays: it counts what the cache served at first admission
         request.num_computed = 0
-        request.status = Status.WAITING
-        self.running.remove(request)
-        self.waiting.appendleft(request)
-
-    def _release_waiting(self) -> bool:
-        """The newest waiting request that holds blocks gives them back, as a preemption would (the full
-        ones it computed stay cached, and it matches the cache again when admitted). Whether one did."""
-        holder = next((r for r in reversed(self.waiting) if r.attached), None)
-        if holder is None:
-            return False
-        self._preempted = True
-        self.cache.free(holder)
-        self.trace.emit("request_preempted", request_id=holder.request_id, num_tokens=holder.num_tokens)
-        holder.num_computed = 0
-        return True
 
     def finish(self, request: Request) -> None:
         """Take a request out of the batch (it finished) or out of the queue (aborted before admission)."""
