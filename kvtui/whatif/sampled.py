@@ -103,7 +103,7 @@ class Sampler:
         # every reference and every reference that may hit, kept or not; those of heavy blocks
         self.total_blocks = self.may_hit_blocks = self.may_hit_heavy = self.heavy_refs = 0
         # the exact top of the stack: once, in the first part, where a C compiler is at hand
-        self.top = ExactTop(self.fine) if rate < 1.0 and part == 0 and available() else None
+        self.top = ExactTop(self.fine) if not self.whole and part == 0 and available() else None
 
     @property
     def whole(self) -> bool:

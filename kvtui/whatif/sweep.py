@@ -308,7 +308,7 @@ def sampled_note(one) -> str:
         if sampler.heavy_refs
         else ""
     )
-    exact = getattr(sampler, "exact_blocks", 0)
+    exact = sampler.exact_blocks
     resolution = (
         f"capacities up to {exact:,} blocks are exact (the top of the stack, kept from every reference)"
         if exact
